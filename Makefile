@@ -1,0 +1,35 @@
+# Two commands set up everything: `make demo` and `make test`. Both bootstrap .venv from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.weir-installed
+DURATION ?= 60
+
+.PHONY: venv test unit lint demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check weir tests bench examples
+	$(BIN)/ruff format --check weir tests bench examples
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -ra tests
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+demo: $(STAMP)
+	$(BIN)/python -m examples.pipe_demo --duration $(DURATION)
+
+bench: $(STAMP)
+	$(BIN)/python bench/pipe.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,147 @@
+"""Helpers shared by the weir-kafka integration tests: test data in, query results out."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Producer
+
+QUERY_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One Kafka record as the tests compare it: everything the source and sink carry."""
+
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] | None = None
+    timestamp_ms: int | None = None
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[Rec]) -> int:
+    """Produce records (explicit partition, key, headers, timestamp) and wait for every acknowledgement.
+
+    The producer is closed before returning: a client that outlives a deletion of its topic can crash
+    inside librdkafka on the embedded broker (see the data-loss tests)."""
+    failures: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failures.append(err.str())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    n = 0
+    try:
+        for r in records:
+            kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+            if r.partition is not None:
+                kwargs["partition"] = r.partition
+            if r.headers is not None:
+                kwargs["headers"] = list(r.headers)
+            if r.timestamp_ms is not None:
+                kwargs["timestamp"] = r.timestamp_ms
+            while True:
+                try:
+                    producer.produce(topic, r.value, r.key, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            n += 1
+        remaining = producer.flush(60)
+    finally:
+        producer.close()
+    assert remaining == 0, f"{remaining} records not acknowledged"
+    assert not failures, failures[:3]
+    return n
+
+
+def row_to_rec(row) -> Rec:
+    """A row of the weir-kafka source (with `ts_ms` = unix_millis(timestamp)) as a Rec."""
+    headers = None if row["headers"] is None else tuple((h["key"], bytes(h["value"])) for h in row["headers"])
+    return Rec(
+        partition=row["partition"],
+        key=None if row["key"] is None else bytes(row["key"]),
+        value=None if row["value"] is None else bytes(row["value"]),
+        headers=headers,
+        timestamp_ms=row["ts_ms"],
+    )
+
+
+def sort_key(r: Rec) -> tuple:
+    return (r.partition or 0, r.key or b"", r.value or b"", r.headers or (), r.timestamp_ms or 0)
+
+
+def source(spark, bootstrap: str, topic: str, *, stream: bool, **options: Any):
+    reader = spark.readStream if stream else spark.read
+    reader = reader.format("weir-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+@dataclass
+class Collected:
+    """What a foreachBatch query saw: rows per micro-batch, and the Spark partitions of each batch."""
+
+    batches: list[list] = field(default_factory=list)
+    num_partitions: list[int] = field(default_factory=list)
+    progress: list[dict] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list:
+        return [r for b in self.batches for r in b]
+
+
+def run_available_now(df, checkpoint: str, *, timeout: float = QUERY_TIMEOUT_S) -> Collected:
+    """Run a streaming DataFrame to the end of its input with Trigger.AvailableNow, collecting each batch
+    on the driver through foreachBatch. Raises what the query raised (StreamingQueryException)."""
+    out = Collected()
+
+    def each(batch_df, batch_id: int) -> None:
+        out.num_partitions.append(batch_df.rdd.getNumPartitions())
+        out.batches.append(batch_df.collect())
+
+    query = (
+        df.writeStream.foreachBatch(each)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finished = query.awaitTermination(timeout)
+        assert finished, f"query did not finish within {timeout}s; last progress: {query.lastProgress}"
+        out.progress = list(query.recentProgress)
+    finally:
+        if query.isActive:
+            query.stop()
+    return out
+
+
+def end_offsets(progress: list[dict]) -> list[dict]:
+    """The source's endOffset JSON of every progress event, parsed."""
+    out = []
+    for p in progress:
+        raw = p["sources"][0]["endOffset"]
+        out.append(json.loads(raw) if isinstance(raw, str) else raw)
+    return out
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

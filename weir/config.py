@@ -1,0 +1,83 @@
+"""weir's settings: one pydantic model read from `weir.toml` and `WEIR_*` environment variables.
+
+Precedence, highest first: explicit keyword arguments, environment (`WEIR_SPARK_MASTER=...`; maps as
+JSON, e.g. `WEIR_KAFKA='{"security.protocol": "SASL_SSL"}'`, because librdkafka names hold dots), then
+`weir.toml` in the working directory (or the file named by `WEIR_CONFIG`), then the defaults below.
+Every path is a string so that it may name shared storage (`s3a://`, `hdfs://`, `file://`), not only a
+local directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+# Client settings whose values must never reach a log line or an error message.
+_SECRET_MARKERS = ("password", "secret", "token", "key.pem", "private", "jaas")
+
+
+def is_secret(name: str) -> bool:
+    """True for a Kafka client setting whose value is a credential (SASL password, TLS key, ...)."""
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def redact(settings: dict[str, Any]) -> dict[str, Any]:
+    """A copy of client settings fit for logs: credentials replaced by '***'."""
+    return {k: ("***" if is_secret(k) else v) for k, v in settings.items()}
+
+
+class Settings(BaseSettings):
+    """Where weir finds its broker, Spark, and storage."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="WEIR_",
+        toml_file=os.environ.get("WEIR_CONFIG", "weir.toml"),
+        extra="forbid",
+    )
+
+    home: str = Field(
+        default_factory=lambda: str(Path.home() / ".weir"),
+        description="Local directory for the embedded broker's pid file and log.",
+    )
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings passed to every client (security.protocol, sasl.*, ssl.*).",
+    )
+    broker_port: int = Field(9092, description="Port of the embedded broker (`weir broker start`).")
+    spark_master: str = Field("local[*]", description="Spark master URL: local[*], spark://host:7077, ...")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark confs.")
+    checkpoint_root: str = Field(
+        default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
+        description="Root of query checkpoints; a path or URL on storage every Spark node can reach.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings for any client: bootstrap servers plus the pass-through settings."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
+
+
+def load(**overrides: Any) -> Settings:
+    """Settings from the environment and `weir.toml`, with keyword overrides on top."""
+    return Settings(**overrides)

@@ -1,0 +1,130 @@
+"""Topics and their offsets: create, list, describe, delete; per-partition earliest and latest offsets.
+
+from weir.pipe import Admin
+admin = Admin("127.0.0.1:9092")
+admin.create_topic("orders", partitions=4, config={"retention.ms": "259200000"})
+admin.offsets("orders")   # {0: (earliest, latest), ...}, latest correct even where ListOffsets is not
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from weir.pipe.log import BrokerUnavailable, LogView, client_log
+
+log = logging.getLogger("weir.kafka")
+
+# Written explicitly on every topic weir creates: some brokers (the embedded one) describe no defaults
+# for a topic created without them, and clients that read these configs then fail.
+DEFAULT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "604800000", "retention.bytes": "-1"}
+
+
+class TopicError(RuntimeError):
+    """A topic operation was refused (exists already, unknown topic, invalid config)."""
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: dict[int, tuple[int, int]]  # partition -> (earliest, latest)
+    config: dict[str, str]
+
+    @property
+    def records(self) -> int:
+        return sum(hi - lo for lo, hi in self.partitions.values())
+
+
+class Admin:
+    def __init__(self, bootstrap_servers: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
+        self.settings = {"bootstrap.servers": bootstrap_servers, **(client or {})}
+        self.timeout = timeout
+        self.client = AdminClient({**self.settings, "logger": client_log})
+
+    @contextmanager
+    def _view(self) -> Iterator[LogView]:
+        # Short-lived on purpose: a consumer that outlives a topic deletion crashed inside librdkafka
+        # (metadata cache) on the embedded broker's next metadata answer.
+        view = LogView(
+            {
+                **self.settings,
+                "group.id": "weir-admin",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+            },
+            timeout=self.timeout,
+        )
+        try:
+            yield view
+        finally:
+            view.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: dict[str, str] | None = None,
+        replication_factor: int = 1,
+        exist_ok: bool = False,
+    ) -> bool:
+        """Create a topic; True if created, False if it existed and exist_ok."""
+        if partitions < 1:
+            raise TopicError(f"topic {name!r}: partitions must be at least 1, got {partitions}")
+        topic = NewTopic(name, partitions, replication_factor, config={**DEFAULT_TOPIC_CONFIG, **(config or {})})
+        try:
+            self.client.create_topics([topic], request_timeout=self.timeout)[name].result()
+            return True
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                if exist_ok:
+                    return False
+                raise TopicError(f"topic {name!r} already exists") from None
+            if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                raise BrokerUnavailable(f"cannot create topic {name!r}: {err.str()}") from None
+            raise TopicError(f"cannot create topic {name!r}: {err.str()}") from None
+
+    def delete_topic(self, name: str) -> None:
+        try:
+            self.client.delete_topics([name], request_timeout=self.timeout)[name].result()
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicError(f"topic {name!r} does not exist") from None
+            raise TopicError(f"cannot delete topic {name!r}: {err.str()}") from None
+
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count (internal `__` topics left out)."""
+        with self._view() as view:
+            return {t: len(ps) for t, ps in sorted(view.partitions().items())}
+
+    def offsets(self, name: str) -> dict[int, tuple[int, int]]:
+        """Partition -> (earliest, latest) for one topic; latest is the high-water mark."""
+        with self._view() as view:
+            parts = view.partitions().get(name)
+            if parts is None:
+                raise TopicError(f"topic {name!r} does not exist")
+            bounds = view.bounds([(name, p) for p in parts])
+        return {p: bounds[(name, p)] for p in parts}
+
+    def end_offsets(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(earliest, latest) for the given topic-partitions; missing ones are left out."""
+        with self._view() as view:
+            known = {(t, p) for t, ps in view.partitions().items() for p in ps}
+            return view.bounds([tp for tp in tps if tp in known])
+
+    def config(self, name: str) -> dict[str, str]:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        try:
+            entries = self.client.describe_configs([resource], request_timeout=self.timeout)[resource].result()
+        except KafkaException as exc:
+            raise TopicError(f"cannot describe topic {name!r}: {exc.args[0].str()}") from None
+        return {k: e.value for k, e in sorted(entries.items()) if e.value is not None}
+
+    def describe(self, name: str) -> TopicInfo:
+        return TopicInfo(name, self.offsets(name), self.config(name))

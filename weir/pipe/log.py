@@ -1,0 +1,138 @@
+"""What a Kafka cluster holds: topics, partitions, and each partition's earliest and latest offsets.
+
+Latest offsets come from the high-water mark of a Fetch response, not from ListOffsets alone. The Kafka
+protocol says both agree; some brokers (the embedded Tansu among them) answer ListOffsets(latest) with the
+base offset of the last record batch + 1, which would end every read short. Fetching one record just below
+the listed latest returns the true high-water mark on any broker, for one round trip per trigger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from weir.config import redact
+
+TP = tuple[str, int]
+
+
+class ClientLog(logging.LoggerAdapter):
+    """librdkafka's log lines into Python logging, each distinct line at most once a minute: an unreachable
+    broker otherwise prints a line per reconnect attempt, burying the error that explains it."""
+
+    def __init__(self, name: str = "weir.kafka.client", every: float = 60.0) -> None:
+        super().__init__(logging.getLogger(name), {})
+        self.every = every
+        self._last: dict[str, float] = {}
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+        text = str(msg) % args if args else str(msg)
+        now = time.monotonic()
+        if now - self._last.get(text, -self.every) >= self.every:
+            if len(self._last) > 1000:
+                self._last.clear()
+            self._last[text] = now
+            self.logger.log(level, text)
+
+
+client_log = ClientLog()
+
+
+class BrokerUnavailable(RuntimeError):
+    """Kafka could not be reached or did not answer in time."""
+
+
+def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: float) -> BrokerUnavailable:
+    servers = redact(client).get("bootstrap.servers")
+    reason = f": {exc}" if exc else ""
+    return BrokerUnavailable(f"cannot {what} from Kafka at {servers} within {timeout:.0f}s{reason}")
+
+
+class LogView:
+    """A driver-side view of the cluster: one admin client and one probe consumer, reused across triggers."""
+
+    def __init__(self, consumer_settings: dict, timeout: float = 30.0) -> None:
+        self.settings = dict(consumer_settings)
+        self.timeout = timeout
+        # librdkafka's own log lines go to Python logging, not straight to stderr.
+        admin_keys = {
+            k: v
+            for k, v in self.settings.items()
+            if not k.startswith(("enable.", "auto.", "isolation.", "fetch.", "group."))
+        }
+        self.admin = AdminClient({**admin_keys, "logger": client_log})
+        self.consumer = Consumer({**self.settings, "logger": client_log})
+        self._record_bytes: float | None = None
+
+    def average_record_bytes(self) -> int:
+        """Key+value bytes per record, averaged over the records sampled by `bounds` (1 KiB until then)."""
+        return max(1, round(self._record_bytes or 1024))
+
+    def _sample(self, size: int) -> None:
+        self._record_bytes = size if self._record_bytes is None else 0.8 * self._record_bytes + 0.2 * size
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def partitions(self) -> dict[str, list[int]]:
+        """Partitions of every topic. All-topic metadata on purpose: a request naming one topic makes
+        brokers with auto.create.topics.enable create it."""
+        try:
+            meta = self.consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise _unreachable(self.settings, "read metadata", exc, self.timeout) from None
+        out: dict[str, list[int]] = {}
+        for name, t in meta.topics.items():
+            if t.error is not None:
+                raise BrokerUnavailable(f"metadata for topic {name!r} failed: {t.error.str()}")
+            if not name.startswith("__"):
+                out[name] = sorted(t.partitions)
+        return out
+
+    def bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
+        """(earliest, latest) offset of each topic-partition; latest is the high-water mark."""
+        tps = sorted(set(tps))
+        if not tps:
+            return {}
+        low = self._list(tps, OffsetSpec.earliest())
+        listed = self._list(tps, OffsetSpec.latest())
+        high = self._fetched_high_watermarks({tp: (low[tp], listed[tp]) for tp in tps})
+        return {tp: (low[tp], max(listed[tp], high.get(tp, listed[tp]))) for tp in tps}
+
+    def _list(self, tps: list[TP], spec: OffsetSpec) -> dict[TP, int]:
+        request = {TopicPartition(t, p): spec for t, p in tps}
+        try:
+            futures = self.admin.list_offsets(request, request_timeout=self.timeout)
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
+
+    def _fetched_high_watermarks(self, listed: dict[TP, tuple[int, int]]) -> dict[TP, int]:
+        probe = {tp: hi - 1 for tp, (lo, hi) in listed.items() if hi - 1 >= lo and hi > 0}
+        if not probe:
+            return {}
+        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in probe.items()])
+        pending = set(probe)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise _unreachable(self.settings, f"fetch {sorted(pending)[:3]}", None, self.timeout)
+                for msg in self.consumer.consume(num_messages=1000, timeout=0.2):
+                    err = msg.error()
+                    if err is not None and err.code() not in (KafkaError._PARTITION_EOF,):
+                        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                            # Retention moved past the probe offset meanwhile: the listing stands.
+                            pending.discard((msg.topic(), msg.partition()))
+                            continue
+                        raise KafkaException(err)
+                    if err is None:
+                        self._sample(len(msg.key() or b"") + len(msg.value() or b""))
+                    pending.discard((msg.topic(), msg.partition()))
+            return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in probe}
+        finally:
+            self.consumer.unassign()

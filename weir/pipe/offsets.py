@@ -1,0 +1,94 @@
+"""Offset arithmetic of the weir-kafka source: pure functions, no broker, no Spark.
+
+An offset of the source is Spark's Kafka shape, `{"topic": {"0": 42, "1": 17}}` (next offset to read per
+partition), plus one key that no topic can have (`@` is not a legal topic character): `"@dataLoss"`,
+cumulative counts of offsets skipped with `failOnDataLoss=false`. Carrying the counts in the offset puts
+them in the checkpoint's offset log and in every `StreamingQueryProgress` (`sources[].endOffset`), so a
+skip survives restarts and the monitor can see it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Positions = dict[str, dict[int, int]]  # topic -> partition -> offset
+DATA_LOSS_KEY = "@dataLoss"
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    skipped_offsets: int = 0
+    events: int = 0
+
+    def add(self, skipped: int) -> DataLoss:
+        return DataLoss(self.skipped_offsets + max(skipped, 0), self.events + 1)
+
+
+def to_json(positions: Positions, loss: DataLoss | None = None) -> dict:
+    out: dict = {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(positions.items())}
+    if loss is not None and loss.events:
+        out[DATA_LOSS_KEY] = {"skippedOffsets": loss.skipped_offsets, "events": loss.events}
+    return out
+
+
+def from_json(offset: dict) -> tuple[Positions, DataLoss]:
+    loss_raw = offset.get(DATA_LOSS_KEY) or {}
+    loss = DataLoss(int(loss_raw.get("skippedOffsets", 0)), int(loss_raw.get("events", 0)))
+    positions = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offset.items() if t != DATA_LOSS_KEY}
+    return positions, loss
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets [start, end) of one topic-partition: the unit a Spark task reads."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(self.end - self.start, 0)
+
+
+def cap(start: Positions, latest: Positions, max_records: int) -> Positions:
+    """End offsets that admit at most `max_records` beyond `start`, shared in proportion to each partition's
+    backlog (largest remainder, so the batch holds exactly `max_records` when that much is waiting)."""
+    backlog = {
+        (t, p): max(hi - start.get(t, {}).get(p, hi), 0) for t, parts in latest.items() for p, hi in parts.items()
+    }
+    total = sum(backlog.values())
+    end = {t: {p: start.get(t, {}).get(p, hi) for p, hi in parts.items()} for t, parts in latest.items()}
+    if total <= max_records:
+        return {t: dict(parts) for t, parts in latest.items()}
+    shares = {tp: max_records * n / total for tp, n in backlog.items()}
+    taken = {tp: math.floor(s) for tp, s in shares.items()}
+    left = max_records - sum(taken.values())
+    for tp in sorted(shares, key=lambda k: (taken[k] - shares[k], k))[:left]:
+        taken[tp] += 1
+    for (t, p), n in taken.items():
+        end[t][p] = start.get(t, {}).get(p, latest[t][p]) + n
+    return end
+
+
+def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Split ranges so that at least `min_partitions` tasks read, larger ranges into more pieces.
+
+    Splitting is what lets a backlog on few Kafka partitions use every Spark core while catching up.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    total = sum(r.size for r in ranges)
+    if not min_partitions or len(ranges) >= min_partitions or total == 0:
+        return ranges
+    out: list[OffsetRange] = []
+    for r in ranges:
+        pieces = max(1, min(r.size, math.ceil(min_partitions * r.size / total)))
+        step, extra = divmod(r.size, pieces)
+        at = r.start
+        for i in range(pieces):
+            n = step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, at, at + n))
+            at += n
+    return out

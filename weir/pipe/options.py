@@ -1,0 +1,265 @@
+"""Options of the `weir-kafka` source and sink, parsed and validated once, case-insensitively.
+
+Spark lower-cases option names before a Python data source sees them, so every name is matched
+lower-cased here; an unknown name is an error that lists the valid ones rather than a setting that is
+silently ignored (a mistyped `maxOffsetsPerTrigger` would otherwise read the whole backlog at once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from weir.config import redact
+
+# Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
+_MANAGED_CLIENT_SETTINGS = {
+    "group.id": "the source never joins a consumer group; offsets live in the query checkpoint",
+    "auto.offset.reset": "use startingOffsets",
+    "enable.auto.commit": "offsets live in the query checkpoint",
+    "key.deserializer": "keys are returned as bytes",
+    "value.deserializer": "values are returned as bytes, or decoded with valueFormat",
+    "enable.partition.eof": "the source needs end-of-partition events to stop reading a range",
+}
+
+SOURCE_OPTIONS = {
+    "kafka.bootstrap.servers": "Kafka bootstrap servers (required)",
+    "kafka.*": "any librdkafka client setting, e.g. kafka.security.protocol, kafka.sasl.mechanism",
+    "subscribe": "comma-separated topics",
+    "subscribepattern": "regular expression of topics",
+    "startingoffsets": "earliest (default for batch), latest (default for streams), or JSON per topic-partition",
+    "endingoffsets": "batch reads only: latest (default) or JSON per topic-partition",
+    "maxoffsetspertrigger": "streams: at most this many records per micro-batch",
+    "maxbytespertrigger": "streams: about this many bytes (key+value) per micro-batch",
+    "minpartitions": "split offset ranges so at least this many Spark tasks read in parallel",
+    "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
+    "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
+    "valueformat": "raw (default) or json",
+    "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
+    "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
+    "includeheaders": "accepted for compatibility with Spark's source; headers are always included",
+    "weir.simulatedlogstartoffsets": "testing only: JSON {topic: {partition: offset}} hiding earlier offsets",
+}
+
+SINK_OPTIONS = {
+    "kafka.bootstrap.servers": "Kafka bootstrap servers (required)",
+    "kafka.*": "any librdkafka producer setting, e.g. kafka.compression.type, kafka.sasl.mechanism",
+    "topic": "destination topic; overrides a `topic` column",
+    "checkpointlocation": "Spark's own option, accepted",
+    "path": "Spark's own option, ignored",
+}
+
+log = logging.getLogger("weir.pipe")
+
+
+class OptionError(ValueError):
+    """An option of the weir-kafka source or sink is unknown, missing or malformed."""
+
+
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _check_known(opts: dict[str, str], known: dict[str, str], what: str) -> None:
+    unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in known)
+    if unknown:
+        valid = "\n".join(f"  {name}: {doc}" for name, doc in known.items())
+        raise OptionError(f"unknown {what} option(s) {', '.join(unknown)}. Valid options:\n{valid}")
+
+
+def client_settings(opts: dict[str, str]) -> dict[str, str]:
+    """librdkafka settings: every `kafka.*` option without its prefix (SASL, TLS, ... pass through)."""
+    settings = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    if "bootstrap.servers" not in settings:
+        raise OptionError(
+            "option kafka.bootstrap.servers is required, e.g. .option('kafka.bootstrap.servers', 'host:9092')"
+        )
+    return settings
+
+
+def _positive_int(opts: dict[str, str], name: str) -> int | None:
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise OptionError(f"option {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise OptionError(f"option {name} must be true or false, got {raw!r}")
+
+
+OffsetSpec = str | dict[str, dict[int, int]]  # "earliest" | "latest" | {topic: {partition: offset}}
+
+
+def parse_offsets(name: str, raw: str | None, default: str) -> OffsetSpec:
+    """`earliest`, `latest`, or Spark's JSON form {"topic": {"0": 23, "1": -2}} (-2 earliest, -1 latest)."""
+    if raw is None:
+        return default
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        parsed = json.loads(text)
+        result = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise OptionError(
+            f'option {name} must be earliest, latest or JSON like {{"topic": {{"0": 42, "1": -2}}}}, got {raw!r}'
+        ) from None
+    for topic, parts in result.items():
+        for partition, offset in parts.items():
+            if offset < -2:
+                raise OptionError(
+                    f"option {name}: offset {offset} for {topic}/{partition} is invalid (-2 earliest, -1 latest)"
+                )
+    return result
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    client: dict[str, str]
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    starting: OffsetSpec = "latest"
+    ending: OffsetSpec = "latest"
+    max_offsets: int | None = None
+    max_bytes: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    value_format: str = "raw"
+    value_schema: str | None = None
+    value_prefix: str = ""
+    simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+    def consumer_settings(self) -> dict[str, str | bool | int]:
+        """Settings for a consumer that reads assigned ranges and never commits to a group."""
+        return {
+            "group.id": f"weir-source-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # An out-of-range offset must surface as an error, never as a silent jump.
+            "auto.offset.reset": "error",
+            # Spark's Kafka source reads uncommitted by default too; kafka.isolation.level overrides.
+            "isolation.level": "read_uncommitted",
+            "fetch.wait.max.ms": 50,
+            "socket.connection.setup.timeout.ms": 10_000,
+            **self.client,
+        }
+
+    def describe(self) -> dict[str, str]:
+        return redact(self.client)
+
+
+def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+    """Validated source options; `streaming=None` skips the checks that depend on stream vs batch."""
+    opts = _lowered(options)
+    opts.pop("path", None)
+    _check_known(opts, SOURCE_OPTIONS, "weir-kafka source")
+    client = client_settings(opts)
+    for name, why in _MANAGED_CLIENT_SETTINGS.items():
+        if name in client:
+            raise OptionError(f"option kafka.{name} is not supported: {why}")
+    subscribe, pattern = opts.get("subscribe"), opts.get("subscribepattern")
+    if (subscribe is None) == (pattern is None):
+        raise OptionError(
+            "exactly one of the options subscribe (comma-separated topics) or subscribePattern is required"
+        )
+    topics = tuple(t.strip() for t in subscribe.split(",") if t.strip()) if subscribe is not None else ()
+    if subscribe is not None and not topics:
+        raise OptionError("option subscribe names no topic")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a valid regular expression: {exc}") from None
+    starting = parse_offsets("startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest")
+    ending = parse_offsets("endingOffsets", opts.get("endingoffsets"), "latest")
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("option endingOffsets is for batch reads (spark.read); a stream has no end")
+    if streaming is False:
+        if starting == "latest":
+            raise OptionError("startingOffsets=latest is not allowed for batch reads: the range would be empty")
+        if ending == "earliest":
+            raise OptionError("endingOffsets=earliest is not allowed for batch reads: the range would be empty")
+        for spec, name, bad in ((starting, "startingOffsets", -1), (ending, "endingOffsets", -2)):
+            if isinstance(spec, dict) and any(o == bad for parts in spec.values() for o in parts.values()):
+                raise OptionError(f"option {name} may not use {bad} in a batch read")
+    value_format = opts.get("valueformat", "raw").lower()
+    if value_format not in ("raw", "json"):
+        raise OptionError(f"option valueFormat must be raw or json, got {value_format!r}")
+    value_schema = opts.get("valueschema")
+    if value_format == "json" and not value_schema:
+        raise OptionError(
+            "option valueFormat=json needs valueSchema, the DDL of the value, e.g. 'user STRING, amount DOUBLE'"
+        )
+    if value_format == "raw" and value_schema:
+        raise OptionError("option valueSchema needs valueFormat=json")
+    simulated = parse_offsets("weir.simulatedLogStartOffsets", opts.get("weir.simulatedlogstartoffsets"), "earliest")
+    poll = _positive_int(opts, "polltimeoutms")
+    return SourceOptions(
+        client=client,
+        topics=topics,
+        pattern=pattern,
+        starting=starting,
+        ending=ending,
+        max_offsets=_positive_int(opts, "maxoffsetspertrigger"),
+        max_bytes=_positive_int(opts, "maxbytespertrigger"),
+        min_partitions=_positive_int(opts, "minpartitions"),
+        fail_on_data_loss=_bool(opts, "failondataloss", True),
+        poll_timeout_ms=poll if poll is not None else 120_000,
+        value_format=value_format,
+        value_schema=value_schema,
+        value_prefix=opts.get("valuefieldprefix", ""),
+        simulated_log_start=simulated if isinstance(simulated, dict) else {},
+    )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    client: dict[str, str]
+    topic: str | None
+
+    def producer_settings(self) -> dict[str, str | bool | int]:
+        return {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "compression.type": "lz4",
+            # Only failures produce delivery reports: the hot path pays no per-record callback.
+            "delivery.report.only.error": True,
+            **self.client,
+        }
+
+
+def parse_sink(options: Mapping[str, str]) -> SinkOptions:
+    opts = _lowered(options)
+    _check_known(opts, SINK_OPTIONS, "weir-kafka sink")
+    client = client_settings(opts)
+    for name in ("key.serializer", "value.serializer"):
+        if name in client:
+            raise OptionError(f"option kafka.{name} is not supported: key and value columns are sent as bytes")
+    if client.get("enable.idempotence", "true").lower() == "false":
+        log.warning("weir-kafka sink: kafka.enable.idempotence=false allows reordering and duplicates on retry")
+    return SinkOptions(client=client, topic=opts.get("topic"))

@@ -1,0 +1,132 @@
+"""Reading one offset range of one partition into Arrow record batches; runs inside Spark tasks."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from weir.pipe.decode import JsonDecoder
+from weir.pipe.log import client_log
+from weir.pipe.offsets import OffsetRange
+from weir.pipe.options import SourceOptions
+
+log = logging.getLogger("weir.kafka")
+CHUNK = 20_000  # records per Arrow batch: large enough to amortise per-batch costs, small in memory
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query still needed are gone from the broker (retention, or a recreated topic)."""
+
+
+def _headers(headers: list, target: pa.DataType) -> pa.Array:
+    if all(h is None for h in headers):
+        return pa.nulls(len(headers), target)
+    offsets, keys, values, missing = [0], [], [], []
+    for h in headers:
+        if h is not None:
+            keys.extend(k for k, _ in h)
+            values.extend(v for _, v in h)
+        offsets.append(len(keys))
+        missing.append(h is None)
+    fields = list(target.value_type)
+    items = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.binary())], fields=fields)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=target, mask=pa.array(missing))
+
+
+def to_batch(
+    records: list, topic: str, partition: int, schema: pa.Schema, decoder: JsonDecoder | None
+) -> pa.RecordBatch:
+    """Arrow batch in the source's column order from confluent-kafka messages of one partition."""
+    n = len(records)
+    values = [m.value() for m in records]
+    ts_types, ts_ms = zip(*[m.timestamp() for m in records], strict=True)
+    ts_type = pa.array(ts_types, pa.int32())
+    # librdkafka: 0 none, 1 create time, 2 log-append time; Spark's columns: -1, 0, 1.
+    no_ts = pc.equal(ts_type, 0)
+    micros = pc.multiply(pa.array(ts_ms, pa.int64()), 1000)
+    arrays = [
+        pa.array([m.key() for m in records], pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([m.offset() for m in records], pa.int64()),
+        pc.if_else(no_ts, pa.scalar(None, pa.int64()), micros).cast(schema.field("timestamp").type),
+        pc.subtract(ts_type, pa.scalar(1, pa.int32())),
+        _headers([m.headers() for m in records], schema.field("headers").type),
+    ]
+    if decoder is not None:
+        columns, errors = decoder.decode(values)
+        arrays.extend(columns)
+        arrays.append(errors)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(
+    opts: SourceOptions, r: OffsetRange, schema: pa.Schema, decoder: JsonDecoder | None
+) -> Iterator[pa.RecordBatch]:
+    """Every record of [r.start, r.end) of one partition, in offset order, as Arrow batches.
+
+    Gaps inside the range (compaction, transaction markers) are normal. Offsets that retention deleted
+    between planning and reading are data loss: an error, or with failOnDataLoss=false a logged skip.
+    """
+    if r.size == 0:
+        return
+    # A consumer per task, not one cached per worker: a cached client outlives topic deletions, and
+    # librdkafka 2.16 crashed (metadata cache, strcmp) on the embedded broker's answer after one.
+    consumer = Consumer({**opts.consumer_settings(), "logger": client_log})
+    where = f"{r.topic}/{r.partition}"
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+    try:
+        pos = r.start
+        idle_since = time.monotonic()
+        while pos < r.end:
+            msgs = consumer.consume(num_messages=min(CHUNK, r.end - pos), timeout=1.0)
+            if not msgs:
+                if (time.monotonic() - idle_since) * 1000 > opts.poll_timeout_ms:
+                    raise TimeoutError(
+                        f"weir-kafka: no record of {where} at offset {pos} arrived within pollTimeoutMs="
+                        f"{opts.poll_timeout_ms}, though the broker advertised offsets up to {r.end}"
+                    )
+                continue
+            idle_since = time.monotonic()
+            records = msgs
+            if any(m.error() is not None for m in msgs):
+                records = []
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        records.append(m)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= r.end:  # the range ends in a gap (compaction, txn markers)
+                            pos = r.end
+                    elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        pos = _skip_lost(opts, consumer, r, pos, where)
+                    else:
+                        raise KafkaException(err)
+            if records and records[-1].offset() >= r.end:
+                records = [m for m in records if m.offset() < r.end]
+            if records:
+                pos = max(pos, records[-1].offset() + 1)
+                yield to_batch(records, r.topic, r.partition, schema, decoder)
+    finally:
+        consumer.close()
+
+
+def _skip_lost(opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int, where: str) -> int:
+    low, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=10)
+    message = (
+        f"weir-kafka: data loss on {r.topic} partition {r.partition}: offsets [{pos}, {min(low, r.end)}) "
+        f"were deleted (log start is now {low}) between planning and reading"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(message + "; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipped because failOnDataLoss=false", message)
+    if low >= r.end:
+        return r.end
+    consumer.assign([TopicPartition(r.topic, r.partition, low)])
+    return low

@@ -1,0 +1,210 @@
+"""The weir-kafka sink: rows to Kafka records, written from Spark's executors.
+
+Delivery is at-least-once. The producer is idempotent (no duplicates from its own retries, order kept
+per partition), a task succeeds only after the broker acknowledged every record it produced, and any
+delivery failure fails the task. A task or batch that Spark retries, or a query restarted from its
+checkpoint, writes its records again: consumers drop those replays by the `weir.source` header, which
+carries the coordinates of the input record (`topic/partition/offset`) whenever the input has them.
+
+Columns: `value` (required, string or binary); optional `key` (string or binary), `topic`, `partition`,
+`headers` (array<struct<key string, value binary>>) and `timestamp`. When the input carries source
+coordinates (`topic`, `partition` and `offset` columns, as rows from the weir-kafka source do), those
+columns describe where the row came from: they become the `weir.source` header, the destination is the
+`topic` option, and the partition follows from the key. `timestampType` is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from confluent_kafka import KafkaException, Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from weir.pipe.log import client_log
+from weir.pipe.options import OptionError, SinkOptions
+
+log = logging.getLogger("weir.kafka")
+SOURCE_HEADER = "weir.source"
+ALLOWED = {"key", "value", "topic", "partition", "offset", "timestamp", "timestamptype", "headers"}
+FLUSH_TIMEOUT_S = 300
+
+
+class DeliveryError(RuntimeError):
+    """The broker did not acknowledge records; the task fails so that Spark retries it."""
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    records: int = 0
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How input columns map to Kafka records; checked once on the driver, used on executors."""
+
+    topic: str | None
+    has_key: bool
+    has_topic_column: bool
+    has_partition: bool
+    has_headers: bool
+    has_timestamp: bool
+    has_coordinates: bool
+
+
+def layout(opts: SinkOptions, schema: StructType) -> Layout:
+    names = {f.name.lower(): f for f in schema.fields}
+    unknown = sorted(set(names) - ALLOWED)
+    if unknown:
+        raise OptionError(
+            f"weir-kafka sink: unexpected column(s) {', '.join(unknown)}. It writes key, value, topic, partition, "
+            f"headers and timestamp; serialize other fields into value, e.g. to_json(struct(...)) AS value"
+        )
+    if "value" not in names:
+        raise OptionError("weir-kafka sink: the input needs a 'value' column (string or binary)")
+    for col in ("key", "value"):
+        if col in names and not isinstance(names[col].dataType, StringType | BinaryType):
+            raise OptionError(
+                f"weir-kafka sink: column {col!r} must be string or binary, not {names[col].dataType.simpleString()}"
+            )
+    coordinates = {"topic", "partition", "offset"} <= set(names)
+    if "offset" in names and not coordinates:
+        raise OptionError("weir-kafka sink: an 'offset' column needs 'topic' and 'partition' too (source coordinates)")
+    if coordinates and not opts.topic:
+        raise OptionError(
+            "weir-kafka sink: the input carries source coordinates (topic, partition, offset); "
+            "set the destination with .option('topic', ...)"
+        )
+    if not opts.topic and "topic" not in names:
+        raise OptionError("weir-kafka sink: set .option('topic', ...) or provide a 'topic' column")
+    return Layout(
+        topic=opts.topic,
+        has_key="key" in names,
+        has_topic_column="topic" in names and not coordinates,
+        has_partition="partition" in names and not coordinates,
+        has_headers="headers" in names,
+        has_timestamp="timestamp" in names,
+        has_coordinates=coordinates,
+    )
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list:
+    index = {n.lower(): i for i, n in enumerate(batch.schema.names)}[name]
+    return batch.column(index).to_pylist()
+
+
+def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+    failures: list[str] = []
+
+    def on_delivery(err, msg) -> None:  # called only for failures (delivery.report.only.error)
+        if err is not None:
+            failures.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    producer = Producer({**opts.producer_settings(), "on_delivery": on_delivery, "logger": client_log})
+    commit = SinkCommit()
+    try:
+        for batch in batches:
+            n = batch.num_rows
+            values = _column(batch, "value")
+            keys = _column(batch, "key") if lay.has_key else [None] * n
+            topics = _column(batch, "topic") if lay.has_topic_column else None
+            parts = _column(batch, "partition") if lay.has_partition else None
+            stamps = batch.column(batch.schema.names.index(_name(batch, "timestamp"))) if lay.has_timestamp else None
+            millis = _millis(stamps) if stamps is not None else None
+            headers = _headers(batch, lay, n)
+            for i in range(n):
+                topic = lay.topic or topics[i]
+                if topic is None:
+                    raise DeliveryError("weir-kafka sink: a row has a null topic and no topic option is set")
+                kwargs = {}
+                if parts is not None and parts[i] is not None:
+                    kwargs["partition"] = parts[i]
+                if millis is not None and millis[i] is not None:
+                    kwargs["timestamp"] = millis[i]
+                if headers is not None and headers[i]:
+                    kwargs["headers"] = headers[i]
+                while True:
+                    try:
+                        producer.produce(topic, values[i], keys[i], **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)  # local queue full: let deliveries drain
+                commit.per_topic[topic] = commit.per_topic.get(topic, 0) + 1
+                if failures:
+                    break
+            producer.poll(0)
+            if failures:
+                break
+        remaining = producer.flush(FLUSH_TIMEOUT_S)
+    except KafkaException as exc:
+        raise DeliveryError(f"weir-kafka sink: produce failed: {exc}") from exc
+    if failures:
+        raise DeliveryError(
+            f"weir-kafka sink: {len(failures)} record(s) were not delivered, e.g. {failures[0]}; the task fails "
+            f"and Spark retries it"
+        )
+    if remaining:
+        raise DeliveryError(f"weir-kafka sink: {remaining} record(s) unacknowledged after {FLUSH_TIMEOUT_S}s")
+    commit.records = sum(commit.per_topic.values())
+    return commit
+
+
+def _name(batch: pa.RecordBatch, lowered: str) -> str:
+    return next(n for n in batch.schema.names if n.lower() == lowered)
+
+
+def _millis(stamps: pa.Array) -> list:
+    if pa.types.is_timestamp(stamps.type):
+        stamps = stamps.cast(pa.timestamp("ms", tz=stamps.type.tz), safe=False).cast(pa.int64())
+    return stamps.to_pylist()
+
+
+def _headers(batch: pa.RecordBatch, lay: Layout, n: int) -> list | None:
+    given = _column(batch, "headers") if lay.has_headers else None
+    if not lay.has_coordinates:
+        if given is None:
+            return None
+        return [[(h["key"], h["value"]) for h in hs] if hs else None for hs in given]
+    coords = zip(_column(batch, "topic"), _column(batch, "partition"), _column(batch, "offset"), strict=True)
+    out = []
+    for i, (t, p, o) in enumerate(coords):
+        hs = [(h["key"], h["value"]) for h in given[i] if h["key"] != SOURCE_HEADER] if given and given[i] else []
+        hs.append((SOURCE_HEADER, f"{t}/{p}/{o}".encode()))
+        out.append(hs)
+    return out
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.layout = layout(opts, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return write_batches(self.opts, self.layout, iterator)
+
+    def commit(self, messages: list[SinkCommit | None]) -> None:
+        log.info("weir-kafka sink: wrote %d records", sum(m.records for m in messages if m))
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.layout = layout(opts, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return write_batches(self.opts, self.layout, iterator)
+
+    def commit(self, messages: list[SinkCommit | None], batchId: int) -> None:
+        log.info("weir-kafka sink: batch %d wrote %d records", batchId, sum(m.records for m in messages if m))
+
+    def abort(self, messages: list[SinkCommit | None], batchId: int) -> None:
+        # Records that tasks delivered before the failure stay in Kafka: at-least-once, by design.
+        log.warning("weir-kafka sink: batch %d aborted; delivered records stay and will be written again", batchId)
