@@ -50,6 +50,7 @@ SINK_OPTIONS = {
     "kafka.*": "any librdkafka producer setting, e.g. kafka.compression.type, kafka.sasl.mechanism",
     "topic": "destination topic; overrides a `topic` column",
     "checkpointlocation": "Spark's own option, accepted",
+    "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
 }
 
