@@ -237,9 +237,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for t, parts in until.items():
             for p, e in parts.items():
                 s = begin.get(t, {}).get(p)
-                lo = self._bounds.get((t, p), (0, 0))[0]
+                lo, hi = self._bounds.get((t, p), (0, 0))
+                if s is not None and (s < lo or s > e) and self.opts.fail_on_data_loss:
+                    # latestOffset raised for this before logging the batch; here it is a logged batch
+                    # replayed after a restart, and the offsets went missing in between.
+                    raise DataLossError(_loss_message(t, p, s, lo, hi) + ". Set failOnDataLoss=false to skip.")
                 if s is None or s > e or s < lo:
-                    s = lo  # new partition, recreated topic, or skipped loss: the checks ran in latestOffset
+                    s = lo  # new partition, or a loss counted in @dataLoss when the batch was planned
                 ranges.append(OffsetRange(t, p, s, e))
         return [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
 
