@@ -5,11 +5,15 @@
 Stages, all against one embedded broker started here and stopped at the end:
   1. produce N JSON records of about 150 bytes with confluent-kafka (the input of every later stage);
   2. raw baseline: one confluent-kafka consumer reads the whole topic, touching each value, no parsing;
+     once with weir's own consumer settings (the baseline), once with fetch.queue.backoff.ms=10;
   3. weir source -> noop sink (availableNow), a cold run then a warm run of the same query;
   4. weir source with valueFormat=json -> Parquet file sink, several micro-batches, with a correctness check;
   5. weir sink: a batch read of the topic written back to a second topic, checked by its offsets.
 
-Every ratio is against the raw baseline of the same run, so a busy machine moves both sides of it.
+Every ratio is against a raw baseline of the same run, so a busy machine moves both sides of it. Wall time
+on a shared 2-core machine is noisy; the CPU columns (from /proc, per process group) are much less so and
+say where the time went: the Spark JVM, its Python workers (where the weir source and sink run), the broker,
+and this process.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from weir.pipe import Admin
 from weir.pipe.broker import EmbeddedBroker, free_port
 
 # Wide enough for the table even when piped to a file (rich falls back to 80 columns there).
-console = Console(width=max(150, shutil.get_terminal_size().columns))
+console = Console(width=max(200, shutil.get_terminal_size().columns))
 
 # The decoded fields of every record; stage 4 asks the source for exactly these.
 VALUE_SCHEMA = "user STRING, event_time TIMESTAMP, amount DOUBLE, category STRING, note STRING"
@@ -43,6 +47,75 @@ CATEGORIES = ("books", "electronics", "garden", "groceries", "toys", "travel")
 RECORD_BYTES = 150
 NOOP_TARGET = 1.2  # warm weir->noop rows/s over the raw single-consumer baseline
 PARQUET_TARGET = 110_000  # steady rows/s of the JSON -> Parquet query
+PARQUET_BATCH = 200_000  # maxOffsetsPerTrigger: several batches, so a steady rate exists beside the first
+# Weir's consumer settings (weir/pipe/options.py) for the baseline, so its ratio isolates weir's own cost.
+WEIR_CONSUMER = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "error",
+    "fetch.wait.max.ms": 50,
+}
+# librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1000) once its local queue
+# holds queued.min.messages (100k); a reader faster than one fetch then idles ~1 s per 100k records.
+TUNED_CONSUMER = {**WEIR_CONSUMER, "fetch.queue.backoff.ms": 10}
+CPU_GROUPS = ("jvm", "py", "broker", "bench")  # Spark JVM, its Python workers, the broker, this process
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(pid: int, children: bool) -> float:
+    """CPU seconds of one process from /proc: its threads, plus its reaped children when asked."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime: exited Python workers land here
+    return ticks / TICK
+
+
+def _descendants(root: int) -> set[int]:
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds per process group. Linux only; elsewhere every figure reads 0 and the column says so."""
+
+    broker_pid: int | None = None
+    jvm_pid: int | None = None
+
+    @property
+    def available(self) -> bool:
+        return Path("/proc/self/stat").exists()
+
+    def snapshot(self) -> dict[str, float]:
+        if not self.available:
+            return {}
+        snap = {"bench": sum(os.times()[:2])}  # this process, librdkafka threads included
+        if self.broker_pid:
+            snap["broker"] = _proc_cpu(self.broker_pid, children=True)
+        if self.jvm_pid:
+            snap["jvm"] = _proc_cpu(self.jvm_pid, children=False)
+            # Python daemons and workers that Spark forks: where the weir source and sink code runs.
+            snap["py"] = sum(_proc_cpu(p, children=True) for p in _descendants(self.jvm_pid))
+        return snap
+
+    @staticmethod
+    def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: after[k] - before.get(k, 0.0) for k in after}
 
 
 @dataclass
@@ -53,21 +126,39 @@ class Result:
     note: str = ""
     target: str = ""
     ok: bool | None = None  # None: no target for this figure
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else float("nan")
 
+    def cpu_per_row(self) -> dict[str, float]:
+        """CPU µs per row by process group, and their total."""
+        if not self.cpu or not self.rows:
+            return {}
+        per_row = {k: v / self.rows * 1e6 for k, v in self.cpu.items()}
+        return {**per_row, "total": sum(per_row.values())}
+
+    def cpu_text(self) -> str:
+        per_row = self.cpu_per_row()
+        parts = [f"{k} {per_row[k]:.1f}" for k in CPU_GROUPS if k in per_row]
+        return f"{per_row['total']:.1f} = " + " + ".join(parts) if per_row else "-"
+
 
 @dataclass
 class Run:
+    meter: CpuMeter
     results: list[Result] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     baseline: float = 0.0
+    tuned_baseline: float = 0.0
 
     def add(self, result: Result) -> Result:
         self.results.append(result)
-        console.print(f"  {result.stage}: {result.rows:,} rows in {result.seconds:.2f}s = {result.rate:,.0f} rows/s")
+        console.print(
+            f"  {result.stage}: {result.rows:,} rows in {result.seconds:.2f}s = {result.rate:,.0f} rows/s"
+            f"  (CPU µs/row {result.cpu_text()})"
+        )
         return result
 
     def check(self, what: str, ok: bool, detail: str) -> None:
@@ -90,14 +181,13 @@ def make_values(n: int) -> tuple[list[bytes], list[bytes]]:
             "category": CATEGORIES[i % len(CATEGORIES)],
             "note": "",
         }
-        raw = json.dumps(doc, separators=(",", ":"))
-        doc["note"] = "x" * max(0, RECORD_BYTES - len(raw))
+        doc["note"] = "x" * max(0, RECORD_BYTES - len(json.dumps(doc, separators=(",", ":"))))
         keys.append(user.encode())
         values.append(json.dumps(doc, separators=(",", ":")).encode())
     return keys, values
 
 
-def produce(bootstrap: str, topic: str, partitions: int, keys: list[bytes], values: list[bytes]) -> Result:
+def produce(run: Run, bootstrap: str, topic: str, partitions: int, keys: list, values: list) -> None:
     # Throughput settings: big batches and a short linger fill each request; uncompressed because on
     # loopback the CPU spent compressing costs more than the bytes saved (and readers then decompress).
     producer = Producer(
@@ -113,6 +203,7 @@ def produce(bootstrap: str, topic: str, partitions: int, keys: list[bytes], valu
             "compression.type": "none",
         }
     )
+    before = run.meter.snapshot()
     t0 = time.perf_counter()
     for i, (k, v) in enumerate(zip(keys, values, strict=True)):
         # Explicit round-robin: every partition gets the same share, so Spark tasks are balanced.
@@ -127,27 +218,16 @@ def produce(bootstrap: str, topic: str, partitions: int, keys: list[bytes], valu
     if left:
         raise RuntimeError(f"{left} records were not delivered")
     size = sum(map(len, values)) / len(values)
-    return Result("produce (confluent-kafka)", len(values), seconds, f"{size:.0f} B values, {partitions} partitions")
+    note = f"{size:.0f} B values, acks=1, uncompressed"
+    cpu = run.meter.delta(before, run.meter.snapshot())
+    run.add(Result("1. produce (confluent-kafka)", len(values), seconds, note, cpu=cpu))
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    return Admin(bootstrap).offsets(topic)
-
-
-def raw_consume(bootstrap: str, topic: str, bounds: dict[int, tuple[int, int]]) -> Result:
+def raw_consume(run: Run, label: str, bootstrap: str, topic: str, bounds: dict, settings: dict) -> Result:
     """The floor any Python reader pays: librdkafka fetching plus one Python Message object per record."""
-    # The same client settings the weir source uses (weir/pipe/options.py), so the ratio isolates weir.
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "fetch.wait.max.ms": 50,
-        }
-    )
+    group = f"bench-{uuid.uuid4().hex[:8]}"  # never joined: assign() reads without a group
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **settings})
+    before = run.meter.snapshot()
     t0 = time.perf_counter()
     consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in bounds.items()])
     remaining = {p: hi for p, (lo, hi) in bounds.items() if hi > lo}
@@ -168,7 +248,8 @@ def raw_consume(bootstrap: str, topic: str, bounds: dict[int, tuple[int, int]]) 
     finally:
         consumer.close()
     seconds = time.perf_counter() - t0
-    return Result("raw consume (1 process)", rows, seconds, f"{nbytes / 1e6:.0f} MB of values touched")
+    cpu = run.meter.delta(before, run.meter.snapshot())
+    return run.add(Result(label, rows, seconds, f"{nbytes / 1e6:.0f} MB of values touched", cpu=cpu))
 
 
 def stream_source(spark, bootstrap: str, topic: str, **options: str):
@@ -183,25 +264,28 @@ def stream_source(spark, bootstrap: str, topic: str, **options: str):
     return reader.load()
 
 
-def run_query(writer) -> tuple[float, list]:
-    """Start a query, wait for availableNow to drain, and return (wall seconds, progress list)."""
+def run_query(run: Run, writer) -> tuple[float, list, dict[str, float]]:
+    """Start a query, wait for availableNow to drain; (wall seconds, progress list, CPU seconds)."""
+    before = run.meter.snapshot()
     t0 = time.perf_counter()
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - t0
+    cpu = run.meter.delta(before, run.meter.snapshot())
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
     # Empty triggers (no rows) have no triggerExecution worth counting; keep only batches that read.
     progress = [p for p in query.recentProgress if p.numInputRows > 0]
-    return seconds, progress
+    return seconds, progress, cpu
 
 
 def rows_and_ms(progress: list) -> tuple[int, int]:
-    return sum(p.numInputRows for p in progress), sum(p.durationMs.get("triggerExecution", 0) for p in progress)
+    ms = sum(p.durationMs.get("triggerExecution", 0) for p in progress)
+    return sum(p.numInputRows for p in progress), ms
 
 
 def noop(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> None:
-    def once(label: str) -> tuple[float, list]:
+    def once(label: str) -> tuple[float, list, dict[str, float]]:
         # A fresh checkpoint each time: the warm run re-reads everything from earliest.
         writer = (
             stream_source(spark, bootstrap, topic)
@@ -209,55 +293,53 @@ def noop(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> 
             .trigger(availableNow=True)
             .option("checkpointLocation", str(scratch / f"noop-{label}"))
         )
-        return run_query(writer)
+        return run_query(run, writer)
 
     # Cold pays JVM JIT, Python worker start and module imports; warm is the steady cost of the source.
-    cold_s, cold_p = once("cold")
-    run.add(Result("weir -> noop, cold (wall)", rows_and_ms(cold_p)[0], cold_s, "first query of the session"))
-    warm_s, warm_p = once("warm")
+    cold_s, cold_p, cold_cpu = once("cold")
+    cold_rows = rows_and_ms(cold_p)[0]
+    run.add(Result("3. source -> noop, cold", cold_rows, cold_s, "first query of the session", cpu=cold_cpu))
+    warm_s, warm_p, warm_cpu = once("warm")
     rows, ms = rows_and_ms(warm_p)
     run.check("noop warm row count", rows == n, f"{rows:,} of {n:,}")
+    target = f">= {NOOP_TARGET}x raw"
     ok = rows / warm_s >= NOOP_TARGET * run.baseline
-    run.add(Result("weir -> noop, warm (wall)", rows, warm_s, "query start to end", f">= {NOOP_TARGET}x raw", ok))
-    run.add(
-        Result(
-            "weir -> noop, warm (triggerExecution)",
-            rows,
-            ms / 1000,
-            f"{len(warm_p)} batch(es), recentProgress",
-            f">= {NOOP_TARGET}x raw",
-            rows / (ms / 1000) >= NOOP_TARGET * run.baseline,
-        )
-    )
+    run.add(Result("3. source -> noop, warm (wall)", rows, warm_s, "start to end", target, ok, warm_cpu))
+    ok = rows / (ms / 1000) >= NOOP_TARGET * run.baseline
+    note = f"{len(warm_p)} batch(es): rows / triggerExecution"
+    run.add(Result("3. source -> noop, warm (trigger)", rows, ms / 1000, note, target, ok))
 
 
 def parquet(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> None:
     path = scratch / "parquet"
-    df = stream_source(
-        spark, bootstrap, topic, valueFormat="json", valueSchema=VALUE_SCHEMA, maxOffsetsPerTrigger="200000"
-    )
+    decode = {"valueFormat": "json", "valueSchema": VALUE_SCHEMA}
+    df = stream_source(spark, bootstrap, topic, **decode, maxOffsetsPerTrigger=str(PARQUET_BATCH))
+    # The whole frame as loaded (Kafka columns, decoded fields, _error): what writeStream of the source does.
     writer = (
         df.writeStream.format("parquet")
         .option("path", str(path))
         .option("checkpointLocation", str(scratch / "parquet-ck"))
         .trigger(availableNow=True)
     )
-    wall_s, progress = run_query(writer)
+    wall_s, progress, cpu = run_query(run, writer)
     # The first batch carries the query's one-off costs (file sink metadata log, first Python worker
     # use with decoding); later batches are the rate a long-running query sustains.
     steady_rows, steady_ms = rows_and_ms(progress[1:])
     all_rows, _ = rows_and_ms(progress)
     if steady_ms:
         ok = steady_rows / (steady_ms / 1000) >= PARQUET_TARGET
-        note = f"batches 2..{len(progress)} of {len(progress)}"
-        run.add(Result("weir json -> parquet, steady", steady_rows, steady_ms / 1000, note, f">= {PARQUET_TARGET:,}", ok))
-    run.add(Result("weir json -> parquet, whole run", all_rows, wall_s, "all rows / wall incl. query start"))
+        note = f"batches 2..{len(progress)} of {len(progress)}: rows / triggerExecution"
+        target = f">= {PARQUET_TARGET:,}"
+        run.add(Result("4. json -> parquet, steady", steady_rows, steady_ms / 1000, note, target, ok))
+    note = "all rows / wall incl. query start"
+    run.add(Result("4. json -> parquet, whole run", all_rows, wall_s, note, cpu=cpu))
 
     written = spark.read.parquet(str(path))
     count = written.count()
     errors = written.where("_error IS NOT NULL").count()
     # A decode that silently produced nulls would pass the _error check; every field is set in the input.
-    nulls = written.where(" OR ".join(f"{c} IS NULL" for c in ("user", "event_time", "amount", "category"))).count()
+    any_null = " OR ".join(f"{c} IS NULL" for c in ("user", "event_time", "amount", "category"))
+    nulls = written.where(any_null).count()
     run.check("parquet row count", count == n, f"{count:,} rows written of {n:,}")
     run.check("parquet _error null", errors == 0, f"{errors:,} rows with _error")
     run.check("parquet decoded fields set", nulls == 0, f"{nulls:,} rows with a null field")
@@ -266,6 +348,7 @@ def parquet(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) 
 def sink(run: Run, spark, bootstrap: str, topic: str, partitions: int, n: int) -> None:
     other = f"{topic}-copy"
     Admin(bootstrap).create_topic(other, partitions=partitions)
+    before = run.meter.snapshot()
     t0 = time.perf_counter()
     (
         spark.read.format("weir-kafka")
@@ -280,55 +363,70 @@ def sink(run: Run, spark, bootstrap: str, topic: str, partitions: int, n: int) -
         .save()
     )
     seconds = time.perf_counter() - t0
+    cpu = run.meter.delta(before, run.meter.snapshot())
     written = sum(hi - lo for lo, hi in Admin(bootstrap).offsets(other).values())
-    run.add(Result("weir batch read -> weir sink", n, seconds, "wall, read included; idempotent, lz4, acks=all"))
+    note = "wall, read included; idempotent, lz4, acks=all"
+    run.add(Result("5. batch read -> weir sink", n, seconds, note, cpu=cpu))
     run.check("sink record count", written == n, f"{written:,} records in {other} of {n:,}")
 
 
 def table(run: Run, args: argparse.Namespace, load: tuple[float, float]) -> Table:
     t = Table(title=f"weir pipe bench: {args.records:,} records, {args.partitions} partitions, local[2]")
-    for name, justify in (("stage", "left"), ("rows", "right"), ("seconds", "right"), ("rows/s", "right")):
-        t.add_column(name, justify=justify)
-    t.add_column("x raw", justify="right")
-    t.add_column("target")
-    t.add_column("notes")
+    figures = ("rows", "seconds", "rows/s", "x raw", "x tuned raw", "CPU µs/row", *CPU_GROUPS)
+    for name in ("stage", *figures, "target", "notes"):
+        t.add_column(name, justify="right" if name in figures else "left", overflow="fold")
     for r in run.results:
         verdict = "" if r.ok is None else (" [green]met[/]" if r.ok else " [red]missed[/]")
-        ratio = f"{r.rate / run.baseline:.2f}" if run.baseline else "-"
-        t.add_row(r.stage, f"{r.rows:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}", ratio, r.target + verdict, r.note)
-    t.caption = f"load average 1 min: {load[0]:.2f} before, {load[1]:.2f} after (2 cores; >2 means contention)"
+        raw = f"{r.rate / run.baseline:.2f}" if run.baseline else "-"
+        tuned = f"{r.rate / run.tuned_baseline:.2f}" if run.tuned_baseline else "-"
+        per_row = r.cpu_per_row()
+        cpu = [f"{per_row[k]:.1f}" if k in per_row else "-" for k in ("total", *CPU_GROUPS)]
+        rate = (f"{r.rows:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}", raw, tuned)
+        t.add_row(r.stage, *rate, *cpu, r.target + verdict, r.note)
+    t.caption = (
+        "x raw: over the raw baseline (weir's consumer settings); x tuned raw: over the same with "
+        "fetch.queue.backoff.ms=10.\n"
+        "CPU µs/row = jvm (Spark JVM) + py (its Python workers: the weir source and sink) + broker + bench "
+        "(this process).\n"
+        f"Load average (1 min) {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} cores: "
+        "above the core count, other work shared the machine and wall figures are noisy."
+    )
     return t
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw_help = argparse.RawDescriptionHelpFormatter  # keep the docstring's layout in --help
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw_help)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    run = Run()
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-"))
     broker = EmbeddedBroker(scratch / "home", free_port())
+    run = Run(CpuMeter())
     spark = None
     try:
         console.print(f"[bold]broker[/] on {broker.bootstrap}, scratch {scratch}")
-        broker.start()
+        run.meter.broker_pid = broker.start().pid
         bootstrap = broker.bootstrap
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         Admin(bootstrap).create_topic(topic, partitions=args.partitions)
 
         console.print("[bold]1. produce[/]")
         keys, values = make_values(args.records)
-        run.add(produce(bootstrap, topic, args.partitions, keys, values))
+        produce(run, bootstrap, topic, args.partitions, keys, values)
         del keys, values
-        bounds = end_offsets(bootstrap, topic)
+        bounds = Admin(bootstrap).offsets(topic)
         total = sum(hi - lo for lo, hi in bounds.values())
         run.check("topic record count", total == args.records, f"{total:,} records in {topic}")
 
-        console.print("[bold]2. raw consume baseline[/]")
-        baseline = run.add(raw_consume(bootstrap, topic, bounds))
+        console.print("[bold]2. raw consume baselines[/]")
+        label = "2. raw consume (baseline)"
+        baseline = raw_consume(run, label, bootstrap, topic, bounds, WEIR_CONSUMER)
         run.baseline = baseline.rate
         run.check("raw consume row count", baseline.rows == args.records, f"{baseline.rows:,}")
+        label = "2. raw consume, queue backoff 10ms"
+        run.tuned_baseline = raw_consume(run, label, bootstrap, topic, bounds, TUNED_CONSUMER).rate
 
         console.print("[bold]spark session[/]")
         import weir  # Spark only now: stages 1-2 need no JVM and should not compete with one
@@ -339,6 +437,7 @@ def main() -> int:
             conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
         )
         spark.sparkContext.setLogLevel("ERROR")
+        run.meter.jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
         console.print("[bold]3. weir source -> noop[/]")
         noop(run, spark, bootstrap, topic, args.records, scratch)

@@ -21,7 +21,7 @@ class Rec:
     partition: int | None
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] | None = None
+    headers: tuple[tuple[str, bytes | None], ...] | None = None
     timestamp_ms: int | None = None
 
 
@@ -66,9 +66,16 @@ def produce(bootstrap: str, topic: str, records: Iterable[Rec]) -> int:
     return n
 
 
+def header_tuples(headers) -> tuple[tuple[str, bytes | None], ...] | None:
+    """The source's headers column (array<struct<key, value>>) as (key, bytes) pairs; null stays None."""
+    if headers is None:
+        return None
+    return tuple((h["key"], None if h["value"] is None else bytes(h["value"])) for h in headers)
+
+
 def row_to_rec(row) -> Rec:
     """A row of the weir-kafka source (with `ts_ms` = unix_millis(timestamp)) as a Rec."""
-    headers = None if row["headers"] is None else tuple((h["key"], bytes(h["value"])) for h in row["headers"])
+    headers = header_tuples(row["headers"])
     return Rec(
         partition=row["partition"],
         key=None if row["key"] is None else bytes(row["key"]),
@@ -79,7 +86,7 @@ def row_to_rec(row) -> Rec:
 
 
 def sort_key(r: Rec) -> tuple:
-    return (r.partition or 0, r.key or b"", r.value or b"", r.headers or (), r.timestamp_ms or 0)
+    return (r.partition or 0, r.key or b"", r.value or b"", r.timestamp_ms or 0, repr(r.headers))
 
 
 def source(spark, bootstrap: str, topic: str, *, stream: bool, **options: Any):
@@ -113,10 +120,7 @@ def run_available_now(df, checkpoint: str, *, timeout: float = QUERY_TIMEOUT_S) 
         out.batches.append(batch_df.collect())
 
     query = (
-        df.writeStream.foreachBatch(each)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
+        df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )
     try:
         finished = query.awaitTermination(timeout)

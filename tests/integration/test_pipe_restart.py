@@ -3,6 +3,7 @@ exactly once to Parquet (weir-kafka source + Spark's file sink)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -46,10 +47,10 @@ def start(bootstrap: str, topic: str, tmp: Path, run: int, weir_home: str) -> su
         "--until-rows", str(N),
         "--timeout", "150",
     ]  # fmt: skip
-    log = open(tmp / f"run{run}.log", "wb")  # noqa: SIM115 - closed by the test via proc.stdout
     # A session of its own: SIGKILL to the group takes the JVM and the Python workers down with the driver,
     # as a crashed machine would.
-    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp / f"run{run}.log", "wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def logs(tmp: Path) -> str:
@@ -57,17 +58,19 @@ def logs(tmp: Path) -> str:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # already gone
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=30)
 
 
 def test_sigkill_and_restart_writes_each_record_once(spark, bootstrap, topic_name, tmp_path, weir_home) -> None:
     Admin(bootstrap).create_topic(topic_name, partitions=PARTITIONS)
     per = N // PARTITIONS
-    produce(bootstrap, topic_name, (Rec(p, f"{p}-{i}".encode(), value_of(p, i)) for p in range(PARTITIONS) for i in range(per)))
+    produce(
+        bootstrap,
+        topic_name,
+        (Rec(p, f"{p}-{i}".encode(), value_of(p, i)) for p in range(PARTITIONS) for i in range(per)),
+    )
     assert Admin(bootstrap).offsets(topic_name) == {p: (0, per) for p in range(PARTITIONS)}
 
     first = start(bootstrap, topic_name, tmp_path, 1, weir_home)
@@ -109,4 +112,3 @@ def test_sigkill_and_restart_writes_each_record_once(spark, bootstrap, topic_nam
     assert {r["topic"] for r in rows} == {topic_name}
     assert all(bytes(r["value"]) == value_of(r["partition"], r["offset"]) for r in rows)
     assert all(bytes(r["key"]) == f"{r['partition']}-{r['offset']}".encode() for r in rows)
-

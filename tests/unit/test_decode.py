@@ -69,3 +69,13 @@ def test_tombstone_without_required_fields_is_a_null_row_not_an_error():
     cols, err = d.decode([None, b'{"user":"x"}'])
     assert err.to_pylist() == [None, None]
     assert cols[0].to_pylist() == [None, "x"]
+
+
+def test_bare_literals_are_error_rows_even_first_in_a_block():
+    # pyarrow 26 crashes on a block that starts with `null`; the decoder keeps literals away from it.
+    d = JsonDecoder(FIELDS, {"user"})
+    cols, err = d.decode([b"null", b" 42", b'{"user":"a"}', b"[1]"])
+    assert err.to_pylist()[0] == "the value is not a JSON object"
+    assert err.to_pylist()[1] == "the value is not a JSON object"
+    assert err.to_pylist()[2] is None and cols[0].to_pylist()[2] == "a"
+    assert err.to_pylist()[3] == "the value is not a JSON object"

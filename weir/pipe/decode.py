@@ -167,11 +167,12 @@ class JsonDecoder:
                     byte = values[i][exc.start : exc.start + 1]
                     errors[i] = f"the value is not valid UTF-8 (byte {exc.start}: {byte!r})"
             present = [i for i in present if errors[i] is None]
-        # A blank value parses to zero rows; excluded, every value yields at least one row, so a block
-        # whose row count equals its record count is aligned record for record.
+        # Only objects reach the parser. A blank value parses to zero rows, so excluding it keeps blocks
+        # aligned record for record; a bare literal such as `null` first in a block crashes pyarrow 26.
         for i in present:
-            if not values[i] or values[i].isspace():
-                errors[i] = "the value is empty"
+            v = values[i]
+            if v[:1] != b"{" and v.lstrip()[:1] != b"{":
+                errors[i] = "the value is empty" if not v.strip() else "the value is not a JSON object"
         present = [i for i in present if errors[i] is None]
         pieces = self._parse_rows(values, errors, present)
         if len(pieces) == 1 and len(pieces[0][0]) == n:

@@ -224,24 +224,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[KafkaPartition]:
         begin, _ = off.from_json(start)
         until, _ = off.from_json(end)
-        need_low = [
-            (t, p)
-            for t, parts in until.items()
-            for p, e in parts.items()
-            if (s := begin.get(t, {}).get(p)) is None or s > e or (t, p) not in self._bounds
-        ]
-        if any(tp not in self._bounds for tp in need_low):
+        wanted = [(t, p) for t, parts in until.items() for p in parts]
+        if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
-            self._bounds.update(_bounds(self.opts, self.view, need_low))
+            self._bounds.update(_bounds(self.opts, self.view, wanted))
         ranges = []
         for t, parts in until.items():
             for p, e in parts.items():
                 s = begin.get(t, {}).get(p)
                 lo, hi = self._bounds.get((t, p), (0, 0))
-                if s is not None and (s < lo or s > e) and self.opts.fail_on_data_loss:
+                if s is not None and (s < lo or s > e or s > hi) and self.opts.fail_on_data_loss:
                     # latestOffset raised for this before logging the batch; here it is a logged batch
                     # replayed after a restart, and the offsets went missing in between.
                     raise DataLossError(_loss_message(t, p, s, lo, hi) + ". Set failOnDataLoss=false to skip.")
+                if e > hi:
+                    # Only a replay can end beyond the log (the topic was recreated since it was planned);
+                    # reading on would wait for offsets that will never come.
+                    if self.opts.fail_on_data_loss:
+                        raise DataLossError(_loss_message(t, p, e, lo, hi) + ". Set failOnDataLoss=false to skip.")
+                    # Read nothing here: the batch's logged end stays beyond the log, so the next batch
+                    # sees the recreated log, counts it in @dataLoss and reads it from its start, once.
+                    log.warning("%s; skipping (failOnDataLoss=false)", _loss_message(t, p, e, lo, hi))
+                    continue
                 if s is None or s > e or s < lo:
                     s = lo  # new partition, or a loss counted in @dataLoss when the batch was planned
                 ranges.append(OffsetRange(t, p, s, e))
