@@ -164,6 +164,9 @@ class SourceOptions:
             # Spark's Kafka source reads uncommitted by default too; kafka.isolation.level overrides.
             "isolation.level": "read_uncommitted",
             "fetch.wait.max.ms": 50,
+            # librdkafka idles this long once a partition's local queue is full (default 1000 ms): with a
+            # reader draining 20k records at a time that stall, not the network, set the read rate.
+            "fetch.queue.backoff.ms": 10,
             "socket.connection.setup.timeout.ms": 10_000,
             **self.client,
         }
