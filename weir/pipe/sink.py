@@ -96,9 +96,9 @@ def layout(opts: SinkOptions, schema: StructType) -> Layout:
     )
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list:
-    index = {n.lower(): i for i, n in enumerate(batch.schema.names)}[name]
-    return batch.column(index).to_pylist()
+def _columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    """The batch's columns by lower-cased name (Spark matches sink columns case-insensitively)."""
+    return {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
 
 
 def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
@@ -113,13 +113,13 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     try:
         for batch in batches:
             n = batch.num_rows
-            values = _column(batch, "value")
-            keys = _column(batch, "key") if lay.has_key else [None] * n
-            topics = _column(batch, "topic") if lay.has_topic_column else None
-            parts = _column(batch, "partition") if lay.has_partition else None
-            stamps = batch.column(batch.schema.names.index(_name(batch, "timestamp"))) if lay.has_timestamp else None
-            millis = _millis(stamps) if stamps is not None else None
-            headers = _headers(batch, lay, n)
+            cols = _columns(batch)
+            values = cols["value"].to_pylist()
+            keys = cols["key"].to_pylist() if lay.has_key else [None] * n
+            topics = cols["topic"].to_pylist() if lay.has_topic_column else None
+            parts = cols["partition"].to_pylist() if lay.has_partition else None
+            millis = _millis(cols["timestamp"]) if lay.has_timestamp else None
+            headers = _headers(cols, lay)
             for i in range(n):
                 topic = lay.topic or topics[i]
                 if topic is None:
@@ -157,23 +157,19 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     return commit
 
 
-def _name(batch: pa.RecordBatch, lowered: str) -> str:
-    return next(n for n in batch.schema.names if n.lower() == lowered)
-
-
 def _millis(stamps: pa.Array) -> list:
     if pa.types.is_timestamp(stamps.type):
         stamps = stamps.cast(pa.timestamp("ms", tz=stamps.type.tz), safe=False).cast(pa.int64())
     return stamps.to_pylist()
 
 
-def _headers(batch: pa.RecordBatch, lay: Layout, n: int) -> list | None:
-    given = _column(batch, "headers") if lay.has_headers else None
+def _headers(cols: dict[str, pa.Array], lay: Layout) -> list | None:
+    given = cols["headers"].to_pylist() if lay.has_headers else None
     if not lay.has_coordinates:
         if given is None:
             return None
         return [[(h["key"], h["value"]) for h in hs] if hs else None for hs in given]
-    coords = zip(_column(batch, "topic"), _column(batch, "partition"), _column(batch, "offset"), strict=True)
+    coords = zip(cols["topic"].to_pylist(), cols["partition"].to_pylist(), cols["offset"].to_pylist(), strict=True)
     out = []
     for i, (t, p, o) in enumerate(coords):
         hs = [(h["key"], h["value"]) for h in given[i] if h["key"] != SOURCE_HEADER] if given and given[i] else []
