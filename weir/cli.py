@@ -209,6 +209,24 @@ def offsets(
         )
 
 
+@app.command("graph")
+@_clean_errors
+def graph(
+    pipeline: Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")],
+    as_dot: Annotated[bool, typer.Option("--dot", help="Print Graphviz dot only.")] = False,
+) -> None:
+    """Print a pipeline's topology as text and Graphviz dot, after validating it."""
+    from weir.pipeline import graph as g
+    from weir.pipeline import validate
+    from weir.pipeline.load import load
+
+    p = validate(load(pipeline))
+    if not as_dot:
+        out.print(g.text(p), highlight=False, markup=False)
+        out.print()
+    print(g.dot(p))
+
+
 @app.command("config")
 def show_config() -> None:
     """Show the effective settings (credentials redacted)."""

@@ -1,0 +1,130 @@
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from weir.cli import app
+from weir.pipeline import DeclarationError, Pipeline, Table, problems, validate
+from weir.pipeline import graph as g
+from weir.pipeline.load import load
+from weir.pipeline.model import duration_ms
+
+ORDER = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE"
+
+
+def shop() -> Pipeline:
+    p = Pipeline("shop")
+    orders = p.topic("orders", ORDER, key="order_id", partitions=4, retention="3d", archived=True)
+    customers = p.table("customers", "customer_id STRING NOT NULL, tier STRING", key="customer_id")
+    enriched = p.topic("orders.enriched", ORDER + ", tier STRING")
+
+    @p.processor(outputs=[orders])
+    def generate():
+        return None
+
+    @p.processor(inputs=[orders, customers], outputs=[enriched], version="2")
+    def enrich(orders, customers):
+        return orders
+
+    @p.processor(inputs=[enriched])
+    def store(enriched):
+        return enriched
+
+    return p
+
+
+def test_a_valid_pipeline_and_its_parts():
+    p = validate(shop())
+    assert [x.kind for x in p.processors.values()] == ["source", "internal", "sink"]
+    assert p.processors["enrich"].inputs == ("orders", "customers")
+    assert p.processors["enrich"].version == "2"
+    assert p.processors["store"].version.startswith("src-")  # derived from the code
+    assert p.processors["store"].checkpoint == "shop/store"
+    assert (
+        isinstance(p.topics["customers"], Table) and p.topics["customers"].kafka_config()["cleanup.policy"] == "compact"
+    )
+    assert p.topics["orders"].kafka_config() == {
+        "cleanup.policy": "delete",
+        "retention.ms": "259200000",
+        "retention.bytes": "-1",
+    }
+
+
+def test_unknown_topic_is_named_with_the_known_ones():
+    p = shop()
+    p.processor(inputs=["ordres"], outputs=["orders.enriched"], name="typo")(lambda x: x)
+    with pytest.raises(DeclarationError) as exc:
+        validate(p)
+    assert "processor typo: unknown input topic 'ordres'" in str(exc.value)
+    assert "customers, orders, orders.enriched" in str(exc.value)
+
+
+def test_cycle_is_reported_with_its_path():
+    p = Pipeline("loop")
+    a = p.topic("a", "x INT")
+    b = p.topic("b", "x INT")
+    p.processor(inputs=[a], outputs=[b], name="ab")(lambda d: d)
+    p.processor(inputs=[b], outputs=[a], name="ba")(lambda d: d)
+    assert problems(p) == ["cycle: ab -> b -> ba -> a -> ab"]
+
+
+def test_duplicate_names_and_shared_checkpoints():
+    p = Pipeline("dup")
+    t = p.topic("t", "x INT")
+    u = p.topic("u", "x INT")
+    p.processor(inputs=[t], outputs=[u], name="same")(lambda d: d)
+    p.processor(inputs=[t], name="same")(lambda d: d)
+    p.processor(inputs=[u], name="other", checkpoint="dup/same")(lambda d: d)
+    found = problems(p)
+    assert "two processors are named same" in found
+    assert "processors same and other share the checkpoint 'dup/same'" in found
+
+
+def test_bad_topic_declarations_fail_at_once():
+    p = Pipeline("bad")
+    with pytest.raises(DeclarationError, match="key 'id' is not a field"):
+        p.topic("t", "x INT", key="id")
+    with pytest.raises(DeclarationError, match="not a valid Kafka topic name"):
+        p.topic("no spaces", "x INT")
+    with pytest.raises(DeclarationError, match="more than once"):
+        p.topic("t", "x INT, x STRING")
+    with pytest.raises(DeclarationError, match="not a duration"):
+        p.topic("t", "x INT", retention="three days")
+    assert duration_ms("12h", "r") == 43_200_000 and duration_ms(-1, "r") == -1
+
+
+def test_graph_text_and_dot():
+    p = shop()
+    text = g.text(p)
+    assert "orders [topic, 4p, archived], customers [table, 1p] ──► enrich (internal, 2) ──► orders.enriched" in text
+    assert "(outside world) ──► generate (source" in text
+    dot = g.dot(p)
+    assert '"topic:customers" [label="customers", shape=cylinder];' in dot
+    assert '"topic:orders" -> "proc:enrich";' in dot and '"proc:enrich" -> "topic:orders.enriched";' in dot
+
+
+def test_weir_graph_loads_a_file_and_reports_bad_ones(tmp_path):
+    good = tmp_path / "pipe.py"
+    good.write_text(
+        textwrap.dedent(
+            """
+            from weir.pipeline import Pipeline
+            p = Pipeline("mini")
+            src = p.topic("src", "x INT")
+            dst = p.topic("dst", "x INT")
+
+            @p.processor(inputs=[src], outputs=[dst])
+            def copy(src):
+                return src
+            """
+        )
+    )
+    assert load(f"{good}").name == "mini"
+    result = CliRunner().invoke(app, ["graph", str(good)])
+    assert result.exit_code == 0 and "src [topic, 1p] ──► copy" in result.output and "digraph" in result.output
+    bad = tmp_path / "bad.py"
+    bad.write_text(good.read_text().replace("outputs=[dst]", "outputs=['nowhere']"))
+    result = CliRunner().invoke(app, ["graph", str(bad)])
+    assert result.exit_code == 2 and "unknown output topic 'nowhere'" in result.output
+    missing = CliRunner().invoke(app, ["graph", str(tmp_path / "none.py")])
+    assert missing.exit_code == 2 and "no pipeline file" in missing.output

@@ -1,0 +1,46 @@
+"""The topology as text for a terminal and as Graphviz dot."""
+
+from __future__ import annotations
+
+from weir.pipeline.model import Pipeline, Table
+
+
+def _label(p: Pipeline, topic: str) -> str:
+    t = p.topics.get(topic)
+    if t is None:
+        return f"{topic} (undeclared)"
+    kind = "table" if isinstance(t, Table) else "topic"
+    extras = [f"{t.partitions}p"] + (["archived"] if t.archived else [])
+    return f"{t.name} [{kind}, {', '.join(extras)}]"
+
+
+def text(p: Pipeline) -> str:
+    """One line per processor, `inputs ──► processor ──► outputs`, sources first."""
+    order = {"source": 0, "internal": 1, "sink": 2}
+    lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(p.processors)} processors"]
+    for proc in sorted(p.processors.values(), key=lambda x: (order[x.kind], x.name)):
+        ins = ", ".join(_label(p, t) for t in proc.inputs) or "(outside world)"
+        outs = ", ".join(_label(p, t) for t in proc.outputs) or "(storage)"
+        lines.append(f"  {ins} ──► {proc.name} ({proc.kind}, {proc.version}) ──► {outs}")
+    unused = sorted(set(p.topics) - {t for x in p.processors.values() for t in (*x.inputs, *x.outputs)})
+    if unused:
+        lines.append(f"  not read or written by any processor: {', '.join(unused)}")
+    return "\n".join(lines)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def dot(p: Pipeline) -> str:
+    """Graphviz: topics as ellipses (tables as cylinders), processors as boxes."""
+    lines = [f"digraph {_q(p.name)} {{", "  rankdir=LR;"]
+    for t in p.topics.values():
+        shape = "cylinder" if isinstance(t, Table) else "ellipse"
+        lines.append(f"  {_q('topic:' + t.name)} [label={_q(t.name)}, shape={shape}];")
+    for proc in p.processors.values():
+        lines.append(f"  {_q('proc:' + proc.name)} [label={_q(proc.name)}, shape=box, style=rounded];")
+        lines += [f"  {_q('topic:' + t)} -> {_q('proc:' + proc.name)};" for t in proc.inputs]
+        lines += [f"  {_q('proc:' + proc.name)} -> {_q('topic:' + t)};" for t in proc.outputs]
+    lines.append("}")
+    return "\n".join(lines)

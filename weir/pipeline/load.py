@@ -1,0 +1,39 @@
+"""Finding a pipeline from the command line: `path/to/file.py[:name]` or `package.module[:name]`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from weir.pipeline.model import DeclarationError, Pipeline
+
+
+def load(spec: str) -> Pipeline:
+    """The Pipeline named by `spec`; without `:name`, the only Pipeline the module defines."""
+    target, _, attr = spec.partition(":")
+    if target.endswith(".py") or "/" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise DeclarationError(f"no pipeline file {target}")
+        module_name = f"weir_pipeline_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module  # so Spark can pickle functions defined there
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            raise DeclarationError(f"cannot import pipeline module {target!r}: {exc}") from None
+    if attr:
+        found = getattr(module, attr, None)
+        if not isinstance(found, Pipeline):
+            raise DeclarationError(f"{target} has no Pipeline named {attr!r}")
+        return found
+    pipelines = [v for v in vars(module).values() if isinstance(v, Pipeline)]
+    if len(pipelines) != 1:
+        names = ", ".join(sorted(p.name for p in pipelines)) or "none"
+        raise DeclarationError(f"{target} defines {len(pipelines)} pipelines ({names}); name one with {target}:<name>")
+    return pipelines[0]

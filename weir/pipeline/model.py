@@ -1,0 +1,179 @@
+"""Declaring a pipeline: pipes (topics), tables (changelog topics kept as keyed state), and processors.
+
+    shop = Pipeline("shop")
+    orders = shop.topic("orders", schema="order_id STRING NOT NULL, amount DOUBLE", key="order_id", partitions=4)
+    totals = shop.topic("order.totals", schema="order_id STRING, total DOUBLE")
+
+    @shop.processor(inputs=[orders], outputs=[totals])
+    def total(orders):                      # a plain function over DataFrames
+        return orders.select("order_id", orders.amount.alias("total"))
+
+A declaration only describes; `validate()` checks the whole topology before anything starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from weir.pipe.decode import SchemaError, parse_fields
+
+
+class DeclarationError(ValueError):
+    """A pipeline declaration is wrong; the message names the pipeline, the element and the problem."""
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def duration_ms(value: int | str, what: str) -> int:
+    """Milliseconds from 259200000, "72h" or "3d"; -1 means forever (Kafka's convention)."""
+    if isinstance(value, int):
+        return value
+    m = _DURATION.match(value)
+    if not m:
+        raise DeclarationError(f"{what}: {value!r} is not a duration such as 3d, 12h, 30m, 45s or 500ms")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A pipe: a Kafka topic with its record schema (DDL of the JSON value) and key."""
+
+    name: str
+    schema: str
+    key: str | None = None
+    partitions: int = 1
+    retention_ms: int = 7 * 86_400_000
+    archived: bool = False
+    compacted: bool = False
+
+    def fields(self) -> list[str]:
+        return [f.name for f in parse_fields(self.schema)]
+
+    def kafka_config(self) -> dict[str, str]:
+        return {
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            "retention.ms": str(self.retention_ms),
+            "retention.bytes": "-1",
+        }
+
+
+@dataclass(frozen=True)
+class Table(Topic):
+    """A changelog topic (upserts by key, null values delete) kept as keyed state for stream-table joins."""
+
+    compacted: bool = True
+
+
+@dataclass
+class Processor:
+    """A function from input DataFrames (one per input topic, in order) to one DataFrame per output."""
+
+    name: str
+    fn: Callable
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    version: str
+    checkpoint: str
+    trigger: str | None = None
+    max_offsets_per_trigger: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """source (no input topic), sink (no output topic), or internal."""
+        if not self.inputs:
+            return "source"
+        return "sink" if not self.outputs else "internal"
+
+
+def code_version(fn: Callable) -> str:
+    """A version derived from the function's source, so a code change is noticed at restart."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        text = getattr(fn, "__qualname__", repr(fn))
+    return "src-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass
+class Pipeline:
+    """A named topology of topics, tables and processors."""
+
+    name: str
+    topics: dict[str, Topic] = field(default_factory=dict)
+    processors: dict[str, Processor] = field(default_factory=dict)
+    _duplicates: list[str] = field(default_factory=list, repr=False)
+
+    def _add_topic(self, topic: Topic) -> Topic:
+        if not _TOPIC_NAME.match(topic.name):
+            raise DeclarationError(f"pipeline {self.name}: {topic.name!r} is not a valid Kafka topic name")
+        if topic.partitions < 1:
+            raise DeclarationError(f"pipeline {self.name}: topic {topic.name}: partitions must be at least 1")
+        try:
+            names = topic.fields()
+        except SchemaError as exc:
+            raise DeclarationError(f"pipeline {self.name}: topic {topic.name}: {exc}") from None
+        if topic.key is not None and topic.key not in names:
+            fields = ", ".join(names)
+            raise DeclarationError(
+                f"pipeline {self.name}: topic {topic.name}: key {topic.key!r} is not a field of its schema ({fields})"
+            )
+        if isinstance(topic, Table) and topic.key is None:
+            raise DeclarationError(f"pipeline {self.name}: table {topic.name} needs a key")
+        if topic.name in self.topics and self.topics[topic.name] != topic:
+            self._duplicates.append(f"topic {topic.name} is declared twice, differently")
+        self.topics[topic.name] = topic
+        return topic
+
+    def topic(
+        self, name: str, schema: str, key: str | None = None, partitions: int = 1,
+        retention: int | str = "7d", archived: bool = False,
+    ) -> Topic:  # fmt: skip
+        return self._add_topic(
+            Topic(name, schema, key, partitions, duration_ms(retention, f"topic {name} retention"), archived)
+        )
+
+    def table(
+        self, name: str, schema: str, key: str, partitions: int = 1, retention: int | str = -1, archived: bool = False
+    ) -> Table:
+        return self._add_topic(
+            Table(name, schema, key, partitions, duration_ms(retention, f"table {name} retention"), archived)
+        )
+
+    def processor(
+        self,
+        inputs: Sequence[Topic | str] = (),
+        outputs: Sequence[Topic | str] = (),
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        checkpoint: str | None = None,
+        trigger: str | None = None,
+        max_offsets_per_trigger: int | None = None,
+    ) -> Callable[[Callable], Callable]:
+        """Decorator declaring `fn` as a processor; the function itself is returned unchanged."""
+
+        def declare(fn: Callable) -> Callable:
+            proc_name = name or fn.__name__
+            proc = Processor(
+                name=proc_name,
+                fn=fn,
+                inputs=tuple(t.name if isinstance(t, Topic) else t for t in inputs),
+                outputs=tuple(t.name if isinstance(t, Topic) else t for t in outputs),
+                version=version or code_version(fn),
+                checkpoint=checkpoint or f"{self.name}/{proc_name}",
+                trigger=trigger,
+                max_offsets_per_trigger=max_offsets_per_trigger,
+            )
+            if proc_name in self.processors:
+                self._duplicates.append(f"two processors are named {proc_name}")
+            self.processors[proc_name] = proc
+            return fn
+
+        return declare

@@ -1,0 +1,75 @@
+"""Checks of a whole pipeline before anything starts: every problem found is reported at once."""
+
+from __future__ import annotations
+
+import itertools
+
+from weir.pipeline.model import DeclarationError, Pipeline
+
+
+def problems(p: Pipeline) -> list[str]:
+    """Everything wrong with the declaration; empty when it may run."""
+    found = list(p._duplicates)
+    for proc in p.processors.values():
+        for role, names in (("input", proc.inputs), ("output", proc.outputs)):
+            for t in names:
+                if t not in p.topics:
+                    known = ", ".join(sorted(p.topics)) or "none"
+                    found.append(f"processor {proc.name}: unknown {role} topic {t!r} (declared topics: {known})")
+        if not proc.inputs and not proc.outputs:
+            found.append(f"processor {proc.name} has neither inputs nor outputs")
+    checkpoints: dict[str, str] = {}
+    for proc in p.processors.values():
+        other = checkpoints.setdefault(proc.checkpoint, proc.name)
+        if other != proc.name:
+            found.append(f"processors {other} and {proc.name} share the checkpoint {proc.checkpoint!r}")
+    cycle = _cycle(p)
+    if cycle:
+        found.append("cycle: " + " -> ".join(cycle))
+    return found
+
+
+def validate(p: Pipeline) -> Pipeline:
+    """Raise DeclarationError listing every problem, or return the pipeline."""
+    found = problems(p)
+    if found:
+        raise DeclarationError(f"pipeline {p.name} is not valid:\n" + "\n".join(f"  - {f}" for f in found))
+    return p
+
+
+def _cycle(p: Pipeline) -> list[str] | None:
+    """A cycle through processors and topics, as the names along it, or None."""
+    consumers: dict[str, list[str]] = {}
+    for proc in p.processors.values():
+        for t in proc.inputs:
+            consumers.setdefault(t, []).append(proc.name)
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(proc_name: str) -> list[str] | None:
+        state[proc_name] = 1
+        path.append(proc_name)
+        for t in p.processors[proc_name].outputs:
+            for nxt in consumers.get(t, []):
+                if state.get(nxt) == 1:
+                    start = path.index(nxt)
+                    return [*_with_topics(p, [*path[start:], nxt])]
+                if nxt not in state and (found := visit(nxt)):
+                    return found
+        path.pop()
+        state[proc_name] = 2
+        return None
+
+    for name in p.processors:
+        if name not in state and (found := visit(name)):
+            return found
+    return None
+
+
+def _with_topics(p: Pipeline, procs: list[str]) -> list[str]:
+    """processor -> topic -> processor ... for a cycle given by its processors."""
+    out = []
+    for a, b in itertools.pairwise(procs):
+        via = next(t for t in p.processors[a].outputs if t in p.processors[b].inputs)
+        out += [a, via]
+    return [*out, procs[-1]]
