@@ -1,8 +1,11 @@
 """Decoding Kafka values into typed columns inside the reader, with pyarrow, without dropping anything.
 
 A record that cannot be decoded keeps its raw bytes and gets a non-null `_error`; its decoded columns are
-null. Decoding a whole batch at once is the fast path; when it fails, the batch is bisected so only the
-bad records pay per-record parsing, and every error names what was wrong.
+null. A tombstone (null value) is not an error: its decoded columns are null and it is told apart by
+`value IS NULL`, so a changelog's deletes survive the usual `_error IS NULL` filter.
+
+Decoding a whole batch at once is the fast path; when it fails, the batch is bisected so only the bad
+records pay per-record parsing, and every error names what was wrong.
 """
 
 from __future__ import annotations
@@ -151,11 +154,9 @@ class JsonDecoder:
         """Decoded columns (one per field, len(values) rows) and the `_error` column."""
         n = len(values)
         errors: list[str | None] = [None] * n
+        # A tombstone (null value) is a delete on a changelog, not a bad record: null fields, no error.
+        # Marking it would make the usual `_error IS NULL` filter drop every delete without a trace.
         present = [i for i, v in enumerate(values) if v is not None]
-        if len(present) < n and self.required:
-            for i in range(n):
-                if values[i] is None:
-                    errors[i] = "the value is null (a tombstone) but valueSchema has NOT NULL fields"
         try:
             # One C-speed pass: JSON is UTF-8, and pyarrow's reader would pass bad bytes through.
             b"\n".join(values[i] for i in present).decode("utf-8")

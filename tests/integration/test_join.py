@@ -1,0 +1,187 @@
+"""Stream-table join (weir.pipeline.join): as-of enrichment from a changelog kept in RocksDB keyed state."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from _pipe import Rec, produce, run_available_now, source
+
+from weir.pipe import Admin
+from weir.pipeline.join import join_table
+
+pytestmark = pytest.mark.integration
+
+BASE_MS = 1_700_000_000_000
+BIG = 2**62 + 1  # not a float64: BIGINT must cross pandas exactly
+ORDERS = "order_id STRING, customer_id STRING, amount DOUBLE"
+CUSTOMERS = "customer_id STRING, tier STRING, name STRING, since BIGINT"
+
+# (customer_id, value or None for a tombstone, timestamp offset in ms), in production order.
+CUSTOMER_LOG = [
+    ("c1", {"tier": "silver", "name": "Ann"}, 1000),
+    ("c2", {"tier": "gold", "name": "Bob"}, 1500),
+    ("c1", {"tier": "gold", "name": "Ann B"}, 3000),
+    ("c3", {"tier": "bronze", "name": "Cy"}, 2000),  # produced after a later record of another key
+    ("c2", None, 4000),
+    ("c2", {"tier": "platinum", "name": "Bob"}, 6000),
+    ("c5", None, 2500),  # a tombstone for a key that never had a value
+]
+# (order_id, customer_id, timestamp offset in ms)
+ORDER_LOG = [
+    ("o1", "c1", 500),  # before c1 exists
+    ("o2", "c1", 1000),  # same timestamp as c1's first value: the table applies first
+    ("o3", "c1", 2999),
+    ("o4", "c1", 3000),
+    ("o5", "c2", 3500),
+    ("o6", "c2", 4000),  # same timestamp as c2's tombstone
+    ("o7", "c2", 5000),
+    ("o8", "c2", 7000),
+    ("o9", "c4", 8000),  # a key never seen
+    ("o10", None, 9000),  # a null key
+    ("o11", "c3", 2500),
+    ("o12", "c5", 3000),
+]
+
+
+def customer_recs(log) -> list[Rec]:
+    return [
+        Rec(0, cid.encode(), None if v is None else json.dumps({"customer_id": cid, **v}).encode(), None, BASE_MS + t)
+        for cid, v, t in log
+    ]
+
+
+def order_recs(log) -> list[Rec]:
+    return [
+        Rec(
+            i % 2,
+            None,
+            json.dumps({"order_id": oid, "customer_id": cid, "amount": 10.0 + i}).encode(),
+            None,
+            BASE_MS + t,
+        )
+        for i, (oid, cid, t) in enumerate(log)
+    ]
+
+
+def create(bootstrap: str, name: str) -> tuple[str, str]:
+    customers, orders = f"{name}-customers", f"{name}-orders"
+    Admin(bootstrap).create_topic(customers, partitions=1)
+    Admin(bootstrap).create_topic(orders, partitions=2)
+    return customers, orders
+
+
+def inputs(spark, bootstrap: str, customers: str, orders: str):
+    stream = source(
+        spark, bootstrap, orders, stream=True, startingOffsets="earliest", valueFormat="json", valueSchema=ORDERS
+    ).where("_error IS NULL")
+    table = source(
+        spark, bootstrap, customers, stream=True, startingOffsets="earliest", valueFormat="json", valueSchema=CUSTOMERS
+    ).where("_error IS NULL")
+    return stream, table
+
+
+def reference(how: str) -> set[tuple]:
+    """As-of join in pandas: for each order, the latest customer record with timestamp <= the order's;
+    a tombstone there means no value."""
+    cust = pd.DataFrame(
+        [
+            (cid, t, off, v is None, (v or {}).get("tier"), (v or {}).get("name"))
+            for off, (cid, v, t) in enumerate(CUSTOMER_LOG)
+        ],
+        columns=["customer_id", "ts", "off", "tomb", "tier", "name"],
+    ).sort_values(["ts", "off"])
+    orders = pd.DataFrame(
+        [(oid, cid, t, 10.0 + i) for i, (oid, cid, t) in enumerate(ORDER_LOG)],
+        columns=["order_id", "customer_id", "ts", "amount"],
+    )
+    keyed = orders[orders.customer_id.notna()].sort_values("ts")
+    merged = pd.merge_asof(keyed, cust, on="ts", by="customer_id", direction="backward")
+    merged = pd.concat([merged, orders[orders.customer_id.isna()]], ignore_index=True)
+    out = set()
+    for r in merged.itertuples():
+        found = isinstance(r.tier, str) and not r.tomb
+        route = "out" if found or how == "left" else "filtered"
+        cid = r.customer_id if isinstance(r.customer_id, str) else None
+        out.add((r.order_id, cid, r.amount, r.tier if found else None, r.name if found else None, route))
+    return out
+
+
+def result(rows) -> set[tuple]:
+    return {(r.order_id, r.customer_id, r.amount, r.tier, r.name, r._route) for r in rows}
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_join_is_as_of_with_updates_and_tombstones(spark, bootstrap, topic_name, tmp_path, how) -> None:
+    customers, orders = create(bootstrap, topic_name)
+    produce(bootstrap, customers, customer_recs(CUSTOMER_LOG))
+    produce(bootstrap, orders, [*order_recs(ORDER_LOG), Rec(1, None, b"not json", None, BASE_MS + 1000)])
+    stream, table = inputs(spark, bootstrap, customers, orders)
+
+    joined = join_table(stream, table, "customer_id", how=how)
+
+    assert joined.columns == [*stream.columns, "tier", "name", "since", "_route"]
+    assert dict(joined.dtypes)["since"] == "bigint"
+    assert [f.dataType for f in joined.schema.fields[: len(stream.columns)]] == [f.dataType for f in stream.schema]
+    got = run_available_now(joined, str(tmp_path / "ckpt")).rows
+    assert len(got) == len(ORDER_LOG)  # one row per clean order; the bad record never reached the join
+    assert result(got) == reference(how)
+    # Stream columns pass through untouched.
+    assert {(r.order_id, r.topic, json.loads(r.value)["amount"]) for r in got} == {
+        (oid, orders, 10.0 + i) for i, (oid, _, _) in enumerate(ORDER_LOG)
+    }
+
+
+def test_table_state_survives_a_restart(spark, bootstrap, topic_name, tmp_path) -> None:
+    customers, orders = create(bootstrap, topic_name)
+    produce(
+        bootstrap,
+        customers,
+        customer_recs(
+            [
+                ("c1", {"tier": "silver", "name": "Ann"}, 1000),
+                ("c1", {"tier": "gold", "name": "Ann", "since": BIG}, 2000),
+                ("c2", {"tier": "gold", "name": "Bob"}, 1000),
+                ("c2", None, 3000),
+                ("c3", {"tier": "bronze", "name": "Cy", "since": -BIG}, 1000),
+            ]
+        ),
+    )
+    produce(bootstrap, orders, order_recs([("o1", "c1", 5000)]))
+    checkpoint = str(tmp_path / "ckpt")
+
+    first = run_available_now(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
+    assert {(r.order_id, r.tier, r._route) for r in first.rows} == {("o1", "gold", "out")}
+
+    # No customer record after this point: the second run can only know them from the checkpointed state.
+    later = [("o2", "c1", 6000), ("o3", "c2", 6000), ("o4", "c3", 6000), ("o5", "c9", 6000)]
+    produce(bootstrap, orders, order_recs(later))
+    second = run_available_now(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
+    assert {(r.order_id, r.tier, r.name, r.since, r._route) for r in second.rows} == {
+        ("o2", "gold", "Ann", BIG, "out"),
+        ("o3", None, None, None, "filtered"),  # deleted by the tombstone before the restart
+        ("o4", "bronze", "Cy", -BIG, "out"),
+        ("o5", None, None, None, "filtered"),
+    }
+    assert sum(p["numInputRows"] for p in second.progress) == len(later)  # nothing re-read from the table
+
+
+def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:
+    stream, table = inputs(spark, bootstrap, f"{topic_name}-customers", f"{topic_name}-orders")
+    cases = [
+        ({"key": "cust"}, "key column 'cust'"),
+        ({"key": "order_id"}, "not a column of the table"),
+        ({"how": "right"}, "how must be one of inner, left"),
+        ({"table_columns": ["tier", "segment"]}, r"\['segment'\] are not columns of the table"),
+        ({"table_columns": ["tier", "timestamp"]}, r"\['timestamp'\] collide"),
+        ({"table_columns": []}, "no table column"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            join_table(stream, table, **{"key": "customer_id", **kwargs})
+    # The stream's own columns collide by default: both sides have a `name` here.
+    with pytest.raises(ValueError, match=r"\['name'\] collide"):
+        join_table(stream.withColumnRenamed("amount", "NAME"), table, "customer_id")
+    with pytest.raises(ValueError, match="is string in the stream but int in the table"):
+        join_table(stream, table.withColumn("customer_id", table.customer_id.cast("int")), "customer_id")

@@ -1,0 +1,255 @@
+"""Stream-table join: enrich a stream with the latest value of a changelog table, from Spark keyed state.
+
+    orders = spark.readStream.format("weir-kafka")...load().where("_error IS NULL")
+    customers = spark.readStream.format("weir-kafka")...load().where("_error IS NULL")
+    enriched = join_table(orders, customers, key="customer_id", how="left")
+
+Both inputs are streaming DataFrames from `weir-kafka` with decoded values (`valueFormat=json`), so they
+carry the Kafka columns `key`, `value`, `timestamp` and `offset` besides their fields. The table is a
+changelog: each record upserts the row of its key, and a record whose raw `value` is null (a tombstone)
+deletes it. The table lives in Spark keyed state, one ValueState per key, never in a remote store, so it
+survives restarts through the query's checkpoint. Spark's transformWithState needs the RocksDB state store
+(as `weir.spark_session` configures); with another provider the query fails at its first batch.
+
+Semantics:
+
+- The two inputs are unioned with a side tag and grouped by `key`. Spark hands a key's rows over in no
+  particular order, so within a micro-batch they are sorted into event order: by Kafka `timestamp`, then
+  the table before the stream (an order with the same timestamp as a table update sees the update), then
+  `offset`. Table rows update or delete the key's state; each stream row is emitted with the state as it
+  is at that point. Within a micro-batch this is an as-of join on timestamps; across micro-batches the
+  state is whatever was applied last, so a stream record that arrives in a later batch than a newer table
+  update sees that update.
+- A table record's key is its decoded `key` field. A tombstone has no decoded fields, so its key is the
+  Kafka message key, read as UTF-8 text and cast to the key column's type (as is, for a BINARY key): the
+  table topic must be keyed by the key field's value. An upsert with a null key cannot be placed and is
+  ignored.
+- Output: every stream column (same names and types), then the table columns (`table_columns`, by default
+  every decoded table field except the key; null when the key has no value), then `_route` STRING:
+  "out" for a joined row. With how="inner", a stream row whose key has no table value (never set, deleted,
+  or a null key) is still emitted, with `_route` = "filtered" and null table columns, so the caller can
+  count it: nothing is dropped silently. With how="left" it is emitted with `_route` = "out".
+- The inputs must be clean: filter rows with a non-null `_error` before the join; this function does not.
+  The table's tombstones pass that filter (the source gives them null fields and no `_error`).
+- The state holds the table columns (BIGINT as STRING, see below). Changing `table_columns` or their types
+  changes the state schema, and Spark refuses to restart from the old checkpoint
+  (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE): start a new checkpoint, which re-reads the table topic.
+- A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
+
+Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
+columns therefore travel as text and are cast back, so large ids stay exact. A NaN in a DOUBLE column comes
+out null (PySpark's pandas conversion).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from weir.pipe.decode import ERROR_COLUMN
+from weir.pipe.source import KAFKA_COLUMN_NAMES
+
+ROUTE = "_route"
+HOWS = ("inner", "left")
+_TABLE, _STREAM = 0, 1  # the table sorts first among rows with the same timestamp
+_META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone")
+_SMALL_INTS = (ByteType, ShortType, IntegerType)
+
+
+def _c(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _wire_type(t: DataType) -> DataType:
+    return StringType() if isinstance(t, LongType) else t
+
+
+def _wire(c: Column, t: DataType) -> Column:
+    return c.cast("string") if isinstance(t, LongType) else c
+
+
+def _null(t: DataType) -> Column:
+    return F.lit(None).cast(_wire_type(t))
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
+def _plain(v: Any) -> Any:
+    """A value from pandas as the plain Python value the state store accepts (NaN/NaT -> None)."""
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if _missing(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, pd.Timestamp):
+        return v.to_pydatetime()
+    return v
+
+
+class _TableJoin(StatefulProcessor):
+    """Per key: the table's current row in a ValueState; see the module docstring for the order of events."""
+
+    def __init__(self, n_stream: int, table_types: list[DataType], state_schema: StructType, left: bool) -> None:
+        self.n_stream = n_stream
+        self.table_types = table_types
+        self.state_schema = state_schema
+        self.left = left
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.table = handle.getValueState("table", self.state_schema)
+
+    def _row(self, values: tuple) -> tuple:
+        # Integer columns arrive as float64 when the pandas chunk holds nulls; the state wants ints.
+        return tuple(
+            None if _missing(v) else int(v) if isinstance(t, _SMALL_INTS) else _plain(v)
+            for v, t in zip(values, self.table_types, strict=True)
+        )
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        ns, nt = self.n_stream, len(self.table_types)
+        side, ts, off, tomb = range(ns + nt, ns + nt + 4)
+        df = pd.concat(list(rows), ignore_index=True)
+        # Spark hands the rows over through namedtuples, which rename columns such as `_error`: use positions.
+        df.columns = range(df.shape[1])
+        df = df.sort_values([ts, side, off], kind="stable", na_position="last")
+        keyed = not _missing(key[0])
+        current = self.table.get() if keyed else None
+        changed = False
+        nulls = (None,) * nt
+        out = []
+        for row in df.itertuples(index=False, name=None):
+            if row[side] == _TABLE:
+                current = None if row[tomb] else self._row(row[ns : ns + nt])
+                changed = True
+            else:
+                route = "out" if current is not None or self.left else "filtered"
+                out.append((*row[:ns], *(current or nulls), route))
+        if changed:
+            if current is None:
+                self.table.clear()
+            else:
+                self.table.update(current)
+        if out:
+            yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
+
+
+def _check(stream: DataFrame, table: DataFrame, key: str, how: str, table_columns: list[str] | None) -> list[str]:
+    if how not in HOWS:
+        raise ValueError(f"join_table: how must be one of {', '.join(HOWS)}, got {how!r}")
+    for name, df, needed in (
+        ("stream", stream, ("timestamp", "offset")),
+        ("table", table, ("key", "value", "timestamp", "offset")),
+    ):
+        if key not in df.columns:
+            raise ValueError(f"join_table: key column {key!r} is not a column of the {name} ({', '.join(df.columns)})")
+        missing = [c for c in needed if c not in df.columns]
+        if missing:
+            raise ValueError(f"join_table: the {name} lacks the Kafka column(s) {', '.join(missing)}")
+    if stream.schema[key].dataType != table.schema[key].dataType:
+        raise ValueError(
+            f"join_table: key {key!r} is {stream.schema[key].dataType.simpleString()} in the stream but "
+            f"{table.schema[key].dataType.simpleString()} in the table; cast one of them first"
+        )
+    if table_columns is None:
+        skip = {*KAFKA_COLUMN_NAMES, ERROR_COLUMN, key.lower()}
+        table_columns = [c for c in table.columns if c.lower() not in skip]
+    if not table_columns:
+        raise ValueError("join_table: no table column to add; the table has no decoded field besides the key")
+    unknown = [c for c in table_columns if c not in table.columns]
+    if unknown:
+        raise ValueError(
+            f"join_table: table_columns {unknown} are not columns of the table ({', '.join(table.columns)})"
+        )
+    # Spark resolves names case-insensitively by default, so `Name` and `name` would collide in the output.
+    taken = {c.lower() for c in [*stream.columns, ROUTE, *_META]}
+    clash = [c for c in table_columns if c.lower() in taken]
+    if clash:
+        raise ValueError(
+            f"join_table: table column(s) {clash} collide with stream columns; rename them in the table "
+            f"(withColumnRenamed) or pass table_columns"
+        )
+    if len({c.lower() for c in table_columns}) != len(table_columns):
+        raise ValueError(f"join_table: table_columns {table_columns} names a column twice")
+    return table_columns
+
+
+def join_table(
+    stream: DataFrame, table: DataFrame, key: str, how: str = "inner", table_columns: list[str] | None = None
+) -> DataFrame:
+    """The stream's rows with the table's latest values for their `key`, then `_route` ("out" or "filtered").
+
+    `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values and no error rows; see
+    the module docstring for the order of events, tombstones and null keys. Raises ValueError for an unknown
+    key, an unknown `how`, unknown `table_columns` or table columns whose names the stream already uses."""
+    table_columns = _check(stream, table, key, how, table_columns)
+    s_fields = stream.schema.fields
+    t_fields = [table.schema[c] for c in table_columns]
+    key_type = stream.schema[key].dataType
+    side, ts, off, tomb = _META
+
+    from_stream = stream.select(
+        *[_wire(_c(f.name), f.dataType).alias(f.name) for f in s_fields],
+        *[_null(f.dataType).alias(f.name) for f in t_fields],
+        F.lit(_STREAM).alias(side),
+        F.col("timestamp").alias(ts),
+        F.col("offset").alias(off),
+        F.lit(False).alias(tomb),
+    )
+    # A tombstone has no decoded fields: its key is the Kafka key, as text cast to the key's type.
+    kafka_key = F.col("key") if isinstance(key_type, BinaryType) else F.col("key").cast("string").try_cast(key_type)
+    table_key = F.when(F.col("value").isNull(), kafka_key).otherwise(_c(key))
+    from_table = (
+        table.withColumn(key, table_key)
+        .where(_c(key).isNotNull())
+        .select(
+            *[(_wire(_c(key), key_type) if f.name == key else _null(f.dataType)).alias(f.name) for f in s_fields],
+            *[_wire(_c(f.name), f.dataType).alias(f.name) for f in t_fields],
+            F.lit(_TABLE).alias(side),
+            F.col("timestamp").alias(ts),
+            F.col("offset").alias(off),
+            F.col("value").isNull().alias(tomb),
+        )
+    )
+    wire_out = StructType(
+        [StructField(f.name, _wire_type(f.dataType)) for f in [*s_fields, *t_fields]]
+        + [StructField(ROUTE, StringType())]
+    )
+    state_schema = StructType([StructField(f.name, _wire_type(f.dataType)) for f in t_fields])
+    processor = _TableJoin(len(s_fields), [f.dataType for f in t_fields], state_schema, left=how == "left")
+    joined = (
+        from_stream.union(from_table)
+        .groupBy(_c(key))
+        .transformWithStateInPandas(processor, wire_out, outputMode="Append", timeMode="None")
+    )
+    return joined.select(
+        *[
+            (_c(f.name).cast(f.dataType) if isinstance(f.dataType, LongType) else _c(f.name)).alias(f.name)
+            for f in [*s_fields, *t_fields]
+        ],
+        ROUTE,
+    )
