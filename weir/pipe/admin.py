@@ -50,15 +50,7 @@ class Admin:
     def _view(self) -> Iterator[LogView]:
         # Short-lived on purpose: a consumer that outlives a topic deletion crashed inside librdkafka
         # (metadata cache) on the embedded broker's next metadata answer.
-        view = LogView(
-            {
-                **self.settings,
-                "group.id": "weir-admin",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error",
-            },
-            timeout=self.timeout,
-        )
+        view = LogView(self.settings, timeout=self.timeout)
         try:
             yield view
         finally:

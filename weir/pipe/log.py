@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -55,15 +56,23 @@ def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: fl
 class LogView:
     """A driver-side view of the cluster: one admin client and one probe consumer, reused across triggers."""
 
-    def __init__(self, consumer_settings: dict, timeout: float = 30.0) -> None:
-        self.settings = dict(consumer_settings)
+    def __init__(self, client: dict, timeout: float = 30.0) -> None:
+        """`client`: bootstrap servers and pass-through settings (security, isolation.level, ...)."""
         self.timeout = timeout
-        # librdkafka's own log lines go to Python logging, not straight to stderr.
-        admin_keys = {
-            k: v
-            for k, v in self.settings.items()
-            if not k.startswith(("enable.", "auto.", "isolation.", "fetch.", "group."))
+        # The probe needs end-of-partition events and must never join a group or jump on a bad offset.
+        self.settings = {
+            "group.id": f"weir-probe-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 10,
+            # The same default as the read tasks (SourceOptions), so both see the same end of the log.
+            "isolation.level": "read_uncommitted",
+            **client,
         }
+        consumer_only = ("enable.", "auto.", "isolation.", "fetch.", "group.", "queued.", "max.partition.")
+        admin_keys = {k: v for k, v in client.items() if not k.startswith(consumer_only)}
+        # librdkafka's own log lines go to Python logging, not straight to stderr.
         self.admin = AdminClient({**admin_keys, "logger": client_log})
         self.consumer = Consumer({**self.settings, "logger": client_log})
         self._record_bytes: float | None = None

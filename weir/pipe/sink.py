@@ -178,7 +178,9 @@ def _headers(cols: dict[str, pa.Array], lay: Layout) -> list | None:
     return out
 
 
-class KafkaBatchWriter(DataSourceArrowWriter):
+class _Writing:
+    """What batch and stream writers share: the layout checked on the driver, the write on executors."""
+
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         self.opts = opts
         self.layout = layout(opts, schema)
@@ -186,18 +188,13 @@ class KafkaBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_batches(self.opts, self.layout, iterator)
 
+
+class KafkaBatchWriter(_Writing, DataSourceArrowWriter):
     def commit(self, messages: list[SinkCommit | None]) -> None:
         log.info("weir-kafka sink: wrote %d records", sum(m.records for m in messages if m))
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        self.opts = opts
-        self.layout = layout(opts, schema)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return write_batches(self.opts, self.layout, iterator)
-
+class KafkaStreamWriter(_Writing, DataSourceStreamArrowWriter):
     def commit(self, messages: list[SinkCommit | None], batchId: int) -> None:
         log.info("weir-kafka sink: batch %d wrote %d records", batchId, sum(m.records for m in messages if m))
 

@@ -129,14 +129,24 @@ def _loss_message(t: str, p: int, start: int, lo: int, hi: int | None) -> str:
     )
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Driver side of a streaming read. One instance lives for the whole query, so it keeps a metadata
-    client and the last seen offsets between triggers."""
+class _RangeReading:
+    """What stream and batch readers share: the options, the Arrow schema, and reading one planned range."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.decoder = _decoder(opts, schema)
+
+    def read(self, partition: KafkaPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
+
+
+class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side of a streaming read. One instance lives for the whole query, so it keeps a metadata
+    client and the last seen offsets between triggers."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        super().__init__(opts, schema)
         self._view: LogView | None = None
         self._bounds: dict[TP, tuple[int, int]] = {}
         self._target: dict[TP, int] | None = None
@@ -144,7 +154,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def view(self) -> LogView:
         if self._view is None:
-            self._view = LogView(self.opts.consumer_settings())
+            self._view = LogView(self.opts.client)
         return self._view
 
     def _discover(self, *, must_exist: bool = False) -> dict[TP, tuple[int, int]]:
@@ -251,9 +261,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(OffsetRange(t, p, s, e))
         return [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
 
-    def read(self, partition: KafkaPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
-
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in a consumer group."""
 
@@ -263,16 +270,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._view = None
 
 
-class KafkaBatchReader(DataSourceReader):
+class KafkaBatchReader(_RangeReading, DataSourceReader):
     """A bounded read of [startingOffsets, endingOffsets) for `spark.read`."""
 
-    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
-        self.opts = opts
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self.decoder = _decoder(opts, schema)
-
     def partitions(self) -> list[KafkaPartition]:
-        view = LogView(self.opts.consumer_settings())
+        view = LogView(self.opts.client)
         try:
             bounds = _bounds(self.opts, view, _subscribed(self.opts, view, must_exist=bool(self.opts.topics)))
         finally:
@@ -294,9 +296,6 @@ class KafkaBatchReader(DataSourceReader):
                 s, e = max(s, lo), min(e, hi)
             ranges.append(OffsetRange(t, p, s, e))
         return [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
-
-    def read(self, partition: KafkaPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
 
 
 class KafkaDataSource(DataSource):
