@@ -37,7 +37,22 @@ def test_secrets_are_redacted():
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["broker"], ["broker", "start"], ["topics"], ["topics", "create"], ["offsets"], ["config"]]
+    "args",
+    [
+        [],
+        ["broker"],
+        ["broker", "start"],
+        ["broker", "stop"],
+        ["broker", "status"],
+        ["topics"],
+        ["topics", "create"],
+        ["topics", "list"],
+        ["topics", "describe"],
+        ["topics", "delete"],
+        ["offsets"],
+        ["graph"],
+        ["config"],
+    ],
 )
 def test_every_command_has_help(args):
     result = runner.invoke(app, [*args, "--help"])
