@@ -43,7 +43,6 @@ out null (PySpark's pandas conversion).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,32 +65,16 @@ from pyspark.sql.types import (
 
 from weir.pipe.decode import ERROR_COLUMN
 from weir.pipe.source import KAFKA_COLUMN_NAMES
+from weir.pipeline.stateful import ROUTE, col, missing, wire, wire_type
 
-ROUTE = "_route"
 HOWS = ("inner", "left")
 _TABLE, _STREAM = 0, 1  # the table sorts first among rows with the same timestamp
 _META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone")
 _SMALL_INTS = (ByteType, ShortType, IntegerType)
 
 
-def _c(name: str) -> Column:
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _wire_type(t: DataType) -> DataType:
-    return StringType() if isinstance(t, LongType) else t
-
-
-def _wire(c: Column, t: DataType) -> Column:
-    return c.cast("string") if isinstance(t, LongType) else c
-
-
 def _null(t: DataType) -> Column:
-    return F.lit(None).cast(_wire_type(t))
-
-
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+    return F.lit(None).cast(wire_type(t))
 
 
 def _plain(v: Any) -> Any:
@@ -100,7 +83,7 @@ def _plain(v: Any) -> Any:
         return [_plain(x) for x in v]
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
-    if _missing(v):
+    if missing(v):
         return None
     if isinstance(v, np.generic):
         return v.item()
@@ -124,7 +107,7 @@ class _TableJoin(StatefulProcessor):
     def _row(self, values: tuple) -> tuple:
         # Integer columns arrive as float64 when the pandas chunk holds nulls; the state wants ints.
         return tuple(
-            None if _missing(v) else int(v) if isinstance(t, _SMALL_INTS) else _plain(v)
+            None if missing(v) else int(v) if isinstance(t, _SMALL_INTS) else _plain(v)
             for v, t in zip(values, self.table_types, strict=True)
         )
 
@@ -137,7 +120,7 @@ class _TableJoin(StatefulProcessor):
         # Spark hands the rows over through namedtuples, which rename columns such as `_error`: use positions.
         df.columns = range(df.shape[1])
         df = df.sort_values([ts, side, off], kind="stable", na_position="last")
-        keyed = not _missing(key[0])
+        keyed = not missing(key[0])
         current = self.table.get() if keyed else None
         changed = False
         nulls = (None,) * nt
@@ -213,7 +196,7 @@ def join_table(
     side, ts, off, tomb = _META
 
     from_stream = stream.select(
-        *[_wire(_c(f.name), f.dataType).alias(f.name) for f in s_fields],
+        *[wire(col(f.name), f.dataType).alias(f.name) for f in s_fields],
         *[_null(f.dataType).alias(f.name) for f in t_fields],
         F.lit(_STREAM).alias(side),
         F.col("timestamp").alias(ts),
@@ -222,13 +205,13 @@ def join_table(
     )
     # A tombstone has no decoded fields: its key is the Kafka key, as text cast to the key's type.
     kafka_key = F.col("key") if isinstance(key_type, BinaryType) else F.col("key").cast("string").try_cast(key_type)
-    table_key = F.when(F.col("value").isNull(), kafka_key).otherwise(_c(key))
+    table_key = F.when(F.col("value").isNull(), kafka_key).otherwise(col(key))
     from_table = (
         table.withColumn(key, table_key)
-        .where(_c(key).isNotNull())
+        .where(col(key).isNotNull())
         .select(
-            *[(_wire(_c(key), key_type) if f.name == key else _null(f.dataType)).alias(f.name) for f in s_fields],
-            *[_wire(_c(f.name), f.dataType).alias(f.name) for f in t_fields],
+            *[(wire(col(key), key_type) if f.name == key else _null(f.dataType)).alias(f.name) for f in s_fields],
+            *[wire(col(f.name), f.dataType).alias(f.name) for f in t_fields],
             F.lit(_TABLE).alias(side),
             F.col("timestamp").alias(ts),
             F.col("offset").alias(off),
@@ -236,19 +219,19 @@ def join_table(
         )
     )
     wire_out = StructType(
-        [StructField(f.name, _wire_type(f.dataType)) for f in [*s_fields, *t_fields]]
+        [StructField(f.name, wire_type(f.dataType)) for f in [*s_fields, *t_fields]]
         + [StructField(ROUTE, StringType())]
     )
-    state_schema = StructType([StructField(f.name, _wire_type(f.dataType)) for f in t_fields])
+    state_schema = StructType([StructField(f.name, wire_type(f.dataType)) for f in t_fields])
     processor = _TableJoin(len(s_fields), [f.dataType for f in t_fields], state_schema, left=how == "left")
     joined = (
         from_stream.union(from_table)
-        .groupBy(_c(key))
+        .groupBy(col(key))
         .transformWithStateInPandas(processor, wire_out, outputMode="Append", timeMode="None")
     )
     return joined.select(
         *[
-            (_c(f.name).cast(f.dataType) if isinstance(f.dataType, LongType) else _c(f.name)).alias(f.name)
+            (col(f.name).cast(f.dataType) if isinstance(f.dataType, LongType) else col(f.name)).alias(f.name)
             for f in [*s_fields, *t_fields]
         ],
         ROUTE,

@@ -55,13 +55,12 @@ is a null (PySpark's pandas conversion).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -84,7 +83,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-ROUTE = "_route"
+from weir.pipeline.stateful import ROUTE, col, missing, wire, wire_type
+
 FUNCTIONS = ("count", "sum", "min", "max")
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE)
@@ -101,24 +101,8 @@ _UNITS_MS = {
 _INTERVAL = re.compile(r"\s*(\d+)\s*(millisecond|ms|second|minute|hour|day|week)s?\s*", re.IGNORECASE)
 
 
-def _c(name: str) -> Column:
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _wire_type(t: DataType) -> DataType:
-    return StringType() if isinstance(t, LongType) else t
-
-
-def _wire(c: Column, t: DataType) -> Column:
-    return c.cast("string") if isinstance(t, LongType) else c
-
-
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
-
-
 def _text(v: Any) -> str | None:
-    return None if _missing(v) else str(v)
+    return None if missing(v) else str(v)
 
 
 def interval_ms(text: str) -> int:
@@ -136,7 +120,7 @@ def interval_ms(text: str) -> int:
 
 
 def _plain_key(v: Any) -> Any:
-    if _missing(v):
+    if missing(v):
         return None
     return v.item() if hasattr(v, "item") else v
 
@@ -162,7 +146,7 @@ class _Tumbling(StatefulProcessor):
         return None if k is None else str(k) if self.key_long else k
 
     def _value(self, v: Any, i: int) -> Any:
-        if _missing(v):
+        if missing(v):
             return None
         return int(v) if self.integral[i] else float(v)
 
@@ -203,7 +187,7 @@ class _Tumbling(StatefulProcessor):
             # Spark hands the rows over through namedtuples, which rename some columns: use positions.
             for row in chunk.itertuples(index=False, name=None):
                 # (key, ts_us, *values, topic, partition, offset, kafka key, kafka value)
-                ts = None if _missing(row[1]) else int(row[1])
+                ts = None if missing(row[1]) else int(row[1])
                 start = None if ts is None else ts - ts % self.size_us
                 if ts is None or ts < watermark_us:
                     t, p, o, k, v = row[n + 2 : n + 7]
@@ -309,20 +293,20 @@ def tumbling_window(
     integral = [fn == "count" or isinstance(t, _INTEGRAL) for _, fn, _, t in specs]
     agg_types: list[DataType] = [LongType() if i else DoubleType() for i in integral]
     value_cols = []
-    for (_, fn, col, _), integ in zip(specs, integral, strict=True):
+    for (_, fn, source, _), integ in zip(specs, integral, strict=True):
         if fn == "count":  # only whether there is a value matters
-            value_cols.append(F.lit("1") if col == "*" else F.when(_c(col).isNotNull(), F.lit("1")))
+            value_cols.append(F.lit("1") if source == "*" else F.when(col(source).isNotNull(), F.lit("1")))
         elif integ:
-            value_cols.append(_c(col).cast("string"))  # text keeps BIGINT exact through pandas
+            value_cols.append(col(source).cast("string"))  # text keeps BIGINT exact through pandas
         else:
-            value_cols.append(_c(col).cast("double"))
+            value_cols.append(col(source).cast("double"))
 
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
     # Spark does not filter late rows before the processor (see the module docstring).
     watermarked = stream.withWatermark(event_time, watermark)
     wire_in = watermarked.select(
-        _wire(_c(key), key_type).alias("__weir_key"),
-        F.unix_micros(_c(event_time)).cast("string").alias("__weir_ts_us"),
+        wire(col(key), key_type).alias("__weir_key"),
+        F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
         *[c.alias(f"__weir_v{i}") for i, c in enumerate(value_cols)],
         F.col("topic").cast("string").alias("__weir_topic"),
         F.col("partition").cast("string").alias("__weir_partition"),
@@ -336,10 +320,10 @@ def tumbling_window(
     )
     wire_out = StructType(
         [
-            StructField("__weir_key", _wire_type(key_type)),
+            StructField("__weir_key", wire_type(key_type)),
             StructField("window_start", StringType()),
             StructField("window_end", StringType()),
-            *[StructField(f"__weir_a{i}", _wire_type(t)) for i, t in enumerate(agg_types)],
+            *[StructField(f"__weir_a{i}", wire_type(t)) for i, t in enumerate(agg_types)],
             StructField("topic", StringType()),
             StructField("partition", StringType()),
             StructField("offset", StringType()),
