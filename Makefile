@@ -26,7 +26,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 demo: $(STAMP)
-	$(BIN)/python -m examples.pipe_demo --duration $(DURATION)
+	$(BIN)/python -m examples.shop.demo --duration $(DURATION)
 
 bench: $(STAMP)
 	$(BIN)/python bench/pipe.py

@@ -37,7 +37,7 @@ def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (BrokerError, BrokerUnavailable, TopicError, CheckpointError, ValueError) as exc:
+        except (BrokerError, BrokerUnavailable, TopicError, CheckpointError, ValueError, RuntimeError) as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
 
@@ -227,6 +227,86 @@ def graph(
     print(g.dot(p))
 
 
+Spec = Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")]
+
+
+@app.command("run")
+@_clean_errors
+def run(
+    pipeline: Spec,
+    processor: Annotated[
+        list[str] | None, typer.Option("--processor", "-P", help="Run only this processor (repeatable).")
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Process what the inputs hold now (Trigger.AvailableNow), then stop.")
+    ] = False,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    reset: Annotated[
+        list[str] | None,
+        typer.Option("--reset", help="Delete this processor's checkpoint first (restart from the earliest offsets)."),
+    ] = None,
+) -> None:
+    """Run a pipeline: create its topics, then one streaming query per processor, until Ctrl-C or SIGTERM."""
+    import logging
+
+    from weir.pipeline import validate, versions
+    from weir.pipeline.load import load as load_pipeline
+    from weir.pipeline.run import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM callback otherwise
+    p = validate(load_pipeline(pipeline))
+    settings = load()
+    runner = Runner(p, settings, available_now=once, processors=processor or None)
+    for name in reset or []:
+        if name not in p.processors:
+            raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
+        cp = runner.checkpoint(p.processors[name])
+        out.print(f"reset {name}: " + ("checkpoint deleted" if versions.reset(cp) else "no checkpoint"))
+    try:
+        runner.run(duration)
+    except versions.IncompatibleChange as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
+    for n, st in runner.snapshot().items():
+        out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("status")
+@_clean_errors
+def status(
+    pipeline: Annotated[str | None, typer.Argument(help="Pipeline name (default: every pipeline run here).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show each processor's state, last batch and lag, from the runner's state file and the checkpoints."""
+    from weir.pipeline.status import collect
+
+    settings = load()
+    report = collect(settings, pipeline)
+    if as_json:
+        out.print_json(json.dumps(report, default=str))
+        return
+    if not report:
+        out.print("no pipeline has run here (nothing under " + settings.home + "/run)")
+    for name, body in report.items():
+        table = Table(
+            "processor", "state", "last batch", "at", "lag", "in", "out", "filtered", "dlq", "late", "violations",
+            "restarts", "last error", title=f"pipeline {name} ({body['runner']})",
+        )  # fmt: skip
+        for proc, st in body["processors"].items():
+            t = st.get("totals", {})
+            table.add_row(
+                proc, st["state"], str(st.get("last_batch_id", "-")), str(st.get("last_batch_at") or "-"),
+                "-" if st.get("lag") is None else str(st["lag"]), *(str(t.get(k, 0)) for k in
+                ("in", "out", "filtered", "dlq", "late", "violations")), str(st.get("restarts", 0)),
+                (st.get("last_error") or "")[:60],
+            )  # fmt: skip
+        out.print(table)
+
+
 @app.command("config")
 def show_config() -> None:
     """Show the effective settings (credentials redacted)."""
@@ -238,3 +318,7 @@ def show_config() -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -34,6 +34,14 @@ def is_secret(name: str) -> bool:
 def redact(settings: dict[str, Any]) -> dict[str, Any]:
     """A copy of client settings fit for logs: credentials replaced by '***'."""
     return {k: ("***" if is_secret(k) else v) for k, v in settings.items()}
+
+
+class ProcessorSettings(BaseModel):
+    """Operational settings of one processor, overriding its declaration and the global ones."""
+
+    model_config = ConfigDict(extra="forbid")
+    trigger: str | None = None
+    max_offsets_per_trigger: int | None = None
 
 
 class Settings(BaseSettings):
@@ -61,6 +69,21 @@ class Settings(BaseSettings):
         default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
         description="Root of query checkpoints; a path or URL on storage every Spark node can reach.",
     )
+
+    trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
+    max_offsets_per_trigger: int | None = Field(
+        100_000, description="Records per input topic per micro-batch (backlog catch-up in bounded steps); 0: no limit."
+    )
+    restart_backoff: float = Field(1.0, description="Seconds before restarting a failed processor the first time.")
+    restart_backoff_max: float = Field(60.0, description="Ceiling of the doubling restart backoff, in seconds.")
+    processors: dict[str, ProcessorSettings] = Field(
+        default_factory=dict,
+        description="Per-processor overrides by name, e.g. [processors.enrich] trigger = '5 seconds'.",
+    )
+    stop_timeout: float = Field(30.0, description="Seconds a stop waits for running batches to finish.")
+    max_restarts: int | None = Field(None, description="Give a processor up after this many failures in a row.")
+    replication_factor: int = Field(1, description="Replication factor of the topics weir creates (3 on a cluster).")
+    progress_topic: str = Field("_weir.progress", description="Topic receiving every processor's progress records.")
 
     @classmethod
     def settings_customise_sources(

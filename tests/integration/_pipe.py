@@ -110,25 +110,30 @@ class Collected:
         return [r for b in self.batches for r in b]
 
 
-def run_available_now(df, checkpoint: str, *, timeout: float = QUERY_TIMEOUT_S) -> Collected:
-    """Run a streaming DataFrame to the end of its input with Trigger.AvailableNow, collecting each batch
-    on the driver through foreachBatch. Raises what the query raised (StreamingQueryException)."""
-    out = Collected()
-
-    def each(batch_df, batch_id: int) -> None:
-        out.num_partitions.append(batch_df.rdd.getNumPartitions())
-        out.batches.append(batch_df.collect())
-
+def run_to_end(df, checkpoint: str, each, *, timeout: float = QUERY_TIMEOUT_S) -> list[dict]:
+    """Run a streaming DataFrame to the end of its input with Trigger.AvailableNow, handing every micro-batch
+    to `each(batch_df, batch_id)`; returns the query's progress. Raises what the query raised."""
     query = (
         df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )
     try:
         finished = query.awaitTermination(timeout)
         assert finished, f"query did not finish within {timeout}s; last progress: {query.lastProgress}"
-        out.progress = list(query.recentProgress)
+        return list(query.recentProgress)
     finally:
         if query.isActive:
             query.stop()
+
+
+def run_available_now(df, checkpoint: str, *, timeout: float = QUERY_TIMEOUT_S) -> Collected:
+    """Run a streaming DataFrame to the end of its input, collecting each batch on the driver (see run_to_end)."""
+    out = Collected()
+
+    def each(batch_df, batch_id: int) -> None:
+        out.num_partitions.append(batch_df.rdd.getNumPartitions())
+        out.batches.append(batch_df.collect())
+
+    out.progress = run_to_end(df, checkpoint, each, timeout=timeout)
     return out
 
 

@@ -1,4 +1,5 @@
-"""Stream-table join (weir.pipeline.join): as-of enrichment from a changelog kept in RocksDB keyed state."""
+"""Stream-table join (weir.pipeline.join): as-of enrichment from a changelog kept in RocksDB keyed state, with
+every input record of every micro-batch accounted for (out, filtered, absorbed into the table, or dead-lettered)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import json
 
 import pandas as pd
 import pytest
-from _pipe import Rec, produce, run_available_now, source
+from _pipe import Rec, produce, source
+from test_window import check_accounting, run_routed
 
 from weir.pipe import Admin
 from weir.pipeline.join import join_table
+from weir.pipeline.stateful import ABSORB, DLQ, FILTERED, OUT
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +75,28 @@ def create(bootstrap: str, name: str) -> tuple[str, str]:
     return customers, orders
 
 
-def inputs(spark, bootstrap: str, customers: str, orders: str):
+def inputs(spark, bootstrap: str, customers: str, orders: str, **options):
+    """Both topics as the source gives them: undecodable records too (the join dead-letters them)."""
     stream = source(
-        spark, bootstrap, orders, stream=True, startingOffsets="earliest", valueFormat="json", valueSchema=ORDERS
-    ).where("_error IS NULL")
+        spark,
+        bootstrap,
+        orders,
+        stream=True,
+        startingOffsets="earliest",
+        valueFormat="json",
+        valueSchema=ORDERS,
+        **options,
+    )
     table = source(
-        spark, bootstrap, customers, stream=True, startingOffsets="earliest", valueFormat="json", valueSchema=CUSTOMERS
-    ).where("_error IS NULL")
+        spark,
+        bootstrap,
+        customers,
+        stream=True,
+        startingOffsets="earliest",
+        valueFormat="json",
+        valueSchema=CUSTOMERS,
+        **options,
+    )
     return stream, table
 
 
@@ -121,12 +139,30 @@ def test_join_is_as_of_with_updates_and_tombstones(spark, bootstrap, topic_name,
 
     joined = join_table(stream, table, "customer_id", how=how)
 
-    assert joined.columns == [*stream.columns, "tier", "name", "since", "_route"]
-    assert dict(joined.dtypes)["since"] == "bigint"
-    assert [f.dataType for f in joined.schema.fields[: len(stream.columns)]] == [f.dataType for f in stream.schema]
-    got = run_available_now(joined, str(tmp_path / "ckpt")).rows
-    assert len(got) == len(ORDER_LOG)  # one row per clean order; the bad record never reached the join
+    stream_fields = [f for f in stream.schema.fields if f.name != "_error"]
+    assert joined.columns == [
+        *[f.name for f in stream_fields],
+        "tier",
+        "name",
+        "since",
+        "_route",
+        "_absorbed",
+        "_error",
+    ]
+    assert [dict(joined.dtypes)[c] for c in ("since", "_absorbed", "_error")] == ["bigint", "bigint", "string"]
+    assert [f.dataType for f in joined.schema.fields[: len(stream_fields)]] == [f.dataType for f in stream_fields]
+    routed = run_routed(joined, str(tmp_path / "ckpt"))
+    check_accounting(routed)
+    everything = routed.rows
+    got = [r for r in everything if r._route in (OUT, FILTERED)]
+    assert len(got) == len(ORDER_LOG)  # one row per clean order
     assert result(got) == reference(how)
+    # One absorbed row per table key (all in one micro-batch here) counting its records: c1 2, c2 3, c3 1, c5 1.
+    absorbed = [r for r in everything if r._route == ABSORB]
+    assert sorted(r._absorbed for r in absorbed) == [1, 1, 2, 3]
+    assert all(r.customer_id is None and r.order_id is None and r.tier is None for r in absorbed)
+    (bad,) = [r for r in everything if r._route == DLQ]  # the order that did not decode
+    assert (bad.topic, bytes(bad.value), bad.order_id) == (orders, b"not json", None) and bad._error
     # Stream columns pass through untouched.
     assert {(r.order_id, r.topic, json.loads(r.value)["amount"]) for r in got} == {
         (oid, orders, 10.0 + i) for i, (oid, _, _) in enumerate(ORDER_LOG)
@@ -151,13 +187,15 @@ def test_table_state_survives_a_restart(spark, bootstrap, topic_name, tmp_path) 
     produce(bootstrap, orders, order_recs([("o1", "c1", 5000)]))
     checkpoint = str(tmp_path / "ckpt")
 
-    first = run_available_now(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
-    assert {(r.order_id, r.tier, r._route) for r in first.rows} == {("o1", "gold", "out")}
+    first = run_routed(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
+    check_accounting(first)
+    assert {(r.order_id, r.tier, r._route) for r in first.rows if r._route != ABSORB} == {("o1", "gold", "out")}
 
     # No customer record after this point: the second run can only know them from the checkpointed state.
     later = [("o2", "c1", 6000), ("o3", "c2", 6000), ("o4", "c3", 6000), ("o5", "c9", 6000)]
     produce(bootstrap, orders, order_recs(later))
-    second = run_available_now(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
+    second = run_routed(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
+    check_accounting(second)
     assert {(r.order_id, r.tier, r.name, r.since, r._route) for r in second.rows} == {
         ("o2", "gold", "Ann", BIG, "out"),
         ("o3", None, None, None, "filtered"),  # deleted by the tombstone before the restart
@@ -165,6 +203,38 @@ def test_table_state_survives_a_restart(spark, bootstrap, topic_name, tmp_path) 
         ("o5", None, None, None, "filtered"),
     }
     assert sum(p["numInputRows"] for p in second.progress) == len(later)  # nothing re-read from the table
+
+
+def test_every_record_is_accounted_in_every_batch(spark, bootstrap, topic_name, tmp_path) -> None:
+    customers, orders = create(bootstrap, topic_name)
+    keyless = [
+        Rec(0, b"c9", json.dumps({"tier": "gold"}).encode(), None, BASE_MS + 100),  # an upsert without its key
+        Rec(0, None, None, None, BASE_MS + 200),  # a tombstone without a Kafka key
+    ]
+    produce(bootstrap, customers, [*customer_recs(CUSTOMER_LOG), *keyless])
+    produce(bootstrap, orders, [*order_recs(ORDER_LOG), Rec(1, None, b"not json", None, BASE_MS + 1000)])
+    stream, table = inputs(spark, bootstrap, customers, orders, maxOffsetsPerTrigger=3)
+
+    joined = join_table(stream, table, "customer_id", how="left", table_name="customers")
+
+    got = run_routed(joined, str(tmp_path / "ckpt"))
+    assert len([p for p in got.progress if p["numInputRows"]]) >= 4  # the limit made several batches
+    check_accounting(got)
+    rows = got.rows
+    assert sorted(r.order_id for r in rows if r._route == OUT) == sorted(oid for oid, _, _ in ORDER_LOG)
+    assert sum(r._absorbed for r in rows if r._route == ABSORB) == len(CUSTOMER_LOG)
+    # The dead letters carry their own topic's coordinates and raw bytes, for <topic>.dlq.
+    dlq = sorted((r for r in rows if r._route == DLQ), key=lambda r: (r.topic, r.offset))
+    null_key = "table customers record has a null key customer_id"
+    assert [(r.topic, r.partition, r.offset, r.key, r.value) for r in dlq] == [
+        (customers, 0, len(CUSTOMER_LOG), b"c9", keyless[0].value),
+        (customers, 0, len(CUSTOMER_LOG) + 1, None, None),
+        (orders, 1, len(ORDER_LOG) // 2, None, b"not json"),
+    ]
+    assert dlq[0]._error == null_key
+    assert dlq[1]._error == f"{null_key}: a tombstone's key is its Kafka key, null or not a string"
+    assert dlq[2]._error  # the decoder's reason
+    assert all(r.order_id is None and r.customer_id is None and r.tier is None for r in dlq)
 
 
 def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:
@@ -183,5 +253,9 @@ def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> No
     # The stream's own columns collide by default: both sides have a `name` here.
     with pytest.raises(ValueError, match=r"\['name'\] collide"):
         join_table(stream.withColumnRenamed("amount", "NAME"), table, "customer_id")
+    with pytest.raises(ValueError, match=r"the table lacks the Kafka column\(s\) partition"):
+        join_table(stream, table.drop("partition"), "customer_id")
+    with pytest.raises(ValueError, match=r"\['_absorbed'\] collide with the output columns"):
+        join_table(stream.withColumn("_absorbed", stream.amount), table, "customer_id")
     with pytest.raises(ValueError, match="is string in the stream but int in the table"):
         join_table(stream, table.withColumn("customer_id", table.customer_id.cast("int")), "customer_id")

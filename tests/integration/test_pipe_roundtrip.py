@@ -196,3 +196,9 @@ def test_producer_records_read_back_exactly(spark, bootstrap, topic_name) -> Non
     produce(bootstrap, topic_name, records)
     got = read_records(source(spark, bootstrap, topic_name, stream=False))
     assert got == sorted(records, key=sort_key)
+
+
+def test_batch_read_of_an_empty_topic_is_empty(spark, bootstrap, topic_name) -> None:
+    Admin(bootstrap).create_topic(topic_name, 2)
+    df = source(spark, bootstrap, topic_name, stream=False, valueFormat="json", valueSchema="x STRING")
+    assert df.count() == 0

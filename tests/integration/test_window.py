@@ -1,17 +1,21 @@
-"""Tumbling windows (weir.pipeline.window): closed windows equal pandas on the on-time records, and every record
-behind the watermark comes out as a "late" row instead of being dropped."""
+"""Tumbling windows (weir.pipeline.window): closed windows equal pandas on the on-time records, every record
+behind the watermark comes out as a "late" row instead of being dropped, and every micro-batch's input rows
+are accounted for. Also home of the helpers the other stateful-block tests share (run_routed, check_accounting,
+judged)."""
 
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass, field
 
 import pandas as pd
 import pytest
-from _pipe import Rec, end_offsets, produce, run_available_now, source
+from _pipe import QUERY_TIMEOUT_S, Rec, end_offsets, produce, run_to_end, source
 from pyspark.sql import functions as F
 
 from weir.pipe import Admin
+from weir.pipeline.stateful import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTES
 from weir.pipeline.window import interval_ms, tumbling_window
 
 pytestmark = pytest.mark.integration
@@ -32,8 +36,47 @@ AGGREGATES = {
 }
 
 
+@dataclass
+class Routed:
+    """What a foreachBatch query saw: rows by batch id, and the query's progress events."""
+
+    batches: dict[int, list] = field(default_factory=dict)
+    progress: list[dict] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list:
+        return [r for b in sorted(self.batches) for r in self.batches[b]]
+
+
+def run_routed(df, checkpoint: str, *, timeout: float = QUERY_TIMEOUT_S) -> Routed:
+    """Run a stateful block's output to the end of its input (Trigger.AvailableNow), collecting each batch by id."""
+    got = Routed()
+
+    def each(batch_df, batch_id: int) -> None:
+        got.batches[batch_id] = batch_df.collect()  # a retried batch replaces its first attempt
+
+    got.progress = run_to_end(df, checkpoint, each, timeout=timeout)
+    return got
+
+
+def check_accounting(got: Routed) -> None:
+    """Every row is well formed for its route, and each micro-batch balances: numInputRows = out + filtered +
+    late + dlq + duplicate rows + the sum of `_absorbed` (emit rows come from state, not from the input)."""
+    assert sorted(p["batchId"] for p in got.progress) == sorted(got.batches)
+    for p in got.progress:
+        rows = got.batches[p["batchId"]]
+        for r in rows:
+            assert r._route in ROUTES, r
+            assert (r._absorbed is not None) == (r._route == ABSORB), r
+            assert (r._error is not None) == (r._route == DLQ), r
+        counted = sum(r._route in (OUT, FILTERED, LATE, DLQ, DUPLICATE) for r in rows)
+        absorbed = sum(r._absorbed for r in rows if r._route == ABSORB)
+        assert p["numInputRows"] == counted + absorbed, (p["batchId"], p["numInputRows"], counted, absorbed)
+
+
 def orders(spark, bootstrap: str, topic: str, **options):
-    """The topic's orders, with their event time from the payload (null when `ts_ms` is missing)."""
+    """The topic's orders (undecodable ones too), with their event time from the payload (null when `ts_ms` is
+    missing or the record did not decode)."""
     return (
         source(
             spark,
@@ -45,9 +88,7 @@ def orders(spark, bootstrap: str, topic: str, **options):
             valueSchema=ORDERS,
             **options,
         )
-        .where("_error IS NULL")
-        .withColumn("event_time", F.timestamp_millis("ts_ms"))
-    )
+    ).withColumn("event_time", F.timestamp_millis("ts_ms"))
 
 
 def events(n: int = 80, seed: int = 7) -> list[dict]:
@@ -68,12 +109,14 @@ def events(n: int = 80, seed: int = 7) -> list[dict]:
     return out
 
 
-def reference(evts: list[dict], partitions: list[int], ends: list[dict[str, int]]) -> tuple[set, set, int, int]:
-    """(closed windows, late records, final watermark, late records Spark itself would drop) computed in
-    pandas from the batches Spark ran. Spark's own filter (when the watermarked column reaches the stateful
-    operator) drops rows behind the previous batch's watermark."""
+def judged(evts: list[dict], partitions: list[int], ends: list[dict[str, int]], delay_ms: int = DELAY_MS):
+    """The records as a DataFrame with the batch Spark ran each in, that batch's watermark (`wm`) and whether
+    the record is late; also every batch's watermark and how many late records Spark's own late-row filter
+    (when the watermarked column reaches the stateful operator) would drop: those behind the previous batch's
+    watermark."""
     df = pd.DataFrame(evts)
-    df["qty"] = pd.array([e["qty"] for e in evts], dtype="Int64")  # not via float64: BIG is not a float
+    if "qty" in df:
+        df["qty"] = pd.array([e["qty"] for e in evts], dtype="Int64")  # not via float64: BIG is not a float
     df["partition"] = partitions
     df["offset"] = df.groupby("partition").cumcount()
     # Batch of a record: the first whose end offset in its partition is past the record's offset.
@@ -82,40 +125,74 @@ def reference(evts: list[dict], partitions: list[int], ends: list[dict[str, int]
     ]
     wms, seen = [], None
     for b in range(len(ends) + 1):
-        wms.append(max(0, seen - DELAY_MS) if seen is not None else 0)
+        wms.append(max(0, seen - delay_ms) if seen is not None else 0)
         in_batch = df.loc[df.batch == b, "ts_ms"].dropna()
         if len(in_batch):
             seen = max(seen or 0, int(in_batch.max()))
     df["wm"] = [wms[b] for b in df.batch]
     df["late"] = df.ts_ms.isna() | (df.ts_ms < df.wm)
     spark_drops = int((df.ts_ms < [wms[b - 1] if b else 0 for b in df.batch]).sum())
-    df["start"] = df.ts_ms - df.ts_ms % SIZE_MS
+    return df, wms, spark_drops
 
-    late = {
-        (r.customer_id, None if pd.isna(r.start) else int(r.start), r.partition, r.offset)
+
+def aggregated(g) -> dict:
+    """AGGREGATES computed by pandas over grouped orders, as SQL would (sums of nothing are null)."""
+    return {
+        "orders": g.size(),
+        "revenue": g.amount.sum(min_count=1),
+        "cheapest": g.amount.min(),
+        "qty_n": g.qty.count(),
+        "qty_sum": g.qty.sum(min_count=1),
+        "qty_max": g.qty.max(),
+    }
+
+
+def reference(
+    evts: list[dict], partitions: list[int], ends: list[dict[str, int]], size_ms: int = SIZE_MS, slide_ms: int = 0
+) -> tuple[set, set, int, int, int]:
+    """(closed windows, late records, final watermark, late records Spark itself would drop, on-time records)
+    computed in pandas from the batches Spark ran; windows of `size_ms` every `slide_ms` (default: tumbling)."""
+    slide_ms = slide_ms or size_ms
+    df, wms, spark_drops = judged(evts, partitions, ends)
+    df["start"] = df.ts_ms - df.ts_ms % slide_ms  # the latest window of the record
+    late = late_set(df, size_ms)
+    on_time = df[~df.late]
+    # One row per (record, window): the windows start at the latest start and every slide back within size.
+    exploded = pd.concat(
+        [on_time.assign(start=on_time.start - k * slide_ms) for k in range(-(-size_ms // slide_ms))],
+        ignore_index=True,
+    )
+    exploded = exploded[exploded.start + size_ms > exploded.ts_ms]
+    g = exploded.groupby(["customer_id", "start"], dropna=False)
+    agg = pd.DataFrame(aggregated(g)).reset_index()
+    agg["end"] = agg.start + size_ms
+    return closed_set(agg, wms[-1]), late, wms[-1], spark_drops, len(on_time)
+
+
+def late_set(df: pd.DataFrame, span_ms: int) -> set[tuple]:
+    """(key, window start, window end, partition, offset) of the late records, with the `start` column."""
+    return {
+        (
+            r.customer_id,
+            *((None, None) if pd.isna(r.start) else (int(r.start), int(r.start) + span_ms)),
+            r.partition,
+            r.offset,
+        )
         for r in df[df.late].itertuples()
     }
-    on_time = df[~df.late]
-    g = on_time.groupby(["customer_id", "start"], dropna=False)
-    agg = pd.DataFrame(
-        {
-            "orders": g.size(),
-            "revenue": g.amount.sum(min_count=1),
-            "cheapest": g.amount.min(),
-            "qty_n": g.qty.count(),
-            "qty_sum": g.qty.sum(min_count=1),
-            "qty_max": g.qty.max(),
-        }
-    ).reset_index()
-    final_wm = wms[-1]
+
+
+def closed_set(agg: pd.DataFrame, final_wm: int) -> set[tuple]:
+    """The rows of `agg` (per window: customer_id, start, end and the aggregates) whose end the watermark reached."""
     closed = set()
     for r in agg.itertuples():
-        if int(r.start) + SIZE_MS <= final_wm:
+        if int(r.end) <= final_wm:
             row = [None if pd.isna(v) else v for v in (r.revenue, r.cheapest, r.qty_sum, r.qty_max)]
             closed.add(
                 (
                     None if pd.isna(r.customer_id) else r.customer_id,
                     int(r.start),
+                    int(r.end),
                     int(r.orders),
                     row[0],
                     row[1],
@@ -124,7 +201,70 @@ def reference(evts: list[dict], partitions: list[int], ends: list[dict[str, int]
                     None if row[3] is None else int(row[3]),
                 )
             )
-    return closed, late, final_wm, spark_drops
+    return closed
+
+
+def window_records(topic: str, evts: list[dict]) -> tuple[list[int], list[Rec]]:
+    """(partition of each event, the records to produce): the events on 2 partitions, then one undecodable
+    record at the end of partition 1."""
+    partitions = [i % 2 for i in range(len(evts))]
+    recs = [
+        Rec(p, f"k{i}".encode(), json.dumps(e).encode(), None, BASE_MS)
+        for i, (p, e) in enumerate(zip(partitions, evts, strict=True))
+    ]
+    return partitions, [*recs, Rec(1, b"bad", b"not json", None, BASE_MS)]
+
+
+def check_windows(got: Routed, topic: str, evts: list[dict], recs: list[Rec], expected) -> None:
+    """A window block's output against a pandas reference, `expected(evts, partitions, ends)` -> (closed
+    windows, late records, final watermark, Spark's own drops, on-time count): closed windows, late rows, the
+    dlq row, the watermark, Spark's own late-row filter kept out, and the accounting of every batch."""
+    partitions = [r.partition for r in recs[: len(evts)]]
+    ends = [e[topic] for e in end_offsets(got.progress)]
+    assert len([p for p in got.progress if p["numInputRows"]]) >= 8  # the limit made several batches
+    closed, late, final_wm, spark_drops, on_time = expected(evts, partitions, ends)
+    assert closed and late  # the data exercises both routes
+    assert spark_drops > 0  # ... including records Spark's own late-row filter would have dropped
+
+    # Spark's watermark is the reference's: the last batch (the undecodable record's, or one without data) ran at
+    # the final watermark.
+    assert pd.Timestamp(got.progress[-1]["eventTime"]["watermark"]).value // 1_000_000 == final_wm
+    assert all(p["stateOperators"][0]["numRowsDroppedByWatermark"] == 0 for p in got.progress)
+    check_accounting(got)
+
+    rows = got.rows
+    assert {r._route for r in rows} == {EMIT, LATE, DLQ, ABSORB}
+    emitted = [r for r in rows if r._route == EMIT]
+    assert len(emitted) == len(closed)  # each window once
+    assert {
+        (r.customer_id, *map(ms, (r.window_start, r.window_end)), *(getattr(r, a) for a in AGGREGATES)) for r in emitted
+    } == closed
+    assert all(r.topic is None and r.offset is None and r.key is None and r.value is None for r in emitted)
+
+    late_rows = [r for r in rows if r._route == LATE]
+    assert len(late_rows) == len(late)  # each late record once, not once per window
+    assert {(r.customer_id, ms(r.window_start), ms(r.window_end), r.partition, r.offset) for r in late_rows} == late
+    for r in late_rows:
+        assert r.topic == topic
+        assert all(getattr(r, a) is None for a in AGGREGATES)
+        i = int(bytes(r.key)[1:])  # the raw Kafka record, byte for byte
+        assert (bytes(r.key), bytes(r.value)) == (recs[i].key, recs[i].value)
+        assert (r.partition, r.customer_id) == (partitions[i], evts[i]["customer_id"])
+
+    (dlq,) = [r for r in rows if r._route == DLQ]
+    assert (dlq.topic, dlq.partition, dlq.offset, bytes(dlq.key), bytes(dlq.value)) == (
+        topic,
+        1,
+        len(evts) // 2,
+        b"bad",
+        b"not json",
+    )
+    assert dlq._error and dlq.window_start is None and dlq.orders is None
+    # Every on-time record was absorbed exactly once.
+    assert sum(r._absorbed for r in rows if r._route == ABSORB) == on_time
+    for r in rows:
+        if r._route == ABSORB:
+            assert r.customer_id is None and r.window_start is None and r.topic is None
 
 
 def ms(t) -> int | None:
@@ -134,11 +274,7 @@ def ms(t) -> int | None:
 def test_closed_windows_match_pandas_and_late_records_are_routed(spark, bootstrap, topic_name, tmp_path) -> None:
     Admin(bootstrap).create_topic(topic_name, partitions=2)
     evts = events()
-    partitions = [i % 2 for i in range(len(evts))]
-    recs = [
-        Rec(p, f"k{i}".encode(), json.dumps(e).encode(), None, BASE_MS)
-        for i, (p, e) in enumerate(zip(partitions, evts, strict=True))
-    ]
+    _, recs = window_records(topic_name, evts)
     produce(bootstrap, topic_name, recs)
     stream = orders(spark, bootstrap, topic_name, maxOffsetsPerTrigger=PER_TRIGGER)
 
@@ -155,42 +291,13 @@ def test_closed_windows_match_pandas_and_late_records_are_routed(spark, bootstra
         "key",
         "value",
         "_route",
+        "_absorbed",
+        "_error",
     ]
     types = dict(windows.dtypes)
     assert [types[c] for c in AGGREGATES] == ["bigint", "double", "double", "bigint", "bigint", "bigint"]
-    got = run_available_now(windows, str(tmp_path / "ckpt"))
-    ends = [e[topic_name] for e in end_offsets(got.progress)]
-    assert len([p for p in got.progress if p["numInputRows"]]) >= 8  # the limit made several batches
-    closed, late, final_wm, spark_drops = reference(evts, partitions, ends)
-    assert closed and late  # the data exercises both routes
-    assert spark_drops > 0  # ... including records Spark's own late-row filter would have dropped
-
-    # Spark's watermark is the reference's: the last batch ran without data, at the final watermark.
-    assert got.progress[-1]["numInputRows"] == 0
-    assert pd.Timestamp(got.progress[-1]["eventTime"]["watermark"]).value // 1_000_000 == final_wm
-    assert all(p["stateOperators"][0]["numRowsDroppedByWatermark"] == 0 for p in got.progress)
-
-    rows = got.rows
-    assert {r._route for r in rows} == {"out", "late"}
-    out = [r for r in rows if r._route == "out"]
-    assert len(out) == len(closed)  # each window once
-    assert {
-        (r.customer_id, ms(r.window_start), r.orders, r.revenue, r.cheapest, r.qty_n, r.qty_sum, r.qty_max) for r in out
-    } == closed
-    assert all(ms(r.window_end) - ms(r.window_start) == SIZE_MS for r in out)
-    assert all(r.topic is None and r.offset is None and r.key is None and r.value is None for r in out)
-
-    late_rows = [r for r in rows if r._route == "late"]
-    assert len(late_rows) == len(late)  # each late record once
-    assert {(r.customer_id, ms(r.window_start), r.partition, r.offset) for r in late_rows} == late
-    for r in late_rows:
-        assert r.topic == topic_name
-        assert all(getattr(r, a) is None for a in AGGREGATES)
-        i = int(bytes(r.key)[1:])  # the raw Kafka record, byte for byte
-        assert (bytes(r.key), bytes(r.value)) == (recs[i].key, recs[i].value)
-        assert (r.partition, r.customer_id) == (partitions[i], evts[i]["customer_id"])
-    # Nothing vanished: every record is late or counted in a window (closed or still open in state).
-    assert len(late_rows) + sum(r.orders for r in out) <= len(evts)
+    assert (types["_absorbed"], types["_error"]) == ("bigint", "string")
+    check_windows(run_routed(windows, str(tmp_path / "ckpt")), topic_name, evts, recs, reference)
 
 
 def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> None:
@@ -206,7 +313,9 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
         stream = orders(spark, bootstrap, topic_name)
         aggs = {"n": ("count", "*"), "q": ("sum", "qty")}
         w = tumbling_window(stream, "customer_id", "event_time", SIZE, DELAY, aggs)
-        return run_available_now(w, checkpoint).rows
+        got = run_routed(w, checkpoint)
+        check_accounting(got)
+        return [r for r in got.rows if r._route != ABSORB]
 
     # The first run leaves [0 s, 10 s) open: its watermark stops at 9 s - 5 s.
     first = run([("c1", BIG, 1000), ("c1", 1, 9000)])
@@ -214,7 +323,7 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
     # The second run only knows the open window from the checkpointed state; 2 s is now late.
     second = run([("c1", 1, 9500), ("c1", 5, 30_000), ("c1", 7, 2000)])
     assert {(r.customer_id, ms(r.window_start), r.n, r.q, r._route, r.offset) for r in second} == {
-        ("c1", BASE_MS, 3, BIG + 2, "out", None),
+        ("c1", BASE_MS, 3, BIG + 2, "emit", None),
         ("c1", BASE_MS, None, None, "late", 4),
     }
 

@@ -51,6 +51,8 @@ def test_secrets_are_redacted():
         ["topics", "delete"],
         ["offsets"],
         ["graph"],
+        ["run"],
+        ["status"],
         ["config"],
     ],
 )
@@ -92,3 +94,26 @@ def test_checkpoint_offsets(tmp_path):
     assert offsets.committed == {"t": {0: 5}} and offsets.planned == {"t": {0: 9}}
     with pytest.raises(CheckpointError, match="not a streaming checkpoint"):
         read_offsets(str(tmp_path))
+
+
+def test_status_without_runs_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 0 and "no pipeline has run here" in result.output
+    result = runner.invoke(app, ["status", "nope"])
+    assert result.exit_code == 2 and "pipeline nope has not run here" in result.output
+
+
+def test_run_of_an_invalid_pipeline_lists_its_problems(tmp_path):
+    spec = tmp_path / "bad.py"
+    spec.write_text(
+        "from weir.pipeline import Pipeline\n"
+        "p = Pipeline('bad')\n"
+        "p.topic('a', schema='x STRING')\n"
+        "@p.processor(inputs=['a'], outputs=['nowhere'])\n"
+        "def f(df):\n"
+        "    return df\n"
+    )
+    result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 2
+    assert "unknown output topic 'nowhere'" in result.output

@@ -138,6 +138,10 @@ class _RangeReading:
         self.decoder = _decoder(opts, schema)
 
     def read(self, partition: KafkaPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaPartition):
+            # Spark plans one default InputPartition when partitions() has none: nothing to read (an empty
+            # topic, or a range with no records).
+            return iter(())
         return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
 
 

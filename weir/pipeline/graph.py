@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from weir.pipeline.model import Pipeline, Table
+from weir.pipeline.model import Pipeline, Processor, Table
 
 
 def _label(p: Pipeline, topic: str) -> str:
@@ -20,12 +20,18 @@ def text(p: Pipeline) -> str:
     lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(p.processors)} processors"]
     for proc in sorted(p.processors.values(), key=lambda x: (order[x.kind], x.name)):
         ins = ", ".join(_label(p, t) for t in proc.inputs) or "(outside world)"
-        outs = ", ".join(_label(p, t) for t in proc.outputs) or "(storage)"
-        lines.append(f"  {ins} ──► {proc.name} ({proc.kind}, {proc.version}) ──► {outs}")
+        outs = ", ".join(_label(p, t) for t in proc.outputs) or _sink(proc)
+        state = ", stateful" if proc.stateful else ""
+        lines.append(f"  {ins} ──► {proc.name} ({proc.kind}{state}, {proc.version}) ──► {outs}")
     unused = sorted(set(p.topics) - {t for x in p.processors.values() for t in (*x.inputs, *x.outputs)})
     if unused:
         lines.append(f"  not read or written by any processor: {', '.join(unused)}")
     return "\n".join(lines)
+
+
+def _sink(proc: Processor) -> str:
+    name = getattr(proc.sink, "name", None) or type(proc.sink).__name__
+    return "(storage)" if proc.sink is None else f"{name} [sink]"
 
 
 def _q(name: str) -> str:
@@ -42,5 +48,8 @@ def dot(p: Pipeline) -> str:
         lines.append(f"  {_q('proc:' + proc.name)} [label={_q(proc.name)}, shape=box, style=rounded];")
         lines += [f"  {_q('topic:' + t)} -> {_q('proc:' + proc.name)};" for t in proc.inputs]
         lines += [f"  {_q('proc:' + proc.name)} -> {_q('topic:' + t)};" for t in proc.outputs]
+        if proc.sink is not None:
+            sink = _q("sink:" + proc.name)
+            lines += [f"  {sink} [label={_q(_sink(proc))}, shape=folder];", f"  {_q('proc:' + proc.name)} -> {sink};"]
     lines.append("}")
     return "\n".join(lines)

@@ -1,15 +1,16 @@
 """Stream-table join: enrich a stream with the latest value of a changelog table, from Spark keyed state.
 
-    orders = spark.readStream.format("weir-kafka")...load().where("_error IS NULL")
-    customers = spark.readStream.format("weir-kafka")...load().where("_error IS NULL")
-    enriched = join_table(orders, customers, key="customer_id", how="left")
+    orders = spark.readStream.format("weir-kafka")...load()
+    customers = spark.readStream.format("weir-kafka")...load()
+    enriched = join_table(orders, customers, key="customer_id", how="left", table_name="customers")
 
 Both inputs are streaming DataFrames from `weir-kafka` with decoded values (`valueFormat=json`), so they
-carry the Kafka columns `key`, `value`, `timestamp` and `offset` besides their fields. The table is a
-changelog: each record upserts the row of its key, and a record whose raw `value` is null (a tombstone)
-deletes it. The table lives in Spark keyed state, one ValueState per key, never in a remote store, so it
-survives restarts through the query's checkpoint. Spark's transformWithState needs the RocksDB state store
-(as `weir.spark_session` configures); with another provider the query fails at its first batch.
+carry the Kafka columns `key`, `value`, `topic`, `partition`, `offset` and `timestamp` besides their
+fields, and usually `_error`. The table is a changelog: each record upserts the row of its key, and a
+record whose raw `value` is null (a tombstone) deletes it. The table lives in Spark keyed state, one
+ValueState per key, never in a remote store, so it survives restarts through the query's checkpoint.
+Spark's transformWithState needs the RocksDB state store (as `weir.spark_session` configures); with
+another provider the query fails at its first batch.
 
 Semantics:
 
@@ -22,18 +23,29 @@ Semantics:
   update sees that update.
 - A table record's key is its decoded `key` field. A tombstone has no decoded fields, so its key is the
   Kafka message key, read as UTF-8 text and cast to the key column's type (as is, for a BINARY key): the
-  table topic must be keyed by the key field's value. An upsert with a null key cannot be placed and is
-  ignored.
-- Output: every stream column (same names and types), then the table columns (`table_columns`, by default
-  every decoded table field except the key; null when the key has no value), then `_route` STRING:
-  "out" for a joined row. With how="inner", a stream row whose key has no table value (never set, deleted,
-  or a null key) is still emitted, with `_route` = "filtered" and null table columns, so the caller can
-  count it: nothing is dropped silently. With how="left" it is emitted with `_route` = "out".
-- The inputs must be clean: filter rows with a non-null `_error` before the join; this function does not.
-  The table's tombstones pass that filter (the source gives them null fields and no `_error`).
+  table topic must be keyed by the key field's value.
+- Every input record is accounted for by exactly one `_route` (see weir.pipeline.stateful):
+  - a stream record: "out" for a joined row; with how="inner", a stream row whose key has no table value
+    (never set, deleted, or a null key) is "filtered", with null table columns, so the caller can count
+    it; with how="left" it is "out". One output row per stream record.
+  - a table record that is applied (an upsert or a tombstone with a key): no row of its own; per key and
+    micro-batch ONE "absorbed" row whose `_absorbed` is the number of table records applied; every other
+    column of that row is null.
+  - "dlq", one row per record, with `_error` set and the record's Kafka columns (`topic`, `partition`,
+    `offset`, `key`, `value`, and the other Kafka columns both inputs have), so a router can write it to
+    `<topic>.dlq`: a record of either input whose `_error` is non-null (it failed to decode; the error is
+    kept); a table upsert whose decoded key is null ("table <table_name> record has a null key <key>");
+    a tombstone whose Kafka key is null or does not read as the key's type (the same, then ": a
+    tombstone's key is its Kafka key, null or not a <type>"). A dlq table record changes no state.
+  So each micro-batch's input rows (both sources) = out + filtered + dlq rows + the sum of `_absorbed`.
+- Output columns: every stream column except `_error` (same names and types; on table dlq rows only the
+  Kafka columns are set), then the table columns (`table_columns`, by default every decoded table field
+  except the key; null when the key has no value), then `_route` STRING, `_absorbed` BIGINT (non-null only
+  on "absorbed" rows), `_error` STRING (non-null only on "dlq" rows).
 - The state holds the table columns (BIGINT as STRING, see below). Changing `table_columns` or their types
   changes the state schema, and Spark refuses to restart from the old checkpoint
   (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE): start a new checkpoint, which re-reads the table topic.
+  `how` and `table_name` can change between runs.
 - A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
 
 Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
@@ -65,11 +77,12 @@ from pyspark.sql.types import (
 
 from weir.pipe.decode import ERROR_COLUMN
 from weir.pipe.source import KAFKA_COLUMN_NAMES
-from weir.pipeline.stateful import ROUTE, col, missing, wire, wire_type
+from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE, col, missing, wire, wire_type
 
 HOWS = ("inner", "left")
 _TABLE, _STREAM = 0, 1  # the table sorts first among rows with the same timestamp
-_META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone")
+_META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone", "__weir_error")
+_KAFKA_NEEDED = ("key", "value", "topic", "partition", "offset", "timestamp")
 _SMALL_INTS = (ByteType, ShortType, IntegerType)
 
 
@@ -115,28 +128,31 @@ class _TableJoin(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         ns, nt = self.n_stream, len(self.table_types)
-        side, ts, off, tomb = range(ns + nt, ns + nt + 4)
+        side, ts, off, tomb, err = range(ns + nt, ns + nt + len(_META))
         df = pd.concat(list(rows), ignore_index=True)
         # Spark hands the rows over through namedtuples, which rename columns such as `_error`: use positions.
         df.columns = range(df.shape[1])
         df = df.sort_values([ts, side, off], kind="stable", na_position="last")
         keyed = not missing(key[0])
         current = self.table.get() if keyed else None
-        changed = False
+        applied = 0
         nulls = (None,) * nt
         out = []
         for row in df.itertuples(index=False, name=None):
-            if row[side] == _TABLE:
+            if not missing(row[err]):
+                out.append((*row[:ns], *nulls, DLQ, None, row[err]))
+            elif row[side] == _TABLE:  # has a key: keyless table records carry an error
                 current = None if row[tomb] else self._row(row[ns : ns + nt])
-                changed = True
+                applied += 1
             else:
-                route = "out" if current is not None or self.left else "filtered"
-                out.append((*row[:ns], *(current or nulls), route))
-        if changed:
+                route = OUT if current is not None or self.left else FILTERED
+                out.append((*row[:ns], *(current or nulls), route, None, None))
+        if applied and keyed:
             if current is None:
                 self.table.clear()
             else:
                 self.table.update(current)
+            out.append(((None,) * (ns + nt)) + (ABSORB, str(applied), None))
         if out:
             yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
 
@@ -144,20 +160,20 @@ class _TableJoin(StatefulProcessor):
 def _check(stream: DataFrame, table: DataFrame, key: str, how: str, table_columns: list[str] | None) -> list[str]:
     if how not in HOWS:
         raise ValueError(f"join_table: how must be one of {', '.join(HOWS)}, got {how!r}")
-    for name, df, needed in (
-        ("stream", stream, ("timestamp", "offset")),
-        ("table", table, ("key", "value", "timestamp", "offset")),
-    ):
+    for name, df in (("stream", stream), ("table", table)):
         if key not in df.columns:
             raise ValueError(f"join_table: key column {key!r} is not a column of the {name} ({', '.join(df.columns)})")
-        missing = [c for c in needed if c not in df.columns]
-        if missing:
-            raise ValueError(f"join_table: the {name} lacks the Kafka column(s) {', '.join(missing)}")
+        lacking = [c for c in _KAFKA_NEEDED if c not in df.columns]
+        if lacking:
+            raise ValueError(f"join_table: the {name} lacks the Kafka column(s) {', '.join(lacking)}")
     if stream.schema[key].dataType != table.schema[key].dataType:
         raise ValueError(
             f"join_table: key {key!r} is {stream.schema[key].dataType.simpleString()} in the stream but "
             f"{table.schema[key].dataType.simpleString()} in the table; cast one of them first"
         )
+    routing = [c for c in stream.columns if c.lower() in (ROUTE, ABSORBED)]
+    if routing:
+        raise ValueError(f"join_table: the stream's columns {routing} collide with the output columns; rename them")
     if table_columns is None:
         skip = {*KAFKA_COLUMN_NAMES, ERROR_COLUMN, key.lower()}
         table_columns = [c for c in table.columns if c.lower() not in skip]
@@ -169,7 +185,7 @@ def _check(stream: DataFrame, table: DataFrame, key: str, how: str, table_column
             f"join_table: table_columns {unknown} are not columns of the table ({', '.join(table.columns)})"
         )
     # Spark resolves names case-insensitively by default, so `Name` and `name` would collide in the output.
-    taken = {c.lower() for c in [*stream.columns, ROUTE, *_META]}
+    taken = {c.lower() for c in [*stream.columns, ROUTE, ABSORBED, ERROR_COLUMN, *_META]}
     clash = [c for c in table_columns if c.lower() in taken]
     if clash:
         raise ValueError(
@@ -181,19 +197,31 @@ def _check(stream: DataFrame, table: DataFrame, key: str, how: str, table_column
     return table_columns
 
 
-def join_table(
-    stream: DataFrame, table: DataFrame, key: str, how: str = "inner", table_columns: list[str] | None = None
-) -> DataFrame:
-    """The stream's rows with the table's latest values for their `key`, then `_route` ("out" or "filtered").
+def _error(df: DataFrame) -> Column:
+    return col(ERROR_COLUMN).cast("string") if ERROR_COLUMN in df.columns else F.lit(None).cast("string")
 
-    `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values and no error rows; see
-    the module docstring for the order of events, tombstones and null keys. Raises ValueError for an unknown
-    key, an unknown `how`, unknown `table_columns` or table columns whose names the stream already uses."""
+
+def join_table(
+    stream: DataFrame,
+    table: DataFrame,
+    key: str,
+    how: str = "inner",
+    table_columns: list[str] | None = None,
+    table_name: str | None = None,
+) -> DataFrame:
+    """The stream's rows with the table's latest values for their `key`, routed "out" or "filtered"; one
+    "absorbed" row per key and micro-batch for the table records applied; "dlq" rows for records that
+    cannot be used. `table_name` names the table in dlq errors ("table" when None).
+
+    `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values; see the module docstring
+    for the order of events, tombstones, null keys and the output columns. Raises ValueError for an unknown
+    key, an unknown `how`, missing Kafka columns, unknown `table_columns` or table columns whose names the
+    stream already uses."""
     table_columns = _check(stream, table, key, how, table_columns)
-    s_fields = stream.schema.fields
+    s_fields = [f for f in stream.schema.fields if f.name != ERROR_COLUMN]
     t_fields = [table.schema[c] for c in table_columns]
     key_type = stream.schema[key].dataType
-    side, ts, off, tomb = _META
+    side, ts, off, tomb, err = _META
 
     from_stream = stream.select(
         *[wire(col(f.name), f.dataType).alias(f.name) for f in s_fields],
@@ -202,25 +230,45 @@ def join_table(
         F.col("timestamp").alias(ts),
         F.col("offset").alias(off),
         F.lit(False).alias(tomb),
+        _error(stream).alias(err),
     )
     # A tombstone has no decoded fields: its key is the Kafka key, as text cast to the key's type.
     kafka_key = F.col("key") if isinstance(key_type, BinaryType) else F.col("key").cast("string").try_cast(key_type)
-    table_key = F.when(F.col("value").isNull(), kafka_key).otherwise(col(key))
-    from_table = (
-        table.withColumn(key, table_key)
-        .where(col(key).isNotNull())
-        .select(
-            *[(wire(col(key), key_type) if f.name == key else _null(f.dataType)).alias(f.name) for f in s_fields],
-            *[wire(col(f.name), f.dataType).alias(f.name) for f in t_fields],
-            F.lit(_TABLE).alias(side),
-            F.col("timestamp").alias(ts),
-            F.col("offset").alias(off),
-            F.col("value").isNull().alias(tomb),
-        )
+    is_tomb = F.col("value").isNull()
+    table_key = F.when(is_tomb, kafka_key).otherwise(col(key))
+    null_key = f"table {table_name or 'table'} record has a null key {key}"
+    table_error = F.coalesce(
+        _error(table),
+        F.when(table_key.isNull() & ~is_tomb, F.lit(null_key)),
+        F.when(
+            table_key.isNull(),
+            F.lit(f"{null_key}: a tombstone's key is its Kafka key, null or not a {key_type.simpleString()}"),
+        ),
+    )
+    # A dlq table record leaves through the stream's Kafka columns, so a router sends it to <table topic>.dlq.
+    kafka = {
+        f.name for f in s_fields if f.name.lower() in KAFKA_COLUMN_NAMES and f.name in table.columns and f.name != key
+    }
+
+    def table_slot(f: StructField) -> Column:
+        if f.name == key:
+            return wire(table_key, key_type)
+        if f.name in kafka:
+            return wire(F.when(table_error.isNotNull(), col(f.name).cast(f.dataType)), f.dataType)
+        return _null(f.dataType)
+
+    from_table = table.select(
+        *[table_slot(f).alias(f.name) for f in s_fields],
+        *[wire(col(f.name), f.dataType).alias(f.name) for f in t_fields],
+        F.lit(_TABLE).alias(side),
+        F.col("timestamp").alias(ts),
+        F.col("offset").alias(off),
+        is_tomb.alias(tomb),
+        table_error.alias(err),
     )
     wire_out = StructType(
         [StructField(f.name, wire_type(f.dataType)) for f in [*s_fields, *t_fields]]
-        + [StructField(ROUTE, StringType())]
+        + [StructField(c, StringType()) for c in (ROUTE, ABSORBED, ERROR_COLUMN)]
     )
     state_schema = StructType([StructField(f.name, wire_type(f.dataType)) for f in t_fields])
     processor = _TableJoin(len(s_fields), [f.dataType for f in t_fields], state_schema, left=how == "left")
@@ -234,5 +282,7 @@ def join_table(
             (col(f.name).cast(f.dataType) if isinstance(f.dataType, LongType) else col(f.name)).alias(f.name)
             for f in [*s_fields, *t_fields]
         ],
-        ROUTE,
+        col(ROUTE),
+        col(ABSORBED).cast("long").alias(ABSORBED),
+        col(ERROR_COLUMN),
     )

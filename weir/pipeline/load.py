@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 from weir.pipeline.model import DeclarationError, Pipeline
 
 
+def _importable_here() -> None:
+    """Modules under the working directory import on the driver (as with `python -m`) and on local workers,
+    which inherit PYTHONPATH; on a cluster, ship them with spark.submit.pyFiles."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *[p for p in paths if p]])
+
+
 def load(spec: str) -> Pipeline:
     """The Pipeline named by `spec`; without `:name`, the only Pipeline the module defines."""
     target, _, attr = spec.partition(":")
+    _importable_here()
     if target.endswith(".py") or "/" in target:
         path = Path(target)
         if not path.is_file():
@@ -20,8 +33,12 @@ def load(spec: str) -> Pipeline:
         module_name = f"weir_pipeline_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module  # so Spark can pickle functions defined there
+        sys.modules[module_name] = module
         module_spec.loader.exec_module(module)
+        # Spark's workers cannot import a module loaded from a file path: ship its functions by value.
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)
     else:
         try:
             module = importlib.import_module(target)

@@ -18,6 +18,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from weir.pipe.decode import SchemaError, parse_fields
 
@@ -83,13 +84,15 @@ class Processor:
     checkpoint: str
     trigger: str | None = None
     max_offsets_per_trigger: int | None = None
+    stateful: bool = False
+    sink: Any = None  # a weir.sinks.Sink for a sink processor
 
     @property
     def kind(self) -> str:
-        """source (no input topic), sink (no output topic), or internal."""
+        """source (no input topic), sink (writes to a storage engine), or internal."""
         if not self.inputs:
             return "source"
-        return "sink" if not self.outputs else "internal"
+        return "sink" if self.sink is not None or not self.outputs else "internal"
 
 
 def code_version(fn: Callable) -> str:
@@ -156,8 +159,17 @@ class Pipeline:
         checkpoint: str | None = None,
         trigger: str | None = None,
         max_offsets_per_trigger: int | None = None,
+        stateful: bool = False,
+        sink: Any = None,
     ) -> Callable[[Callable], Callable]:
-        """Decorator declaring `fn` as a processor; the function itself is returned unchanged."""
+        """Decorator declaring `fn` as a processor; the function itself is returned unchanged.
+
+        A stateless processor (the default) is called once per micro-batch with that batch's rows, one
+        DataFrame per input topic; a stateful one (stateful=True) is called once with the streaming
+        DataFrames and must build its result with weir's stateful blocks, which route every record. A source
+        processor (no inputs) is called with the Spark session and returns a streaming DataFrame. A sink
+        processor names a `weir.sinks.Sink` as `sink` instead of output topics.
+        """
 
         def declare(fn: Callable) -> Callable:
             proc_name = name or fn.__name__
@@ -170,6 +182,8 @@ class Pipeline:
                 checkpoint=checkpoint or f"{self.name}/{proc_name}",
                 trigger=trigger,
                 max_offsets_per_trigger=max_offsets_per_trigger,
+                stateful=stateful,
+                sink=sink,
             )
             if proc_name in self.processors:
                 self._duplicates.append(f"two processors are named {proc_name}")

@@ -18,6 +18,12 @@ def problems(p: Pipeline) -> list[str]:
                     found.append(f"processor {proc.name}: unknown {role} topic {t!r} (declared topics: {known})")
         if not proc.inputs and not proc.outputs:
             found.append(f"processor {proc.name} has neither inputs nor outputs")
+        if proc.sink is not None and proc.outputs:
+            found.append(f"processor {proc.name} has both a sink and output topics; split it in two processors")
+        if proc.sink is not None and not callable(getattr(proc.sink, "write", None)):
+            found.append(f"processor {proc.name}: sink {proc.sink!r} has no write(batch, batch_id) method")
+        if proc.stateful and not proc.inputs:
+            found.append(f"processor {proc.name}: a source processor cannot be stateful")
     checkpoints: dict[str, str] = {}
     for proc in p.processors.values():
         other = checkpoints.setdefault(proc.checkpoint, proc.name)

@@ -1,51 +1,67 @@
-"""Tumbling event-time windows per key, from Spark keyed state, with late records routed instead of dropped.
+"""Tumbling and sliding event-time windows per key, from Spark keyed state, with late records routed, not dropped.
 
-    orders = spark.readStream.format("weir-kafka")...load().where("_error IS NULL")
-    totals = tumbling_window(
-        orders, key="customer_id", event_time="timestamp", size="1 minute", watermark="10 seconds",
-        aggregates={"orders": ("count", "*"), "revenue": ("sum", "amount")},
+    orders = spark.readStream.format("weir-kafka")...load()
+    totals = sliding_window(
+        orders, key="customer_id", event_time="timestamp", size="1 minute", slide="10 seconds",
+        watermark="10 seconds", aggregates={"orders": ("count", "*"), "revenue": ("sum", "amount")},
     )
+    per_minute = tumbling_window(orders, "customer_id", "timestamp", "1 minute", "10 seconds", {...})
 
 The input is a streaming DataFrame from `weir-kafka` (so it carries the Kafka columns `key`, `value`,
-`topic`, `partition` and `offset`) with an event-time column of type TIMESTAMP. The open windows live in
-Spark keyed state (a MapState per key, RocksDB, as `weir.spark_session` configures), so they survive
-restarts through the query's checkpoint.
+`topic`, `partition` and `offset`) with an event-time column of type TIMESTAMP, and usually the source's
+`_error` column. The open windows live in Spark keyed state (a MapState per key, RocksDB, as
+`weir.spark_session` configures), so they survive restarts through the query's checkpoint. Session windows
+(`weir.pipeline.session`) share this module's input rules, routes, aggregates and output columns.
 
 Semantics:
 
-- Windows are [start, start + size), aligned to the Unix epoch (as Spark's `window()` without a start
-  offset). `size` is a whole number of milliseconds ("30 seconds", "1 minute", "1 hour 30 minutes").
+- Windows are [start, start + size) where start is a multiple of `slide` since the Unix epoch, as Spark's
+  `window(size, slide)` without a start offset: a record at event time t falls in every window with
+  start <= t < start + size: size / slide windows when size is a multiple of slide, otherwise the floor
+  or the ceiling of that, depending on t. `tumbling_window` is the case slide == size (one window per
+  record). `size` and `slide` are whole numbers of milliseconds ("30 seconds", "1 minute", "1 hour 30
+  minutes"), slide <= size.
 - The watermark is Spark's: `stream.withWatermark(event_time, watermark)`. For micro-batch N it is the
   largest event time (in milliseconds) seen in batches 0..N-1 minus the delay, 0 before any data, and it
-  never goes back (the query's `eventTime.watermark` in its progress).
-- A record is LATE when its event time is before the watermark of the micro-batch that processes it
-  (event_time < watermark), or when its event time is null; an event time before 1970 is late even in the
-  first batch, whose watermark is 0. Every late record is emitted once, with
-  `_route` = "late": the grouping key, the window it would have belonged to (null for a null event time),
-  null aggregates, and the record's Kafka coordinates `topic`, `partition`, `offset` and raw `key` and
-  `value` bytes, so a router can write it to `<topic>.late`. A late record never changes a window. Rows of a
-  micro-batch are all judged against that batch's watermark, whatever their order.
-- Every other record is added to its window. A window is CLOSED when the watermark reaches its end
-  (watermark >= window_end): then no on-time record can fall in it any more. Each closed window is emitted
-  once, with `_route` = "out": key, `window_start`, `window_end`, the aggregates, and null Kafka columns.
-  The windows closed by a batch's watermark are emitted in that batch (Spark runs a final batch without
-  data to advance the watermark, also under Trigger.AvailableNow). Windows whose end the watermark has not
-  reached stay open in state and are emitted by a later run: an AvailableNow run does not flush them.
+  never goes back (the query's `eventTime.watermark` in its progress). The stream must carry no other
+  watermark.
+- Each input record goes to exactly one route, judged in this order (`_route`, see weir.pipeline.stateful):
+  "dlq" when its `_error` is non-null (a record the source could not decode; a stream without `_error` has
+  none); "late" when its event time is null or before the watermark of the micro-batch that processes it
+  (event_time < watermark; an event time before 1970 is late even in the first batch, whose watermark is
+  0); otherwise it is on time and added to its windows. Rows of a micro-batch are all judged against that
+  batch's watermark, whatever their order. A late record is emitted once, not once per window, and never
+  changes a window.
+- A window is CLOSED when the watermark reaches its end (watermark >= window_end): then no on-time record
+  can fall in it any more. Each closed window is emitted once, as an "emit" row, in the micro-batch whose
+  watermark closes it (a batch without data runs when the watermark moves on, also under
+  Trigger.AvailableNow). Windows whose end the watermark has not reached stay open in state and are
+  emitted by a later run: an AvailableNow run does not flush them.
+- Accounting: per key and micro-batch, the on-time records are summarised in one "absorbed" row whose
+  `_absorbed` is their count. So each micro-batch's input rows = late rows + dlq rows + the sum of
+  `_absorbed`; "emit" rows are results from state and stand for no input record.
+- Output columns: the key column (its type), `window_start` and `window_end` TIMESTAMP, the aggregates,
+  `topic` STRING, `partition` INT, `offset` BIGINT, `key` and `value` BINARY, `_route` STRING,
+  `_absorbed` BIGINT, `_error` STRING. The key and aggregate names must differ from these
+  (case-insensitively); alias the key column first to group by the Kafka key. Per route:
+  "emit": key, window, aggregates (Kafka columns, `_absorbed`, `_error` null);
+  "late": key, the latest window the record falls in (null for a null event time), null aggregates, and
+  the record's Kafka coordinates and raw `key` and `value` bytes, so a router can write it to
+  `<topic>.late`; "dlq": the same but no window and `_error` set, for `<topic>.dlq`;
+  "absorbed": only `_route` and `_absorbed`, every other column null.
 - Aggregates, as in SQL: ("count", "*") counts records; ("count", col) counts non-null values;
   "sum", "min" and "max" ignore nulls and are null when the window has no non-null value. Only numeric
   columns: integer columns give BIGINT, floating-point and decimal columns DOUBLE. Count is BIGINT.
 - Spark itself drops input rows behind the watermark before a stateful operator whose input carries the
   watermarked column: silently, counted only in the progress' `numRowsDroppedByWatermark`. (It judges
   them by the previous batch's watermark, so most late rows get through and the rest vanish.) This module
-  therefore hands the event time to the stateful operator as a BIGINT of microseconds, which carries no
+  therefore hands the event time to the stateful operator as microseconds computed from it, which carry no
   watermark metadata, so every row reaches the processor; the upstream watermark node still advances the
   global watermark, which the processor reads from its timer values and its event-time timers follow.
-- Output columns: the key column (its type), `window_start` and `window_end` TIMESTAMP, the aggregates,
-  `topic` STRING, `partition` INT, `offset` BIGINT, `key` and `value` BINARY, `_route` STRING. The key
-  and aggregate names must therefore differ from these (case-insensitively); alias the key column first
-  to group by the Kafka key.
-- The state holds, per key and open window, the record count and one accumulator per aggregate. Changing
-  `size` or `aggregates` changes what the state means: start a new checkpoint.
+- The state holds, per key and open window, the record count and one accumulator per aggregate, and one
+  event-time timer per window end; a key has about (delay + size) / slide open windows. Changing `size`,
+  `slide` or `aggregates` changes what the state means: start a new checkpoint. Changing the watermark
+  delay only changes what is late and when windows close from then on.
 - A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
 
 Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
@@ -57,6 +73,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -83,11 +100,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from weir.pipeline.stateful import ROUTE, col, missing, wire, wire_type
+from weir.pipe.decode import ERROR_COLUMN
+from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE, col, missing, wire, wire_type
 
 FUNCTIONS = ("count", "sum", "min", "max")
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
-_RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE)
+_RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _UNITS_MS = {
     "millisecond": 1,
@@ -99,39 +117,40 @@ _UNITS_MS = {
     "week": 604_800_000,
 }
 _INTERVAL = re.compile(r"\s*(\d+)\s*(millisecond|ms|second|minute|hour|day|week)s?\s*", re.IGNORECASE)
+_NO_KAFKA = (None,) * len(OUTPUT_KAFKA)
 
 
 def _text(v: Any) -> str | None:
     return None if missing(v) else str(v)
 
 
-def interval_ms(text: str) -> int:
-    """'1 minute', '90 seconds', '1 hour 30 minutes' as milliseconds; ValueError for anything else."""
+def interval_ms(text: str, fn: str = "window") -> int:
+    """'1 minute', '90 seconds', '1 hour 30 minutes' as milliseconds; ValueError (prefixed `fn`) for anything else."""
     pos, total = 0, 0
     while pos < len(text):
         m = _INTERVAL.match(text, pos)
         if not m or m.end() == pos:
-            raise ValueError(f"tumbling_window: cannot read the interval {text!r} (e.g. '30 seconds', '1 minute')")
+            raise ValueError(f"{fn}: cannot read the interval {text!r} (e.g. '30 seconds', '1 minute')")
         total += int(m.group(1)) * _UNITS_MS[m.group(2).lower()]
         pos = m.end()
     if total <= 0:
-        raise ValueError(f"tumbling_window: the interval {text!r} must be positive")
+        raise ValueError(f"{fn}: the interval {text!r} must be positive")
     return total
 
 
-def _plain_key(v: Any) -> Any:
-    if missing(v):
-        return None
-    return v.item() if hasattr(v, "item") else v
+def timer_ms(us: int) -> int:
+    """An event-time timer for time `us`: rounded up, so it never fires before the watermark reaches `us`."""
+    return -(-us // 1000)
 
 
-class _Tumbling(StatefulProcessor):
-    """Per key: the open windows in a MapState (start in µs -> count, accumulators), one timer per window end."""
+class WindowProcessor(StatefulProcessor):
+    """What the window processors share: the input row layout, the accumulators and the rows they output.
 
-    def __init__(
-        self, size_us: int, functions: list[str], integral: list[bool], key_long: bool, acc_schema: StructType
-    ) -> None:
-        self.size_us = size_us
+    Input row (by position, as Spark's namedtuples rename some columns): (key, ts_us, error, *values,
+    topic, partition, offset, kafka key, kafka value). Output row: (key, start_us, end_us, *aggregates,
+    *kafka, route, absorbed, error), numbers as text where the output column is BIGINT."""
+
+    def __init__(self, functions: list[str], integral: list[bool], key_long: bool, acc_schema: StructType) -> None:
         self.functions = functions
         self.integral = integral
         self.key_long = key_long
@@ -141,72 +160,120 @@ class _Tumbling(StatefulProcessor):
         self.handle = handle
         self.windows = handle.getMapState("windows", StructType([StructField("start_us", LongType())]), self.acc_schema)
 
-    def _key_out(self, key: Any) -> Any:
-        k = _plain_key(key[0])
-        return None if k is None else str(k) if self.key_long else k
+    def late_window(self, ts: int) -> tuple[int, int]:
+        """The window a late record at `ts` is reported with."""
+        raise NotImplementedError
 
-    def _value(self, v: Any, i: int) -> Any:
-        if missing(v):
+    def key_out(self, key: Any) -> Any:
+        k = key[0]
+        if missing(k):
             return None
-        return int(v) if self.integral[i] else float(v)
+        k = k.item() if hasattr(k, "item") else k
+        return str(k) if self.key_long else k
 
-    def _empty(self) -> list[Any]:
+    def empty(self) -> list[Any]:
         return [0, *(0 if f == "count" else None for f in self.functions)]
 
-    def _add(self, acc: list[Any], values: tuple) -> None:
+    def add(self, acc: list[Any], values: list[Any]) -> None:
         acc[0] += 1
-        for i, (fn, v) in enumerate(zip(self.functions, values, strict=True)):
-            x = self._value(v, i)
+        for i, (fn, x) in enumerate(zip(self.functions, values, strict=True)):
             if fn == "count":
-                acc[i + 1] += 1 if x is not None else 0
-            elif x is None:
-                continue
-            elif acc[i + 1] is None:
-                acc[i + 1] = x
-            elif fn == "sum":
-                acc[i + 1] += x
-            elif fn == "min":
-                acc[i + 1] = min(acc[i + 1], x)
-            else:
-                acc[i + 1] = max(acc[i + 1], x)
+                acc[i + 1] += 0 if x is None else 1
+            elif x is not None:
+                acc[i + 1] = x if acc[i + 1] is None else self._combine(fn, acc[i + 1], x)
 
-    def _row(self, key: Any, start_us: int | None, aggs: list[Any], kafka: tuple, route: str) -> tuple:
-        end = None if start_us is None else str(start_us + self.size_us)
+    def merge(self, acc: list[Any], other: list[Any]) -> None:
+        acc[0] += other[0]
+        for i, fn in enumerate(self.functions):
+            a, b = acc[i + 1], other[i + 1]
+            if fn == "count":
+                acc[i + 1] = a + b
+            elif a is None or b is None:
+                acc[i + 1] = b if a is None else a
+            else:
+                acc[i + 1] = self._combine(fn, a, b)
+
+    @staticmethod
+    def _combine(fn: str, a: Any, b: Any) -> Any:
+        return a + b if fn == "sum" else min(a, b) if fn == "min" else max(a, b)
+
+    def split(self, key_out: Any, rows: Iterator[pd.DataFrame], watermark_us: int) -> tuple[list, list]:
+        """(output rows for the dlq and late records, [(ts_us, values)] of the on-time records)."""
+        n = len(self.functions)
+        out, on_time = [], []
+        for chunk in rows:
+            for row in chunk.itertuples(index=False, name=None):
+                error = None if missing(row[2]) else row[2]
+                ts = None if missing(row[1]) else int(row[1])
+                if error is not None or ts is None or ts < watermark_us:
+                    t, p, o, k, v = row[n + 3 : n + 8]
+                    kafka = (_text(t), _text(p), _text(o), k, v)
+                    if error is not None:
+                        out.append(self.row(key_out, None, None, [None] * n, kafka, DLQ, error=error))
+                    else:
+                        start, end = (None, None) if ts is None else self.late_window(ts)
+                        out.append(self.row(key_out, start, end, [None] * n, kafka, LATE))
+                    continue
+                values = [
+                    None if missing(v) else int(v) if integ else float(v)
+                    for v, integ in zip(row[3 : n + 3], self.integral, strict=True)
+                ]
+                on_time.append((ts, values))
+        return out, on_time
+
+    def row(
+        self,
+        key: Any,
+        start_us: int | None,
+        end_us: int | None,
+        aggs: list[Any],
+        kafka: tuple,
+        route: str,
+        absorbed: int | None = None,
+        error: str | None = None,
+    ) -> tuple:
         wire_aggs = [None if a is None else str(a) if self.integral[i] else a for i, a in enumerate(aggs)]
-        return (key, None if start_us is None else str(start_us), end, *wire_aggs, *kafka, route)
+        window = (_text(start_us), _text(end_us))
+        return (key, *window, *wire_aggs, *kafka, route, _text(absorbed), error)
+
+    def absorbed(self, n: int) -> tuple:
+        return self.row(None, None, None, [None] * len(self.functions), _NO_KAFKA, ABSORB, absorbed=n)
+
+    def emit(self, key_out: Any, start_us: int, end_us: int, aggs: list[Any]) -> tuple:
+        return self.row(key_out, start_us, end_us, aggs, _NO_KAFKA, EMIT)
+
+
+class _Sliding(WindowProcessor):
+    """Per key: the open windows in a MapState (start in µs -> count, accumulators), one timer per window end."""
+
+    def __init__(self, size_us: int, slide_us: int, *args: Any) -> None:
+        super().__init__(*args)
+        self.size_us = size_us
+        self.slide_us = slide_us
+
+    def late_window(self, ts: int) -> tuple[int, int]:
+        start = ts - ts % self.slide_us
+        return start, start + self.size_us
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        n = len(self.functions)
+        key_out = self.key_out(key)
+        out, on_time = self.split(key_out, rows, timerValues.getCurrentWatermarkInMs() * 1000)
         opened: dict[int, list[Any]] = {}
-        out = []
-        key_out = self._key_out(key)
-        for chunk in rows:
-            # Spark hands the rows over through namedtuples, which rename some columns: use positions.
-            for row in chunk.itertuples(index=False, name=None):
-                # (key, ts_us, *values, topic, partition, offset, kafka key, kafka value)
-                ts = None if missing(row[1]) else int(row[1])
-                start = None if ts is None else ts - ts % self.size_us
-                if ts is None or ts < watermark_us:
-                    t, p, o, k, v = row[n + 2 : n + 7]
-                    kafka = (_text(t), _text(p), _text(o), k, v)
-                    out.append(self._row(key_out, start, [None] * n, kafka, "late"))
-                    continue
+        for ts, values in on_time:
+            # Every start that is a multiple of the slide with start <= ts < start + size, latest first.
+            for start in range(ts - ts % self.slide_us, ts - self.size_us, -self.slide_us):
                 acc = opened.get(start)
                 if acc is None:
                     stored = self.windows.getValue((start,))
-                    acc = (
-                        list(stored)
-                        if stored is not None
-                        else [0, *(0 if f == "count" else None for f in self.functions)]
-                    )
-                    opened[start] = acc
-                self._add(acc, row[2 : n + 2])
+                    acc = opened[start] = list(stored) if stored is not None else self.empty()
+                self.add(acc, values)
         for start, acc in opened.items():
             self.windows.updateValue((start,), tuple(acc))
-            self.handle.registerTimer((start + self.size_us) // 1000)  # one timer per window end; idempotent
+            self.handle.registerTimer(timer_ms(start + self.size_us))  # one timer per window end; idempotent
+        if on_time:
+            out.append(self.absorbed(len(on_time)))
         if out:
             yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
 
@@ -214,12 +281,11 @@ class _Tumbling(StatefulProcessor):
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
         watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        key_out = self._key_out(key)
-        out = []
-        closed = []
+        key_out = self.key_out(key)
+        out, closed = [], []
         for (start,), acc in self.windows.iterator():
             if start + self.size_us <= watermark_us:
-                out.append(self._row(key_out, start, list(acc[1:]), (None,) * len(OUTPUT_KAFKA), "out"))
+                out.append(self.emit(key_out, start, start + self.size_us, list(acc[1:])))
                 closed.append(start)
         for start in closed:
             self.windows.removeKey((start,))
@@ -227,50 +293,179 @@ class _Tumbling(StatefulProcessor):
             yield pd.DataFrame(out)
 
 
-def _check(
-    stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple[str, str]]
-) -> list[tuple[str, str, str, DataType | None]]:
-    cols = {c.lower(): c for c in stream.columns}
+@dataclass(frozen=True)
+class WindowPlan:
+    """A window block's input as it crosses into the processor, and what the processor must return."""
+
+    names: list[str]  # aggregate names
+    functions: list[str]
+    integral: list[bool]  # per aggregate: BIGINT (else DOUBLE)
+    key_type: DataType
+    wire_in: DataFrame
+    wire_out: StructType
+
+    def acc_fields(self) -> list[StructField]:
+        return [StructField(f"a{i}", LongType() if integ else DoubleType()) for i, integ in enumerate(self.integral)]
+
+
+def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) -> None:
+    """The checks every event-time block makes: its key and event-time columns exist, the latter a TIMESTAMP."""
     for name, what in ((key, "key"), (event_time, "event_time")):
         if name not in stream.columns:
-            raise ValueError(f"tumbling_window: {what} column {name!r} is not a column of the stream")
+            raise ValueError(f"{fn}: {what} column {name!r} is not a column of the stream")
     if not isinstance(stream.schema[event_time].dataType, TimestampType):
         raise ValueError(
-            f"tumbling_window: event_time column {event_time!r} is "
+            f"{fn}: event_time column {event_time!r} is "
             f"{stream.schema[event_time].dataType.simpleString()}, not timestamp"
         )
-    missing = [c for c in ("key", "value", "topic", "partition", "offset") if c not in cols]
-    if missing:
-        raise ValueError(f"tumbling_window: the stream lacks the Kafka column(s) {', '.join(missing)}")
+
+
+def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple[str, str]]) -> list:
+    cols = {c.lower(): c for c in stream.columns}
+    check_keyed_stream(fn, stream, key, event_time)
+    lacking = [c for c in ("key", "value", "topic", "partition", "offset") if c not in cols]
+    if lacking:
+        raise ValueError(f"{fn}: the stream lacks the Kafka column(s) {', '.join(lacking)}")
     if not aggregates:
-        raise ValueError("tumbling_window: no aggregate given")
+        raise ValueError(f"{fn}: no aggregate given")
     names = [key, *aggregates]
     clash = [n for n in names if n.lower() in _RESERVED]
     if clash:
-        raise ValueError(
-            f"tumbling_window: {clash} collide with the output columns {', '.join(_RESERVED)}; rename them"
-        )
+        raise ValueError(f"{fn}: {clash} collide with the output columns {', '.join(_RESERVED)}; rename them")
     if len({n.lower() for n in names}) != len(names):
-        raise ValueError(f"tumbling_window: the key and aggregate names {names} name a column twice")
+        raise ValueError(f"{fn}: the key and aggregate names {names} name a column twice")
     specs = []
     for name, spec in aggregates.items():
         if not (isinstance(spec, tuple) and len(spec) == 2):
-            raise ValueError(f"tumbling_window: aggregate {name!r} must be (function, column), got {spec!r}")
-        fn, col = spec
-        if fn not in FUNCTIONS:
-            raise ValueError(f"tumbling_window: aggregate {name!r}: function must be one of {', '.join(FUNCTIONS)}")
-        if col == "*":
-            if fn != "count":
-                raise ValueError(f"tumbling_window: aggregate {name!r}: only count takes '*'")
-            specs.append((name, fn, col, None))
+            raise ValueError(f"{fn}: aggregate {name!r} must be (function, column), got {spec!r}")
+        func, source = spec
+        if func not in FUNCTIONS:
+            raise ValueError(f"{fn}: aggregate {name!r}: function must be one of {', '.join(FUNCTIONS)}")
+        if source == "*":
+            if func != "count":
+                raise ValueError(f"{fn}: aggregate {name!r}: only count takes '*'")
+            specs.append((name, func, source, None))
             continue
-        if col not in stream.columns:
-            raise ValueError(f"tumbling_window: aggregate {name!r}: {col!r} is not a column of the stream")
-        t = stream.schema[col].dataType
+        if source not in stream.columns:
+            raise ValueError(f"{fn}: aggregate {name!r}: {source!r} is not a column of the stream")
+        t = stream.schema[source].dataType
         if not isinstance(t, NumericType):
-            raise ValueError(f"tumbling_window: aggregate {name!r}: {col!r} is {t.simpleString()}, not numeric")
-        specs.append((name, fn, col, t))
+            raise ValueError(f"{fn}: aggregate {name!r}: {source!r} is {t.simpleString()}, not numeric")
+        specs.append((name, func, source, t))
     return specs
+
+
+def plan_windows(
+    fn: str, stream: DataFrame, key: str, event_time: str, watermark: str, aggregates: dict[str, tuple[str, str]]
+) -> WindowPlan:
+    """Check the arguments (ValueError, prefixed `fn`) and build the processor's input and output schema."""
+    specs = _check(fn, stream, key, event_time, aggregates)
+    key_type = stream.schema[key].dataType
+    # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
+    integral = [func == "count" or isinstance(t, _INTEGRAL) for _, func, _, t in specs]
+    value_cols = []
+    for (_, func, source, _), integ in zip(specs, integral, strict=True):
+        if func == "count":  # only whether there is a value matters
+            value_cols.append(F.lit("1") if source == "*" else F.when(col(source).isNotNull(), F.lit("1")))
+        elif integ:
+            value_cols.append(col(source).cast("string"))  # text keeps BIGINT exact through pandas
+        else:
+            value_cols.append(col(source).cast("double"))
+    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
+    # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
+    # Spark does not filter late rows before the processor (see the module docstring).
+    wire_in = stream.withWatermark(event_time, watermark).select(
+        wire(col(key), key_type).alias("__weir_key"),
+        F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
+        error.cast("string").alias("__weir_error"),
+        *[c.alias(f"__weir_v{i}") for i, c in enumerate(value_cols)],
+        F.col("topic").cast("string").alias("__weir_topic"),
+        F.col("partition").cast("string").alias("__weir_partition"),
+        F.col("offset").cast("string").alias("__weir_offset"),
+        F.col("key").cast("binary").alias("__weir_kkey"),
+        F.col("value").cast("binary").alias("__weir_kvalue"),
+    )
+    wire_out = StructType(
+        [
+            StructField("__weir_key", wire_type(key_type)),
+            StructField("window_start", StringType()),
+            StructField("window_end", StringType()),
+            *[StructField(f"__weir_a{i}", StringType() if integ else DoubleType()) for i, integ in enumerate(integral)],
+            StructField("topic", StringType()),
+            StructField("partition", StringType()),
+            StructField("offset", StringType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField(ROUTE, StringType()),
+            StructField(ABSORBED, StringType()),
+            StructField(ERROR_COLUMN, StringType()),
+        ]
+    )
+    return WindowPlan([s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, wire_out)
+
+
+def run_windows(plan: WindowPlan, key: str, processor: WindowProcessor) -> DataFrame:
+    """The processor applied per key, its output cast back to the documented columns."""
+    # The key's type in the processor is its wire type; group by the wire column, cast back afterwards.
+    out = plan.wire_in.groupBy("__weir_key").transformWithStateInPandas(
+        processor, plan.wire_out, outputMode="Append", timeMode="EventTime"
+    )
+    long_key = isinstance(plan.key_type, LongType)
+    return out.select(
+        (F.col("__weir_key").cast(plan.key_type) if long_key else F.col("__weir_key")).alias(key),
+        F.timestamp_micros(F.col("window_start").cast("long")).alias("window_start"),
+        F.timestamp_micros(F.col("window_end").cast("long")).alias("window_end"),
+        *[
+            (F.col(f"__weir_a{i}").cast("long") if integ else F.col(f"__weir_a{i}")).alias(name)
+            for i, (name, integ) in enumerate(zip(plan.names, plan.integral, strict=True))
+        ],
+        F.col("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("key"),
+        F.col("value"),
+        F.col(ROUTE),
+        F.col(ABSORBED).cast("long").alias(ABSORBED),
+        F.col(ERROR_COLUMN),
+    )
+
+
+def sliding_window(
+    stream: DataFrame,
+    key: str,
+    event_time: str,
+    size: str,
+    slide: str,
+    watermark: str,
+    aggregates: dict[str, tuple[str, str]],
+) -> DataFrame:
+    """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" or
+    "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
+
+    See the module docstring for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
+    `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions,
+    non-numeric aggregate columns and names that collide with the output columns."""
+    return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates)
+
+
+def _windows(
+    fn: str,
+    stream: DataFrame,
+    key: str,
+    event_time: str,
+    size: str,
+    slide: str,
+    watermark: str,
+    aggregates: dict[str, tuple[str, str]],
+) -> DataFrame:
+    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates)
+    size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000
+    if slide_us > size_us:
+        raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
+    acc_schema = StructType([StructField("n", LongType()), *plan.acc_fields()])
+    long_key = isinstance(plan.key_type, LongType)
+    processor = _Sliding(size_us, slide_us, plan.functions, plan.integral, long_key, acc_schema)
+    return run_windows(plan, key, processor)
 
 
 def tumbling_window(
@@ -281,74 +476,5 @@ def tumbling_window(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
-    """One row per closed window of `key` (`_route` "out") and one per late record (`_route` "late").
-
-    See the module docstring for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
-    `event_time`, an unreadable `size`, unknown aggregate functions, non-numeric aggregate columns and names
-    that collide with the output columns."""
-    specs = _check(stream, key, event_time, aggregates)
-    size_us = interval_ms(size) * 1000
-    key_type = stream.schema[key].dataType
-    # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
-    integral = [fn == "count" or isinstance(t, _INTEGRAL) for _, fn, _, t in specs]
-    agg_types: list[DataType] = [LongType() if i else DoubleType() for i in integral]
-    value_cols = []
-    for (_, fn, source, _), integ in zip(specs, integral, strict=True):
-        if fn == "count":  # only whether there is a value matters
-            value_cols.append(F.lit("1") if source == "*" else F.when(col(source).isNotNull(), F.lit("1")))
-        elif integ:
-            value_cols.append(col(source).cast("string"))  # text keeps BIGINT exact through pandas
-        else:
-            value_cols.append(col(source).cast("double"))
-
-    # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
-    # Spark does not filter late rows before the processor (see the module docstring).
-    watermarked = stream.withWatermark(event_time, watermark)
-    wire_in = watermarked.select(
-        wire(col(key), key_type).alias("__weir_key"),
-        F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
-        *[c.alias(f"__weir_v{i}") for i, c in enumerate(value_cols)],
-        F.col("topic").cast("string").alias("__weir_topic"),
-        F.col("partition").cast("string").alias("__weir_partition"),
-        F.col("offset").cast("string").alias("__weir_offset"),
-        F.col("key").cast("binary").alias("__weir_kkey"),
-        F.col("value").cast("binary").alias("__weir_kvalue"),
-    )
-    acc_schema = StructType(
-        [StructField("n", LongType())]
-        + [StructField(f"a{i}", LongType() if integ else DoubleType()) for i, integ in enumerate(integral)]
-    )
-    wire_out = StructType(
-        [
-            StructField("__weir_key", wire_type(key_type)),
-            StructField("window_start", StringType()),
-            StructField("window_end", StringType()),
-            *[StructField(f"__weir_a{i}", wire_type(t)) for i, t in enumerate(agg_types)],
-            StructField("topic", StringType()),
-            StructField("partition", StringType()),
-            StructField("offset", StringType()),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField(ROUTE, StringType()),
-        ]
-    )
-    processor = _Tumbling(size_us, [fn for _, fn, _, _ in specs], integral, isinstance(key_type, LongType), acc_schema)
-    # The key's type in the processor is its wire type; group by the wire column, cast back afterwards.
-    out = wire_in.groupBy("__weir_key").transformWithStateInPandas(
-        processor, wire_out, outputMode="Append", timeMode="EventTime"
-    )
-    return out.select(
-        (F.col("__weir_key").cast(key_type) if isinstance(key_type, LongType) else F.col("__weir_key")).alias(key),
-        F.timestamp_micros(F.col("window_start").cast("long")).alias("window_start"),
-        F.timestamp_micros(F.col("window_end").cast("long")).alias("window_end"),
-        *[
-            (F.col(f"__weir_a{i}").cast("long") if isinstance(t, LongType) else F.col(f"__weir_a{i}")).alias(name)
-            for i, ((name, _, _, _), t) in enumerate(zip(specs, agg_types, strict=True))
-        ],
-        F.col("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        F.col("key"),
-        F.col("value"),
-        F.col(ROUTE),
-    )
+    """`sliding_window` with slide = size: each record in exactly one window [start, start + size)."""
+    return _windows("tumbling_window", stream, key, event_time, size, size, watermark, aggregates)

@@ -1,0 +1,240 @@
+"""The shop demo (`make demo`): the whole shop pipeline on the embedded broker, with every record accounted for.
+
+    python -m examples.shop.demo --duration 60 [--rate 1000] [--speedup 10] [--seed 7]
+
+It starts the embedded broker and Spark, runs every processor of the shop pipeline as its own query, and
+shows a live table of each processor's state, rates and accounting (in = out + filtered + dlq + late +
+absorbed, per batch; a batch that does not balance is a violation). It stops after --duration seconds or
+on Ctrl-C, then prints the accounting summary and how many records each topic holds.
+
+Event time runs --speedup times faster than the wall clock, so that the 1-minute and 5-minute windows
+close while you watch; the first batches take 10-30 s (JVM and Python workers warming up). The summary
+compares the late orders with those the generator made late on purpose: on 2 cores a batch can span more
+event time than the windows' 30 s delay, and then on-time orders are routed late too (never dropped).
+
+Each run uses a fresh directory for checkpoints, the progress log and Spark's log: the embedded broker
+keeps its topics in memory, so a checkpoint from an earlier run would point at offsets that no longer
+exist. With WEIR_HOME set, that directory is created inside it and kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+from confluent_kafka import Consumer, TopicPartition
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from examples.shop.pipeline import build
+from examples.shop.records import ORDERS, Shape, records
+from weir.config import Settings
+from weir.pipe import Admin, EmbeddedBroker
+from weir.pipe.broker import free_port
+from weir.pipeline.accounting import Counts
+
+# Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
+console = Console(width=None if sys.stdout.isatty() else 130)
+FIGURES = ("in_", "out", "filtered", "dlq", "late", "absorbed", "emitted")
+HEADERS = ("in", "out", "filtered", "dlq", "late", "absorbed", "emitted")
+
+
+def _n(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = True) -> Table:
+    """One row per processor, then the totals. The counts cover finished batches only."""
+    hint = " (Ctrl-C stops)" if live else ""
+    table = Table(title=f"weir shop demo: {elapsed:.0f}s of {duration:.0f}s{hint}")
+    for h in ("processor", "state", "in/s", *HEADERS, "violations", "restarts"):
+        table.add_column(h, justify="left" if h in ("processor", "state") else "right")
+    total = Counts()
+    rate = 0.0
+    for name, st in snapshot.items():
+        t = st.totals
+        total.add(t)
+        rate += st.input_rate
+        state = st.state if st.state in ("running", "finished") else f"[yellow]{st.state}[/]"
+        violations = f"[red]{t.violations}[/]" if t.violations else "0"
+        table.add_row(
+            name, state, _n(st.input_rate), *[_n(getattr(t, f)) for f in FIGURES], violations, str(st.restarts)
+        )
+    table.add_section()
+    violations = f"[red]{total.violations}[/]" if total.violations else "0"
+    table.add_row("total", "", _n(rate), *[_n(getattr(total, f)) for f in FIGURES], violations, "")
+    errors = [f"{n}: {st.last_error}" for n, st in snapshot.items() if st.last_error and st.state != "running"]
+    if errors:
+        table.caption = "last errors:\n" + "\n".join(errors)
+    return table
+
+
+def balance_table(snapshot: dict) -> Table:
+    """Per processor: in = out + filtered + dlq + late + duplicate + absorbed, over every finished batch."""
+    table = Table(title="accounting: in = out + filtered + dlq + late + duplicate + absorbed")
+    for h in ("processor", "in", "accounted", "unaccounted", "emitted", "violations", "balanced"):
+        table.add_column(h, justify="left" if h == "processor" else "right")
+    for name, st in snapshot.items():
+        t = st.totals
+        ok = "[green]yes[/]" if t.balanced and not t.violations else "[red]NO[/]"
+        table.add_row(name, _n(t.in_), _n(t.accounted), _n(t.unaccounted), _n(t.emitted), str(t.violations), ok)
+    return table
+
+
+def topic_table(admin: Admin, topics: list[str]) -> Table:
+    """Records each topic holds (the .dlq and .late topics exist for inputs only)."""
+    table = Table(title="topics")
+    table.add_column("topic")
+    table.add_column("records", justify="right")
+    existing = admin.topics()
+    for topic in topics:
+        if topic in existing:
+            table.add_row(topic, _n(sum(hi - lo for lo, hi in admin.offsets(topic).values())))
+    return table
+
+
+def lateness(snapshot: dict, seed: int) -> str:
+    """How many orders each window found late, against how many the generator made late on purpose."""
+    generated = snapshot["generate"].totals.out
+    made = sum(1 for r in records(Shape(seed=seed), 0, generated) if r.output == ORDERS and r.late)
+    late = {n: snapshot[n].totals.late for n in ("revenue", "spend")}
+    text = f"late orders: revenue {late['revenue']:,}, spend {late['spend']:,}; generated late on purpose: {made:,}"
+    if max(late.values()) > 1.1 * made:
+        text += (
+            "\n  more than generated: each enrich batch writes its orders grouped by customer, so a window batch"
+            "\n  that reads part of it sees its newest event times, and the watermark passes the rest. That"
+            "\n  happens when a batch spans more event time than the 30 s delay (slow batches, --speedup)."
+        )
+    return text
+
+
+def tail(bootstrap: str, topic: str, n: int = 5) -> list[dict]:
+    """The last records of a topic (up to n per partition, newest last by timestamp), decoded from JSON."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "shop-demo", "enable.auto.commit": False})
+    try:
+        bounds = Admin(bootstrap).offsets(topic)
+        consumer.assign([TopicPartition(topic, p, max(lo, hi - n)) for p, (lo, hi) in bounds.items()])
+        wanted = sum(min(n, hi - lo) for lo, hi in bounds.values())
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < wanted and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(wanted - len(got), timeout=1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    got.sort(key=lambda m: m.timestamp()[1])
+    return [json.loads(m.value()) for m in got[-n:]]
+
+
+@contextlib.contextmanager
+def jvm_output_to(path: Path) -> Iterator[None]:
+    """Processes started inside (the Spark JVM, and through it the Python workers) write their stdout and
+    stderr to `path`: the workers print a banner per stateful query and Spark logs task aborts on stop, which
+    would tear through the live table. This process gets its own terminal back on exit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _run_dir() -> Path:
+    parent = os.environ.get("WEIR_HOME")
+    if parent:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="shop-demo-", dir=parent or None))
+
+
+def main(
+    duration: int = typer.Option(60, help="Seconds to run; Ctrl-C stops earlier."),
+    rate: float = typer.Option(1000, help="Records generated per second (orders, customer changes, page views)."),
+    speedup: float = typer.Option(10, help="Event time runs this many times faster than the wall clock."),
+    seed: int = typer.Option(7, help="Seed of the generator."),
+    threshold: float | None = typer.Option(None, help="Spend per customer per 5 minutes that raises an alert."),
+) -> None:
+    import weir  # after the CLI parsed: --help should not wait for pyspark
+
+    run_dir = _run_dir()
+    broker = EmbeddedBroker(run_dir, free_port())
+    stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set():  # a second Ctrl-C: the user means it
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    runner = None
+    spark = None
+    try:
+        console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
+        broker.start()
+        settings = Settings(
+            home=str(run_dir), bootstrap_servers=broker.bootstrap, checkpoint_root=str(run_dir / "checkpoints"),
+            spark_master="local[2]", trigger="2 seconds",
+        )  # fmt: skip
+        console.print("starting Spark (about 10 s) ...")
+        conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+        with jvm_output_to(run_dir / "spark.log"):
+            spark = weir.spark_session("weir-shop-demo", master="local[2]", conf=conf, settings=settings)
+        spark.sparkContext.setLogLevel("ERROR")
+        # After Spark: PySpark's own SIGINT handler cancels every job and raises KeyboardInterrupt wherever the
+        # main thread is, in the middle of a py4j call; an orderly stop of the runner is what Ctrl-C should do.
+        signal.signal(signal.SIGINT, on_signal)
+        from weir.pipeline.run import Runner
+
+        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
+        runner = Runner(pipeline, settings, spark=spark)
+        console.print("starting the shop pipeline: 5 queries, the first batches take a while ...")
+        runner.start()
+        started = time.monotonic()
+        with Live(console=console, refresh_per_second=1) as live:
+            while not stop.is_set() and time.monotonic() - started < duration:
+                live.update(live_table(runner.snapshot(), time.monotonic() - started, duration))
+                stop.wait(1.0)
+        elapsed = time.monotonic() - started
+        console.print("stopping the queries, up to a minute (an interrupted batch is replayed by the next start) ...")
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)  # an interrupted foreachBatch call logs its stack
+        runner.stop()
+        snapshot, runner = runner.snapshot(), None
+        console.print(live_table(snapshot, elapsed, duration, live=False))
+        topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
+        console.print(balance_table(snapshot))
+        console.print(topic_table(Admin(broker.bootstrap), topics))
+        for topic in ("revenue.by_category_1m", "alerts"):
+            console.print(f"latest records of {topic}:")
+            for doc in tail(broker.bootstrap, topic):
+                console.print(f"  {doc}")
+        console.print(lateness(snapshot, seed))
+        console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
+    except KeyboardInterrupt:
+        console.print("interrupted; stopping ...")
+    finally:
+        if runner is not None:
+            runner.stop()
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    typer.run(main)

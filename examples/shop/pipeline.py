@@ -1,0 +1,159 @@
+"""The shop pipeline: synthetic orders, a customers table and page views, enriched, windowed and alerted on.
+
+    generate ──► orders, customers (table), page_views
+    enrich(orders, customers) ──► orders.enriched          stream-table join, stateful
+    revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
+    spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
+    alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
+
+Event time is `ts_ms`, epoch milliseconds as BIGINT: exact in JSON, and a wrong type is easy to spot; the
+windows turn it into a TIMESTAMP. Both windows wait 30 seconds of event time for stragglers; the generator
+makes about 2% of orders minutes late, which the windows route to `orders.enriched.late`.
+
+`shop` below is built from SHOP_RATE (records/s, default 1000), SHOP_SEED (default 7) and SHOP_TOTAL
+(default unbounded); `build()` makes other variants (the demo, the tests, the bench).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from examples.shop.generator import ShopSource
+from examples.shop.records import Shape, default_threshold
+from weir.pipe.decode import ERROR_COLUMN, parse_fields
+from weir.pipeline import Pipeline
+from weir.pipeline.join import join_table
+from weir.pipeline.window import tumbling_window
+
+ORDERS = "order_id STRING NOT NULL, customer_id STRING NOT NULL, category STRING, amount DOUBLE, ts_ms BIGINT"
+CUSTOMERS = "customer_id STRING NOT NULL, name STRING, segment STRING, country STRING"
+PAGE_VIEWS = "view_id STRING NOT NULL, customer_id STRING NOT NULL, url STRING, ts_ms BIGINT"
+CUSTOMER_FIELDS = ["name", "segment", "country"]
+ENRICHED = ORDERS + ", " + ", ".join(f"{c} STRING" for c in CUSTOMER_FIELDS)
+WINDOW = "window_start TIMESTAMP, window_end TIMESTAMP, orders BIGINT"
+REVENUE = f"category STRING, {WINDOW}, revenue DOUBLE"
+SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE"
+ALERTS = "customer_id STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, spend DOUBLE, threshold DOUBLE"
+WATERMARK = "30 seconds"
+KAFKA_KEEP = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
+def generated(spark: SparkSession, options: dict[str, str]) -> DataFrame:
+    """The generator's stream (see generator.py for the options)."""
+    spark.dataSource.register(ShopSource)
+    reader = spark.readStream.format("shop-generator")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _fields(df: DataFrame, schema: str) -> DataFrame:
+    """The topic's fields and the Kafka columns that routing and the join use. Headers and timestampType are
+    left behind: every column crosses into the join's Python state code, and those cost without use."""
+    names = [f.name for f in parse_fields(schema)]
+    keep = [c for c in (*names, *KAFKA_KEEP, ERROR_COLUMN) if c in df.columns]
+    return df.select(*keep)
+
+
+def enriched(orders: DataFrame, customers: DataFrame) -> DataFrame:
+    """Each order with its customer's name, segment and country as of the order (null when unknown)."""
+    return join_table(
+        _fields(orders, ORDERS), _fields(customers, CUSTOMERS), key="customer_id", how="left",
+        table_columns=CUSTOMER_FIELDS, table_name="customers",
+    )  # fmt: skip
+
+
+def _windows(orders: DataFrame, key: str, size: str, total: str) -> DataFrame:
+    """Count and amount sum per `key` and tumbling window; the output keeps the routing columns."""
+    with_time = orders.withColumn("event_time", F.timestamp_millis("ts_ms"))
+    aggregates = {"orders": ("count", "*"), total: ("sum", "amount")}
+    return tumbling_window(
+        with_time, key=key, event_time="event_time", size=size, watermark=WATERMARK, aggregates=aggregates
+    )
+
+
+def revenue_by_category(orders: DataFrame) -> DataFrame:
+    return _windows(orders, "category", "1 minute", "revenue")
+
+
+def spend_by_customer(orders: DataFrame) -> DataFrame:
+    return _windows(orders, "customer_id", "5 minutes", "spend")
+
+
+def over_threshold(spend: DataFrame, threshold: float) -> DataFrame:
+    """Windows whose spend tops the threshold. The input's Kafka columns stay, so each alert names its
+    source record; the rest of the batch is counted as filtered."""
+    return spend.where(F.col("spend") > threshold).withColumn("threshold", F.lit(float(threshold)))
+
+
+def build(
+    rate: float = 1000.0,
+    seed: int = 7,
+    total: int | None = None,
+    threshold: float | None = None,
+    *,
+    event_rate: float | None = None,
+    customers: int = 1000,
+    max_records_per_trigger: int | None = None,
+    start_ms: int | None = None,
+) -> Pipeline:
+    """The shop pipeline with a generator of `rate` records/s (0: as fast as possible, with `total` and
+    `event_rate`), `seed`, an optional `total`, and the spend alert's `threshold` (default: 5x the average
+    customer's spend per 5-minute window, from the event rate). `start_ms` fixes the stream's start (its
+    event-time origin) for tests; by default it is the wall clock when the stream first runs."""
+    if rate == 0 and event_rate is None:
+        event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
+    shape = Shape(seed, 0, event_rate or rate, customers)
+    limit = threshold if threshold is not None else default_threshold(shape)
+    options = {"rate": str(rate), "seed": str(seed), "customers": str(customers)}
+    per_trigger = max_records_per_trigger
+    extra = {"total": total, "eventRate": event_rate, "maxRecordsPerTrigger": per_trigger, "startMs": start_ms}
+    for name, value in extra.items():
+        if value is not None:
+            options[name] = str(value)
+
+    shop = Pipeline("shop")
+    orders = shop.topic("orders", ORDERS, key="order_id", partitions=4)
+    customer_table = shop.table("customers", CUSTOMERS, key="customer_id", partitions=2)
+    page_views = shop.topic("page_views", PAGE_VIEWS, key="customer_id", partitions=4)
+    enriched_orders = shop.topic("orders.enriched", ENRICHED, key="order_id", partitions=4)
+    revenue_1m = shop.topic("revenue.by_category_1m", REVENUE, key="category", partitions=2)
+    spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
+    alerts = shop.topic("alerts", ALERTS, key="customer_id", partitions=1)
+
+    @shop.processor(outputs=[orders, customer_table, page_views])
+    def generate(spark: SparkSession) -> DataFrame:
+        return generated(spark, options)
+
+    @shop.processor(inputs=[orders, customer_table], outputs=[enriched_orders], stateful=True)
+    def enrich(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        return enriched(orders, customers)
+
+    @shop.processor(inputs=[enriched_orders], outputs=[revenue_1m], stateful=True)
+    def revenue(orders: DataFrame) -> DataFrame:
+        return revenue_by_category(orders)
+
+    @shop.processor(inputs=[enriched_orders], outputs=[spend_5m], stateful=True)
+    def spend(orders: DataFrame) -> DataFrame:
+        return spend_by_customer(orders)
+
+    @shop.processor(inputs=[spend_5m], outputs=[alerts])
+    def alert(spend: DataFrame) -> DataFrame:
+        return over_threshold(spend, limit)
+
+    return shop
+
+
+def _env_number(name: str, kind: type, default):
+    text = os.environ.get(name, "").strip()
+    return kind(text) if text else default
+
+
+shop = build(
+    rate=_env_number("SHOP_RATE", float, 1000.0),
+    seed=_env_number("SHOP_SEED", int, 7),
+    total=_env_number("SHOP_TOTAL", int, None),
+)

@@ -1,0 +1,153 @@
+"""Pure pieces of the runner: accounting arithmetic, stage ordering, and code versions stored with checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+
+from weir.pipeline import Pipeline
+from weir.pipeline.accounting import Counts, from_routes
+from weir.pipeline.run import stages
+from weir.pipeline.versions import IncompatibleChange, check, read
+
+
+def test_routes_are_counted_by_kind_and_destination():
+    c = from_routes(
+        [("out", "orders.enriched", 90, 0), ("filtered", None, 5, 0), ("dlq", "orders.dlq", 2, 0),
+         ("late", "orders.late", 1, 0), ("absorbed", None, 3, 7), ("emit", "revenue", 4, 0)]
+    )  # fmt: skip
+    c.in_ = 105
+    assert (c.out, c.filtered, c.dlq, c.late, c.absorbed, c.emitted) == (90, 5, 2, 1, 7, 4)
+    assert c.balanced and c.unaccounted == 0
+    assert c.outputs == {"orders.enriched": 90, "orders.dlq": 2, "orders.late": 1, "revenue": 4}
+
+
+def test_an_unbalanced_batch_says_by_how_much():
+    c = from_routes([("out", "x", 10, 0)])
+    c.in_ = 12
+    assert not c.balanced and c.unaccounted == 2
+    assert c.to_json()["unaccounted"] == 2 and c.to_json()["in"] == 12
+
+
+def test_an_unknown_route_is_a_violation_not_a_loss():
+    c = from_routes([("teleported", None, 3, 0)])
+    assert c.violations == 3
+
+
+def test_totals_add_up():
+    total = Counts()
+    for n in (3, 4):
+        c = from_routes([("out", "x", n, 0)])
+        c.in_ = n
+        total.add(c)
+    assert (total.in_, total.out, total.outputs) == (7, 7, {"x": 7})
+
+
+def test_stages_follow_the_topology():
+    p = Pipeline("s")
+    a, b, c = (p.topic(n, schema="x STRING") for n in ("a", "b", "c"))
+
+    @p.processor(inputs=[b], outputs=[c])
+    def second(df):
+        return df
+
+    @p.processor(outputs=[a])
+    def source(spark):
+        return spark
+
+    @p.processor(inputs=[a], outputs=[b])
+    def first(df):
+        return df
+
+    @p.processor(inputs=[a])
+    def side(df):
+        return df
+
+    assert [sorted(x.name for x in st) for st in stages(p)] == [["source"], ["first", "side"], ["second"]]
+
+
+def _proc(stateful: bool, version: str, inputs=("a",)):
+    p = Pipeline("v")
+    p.topic("a", schema="x STRING")
+    p.topic("b", schema="x STRING")
+
+    @p.processor(inputs=list(inputs), outputs=["b"] if "b" not in inputs else [], version=version, stateful=stateful)
+    def proc(df):
+        return df
+
+    return p.processors["proc"]
+
+
+def test_a_new_checkpoint_records_the_version(tmp_path):
+    cp = str(tmp_path / "cp")
+    assert check(_proc(True, "1"), cp, "struct<x:string>") is None
+    assert read(cp).version == "1"
+
+
+def test_stateless_code_changes_resume_with_a_note(tmp_path):
+    cp = str(tmp_path / "cp")
+    check(_proc(False, "1"), cp, "struct<x:string>")
+    note = check(_proc(False, "2"), cp, "struct<y:string>")
+    assert note == "processor proc: code version 1 -> 2"
+    assert read(cp).version == "2"
+
+
+def test_stateful_change_of_result_shape_is_refused_with_the_way_out(tmp_path):
+    cp = str(tmp_path / "cp")
+    check(_proc(True, "1"), cp, "struct<x:string,n:bigint>")
+    with pytest.raises(IncompatibleChange) as info:
+        check(_proc(True, "2"), cp, "struct<x:string,total:double>")
+    message = str(info.value)
+    assert "version 2 cannot resume" in message and "written by version 1" in message
+    assert "struct<x:string,n:bigint> to struct<x:string,total:double>" in message
+    assert "weir run --reset proc" in message
+    assert read(cp).version == "1"  # the record still describes the state on disk
+
+
+def test_stateful_code_change_with_the_same_shape_resumes(tmp_path):
+    cp = str(tmp_path / "cp")
+    check(_proc(True, "1"), cp, "struct<x:string>")
+    assert check(_proc(True, "2"), cp, "struct<x:string>") is not None
+
+
+def test_stateful_change_of_inputs_is_refused(tmp_path):
+    cp = str(tmp_path / "cp")
+    check(_proc(True, "1", ("a",)), cp, "s")
+    with pytest.raises(IncompatibleChange, match=r"inputs changed from \['a'\] to \['a', 'b'\]"):
+        check(_proc(True, "2", ("a", "b")), cp, "s")
+
+
+def test_per_processor_settings_must_name_existing_processors():
+    from weir.config import load
+    from weir.pipeline.run import Runner
+
+    p = Pipeline("o")
+    p.topic("a", schema="x STRING")
+
+    @p.processor(outputs=["a"])
+    def gen(spark):
+        return spark
+
+    with pytest.raises(ValueError, match="settings name processor\\(s\\) gne that pipeline o does not have"):
+        Runner(p, load(processors={"gne": {"trigger": "5 seconds"}}))
+
+
+def test_a_stateless_batch_is_settled_by_the_coordinates_its_output_keeps():
+    c = from_routes([("out", "o", 7, 0), ("dlq", "in.dlq", 3, 0)])  # 7 rows from 5 records, 2 bad + 1 poison
+    c.passed, c.has_sources, c.poison = 5, True, 1
+    c.settle(20)
+    assert (c.in_, c.out, c.emitted, c.dlq, c.filtered) == (20, 5, 2, 3, 12)
+    assert c.balanced and c.violations == 0
+
+
+def test_without_coordinates_each_output_row_stands_for_one_record():
+    c = from_routes([("out", "o", 6, 0), ("dlq", "in.dlq", 1, 0)])
+    c.passed, c.has_sources, c.poison = 0, False, 1
+    c.settle(10)
+    assert (c.out, c.filtered, c.emitted) == (6, 3, 0) and c.balanced
+
+
+def test_weirs_own_count_wins_over_sparks_for_a_stateless_batch():
+    c = from_routes([("out", "o", 4, 0)])
+    c.passed, c.has_sources, c.read = 4, True, 4
+    c.settle(2)  # Spark's metric undercounts a batch whose tasks failed and re-ran
+    assert c.in_ == 4 and c.balanced

@@ -1,0 +1,53 @@
+"""The shop demo's tables render a runner snapshot, totals and the balance, without Spark or a broker."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from examples.shop.demo import balance_table, lateness, live_table
+from examples.shop.records import ORDERS, Shape, records
+from weir.pipeline.accounting import Counts
+from weir.pipeline.run import ProcessorStatus
+
+
+def render(table) -> str:
+    console = Console(width=200, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def snapshot() -> dict[str, ProcessorStatus]:
+    enrich = ProcessorStatus("enrich", state="running", batches=3, input_rate=812.5)
+    enrich.totals = Counts(in_=1000, out=900, dlq=10, absorbed=90)
+    alert = ProcessorStatus("alert", state="restarting", restarts=2, last_error="ValueError: boom")
+    alert.totals = Counts(in_=50, out=5, filtered=44, violations=1)  # one record unaccounted
+    return {"enrich": enrich, "alert": alert}
+
+
+def test_the_live_table_shows_each_processor_and_the_totals() -> None:
+    text = render(live_table(snapshot(), 12.0, 60.0))
+    assert "12s of 60s" in text
+    enrich_row = next(line for line in text.splitlines() if line.startswith("│ enrich"))
+    assert [c.strip() for c in enrich_row.split("│")[1:-1]] == [
+        "enrich", "running", "812", "1,000", "900", "0", "10", "0", "90", "0", "0", "0",
+    ]  # fmt: skip
+    total_row = next(line for line in text.splitlines() if line.startswith("│ total"))
+    assert "1,050" in total_row and "905" in total_row
+    assert "alert: ValueError: boom" in text
+
+
+def test_the_balance_table_flags_what_does_not_balance() -> None:
+    rows = {line.split("│")[1].strip(): line for line in render(balance_table(snapshot())).splitlines() if "│" in line}
+    assert rows["enrich"].rstrip("│ ").endswith("yes")
+    assert rows["alert"].rstrip("│ ").endswith("NO")
+
+
+def test_lateness_compares_the_windows_with_what_the_generator_made_late() -> None:
+    made = sum(1 for r in records(Shape(seed=7), 0, 20_000) if r.output == ORDERS and r.late)
+    snap = {n: ProcessorStatus(n) for n in ("generate", "revenue", "spend")}
+    snap["generate"].totals = Counts(in_=20_000, out=20_000)
+    snap["revenue"].totals = Counts(late=made)
+    snap["spend"].totals = Counts(late=made * 3)
+    text = lateness(snap, seed=7)
+    assert f"generated late on purpose: {made:,}" in text
+    assert "more than generated" in text

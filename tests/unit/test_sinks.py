@@ -1,0 +1,188 @@
+"""Pure helpers of weir.sinks, without Spark: writer names, batch directories, type mapping, DSN redaction."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import types as T
+
+from weir.sinks import Delivery, KafkaSink, ParquetSink, PostgresSink, SinkError, check_writer_name
+from weir.sinks.parquet import batch_dir_name, check_atomic_rename, parse_batch_dir
+from weir.sinks.postgres import csv_safe, parse_table, pg_columns, pg_type, redact_dsn, scrub
+
+SECRET = "s3cr3t-Pa55"
+
+
+# -- the contract ---------------------------------------------------------------------------------------
+def test_each_sink_states_its_guarantee() -> None:
+    assert ParquetSink.guarantee is Delivery.EXACTLY_ONCE
+    assert PostgresSink.guarantee is Delivery.EXACTLY_ONCE
+    assert KafkaSink.guarantee is Delivery.AT_LEAST_ONCE
+    assert str(Delivery.EXACTLY_ONCE) == "exactly-once"
+
+
+@pytest.mark.parametrize("name", ["shop.enrich", "a", "Q-1_x.y", "7up", "x" * 128])
+def test_valid_writer_names(name: str) -> None:
+    assert check_writer_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "a=b", "a b", ".hidden", "_x", "-x", "x" * 129, "é", "a'b", None])
+def test_invalid_writer_names_are_refused(name) -> None:
+    with pytest.raises(SinkError, match="invalid writer name"):
+        check_writer_name(name)
+
+
+def test_exactly_once_sink_refuses_to_write_before_open(tmp_path) -> None:
+    with pytest.raises(SinkError, match=r"call open\(query_name\)"):
+        ParquetSink(str(tmp_path / "out")).write(None, 0)  # type: ignore[arg-type]
+
+
+# -- Parquet ------------------------------------------------------------------------------------------
+def test_batch_directory_names_round_trip_and_sort_by_batch() -> None:
+    assert batch_dir_name("shop.enrich", 7) == "weir_batch=shop.enrich-000000000007"
+    assert parse_batch_dir(batch_dir_name("a-b-c", 12)) == ("a-b-c", 12)
+    assert parse_batch_dir(batch_dir_name("w", 10**13)) == ("w", 10**13)
+    assert parse_batch_dir("date=2024-01-01") is None
+    assert parse_batch_dir("weir_batch=w-12") is None  # not 12 digits: not ours
+    names = [batch_dir_name("w", i) for i in (10, 9, 100)]
+    assert sorted(names) == [batch_dir_name("w", i) for i in (9, 10, 100)]
+
+
+def test_object_stores_are_refused_because_their_rename_is_a_copy() -> None:
+    class S3Like:
+        type_name = "s3"
+
+    with pytest.raises(SinkError, match="not atomic"):
+        check_atomic_rename(S3Like(), "s3://bucket/out")  # type: ignore[arg-type]
+
+
+def test_relative_and_url_paths_resolve_to_one_local_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert ParquetSink("out").root == str(tmp_path / "out")
+    assert ParquetSink(f"file://{tmp_path}/out/").root == str(tmp_path / "out")
+    assert ParquetSink("out").name == "parquet:out"
+
+
+# -- PostgreSQL types and names -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spark_type", "pg"),
+    [
+        (T.BooleanType(), "boolean"),
+        (T.ByteType(), "smallint"),
+        (T.ShortType(), "smallint"),
+        (T.IntegerType(), "integer"),
+        (T.LongType(), "bigint"),
+        (T.FloatType(), "real"),
+        (T.DoubleType(), "double precision"),
+        (T.DecimalType(12, 3), "numeric(12,3)"),
+        (T.StringType(), "text"),
+        (T.VarcharType(10), "varchar(10)"),
+        (T.BinaryType(), "bytea"),
+        (T.DateType(), "date"),
+        (T.TimestampType(), "timestamptz"),
+        (T.TimestampNTZType(), "timestamp"),
+        (T.DayTimeIntervalType(), "interval"),
+        (T.ArrayType(T.LongType()), "bigint[]"),
+        (T.ArrayType(T.StringType()), "text[]"),
+    ],
+)
+def test_spark_types_map_to_postgres_types(spark_type: T.DataType, pg: str) -> None:
+    assert pg_type(spark_type) == pg
+
+
+@pytest.mark.parametrize(
+    "spark_type",
+    [
+        T.MapType(T.StringType(), T.LongType()),
+        T.StructType([T.StructField("a", T.LongType())]),
+        T.ArrayType(T.ArrayType(T.LongType())),
+        T.ArrayType(T.MapType(T.StringType(), T.StringType())),
+        T.NullType(),
+        T.YearMonthIntervalType(),
+        T.CalendarIntervalType(),
+        T.VariantType(),
+    ],
+)
+def test_types_without_a_faithful_postgres_column_are_unsupported(spark_type: T.DataType) -> None:
+    assert pg_type(spark_type) is None
+
+
+def test_unsupported_columns_are_all_named_in_one_error() -> None:
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("attrs", T.MapType(T.StringType(), T.StringType())),
+            T.StructField("pos", T.StructType([T.StructField("x", T.DoubleType())])),
+        ]
+    )
+    with pytest.raises(SinkError, match=r"'attrs' \(map<string,string>\), 'pos' \(struct<x:double>\).*to_json"):
+        pg_columns(schema)
+    assert pg_columns(T.StructType([T.StructField("id", T.LongType())])) == [("id", "bigint")]
+
+
+def test_only_types_that_survive_csv_take_the_csv_copy_path() -> None:
+    flat = T.StructType([T.StructField("a", T.LongType()), T.StructField("b", T.TimestampType())])
+    assert csv_safe(flat)
+    assert not csv_safe(flat.add("c", T.BinaryType()))
+    assert not csv_safe(flat.add("c", T.ArrayType(T.LongType())))
+
+
+def test_table_names() -> None:
+    assert parse_table("events") == (None, "events")
+    assert parse_table("analytics.Events") == ("analytics", "Events")
+    for bad in ("", "a.b.c", ".t", "s.", "x" * 64):
+        with pytest.raises(SinkError, match="not a table name"):
+            parse_table(bad)
+
+
+# -- credentials --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        f"postgresql://writer:{SECRET}@db.example:5432/shop?sslmode=require",
+        f"host=db.example port=5432 dbname=shop user=writer password={SECRET}",
+        f"host=db.example port=5432 dbname=shop user=writer password='{SECRET}'",
+    ],
+)
+def test_dsn_redaction_keeps_where_and_drops_the_password(dsn: str) -> None:
+    shown = redact_dsn(dsn)
+    assert SECRET not in shown
+    assert shown == "host=db.example port=5432 dbname=shop user=writer"
+    assert SECRET not in scrub(f"failed with {dsn}: password={SECRET}", dsn)
+
+
+def test_scrub_hides_passwords_it_was_not_told_about() -> None:
+    text = "retry postgresql://u:hunter2@h/db and password=hunter2 and PASSWORD = 'hunter 2'"
+    assert "hunter" not in scrub(text, "host=h")
+
+
+def test_a_url_encoded_password_is_hidden_in_both_spellings() -> None:
+    dsn = "postgresql://u:p%40ss%20word@h/db"
+    assert "p@ss word" not in scrub("auth failed for p@ss word", dsn)
+    assert "p%40ss" not in scrub("dsn was p%40ss%20word", dsn)
+
+
+def test_sink_names_and_reprs_never_carry_the_dsn() -> None:
+    sink = PostgresSink(f"host=h user=u password={SECRET}", "public.events", key=["id"])
+    assert SECRET not in sink.name and SECRET not in repr(sink)
+    assert sink.name == "postgres:public.events"
+
+
+def test_an_unparseable_dsn_is_refused_without_quoting_it() -> None:
+    # libpq's parser would say: missing "=" after "Pa55" in connection info string.
+    with pytest.raises(SinkError, match="could not be parsed") as info:
+        PostgresSink("host=h password=s3cr3t Pa55", "t")
+    assert "Pa55" not in str(info.value) and info.value.__cause__ is None
+
+
+def test_kafka_sink_options_redact_credentials_and_spell_settings_with_dots() -> None:
+    sink = KafkaSink(
+        "out", ["b1:9092", "b2:9092"], sasl_password=SECRET, compression_type="lz4", **{"enable.idempotence": True}
+    )
+    assert sink.options == {
+        "kafka.bootstrap.servers": "b1:9092,b2:9092",
+        "topic": "out",
+        "kafka.sasl.password": "***",
+        "kafka.compression.type": "lz4",
+        "kafka.enable.idempotence": "true",
+    }
+    assert SECRET not in repr(sink)

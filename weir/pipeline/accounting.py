@@ -1,0 +1,105 @@
+"""Per-batch accounting: where every input record of a micro-batch went, and whether the books balance.
+
+Every record a processor consumes ends up in exactly one place:
+
+    in = out + filtered + dead-lettered + late + duplicate + absorbed
+
+`out` counts output records that each stand for one input record; `absorbed` counts records folded into
+state without an output of their own (a table update, a record added to an open window). Results made
+from state (a closed window) are `emitted`: they are outputs, but not input records, so they stay out of
+the equation. `in` is Spark's own count of the rows its source read for the batch (numInputRows), so the
+check compares two independent measurements. A batch that does not balance is a violation: it is
+published with the difference, never ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from weir.pipeline.stateful import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
+
+_TOTALS = ("in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
+
+
+@dataclass
+class Counts:
+    """Records of one batch (or a running total) by destination."""
+
+    in_: int = 0
+    out: int = 0
+    filtered: int = 0
+    dlq: int = 0
+    late: int = 0
+    duplicate: int = 0
+    absorbed: int = 0
+    emitted: int = 0
+    violations: int = 0
+    outputs: dict[str, int] = field(default_factory=dict)  # records written per destination topic or sink
+    poison: int = 0  # of `dlq`: records on which user code raised
+    # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
+    passed: int | None = None
+    has_sources: bool = False  # whether output rows still carry their input's coordinates
+    read: int | None = None  # stateless batches: the rows of the batch as weir counted them
+
+    @property
+    def accounted(self) -> int:
+        return self.out + self.filtered + self.dlq + self.late + self.duplicate + self.absorbed
+
+    @property
+    def unaccounted(self) -> int:
+        """Input records that reached no destination (negative: more destinations than inputs)."""
+        return self.in_ - self.accounted
+
+    @property
+    def balanced(self) -> bool:
+        return self.unaccounted == 0
+
+    def add(self, other: Counts) -> None:
+        for name in _TOTALS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for dest, n in other.outputs.items():
+            self.outputs[dest] = self.outputs.get(dest, 0) + n
+
+    def settle(self, in_: int) -> None:
+        """Set `in` (Spark's count, or weir's own count of a stateless batch, which stays right when a
+        poison record made Spark re-run tasks) and, for a stateless batch, split its clean records into
+        out and filtered.
+
+        `out` becomes the input records with at least one output row, measured by the input coordinates the
+        output rows still carry (without them, each output row stands for one input record); rows beyond
+        that are a fan-out, counted as `emitted`. `filtered` is what remains of the clean records."""
+        self.in_ = in_ if self.read is None else self.read
+        if self.passed is None:
+            return
+        clean = self.in_ - self.dlq  # decoded, and the function did not raise on them
+        passed = self.passed if self.has_sources else min(self.out, clean)
+        self.filtered += clean - passed
+        self.emitted += self.out - passed
+        self.out = passed
+        if clean - passed < 0:  # outputs name input records this batch did not read
+            self.violations += 1
+        self.passed = None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        del d["passed"], d["has_sources"], d["read"]
+        d["in"] = d.pop("in_")
+        d["balanced"] = self.balanced
+        d["unaccounted"] = self.unaccounted
+        return d
+
+
+def from_routes(rows: list[tuple[str | None, str | None, int, int]]) -> Counts:
+    """Counts from (route, destination, rows, absorbed) groups of a routed batch; `in` is left to the caller."""
+    c = Counts()
+    field_of = {OUT: "out", FILTERED: "filtered", DLQ: "dlq", LATE: "late", DUPLICATE: "duplicate", EMIT: "emitted"}
+    for route, dest, n, absorbed in rows:
+        if route == ABSORB:
+            c.absorbed += absorbed
+        elif route in field_of:
+            setattr(c, field_of[route], getattr(c, field_of[route]) + n)
+        else:
+            c.violations += n  # a route nobody knows how to deliver: published as a violation
+        if dest is not None and route != ABSORB:
+            c.outputs[dest] = c.outputs.get(dest, 0) + n
+    return c

@@ -1,0 +1,122 @@
+"""The progress stream: one JSON record per micro-batch, failure and state change of every processor.
+
+Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records
+stay in order) and to a local JSONL log, `<home>/progress/<pipeline>.jsonl`. The monitor consumes the
+topic; the log is for people and for when the broker is down. Kinds (`type`):
+
+- "progress": a finished micro-batch: Spark's figures (input rows, rates, durations, event time and
+  watermark, state rows and memory, source offsets) with weir's accounting of the batch;
+  `accounting.balanced` false marks a violation, with `accounting.unaccounted` records.
+- "failure": a processor's query died; with the error, the restart count and when it restarts.
+- "state": a processor changed state (starting, running, restarting, stopped, finished, failed).
+
+A record that cannot be delivered to the topic is still in the log, and the miss is counted in the
+next records' `progress_undelivered`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from weir.pipe.log import client_log
+
+log = logging.getLogger("weir.pipeline")
+TOPIC = "_weir.progress"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ProgressPublisher:
+    """Writes progress records to the topic and the JSONL log; safe to call from any thread."""
+
+    def __init__(self, pipeline: str, client_config: dict[str, str], log_dir: str, topic: str = TOPIC) -> None:
+        self.pipeline = pipeline
+        self.topic = topic
+        self.undelivered = 0
+        self._lock = threading.Lock()
+        path = Path(log_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / f"{pipeline}.jsonl"
+        self._file = self.path.open("a", encoding="utf-8")
+        self._producer = Producer(
+            {**client_config, "linger.ms": 50, "acks": "all", "logger": client_log, "message.timeout.ms": 30_000}
+        )
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            with self._lock:
+                self.undelivered += 1
+            log.warning("weir: a progress record was not delivered to %s: %s", self.topic, err)
+
+    def publish(self, kind: str, processor: str, **fields: Any) -> dict:
+        record = {
+            "type": kind,
+            "pipeline": self.pipeline,
+            "processor": processor,
+            "at": now_iso(),
+            "at_ms": int(time.time() * 1000),
+            **fields,
+            "progress_undelivered": self.undelivered,
+        }
+        line = json.dumps(record, default=str, separators=(",", ":"))
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+        try:
+            self._producer.produce(
+                self.topic, line.encode(), f"{self.pipeline}/{processor}".encode(), on_delivery=self._on_delivery
+            )
+            self._producer.poll(0)
+        except (BufferError, Exception) as exc:  # the log line above already holds the record
+            with self._lock:
+                self.undelivered += 1
+            log.warning("weir: progress record not queued for %s: %s", self.topic, exc)
+        return record
+
+    def close(self) -> None:
+        self._producer.flush(10)
+        with self._lock:
+            self._file.close()
+
+
+def spark_figures(progress: Any) -> dict:
+    """The parts of Spark's StreamingQueryProgress that the monitor needs, as plain JSON."""
+    p = json.loads(progress.json)
+    state = p.get("stateOperators") or []
+    event_time = p.get("eventTime") or {}
+    return {
+        "query_id": p.get("id"),
+        "run_id": p.get("runId"),
+        "batch_id": p.get("batchId"),
+        "batch_at": p.get("timestamp"),
+        "input_rows": p.get("numInputRows", 0),
+        "input_rows_per_second": p.get("inputRowsPerSecond"),
+        "processed_rows_per_second": p.get("processedRowsPerSecond"),
+        "batch_duration_ms": p.get("batchDuration"),
+        "duration_ms": p.get("durationMs") or {},
+        "event_time": event_time,
+        "watermark": event_time.get("watermark"),
+        "state_rows": sum(s.get("numRowsTotal", 0) for s in state),
+        "state_memory_bytes": sum(s.get("memoryUsedBytes", 0) for s in state),
+        "rows_dropped_by_watermark": sum(s.get("numRowsDroppedByWatermark", 0) for s in state),
+        "sources": [
+            {
+                "description": s.get("description"),
+                "start_offset": s.get("startOffset"),
+                "end_offset": s.get("endOffset"),
+                "latest_offset": s.get("latestOffset"),
+                "input_rows": s.get("numInputRows"),
+            }
+            for s in p.get("sources") or []
+        ],
+    }

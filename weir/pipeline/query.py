@@ -1,0 +1,365 @@
+"""One processor as one Structured Streaming query: read and decode its inputs, apply it, route, deliver, count.
+
+Stateless processors (the default) run inside foreachBatch: each micro-batch is persisted, its undecodable
+records are dead-lettered, and the function is applied to the batch's clean rows, one DataFrame per input
+topic. Because the function sees a static batch, a record on which user code raises can be isolated: when
+computing the result fails, the batch is split in halves (by topic-partition, then by offset range) until
+the failing records are single; those are dead-lettered with the error and the rest goes on. More than
+`max_poison` such records in one batch is not bad data but broken code: the batch fails and the runner
+restarts the processor with backoff.
+
+Stateful processors are applied once to the streaming inputs (their state lives in Spark's state store),
+undecodable records included: weir's stateful blocks route every record (`_route`), those with `_error`
+to "dlq". Source processors return a streaming DataFrame of their own.
+
+Delivery of a batch, in order: the result is persisted and counted by route and destination; records for
+topics (outputs, `<topic>.dlq`, `<topic>.late`) are written in one job from the executors through the
+weir-kafka sink; a sink processor's rows go to its sink with the batch id; the counts are handed to the
+runner's ledger, where the progress listener checks them against Spark's own input count. Kafka delivery is
+at-least-once (a batch replayed after a crash is written again, with the same `weir.source` headers);
+exactly-once sinks are idempotent per batch id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from weir.config import ProcessorSettings, Settings
+from weir.pipe.decode import ERROR_COLUMN
+from weir.pipeline import routing
+from weir.pipeline.accounting import Counts, from_routes
+from weir.pipeline.model import Pipeline, Processor, Topic
+from weir.pipeline.stateful import ABSORBED, DLQ, EMIT, OUT, ROUTE, col
+
+log = logging.getLogger("weir.pipeline")
+_INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT)
+
+
+@dataclass
+class Ledger:
+    """Counts of delivered batches, by (query name, batch id), until the progress listener takes them."""
+
+    _counts: dict[tuple[str, int], Counts] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, query: str, batch_id: int, counts: Counts) -> None:
+        with self._lock:
+            self._counts[(query, batch_id)] = counts
+
+    def take(self, query: str, batch_id: int) -> Counts | None:
+        with self._lock:
+            return self._counts.pop((query, batch_id), None)
+
+
+class StopRequested(RuntimeError):
+    """A batch refused because its processor is stopping (see Runner.stop)."""
+
+
+def query_name(pipeline: Pipeline, proc: Processor) -> str:
+    return f"{pipeline.name}.{proc.name}"
+
+
+class ProcessorQuery:
+    """Builds and starts the streaming query of one processor."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: Pipeline,
+        proc: Processor,
+        settings: Settings,
+        ledger: Ledger,
+        checkpoint: str,
+        *,
+        available_now: bool = False,
+        max_poison: int = 10,
+    ) -> None:
+        self.spark, self.pipeline, self.proc, self.settings = spark, pipeline, proc, settings
+        self.ledger, self.checkpoint = ledger, checkpoint
+        self.available_now, self.max_poison = available_now, max_poison
+        self.name = query_name(pipeline, proc)
+        self.topics = pipeline.topics
+        self._cached: list[DataFrame] = []
+        self.stopping = threading.Event()
+        self.in_batch: int | None = None  # the batch whose foreachBatch is running
+        self._override = settings.processors.get(proc.name, ProcessorSettings())
+        self._poisoned = 0
+        self._has_sources = False  # whether the function's result keeps its input coordinates
+
+    # -- inputs -----------------------------------------------------------------------------------------
+    def _kafka_options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.settings.bootstrap_servers} | {
+            f"kafka.{k}": v for k, v in self.settings.kafka.items()
+        }
+
+    def source(self, topic: Topic) -> DataFrame:
+        given = (self._override.max_offsets_per_trigger, self.proc.max_offsets_per_trigger)
+        limit = next((v for v in given if v is not None), self.settings.max_offsets_per_trigger)  # 0: no limit
+        reader = (
+            self.spark.readStream.format("weir-kafka")
+            .options(**self._kafka_options())
+            .option("subscribe", topic.name)
+            .option("startingOffsets", "earliest")
+            .option("valueFormat", "json")
+            .option("valueSchema", topic.schema)
+        )
+        if limit:
+            reader = reader.option("maxOffsetsPerTrigger", str(limit))
+        return reader.load()
+
+    def inputs(self) -> DataFrame:
+        """Every input topic's decoded stream, unioned by column name (fields of other topics are null)."""
+        streams = [self.source(self.topics[t]) for t in self.proc.inputs]
+        out = streams[0]
+        for s in streams[1:]:
+            out = out.unionByName(s, allowMissingColumns=True)
+        return out
+
+    def _split(self, batch: DataFrame) -> list[DataFrame]:
+        """The clean rows of a batch, one DataFrame per input topic with that topic's columns."""
+        parts = []
+        for t in self.proc.inputs:
+            names = [*self._kafka_columns(batch), *self.topics[t].fields()]
+            parts.append(batch.where((col("topic") == t) & col(ERROR_COLUMN).isNull()).select(*map(col, names)))
+        return parts
+
+    @staticmethod
+    def _kafka_columns(df: DataFrame) -> list[str]:
+        from weir.pipe.source import KAFKA_COLUMN_NAMES
+
+        return [c for c in df.columns if c.lower() in KAFKA_COLUMN_NAMES]
+
+    # -- the result ---------------------------------------------------------------------------------------
+    def _applied(self) -> DataFrame | dict[str, DataFrame]:
+        """Stateful and source processors: the function over the streams (or its own source). The streams
+        carry the undecodable records too: weir's blocks route them to "dlq" themselves, since a second
+        branch for them would make Spark read each input twice, and count its rows twice."""
+        if self.proc.kind == "source":
+            return self.proc.fn(self.spark)
+        return self.proc.fn(*[self.source(self.topics[t]) for t in self.proc.inputs])
+
+    def trace(self) -> DataFrame | dict[str, DataFrame]:
+        """The processor's result, checked against the declared outputs before anything starts, so that a
+        wrong declaration fails with a clear message."""
+        if self.proc.stateful or self.proc.kind == "source":
+            result = self._applied()
+        else:  # called per batch on static rows: trace it on an empty batch of the same shape
+            empty = self.spark.createDataFrame([], self.inputs().schema)
+            result = self.proc.fn(*self._split(empty))
+        routing.check_outputs(self.proc, result, self.topics)
+        return result
+
+    def _streaming_result(self) -> DataFrame:
+        result = self._applied()
+        return _with_output(result) if isinstance(result, dict) else result
+
+    # -- per batch ----------------------------------------------------------------------------------------
+    # One Spark job computes a batch (read, decode, apply, route) and counts it by route; the cached result
+    # then feeds the Kafka write and the sink. Fewer jobs per batch is most of a small batch's cost.
+    def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._cache(batch)
+        try:
+            # Filling the cache in a job without user code: later jobs that fail (a poison record) re-read
+            # the cache, not Kafka, and the batch's input count is this one.
+            read = batch.count()
+            dead = routing.dead_letters(batch, self.proc)
+            frame, routed, groups = self._attempt(self._split(batch), None, dead)
+            counts = self._deliver(frame, routed, groups, batch_id)
+            counts.read = read
+            self.ledger.put(self.name, batch_id, counts)
+        finally:
+            self._release()
+
+    def _attempt(
+        self, inputs: list[DataFrame], ranges: list[tuple] | None, extra: DataFrame | None = None
+    ) -> tuple[DataFrame, DataFrame, list | None]:
+        """(result, routed result, counts by route) of the function over `inputs` (restricted to offset
+        `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
+        in a task are isolated by bisection and dead-lettered (module docstring)."""
+        sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
+        result = self.proc.fn(*sub)  # a driver-side error (bad column, bad code) is not a record's fault
+        routing.check_outputs(self.proc, result, self.topics)
+        frame = _with_output(result) if isinstance(result, dict) else result
+        frame = self._cache(frame if ROUTE in frame.columns else frame.withColumn(ROUTE, F.lit(OUT)))
+        self._has_sources = all(c in frame.columns for c in routing.COORDINATES)
+        routed = routing.route(frame, self.proc, self.topics)
+        routed = self._cache(routed if extra is None else routed.unionByName(extra))
+        try:
+            return frame, routed, _groups(routed)
+        except AnalysisException:
+            raise
+        except Exception as exc:  # any task failure may be one record's; bisection decides
+            frame.unpersist()
+            routed.unpersist()
+            frame, routed = self._bisect(inputs, ranges if ranges is not None else self._ranges(sub), exc)
+            routed = self._cache(routed if extra is None else routed.unionByName(extra))
+            return frame, routed, None
+
+    @staticmethod
+    def _ranges(inputs: list[DataFrame]) -> list[tuple]:
+        """(topic, partition, first offset, last offset) of every input partition: metadata, not data."""
+        union = None
+        for df in inputs:
+            part = df.select(*routing.COORDINATES)
+            union = part if union is None else union.unionByName(part)
+        rows = union.groupBy("topic", "partition").agg(F.min("offset"), F.max("offset")).collect()
+        return sorted(tuple(r) for r in rows)
+
+    def _bisect(self, inputs: list[DataFrame], ranges: list[tuple], exc: Exception) -> tuple[DataFrame, DataFrame]:
+        # Offsets within a partition are (nearly) dense, so halving offset ranges halves the records
+        # without counting them: about 2*log2(batch) small jobs to isolate one failing record.
+        if len(ranges) == 1 and ranges[0][2] == ranges[0][3]:
+            return self._poison([df.where(_covering(ranges)) for df in inputs], exc)
+        if len(ranges) > 1:
+            halves = [ranges[: len(ranges) // 2], ranges[len(ranges) // 2 :]]
+        else:
+            t, p, lo, hi = ranges[0]
+            halves = [[(t, p, lo, (lo + hi) // 2)], [(t, p, (lo + hi) // 2 + 1, hi)]]
+        (f1, r1, _), (f2, r2, _) = (self._attempt(inputs, h) for h in halves)
+        return f1.unionByName(f2, allowMissingColumns=True), r1.unionByName(r2)
+
+    def _poison(self, inputs: list[DataFrame], exc: Exception) -> DataFrame:
+        """The one record on which the function raised, as a dead letter carrying the error."""
+        self._poisoned += 1
+        if self._poisoned > self.max_poison:
+            raise RuntimeError(
+                f"processor {self.proc.name}: more than {self.max_poison} records of one batch made it fail; "
+                f"that is broken code, not bad data. Last error: {_brief(exc)}"
+            ) from exc
+        row = None
+        for df in inputs:
+            part = df.select(*routing.COORDINATES, "key", "value", "timestamp")
+            row = part if row is None else row.unionByName(part)
+        message = f"processor {self.proc.name} raised: {_brief(exc)}"
+        log.warning("weir: %s; the record goes to the dead-letter topic", message)
+        frame = self._cache(row.withColumn(ERROR_COLUMN, F.lit(message)))
+        routed = self._cache(routing.dead_letters(frame, self.proc))
+        routed.count()
+        # A dead letter is no result row for a sink; an empty frame of one column adds no columns to the result.
+        return frame.select(F.lit(DLQ).alias(ROUTE)).limit(0), routed
+
+    def _cache(self, frame: DataFrame) -> DataFrame:
+        self._cached.append(frame.persist())
+        return frame
+
+    def _release(self) -> None:
+        while self._cached:
+            self._cached.pop().unpersist()
+
+    def _deliver(self, frame: DataFrame, routed: DataFrame, groups: list | None, batch_id: int) -> Counts:
+        """Write the routed records to their topics and the result to the sink; the batch's counts."""
+        groups = groups if groups is not None else _groups(routed)
+        counts = from_routes([(g[ROUTE], g[routing.DEST], g["n"], g["a"]) for g in groups])
+        counts.passed = sum(g["sources"] for g in groups if g[ROUTE] in (OUT, EMIT))
+        counts.has_sources = self._has_sources
+        counts.poison = self._poisoned
+        if any(g[routing.DEST] is not None for g in groups):
+            (
+                routed.where(col(routing.DEST).isNotNull())
+                # Each task writes oldest first: a reader that cuts through this batch (its own batch limit,
+                # or reading while it is written) sees the older records, not a scatter whose newest event
+                # times would push its watermark past the rest (a stateful result comes grouped by key).
+                .sortWithinPartitions("timestamp")
+                .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
+                .write.format("weir-kafka")
+                .options(**self._kafka_options())
+                .mode("append")
+                .save()
+            )
+        if self.proc.sink is not None:
+            rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
+            counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id)
+        return counts
+
+    def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._cache(batch)
+        try:
+            frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
+            routed = self._cache(routing.route(frame, self.proc, self.topics))
+            counts = self._deliver(frame, routed, None, batch_id)
+            counts.passed = None  # the blocks' routes are the accounting: nothing to settle
+            self.ledger.put(self.name, batch_id, counts)
+        finally:
+            self._release()
+
+    # -- start --------------------------------------------------------------------------------------------
+    def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
+        if self.proc.sink is not None and hasattr(self.proc.sink, "open"):
+            self.proc.sink.open(self.name)  # a stable writer name: replays of a batch id are recognised
+        if self.proc.stateful or self.proc.kind == "source":
+            stream, handler = self._streaming_result(), self._streaming_batch
+        else:
+            stream, handler = self.inputs(), self._stateless_batch
+
+        def each(batch: DataFrame, batch_id: int) -> None:
+            if self.stopping.is_set():
+                # Refuse the batch before writing anything: it stays uncommitted and the next start runs
+                # it from its offsets, with nothing written twice.
+                raise StopRequested(f"processor {self.proc.name} is stopping; batch {batch_id} runs at the next start")
+            self.in_batch = batch_id
+            try:
+                self._poisoned = 0
+                handler(batch, batch_id)
+                if on_batch:
+                    on_batch(batch, batch_id)
+            finally:
+                self.in_batch = None
+
+        writer = stream.writeStream.queryName(self.name).option("checkpointLocation", self.checkpoint)
+        writer = writer.foreachBatch(each)
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            interval = self._override.trigger or self.proc.trigger or self.settings.trigger
+            writer = writer.trigger(processingTime=interval)
+        return writer.start()
+
+
+def _with_output(result: dict[str, DataFrame]) -> DataFrame:
+    frames = [df.withColumn(routing.OUTPUT, F.lit(t)) for t, df in result.items()]
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f, allowMissingColumns=True)
+    return out
+
+
+def _groups(routed: DataFrame) -> list:
+    """Rows and absorbed records per route and destination, and the distinct input records behind them:
+    one small row per group, the action that computes (and caches) the batch."""
+    return (
+        routed.groupBy(ROUTE, routing.DEST)
+        .agg(
+            F.count("*").alias("n"),
+            F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("a"),
+            F.count_distinct(routing.SOURCE).alias("sources"),
+        )
+        .collect()
+    )
+
+
+def _covering(ranges: list[tuple]) -> Column:
+    """Rows within any of the (topic, partition, first, last) offset ranges."""
+    out = None
+    for t, p, lo, hi in ranges:
+        c = (col("topic") == t) & (col("partition") == p) & col("offset").between(lo, hi)
+        out = c if out is None else out | c
+    return out
+
+
+def _brief(exc: BaseException | str) -> str:
+    """The error itself, out of a Spark error that wraps a Python traceback, a plan and a JVM stack trace."""
+    text = str(exc)
+    errors = re.findall(r"^\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception)\b: .+)$", text, flags=re.M)
+    python = [e for e in errors if not e.lstrip().startswith(("org.", "java.", "scala.", "py4j."))]
+    if python:
+        return python[-1].strip()[:500]
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return first[:500]

@@ -1,0 +1,200 @@
+"""From a processor's result to Kafka records: which topic each row goes to, with what key, value and headers.
+
+A routed DataFrame has the columns `_route`, `_dest` (destination topic, null for rows only counted),
+`_absorbed`, `key` and `value` (BINARY), `headers` and `timestamp`, ready for the weir-kafka sink with a
+per-row topic. The rules:
+
+- Rows routed "out" or "emit" go to the processor's output topic (or the topic named by an `_output`
+  column when it has several). Their value is the JSON of the topic's declared fields, taken by name from
+  the row, and their key is the declared key field; a result without the declared fields but with a
+  `value` column is written raw (a source processor passing bytes through). The input's `timestamp` is
+  kept when the row has one, so event time travels downstream.
+- Rows routed "late" and "dlq" go to `<input topic>.late` and `<input topic>.dlq` with the input record's
+  raw key and value unchanged (so it can be replayed), and headers saying why: `weir.error`,
+  `weir.processor`, and `weir.source` = topic/partition/offset.
+- "filtered", "duplicate" and "absorbed" rows are counted, never written.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from weir.pipe.decode import ERROR_COLUMN
+from weir.pipe.sink import SOURCE_HEADER
+from weir.pipeline.model import DeclarationError, Processor, Topic
+from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, EMIT, LATE, OUT, ROUTE, col
+
+DEST = "_dest"
+SOURCE = "_src"  # "topic/partition/offset" of the input record behind an output row, when the row has it
+OUTPUT = "_output"
+ERROR_HEADER = "weir.error"
+PROCESSOR_HEADER = "weir.processor"
+COORDINATES = ("topic", "partition", "offset")
+
+
+def declared_type(topic: Topic) -> T.StructType:
+    """The topic's schema as a Spark struct (NOT NULL markers dropped: they are checked when decoding)."""
+    from weir.pipe.decode import parse_fields
+
+    return T.StructType(
+        [T.StructField(f.name, T._parse_datatype_string(f.type_ddl)) for f in parse_fields(topic.schema)]
+    )
+
+
+def _compatible(given: T.DataType, declared: T.DataType) -> bool:
+    if given == declared or isinstance(given, T.NullType):
+        return True
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    if isinstance(declared, T.LongType | T.IntegerType | T.ShortType):
+        return isinstance(given, integral) and _width(given) <= _width(declared)
+    if isinstance(declared, T.DoubleType):
+        return isinstance(given, (*integral, T.FloatType, T.DecimalType))
+    if isinstance(declared, T.TimestampType):
+        return isinstance(given, T.TimestampNTZType)
+    return False
+
+
+def _width(t: T.DataType) -> int:
+    return {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 4, T.LongType: 8}[type(t)]
+
+
+def output_problems(proc: Processor, result: DataFrame, topic: Topic) -> list[str]:
+    """Why `result` cannot be written to `topic`, per field; empty when it can."""
+    have = {f.name: f.dataType for f in result.schema.fields}
+    declared = declared_type(topic)
+    missing = [f.name for f in declared.fields if f.name not in have]
+    if missing and "value" in have and isinstance(have["value"], T.BinaryType | T.StringType):
+        return []  # raw bytes passed through as they are
+    found = []
+    if missing:
+        found.append(
+            f"processor {proc.name}: output {topic.name} lacks field(s) {', '.join(missing)} of the topic's schema "
+            f"({topic.schema}); the result has {', '.join(have) or 'no columns'}"
+        )
+    for f in declared.fields:
+        if f.name in have and not _compatible(have[f.name], f.dataType):
+            found.append(
+                f"processor {proc.name}: output {topic.name}: field {f.name} is {have[f.name].simpleString()}, "
+                f"the topic declares {f.dataType.simpleString()}"
+            )
+    return found
+
+
+def _header(name: str, value: Column) -> Column:
+    return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+
+def _headers(df: DataFrame, proc: Processor) -> Column:
+    """weir.source (when the row has coordinates), weir.processor, and weir.error for dead letters."""
+    hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
+    if all(c in df.columns for c in COORDINATES):
+        source = F.concat_ws("/", col("topic"), col("partition").cast("string"), col("offset").cast("string"))
+        hs.append(F.when(col("offset").isNotNull(), _header(SOURCE_HEADER, source)))
+    if ERROR_COLUMN in df.columns:
+        hs.append(F.when(col(ERROR_COLUMN).isNotNull(), _header(ERROR_HEADER, col(ERROR_COLUMN))))
+    return F.filter(F.array(*hs), lambda h: h.isNotNull())
+
+
+def _record(df: DataFrame, topic: Topic) -> tuple[Column, Column]:
+    """(key, value) of an output record for `topic` from a result row."""
+    declared = declared_type(topic)
+    if any(f.name not in df.columns for f in declared.fields):
+        key = col("key").cast("binary") if "key" in df.columns else F.lit(None).cast("binary")
+        return key, (col("value") if "value" in df.columns else F.lit(None)).cast("binary")
+    value = F.to_json(F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in declared.fields]))
+    key = col(topic.key).cast("string").cast("binary") if topic.key is not None else F.lit(None).cast("binary")
+    return key, value.cast("binary")
+
+
+def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame:
+    """The routed form of a processor's result (see the module docstring)."""
+    route_col = col(ROUTE) if ROUTE in df.columns else F.lit(OUT)
+    outputs = [topics[t] for t in proc.outputs if t in topics]
+    if OUTPUT in df.columns:
+        dest_out = col(OUTPUT)
+        pairs = [(col(OUTPUT) == t.name, _record(df, t)) for t in outputs]
+    else:
+        dest_out = F.lit(outputs[0].name) if outputs else F.lit(None).cast("string")
+        pairs = [(F.lit(True), _record(df, outputs[0]))] if outputs else []
+    raw_key = col("key").cast("binary") if "key" in df.columns else F.lit(None).cast("binary")
+    raw_value = col("value").cast("binary") if "value" in df.columns else F.lit(None).cast("binary")
+    is_output = route_col.isin(OUT, EMIT)
+
+    def pick(i: int, raw: Column) -> Column:
+        expr = None
+        for cond, kv in pairs:
+            expr = (F.when if expr is None else expr.when)(is_output & cond, kv[i])
+        return raw if expr is None else expr.otherwise(raw)
+
+    src_topic = col("topic") if "topic" in df.columns else F.lit(None).cast("string")
+    dest = (
+        F.when(is_output, dest_out)
+        .when(route_col == LATE, F.concat(src_topic, F.lit(".late")))
+        .when(route_col == DLQ, F.concat(src_topic, F.lit(".dlq")))
+    )
+    if proc.sink is not None:  # a sink processor's results go to its sink, not to a topic
+        dest = F.when(is_output, F.lit(None).cast("string")).otherwise(dest)
+    stamp = col("timestamp").cast("timestamp") if "timestamp" in df.columns else F.lit(None).cast("timestamp")
+    if all(c in df.columns for c in COORDINATES):
+        coordinates = F.concat_ws("/", col("topic"), col("partition").cast("string"), col("offset").cast("string"))
+        source = F.when(is_output & col("offset").isNotNull(), coordinates)
+    else:
+        source = F.lit(None).cast("string")
+    absorbed = col(ABSORBED).cast("long") if ABSORBED in df.columns else F.lit(None).cast("long")
+    return df.select(
+        route_col.alias(ROUTE),
+        dest.alias(DEST),
+        F.when(route_col == ABSORB, absorbed).alias(ABSORBED),
+        pick(0, raw_key).alias("key"),
+        pick(1, raw_value).alias("value"),
+        _headers(df, proc).alias("headers"),
+        stamp.alias("timestamp"),
+        source.alias(SOURCE),
+    )
+
+
+def dead_letters(batch: DataFrame, proc: Processor) -> DataFrame:
+    """Routed rows for the input records with `_error` set: they failed to decode, or user code raised on them."""
+    bad = batch.where(col(ERROR_COLUMN).isNotNull()).withColumn(ROUTE, F.lit(DLQ))
+    return route(bad.select(*COORDINATES, "key", "value", "timestamp", ERROR_COLUMN, ROUTE), proc, {})
+
+
+def check_outputs(proc: Processor, result: DataFrame | dict, topics: dict[str, Topic]) -> None:
+    """Raise DeclarationError when a result cannot be written to its declared output topic(s)."""
+    found = []
+    for name, df in _by_output(proc, result).items():
+        if name in topics:
+            found += output_problems(proc, df, topics[name])
+    if proc.stateful and ROUTE not in next(iter(_by_output(proc, result).values())).columns:
+        found.append(
+            f"processor {proc.name} is stateful, but its result has no {ROUTE} column: build it with weir's "
+            f"stateful blocks (join_table, windows, deduplicate), which account for every input record"
+        )
+    if found:
+        raise DeclarationError("\n".join(found))
+
+
+def _by_output(proc: Processor, result: DataFrame | dict) -> dict[str, DataFrame]:
+    if isinstance(result, dict):
+        unknown = sorted(set(result) - set(proc.outputs))
+        if unknown:
+            raise DeclarationError(
+                f"processor {proc.name} returned output(s) {', '.join(unknown)} it does not declare "
+                f"(declared: {', '.join(proc.outputs)})"
+            )
+        return result
+    if not isinstance(result, DataFrame):
+        raise DeclarationError(
+            f"processor {proc.name} returned {type(result).__name__}; it must return a DataFrame or a dict of "
+            f"DataFrames by output topic"
+        )
+    if len(proc.outputs) > 1 and OUTPUT not in result.columns:
+        raise DeclarationError(
+            f"processor {proc.name} has {len(proc.outputs)} outputs: return a dict by topic, or add an "
+            f"{OUTPUT} column naming each row's topic"
+        )
+    if OUTPUT in result.columns:
+        return {t: result for t in proc.outputs}
+    return {proc.outputs[0]: result} if proc.outputs else {"": result}

@@ -1,0 +1,412 @@
+"""Running a pipeline: topics created, one query per processor, failures restarted with backoff, progress published.
+
+    runner = Runner(pipeline, settings)
+    runner.run()                 # until Ctrl-C / SIGTERM (what `weir run` does)
+    # or: runner.start(); ...; runner.snapshot(); runner.stop()
+
+Start: the pipeline is validated; missing topics are created with their declared partitions and configs,
+each input topic with its `<topic>.dlq` and `<topic>.late`, and the progress topic; each processor's
+version is checked against its checkpoint (`<checkpoint_root>/<pipeline>/<processor>`); then every
+processor's query starts. A query that dies is recorded (a "failure" progress record) and restarted from
+its checkpoint after a backoff that doubles up to `restart_backoff_max`; the others keep running. After a
+processor's first successful batch its backoff starts over. Stop: every query is stopped (the current
+batch is interrupted; it is replayed at the next start, see docs/delivery.md).
+
+With available_now=True every processor processes what its inputs hold and stops; processors run in
+topological order, so each one sees everything its upstream processors wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+from weir.config import Settings, load
+from weir.pipe.admin import Admin
+from weir.pipeline import versions
+from weir.pipeline.accounting import Counts
+from weir.pipeline.model import Pipeline, Processor, Topic
+from weir.pipeline.progress import ProgressPublisher, now_iso, spark_figures
+from weir.pipeline.query import Ledger, ProcessorQuery, _brief, query_name
+from weir.pipeline.validate import validate
+
+log = logging.getLogger("weir.pipeline")
+SIDE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * 86_400_000), "retention.bytes": "-1"}
+
+
+@dataclass
+class ProcessorStatus:
+    """What the runner knows of one processor, as `snapshot()` returns it."""
+
+    name: str
+    state: str = "pending"  # pending, starting, running, restarting, finished, stopped, failed
+    batches: int = 0
+    restarts: int = 0
+    failures_in_row: int = 0
+    last_error: str | None = None
+    last_batch_id: int | None = None
+    last_batch_at: str | None = None
+    input_rate: float = 0.0
+    processed_rate: float = 0.0
+    watermark: str | None = None
+    totals: Counts = field(default_factory=Counts)
+    restart_at: float | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "totals"}
+        d["totals"] = self.totals.to_json()
+        return d
+
+
+def stages(p: Pipeline) -> list[list[Processor]]:
+    """Processors in topological order, grouped: each group depends only on earlier groups."""
+    producers = {t: proc.name for proc in p.processors.values() for t in proc.outputs}
+    depth: dict[str, int] = {}
+
+    def level(name: str) -> int:
+        if name not in depth:
+            ups = [producers[t] for t in p.processors[name].inputs if t in producers]
+            depth[name] = 1 + max((level(u) for u in ups), default=-1)
+        return depth[name]
+
+    out: dict[int, list[Processor]] = {}
+    for name, proc in p.processors.items():
+        out.setdefault(level(name), []).append(proc)
+    return [out[k] for k in sorted(out)]
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            self.runner._on_progress(event.progress)
+        except Exception:  # a listener that raises is removed by Spark; keep it, log loudly
+            log.exception("weir: progress record failed")
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+class Runner:
+    """Runs every processor of a pipeline as its own Structured Streaming query."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        settings: Settings | None = None,
+        *,
+        spark: SparkSession | None = None,
+        available_now: bool = False,
+        processors: list[str] | None = None,
+    ) -> None:
+        self.pipeline = validate(pipeline)
+        self.settings = settings or load()
+        self.available_now = available_now
+        unknown = sorted(set(processors or []) - set(pipeline.processors))
+        if unknown:
+            raise ValueError(f"pipeline {pipeline.name} has no processor {', '.join(unknown)}")
+        self.selected = [p for p in pipeline.processors.values() if not processors or p.name in processors]
+        unknown = sorted(set(self.settings.processors) - set(pipeline.processors))
+        if unknown:
+            raise ValueError(
+                f"settings name processor(s) {', '.join(unknown)} that pipeline {pipeline.name} does not have "
+                f"(it has {', '.join(pipeline.processors)})"
+            )
+        self._spark = spark
+        self.ledger = Ledger()
+        self.status = {p.name: ProcessorStatus(p.name) for p in self.selected}
+        self._queries: dict[str, Any] = {}
+        self._builders: dict[str, ProcessorQuery] = {}
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._supervisor: threading.Thread | None = None
+        self.publisher: ProgressPublisher | None = None
+        self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
+
+    # -- setup --------------------------------------------------------------------------------------------
+    def checkpoint(self, proc: Processor) -> str:
+        return self.settings.checkpoint_root.rstrip("/") + "/" + proc.checkpoint
+
+    def create_topics(self) -> list[str]:
+        """Create missing declared topics, the dead-letter and late topics of every input, and the progress topic."""
+        admin = Admin(self.settings.bootstrap_servers, self.settings.kafka)
+        existing = set(admin.topics())
+        wanted: dict[str, tuple[int, dict[str, str]]] = {}
+        for t in self.pipeline.topics.values():
+            wanted[t.name] = (t.partitions, t.kafka_config())
+        for proc in self.pipeline.processors.values():
+            for name in proc.inputs:
+                topic: Topic = self.pipeline.topics[name]
+                wanted.setdefault(f"{name}.dlq", (topic.partitions, SIDE_TOPIC_CONFIG))
+                wanted.setdefault(f"{name}.late", (topic.partitions, SIDE_TOPIC_CONFIG))
+        wanted.setdefault(self.settings.progress_topic, (1, SIDE_TOPIC_CONFIG))
+        created = []
+        for name, (partitions, config) in wanted.items():
+            replicas = self.settings.replication_factor
+            if name not in existing and admin.create_topic(name, partitions, config, replicas, exist_ok=True):
+                created.append(name)
+        return created
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from weir.session import spark_session
+
+            self._spark = spark_session(f"weir-{self.pipeline.name}", settings=self.settings)
+        return self._spark
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> Runner:
+        created = self.create_topics()
+        if created:
+            log.info("weir: created topics %s", ", ".join(created))
+        self.publisher = ProgressPublisher(
+            self.pipeline.name,
+            self.settings.client_config(),
+            str(Path(self.settings.home) / "progress"),
+            self.settings.progress_topic,
+        )
+        self._listener = _Listener(self)
+        self.spark.streams.addListener(self._listener)
+        try:
+            self._prepare()
+        except BaseException:
+            self.stop()  # no listener or producer left behind by a refused start
+            raise
+        self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
+        self._supervisor.start()
+        return self
+
+    def _prepare(self) -> None:
+        """Trace every processor and check its version before any query starts: fail fast, all at once."""
+        for proc in self.selected:
+            b = ProcessorQuery(
+                self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc),
+                available_now=self.available_now,
+            )  # fmt: skip
+            result = b.trace()
+            shape = (
+                result.schema.simpleString()
+                if not isinstance(result, dict)
+                else json.dumps({k: v.schema.simpleString() for k, v in result.items()}, sort_keys=True)
+            )
+            note = versions.check(proc, self.checkpoint(proc), shape)
+            if note:
+                self.status[proc.name].note = note
+                self.publisher.publish("state", proc.name, state="code_changed", note=note)
+                log.warning("weir: %s", note)
+            self._builders[proc.name] = b
+
+    def _start_query(self, name: str) -> None:
+        self.status[name].restart_at = None
+        self._set_state(name, "starting")
+        try:
+            self._queries[name] = self._builders[name].start()
+            self._set_state(name, "running")
+        except Exception as exc:  # a query that cannot start is a failure like any other
+            self._failed(name, exc)
+
+    def _set_state(self, name: str, state: str, **extra: Any) -> None:
+        st = self.status[name]
+        if st.state != state:
+            st.state = state
+            if self.publisher:
+                self.publisher.publish("state", name, state=state, restarts=st.restarts, **extra)
+
+    def _failed(self, name: str, exc: BaseException | str) -> None:
+        st = self.status[name]
+        st.failures_in_row += 1
+        st.last_error = exc if isinstance(exc, str) else _brief(exc)
+        give_up = self.settings.max_restarts is not None and st.failures_in_row > self.settings.max_restarts
+        delay = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
+        st.restart_at = None if give_up else time.monotonic() + delay
+        log.error("weir: processor %s failed (%s); %s", name, st.last_error,
+                  "given up" if give_up else f"restarting in {delay:.1f}s")  # fmt: skip
+        if self.publisher:
+            self.publisher.publish(
+                "failure", name, error=st.last_error, restarts=st.restarts, failures_in_row=st.failures_in_row,
+                next_restart_in_s=None if give_up else delay,
+            )  # fmt: skip
+        self._set_state(name, "failed" if give_up else "restarting")
+
+    def _supervise(self) -> None:
+        pending = [list(s) for s in stages(self.pipeline)] if self.available_now else [list(self.selected)]
+        selected = {p.name for p in self.selected}
+        pending = [[p for p in stage if p.name in selected] for stage in pending]
+        while not self._stop.is_set():
+            with self._lock:
+                if pending and self._stage_done():
+                    for proc in pending.pop(0):
+                        self._start_query(proc.name)
+                for name, q in list(self._queries.items()):
+                    if q.isActive:
+                        continue
+                    exc = q.exception()
+                    del self._queries[name]
+                    self._await_listener(name, q)
+                    if exc is not None and not self._builders[name].stopping.is_set():
+                        self._failed(name, exc)
+                    else:
+                        self._set_state(name, "finished")
+                now = time.monotonic()
+                for name, st in self.status.items():
+                    if st.state == "restarting" and st.restart_at is not None and now >= st.restart_at:
+                        st.restarts += 1
+                        self._start_query(name)
+                if not pending and self._stage_done():
+                    break
+            self._write_state()
+            self._stop.wait(0.25)
+        self._write_state()
+
+    def _finish_batch(self, name: str, query: Any) -> None:
+        """Let a running batch write and commit (Spark's stop() would interrupt it: written, not committed,
+        replayed at the next start); its commit shows as its progress, reported after the commit."""
+        builder = self._builders[name]
+        running = builder.in_batch
+        deadline = time.monotonic() + self.settings.stop_timeout
+        while query.isActive and builder.in_batch is not None and time.monotonic() < deadline:
+            running = builder.in_batch
+            time.sleep(0.05)
+        while query.isActive and running is not None and time.monotonic() < deadline:
+            if (query.lastProgress or {}).get("batchId", -1) >= running:
+                return
+            time.sleep(0.05)
+
+    def _await_listener(self, name: str, query: Any, timeout: float = 10.0) -> None:
+        """Spark's listener bus delivers progress events asynchronously: let the last batch's event arrive
+        before the query counts as ended, or its accounting would be lost at stop."""
+        last = (query.lastProgress or {}).get("batchId")
+        deadline = time.monotonic() + timeout
+        while last is not None and time.monotonic() < deadline:
+            seen = self.status[name].last_batch_id
+            if seen is not None and seen >= last:
+                return
+            self._lock.release()  # the listener needs the lock to record the event
+            try:
+                time.sleep(0.05)
+            finally:
+                self._lock.acquire()
+        if last is not None:
+            log.warning("weir: processor %s: progress of batch %s did not arrive within %ss", name, last, timeout)
+
+    def _stage_done(self) -> bool:
+        return not self._queries and not any(st.state == "restarting" for st in self.status.values())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every query finished (available_now) or the runner stopped; True when it did."""
+        if self._supervisor is None:
+            return True
+        self._supervisor.join(timeout)
+        return not self._supervisor.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._supervisor:
+            self._supervisor.join(10)  # it leaves its loop within a quarter second
+        with self._lock:
+            for b in self._builders.values():
+                b.stopping.set()  # no new batch starts from here
+            for name, q in list(self._queries.items()):
+                self._finish_batch(name, q)
+                try:
+                    q.stop()
+                except Exception as exc:  # stopping the others matters more
+                    log.warning("weir: stopping %s: %s", name, exc)
+                self._await_listener(name, q)
+                self._set_state(name, "stopped")
+            self._queries.clear()
+        if getattr(self, "_listener", None) is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+        if self.publisher:
+            self.publisher.close()
+            self.publisher = None
+        self._write_state()
+
+    def run(self, duration: float | None = None) -> None:
+        """Start, then block until Ctrl-C, SIGTERM, `duration` seconds, or (available_now) the end."""
+        stop = threading.Event()
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, lambda *_: stop.set())
+        try:
+            self.start()
+            deadline = None if duration is None else time.monotonic() + duration
+            while not stop.is_set() and not self.wait(0.5):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        finally:
+            self.stop()
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def snapshot(self) -> dict[str, ProcessorStatus]:
+        with self._lock:
+            return dict(self.status)
+
+    # -- progress -----------------------------------------------------------------------------------------
+    def _on_progress(self, progress: Any) -> None:
+        name = self._by_query.get(progress.name)
+        if name is None or self.publisher is None:
+            return
+        figures = spark_figures(progress)
+        counts = self.ledger.take(progress.name, figures["batch_id"]) or Counts()
+        counts.settle(figures["input_rows"])
+        if not counts.balanced:
+            counts.violations += 1
+            log.error(
+                "weir: processor %s batch %s does not balance: %d in, %d accounted (%s)",
+                name, figures["batch_id"], counts.in_, counts.accounted, counts.to_json(),
+            )  # fmt: skip
+        st = self.status[name]
+        with self._lock:
+            st.batches += 1
+            st.failures_in_row = 0
+            st.last_batch_id = figures["batch_id"]
+            st.last_batch_at = figures["batch_at"]
+            st.input_rate = figures["input_rows_per_second"] or 0.0
+            st.processed_rate = figures["processed_rows_per_second"] or 0.0
+            st.watermark = figures["watermark"]
+            st.totals.add(counts)
+        self.publisher.publish(
+            "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
+            version=next(p.version for p in self.selected if p.name == name),
+        )  # fmt: skip
+
+    def _write_state(self) -> None:
+        """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state)."""
+        path = Path(self.settings.home) / "run" / f"{self.pipeline.name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "pipeline": self.pipeline.name,
+            "pid": os.getpid(),
+            "updated": now_iso(),
+            "stopping": self._stop.is_set(),
+            "processors": {
+                n: {**st.to_json(), "checkpoint": self.checkpoint(self.pipeline.processors[n])}
+                for n, st in self.status.items()
+            },
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=1, default=str))
+        tmp.replace(path)

@@ -1,0 +1,95 @@
+"""The code version stored with a processor's checkpoint, and what a change of it means at restart.
+
+`<checkpoint>/weir.json` records the processor's version (declared, or derived from its source), its
+inputs, and for a stateful processor the shape of its result, which follows from its state (table
+columns, window aggregates). At start:
+
+- no record: a new checkpoint; the record is written;
+- a stateless processor whose code changed: it resumes from its offsets with the new code (the change
+  is logged and published, nothing held in state depends on the old code);
+- a stateful processor whose result shape or inputs changed: the state in the checkpoint was built for
+  other code, and Spark would fail deep in its state store or, worse, read it wrongly. weir refuses to
+  start that processor with a message naming both versions and the two ways out: restore the old code,
+  or `weir run --reset <processor>` to rebuild its state from the inputs' earliest offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from pyarrow import fs
+
+from weir.pipeline.model import Processor
+
+RECORD = "weir.json"
+
+
+class IncompatibleChange(RuntimeError):
+    """A processor's new code cannot use the state its checkpoint holds."""
+
+
+@dataclass
+class VersionRecord:
+    processor: str
+    version: str
+    stateful: bool
+    inputs: list[str]
+    result_schema: str
+
+
+def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
+    filesystem, path = fs.FileSystem.from_uri(checkpoint) if "://" in checkpoint else (fs.LocalFileSystem(), checkpoint)
+    return filesystem, path.rstrip("/") + "/" + RECORD
+
+
+def read(checkpoint: str) -> VersionRecord | None:
+    filesystem, path = _location(checkpoint)
+    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        return None
+    with filesystem.open_input_stream(path) as f:
+        return VersionRecord(**json.loads(f.read().decode()))
+
+
+def write(checkpoint: str, record: VersionRecord) -> None:
+    filesystem, path = _location(checkpoint)
+    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(path) as f:
+        f.write(json.dumps(asdict(record), indent=1).encode())
+
+
+def check(proc: Processor, checkpoint: str, result_schema: str) -> str | None:
+    """Raise IncompatibleChange, or store the current version; returns a note when the code changed."""
+    current = VersionRecord(proc.name, proc.version, proc.stateful, list(proc.inputs), result_schema)
+    stored = read(checkpoint)
+    note = None
+    if stored is not None and stored.version != current.version:
+        note = f"processor {proc.name}: code version {stored.version} -> {current.version}"
+    if stored is not None and proc.stateful:
+        # Checked whatever the version says: the same source can build other state (a closure's value).
+        changes = []
+        if stored.result_schema != current.result_schema:
+            changes.append(f"its result changed from {stored.result_schema} to {current.result_schema}")
+        if stored.inputs != current.inputs:
+            changes.append(f"its inputs changed from {stored.inputs} to {current.inputs}")
+        if not stored.stateful:
+            changes.append("it was stateless and is now stateful")
+        if changes:
+            raise IncompatibleChange(
+                f"processor {proc.name}: version {current.version} cannot resume from the state in {checkpoint}, "
+                f"written by version {stored.version}: {'; '.join(changes)}. Restore the previous code, or "
+                f"rebuild the state from the earliest offsets of its inputs with `weir run --reset {proc.name}`."
+            )
+    if stored != current:
+        write(checkpoint, current)
+    return note
+
+
+def reset(checkpoint: str) -> bool:
+    """Delete a processor's checkpoint (offsets, state and version); True when there was one."""
+    filesystem, path = _location(checkpoint)
+    root = path.rsplit("/", 1)[0]
+    if filesystem.get_file_info(root).type == fs.FileType.NotFound:
+        return False
+    filesystem.delete_dir(root)
+    return True

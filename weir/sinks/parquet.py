@@ -1,0 +1,176 @@
+"""Parquet files that every reader sees exactly once: Spark, DuckDB and pandas reading `<path>/**/*.parquet`.
+
+Layout: each batch of each writer is one directory, `<path>/weir_batch=<writer>-<batch id, 12 digits>/`,
+holding Spark's part files (inside `<column>=<value>/` directories with `partition_by`). Readers that
+discover Hive partitions (Spark, DuckDB, pyarrow/pandas) get a string column `weir_batch` naming the
+writer and batch that produced each row.
+
+Commit protocol of `write(batch, n)`, on the driver (writer `w` from `open`):
+
+1. If `<path>/weir_batch=w-n` exists, batch n was published before: return 0 (a replay).
+2. Spark writes the batch from the executors into `<path>.staging/w/n-<uuid>/`, a sibling of `<path>`
+   that no glob of `<path>` reaches.
+3. Delete everything in the staging directory that is not a `.parquet` file (`_SUCCESS`, `.crc`), and
+   sum the rows in the Parquet footers (pyarrow reads footers only). An empty batch is dropped here.
+4. Publish: one rename of the staging directory to `<path>/weir_batch=w-n`. If the rename fails because
+   that directory now exists, another attempt published it first: drop the staging copy and return 0.
+
+A crash, between each pair of steps:
+
+- during 2 or 3, or between 3 and 4: readers saw nothing; the staging directory is an orphan that
+  `open()` deletes on restart, and the replay writes the batch afresh;
+- during 4: the rename is atomic, so the batch directory exists completely or not at all;
+- after 4 (before Spark logs the batch's commit): the replay finds the batch directory at step 1.
+
+Atomic means a POSIX rename (local disks, NFS) or HDFS: the sink refuses other filesystems. On S3, GCS or
+Azure Blob a "rename" is copy-then-delete, so a crash mid-publish would leave a partial batch that the
+replay then skips. There, write a table format with an atomic commit (Delta Lake, Iceberg) or use Spark's
+file sink with readers that honour its `_spark_metadata` log. `<path>.staging` must be on the same
+filesystem as `<path>` (not so when `<path>` itself is a mount point: the rename then fails loudly).
+
+A path without a scheme is local (for Spark too); on a cluster give a URL every node reaches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+from weir.sinks.base import Delivery, Sink, SinkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("weir.sinks")
+BATCH_COLUMN = "weir_batch"
+_ATOMIC_RENAME = {"local", "hdfs"}
+_BATCH_DIR = re.compile(rf"^{BATCH_COLUMN}=(?P<writer>.+)-(?P<batch>\d{{12,}})$")
+
+
+def batch_dir_name(writer: str, batch_id: int) -> str:
+    return f"{BATCH_COLUMN}={writer}-{batch_id:012d}"
+
+
+def parse_batch_dir(name: str) -> tuple[str, int] | None:
+    """(writer, batch id) of a published batch directory's name; None for any other name."""
+    m = _BATCH_DIR.match(name)
+    return (m["writer"], int(m["batch"])) if m else None
+
+
+def check_atomic_rename(filesystem: pafs.FileSystem, path: str) -> None:
+    if filesystem.type_name not in _ATOMIC_RENAME:
+        raise SinkError(
+            f"ParquetSink({path!r}): a rename on {filesystem.type_name} is not atomic (copy, then delete), so a "
+            f"crash while publishing would leave a partial batch. Use a local/NFS or HDFS path, or a table format "
+            f"with atomic commits (Delta Lake, Iceberg) on object stores"
+        )
+
+
+class ParquetSink(Sink):
+    """Exactly-once Parquet output under `path`, optionally partitioned by columns, for any reader."""
+
+    guarantee = Delivery.EXACTLY_ONCE
+
+    def __init__(self, path: str, partition_by: list[str] | None = None) -> None:
+        url = path.rstrip("/")
+        if "://" not in url and not url.startswith("file:"):
+            url = os.path.abspath(url)
+        self.fs, self.root = pafs.FileSystem.from_uri(url)
+        check_atomic_rename(self.fs, path)
+        self.root = self.root.rstrip("/")
+        # Spark gets an explicit URL: a bare path would resolve against Hadoop's fs.defaultFS, which can
+        # differ from what pyarrow renames.
+        self._spark_root = f"file://{self.root}" if self.fs.type_name == "local" else url
+        self.partition_by = list(partition_by or [])
+        self.name = f"parquet:{path}"
+        self._last_published = -1
+
+    def _staging(self, *parts: str) -> str:
+        return "/".join([f"{self.root}.staging", *parts])
+
+    def _spark_url(self, fs_path: str) -> str:
+        return self._spark_root + fs_path[len(self.root) :]
+
+    def _exists(self, fs_path: str) -> bool:
+        return self.fs.get_file_info(fs_path).type != pafs.FileType.NotFound
+
+    def open(self, query_name: str) -> None:
+        """Delete this writer's staging leftovers (no batch of it is in flight yet) and find its last batch."""
+        super().open(query_name)
+        writer = self._opened_writer()
+        if self._exists(self._staging(writer)):
+            log.info("%s: deleting staging leftovers of writer %s from an interrupted run", self.name, writer)
+            self.fs.delete_dir(self._staging(writer))
+        self._last_published = -1
+        if self._exists(self.root):
+            for info in self.fs.get_file_info(pafs.FileSelector(self.root)):
+                parsed = parse_batch_dir(info.base_name)
+                if parsed and parsed[0] == writer:
+                    self._last_published = max(self._last_published, parsed[1])
+
+    def write(self, batch: DataFrame, batch_id: int) -> int:
+        writer = self._opened_writer()
+        self._check_columns(batch.columns)
+        final = f"{self.root}/{batch_dir_name(writer, batch_id)}"
+        if batch_id < self._last_published:
+            raise SinkError(
+                f"{self.name}: writer {writer} already published batch {self._last_published}, and Spark now writes "
+                f"batch {batch_id}: its checkpoint was reset. Give the query a new writer name, or delete "
+                f"{self.root}/{BATCH_COLUMN}={writer}-* to write these batches again"
+            )
+        if self._exists(final):  # step 1
+            log.info("%s: batch %d of %s was published before; replay skipped", self.name, batch_id, writer)
+            return 0
+        staging = self._staging(writer, f"{batch_id:012d}-{uuid.uuid4().hex}")
+        out = batch.write.mode("error")  # step 2
+        if self.partition_by:
+            out = out.partitionBy(*self.partition_by)
+        out.parquet(self._spark_url(staging))
+        rows = self._clean_and_count(staging)  # step 3
+        if rows == 0:
+            self.fs.delete_dir(staging)
+            return 0
+        self.fs.create_dir(self.root, recursive=True)
+        if not _publish(self.fs, staging, final):  # step 4
+            self.fs.delete_dir(staging)
+            log.warning("%s: batch %d of %s was published concurrently; this copy dropped", self.name, batch_id, writer)
+            return 0
+        self._last_published = batch_id
+        return rows
+
+    def _check_columns(self, columns: list[str]) -> None:
+        lowered = {c.lower() for c in columns}
+        if BATCH_COLUMN in lowered:
+            raise SinkError(f"{self.name}: the column name {BATCH_COLUMN!r} is reserved for the batch directories")
+        missing = [c for c in self.partition_by if c.lower() not in lowered]
+        if missing:
+            raise SinkError(f"{self.name}: partition_by names missing column(s) {missing}; columns are {columns}")
+
+    def _clean_and_count(self, staging: str) -> int:
+        rows = 0
+        for info in self.fs.get_file_info(pafs.FileSelector(staging, recursive=True)):
+            if info.type != pafs.FileType.File:
+                continue
+            if not info.base_name.endswith(".parquet"):
+                self.fs.delete_file(info.path)  # _SUCCESS, .crc: not data, and 0-byte files confuse readers
+                continue
+            with self.fs.open_input_file(info.path) as f:
+                rows += pq.ParquetFile(f).metadata.num_rows
+        return rows
+
+
+def _publish(filesystem: pafs.FileSystem, staging: str, final: str) -> bool:
+    """Rename staging to final; False when final already exists (another attempt published first)."""
+    try:
+        filesystem.move(staging, final)
+    except OSError:
+        if filesystem.get_file_info(final).type != pafs.FileType.NotFound:
+            return False
+        raise
+    return True
