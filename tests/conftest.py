@@ -45,6 +45,19 @@ def spark(weir_home: str):
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_queries(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A streaming query left running by one test would slow every later one; stop it and say which test."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    session = request.getfixturevalue("spark")
+    leaked = session.streams.active
+    for query in leaked:
+        query.stop()
+    assert not leaked, f"{request.node.nodeid} left {len(leaked)} streaming queries running"
+
+
 @pytest.fixture
 def topic_name() -> str:
     """A fresh topic name per test, so tests never see each other's records."""

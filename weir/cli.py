@@ -275,6 +275,44 @@ def run(
         raise typer.Exit(1)
 
 
+@app.command("archive")
+@_clean_errors
+def archive(
+    topics: Annotated[list[str], typer.Argument(help="Topics to archive into the lake (they must exist).")],
+    schema: Annotated[
+        str | None, typer.Option("--schema", help="DDL of the JSON value, to keep decoded columns too (one topic).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Archive what the topics hold now, then stop.")] = False,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+) -> None:
+    """Archive topics into the lake continuously, exactly once (the same archiver as `archived=True` topics)."""
+    import logging
+
+    from weir.pipe import Admin
+    from weir.pipeline import Pipeline
+    from weir.pipeline.run import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if schema and len(topics) > 1:
+        raise ValueError("--schema describes one topic; archive topics with different schemas one by one")
+    settings = load()
+    existing = Admin(settings.bootstrap_servers, settings.kafka).topics()
+    missing = [t for t in topics if t not in existing]
+    if missing:
+        raise ValueError(f"topic(s) {', '.join(missing)} do not exist; weir archive copies existing topics")
+    p = Pipeline("lake-" + "+".join(topics))
+    for t in topics:
+        p.topic(t, schema=schema or "", partitions=existing[t])
+    runner = Runner(p, settings, available_now=once, archive=topics)
+    out.print(f"archiving {', '.join(topics)} into {settings.lake}")
+    runner.run(duration)
+    for n, st in runner.snapshot().items():
+        out.print(f"{n}: {st.state}, {st.batches} batches, {st.totals.out} records archived")
+    if any(st.state == "failed" for st in runner.snapshot().values()):
+        raise typer.Exit(1)
+
+
 @app.command("status")
 @_clean_errors
 def status(

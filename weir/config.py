@@ -70,6 +70,10 @@ class Settings(BaseSettings):
         description="Root of query checkpoints; a path or URL on storage every Spark node can reach.",
     )
 
+    lake: str = Field(
+        default_factory=lambda: str(Path.home() / ".weir" / "lake"),
+        description="Root of the lake (archived topics as Parquet); a path or URL on storage every node reaches.",
+    )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     max_offsets_per_trigger: int | None = Field(
         100_000, description="Records per input topic per micro-batch (backlog catch-up in bounded steps); 0: no limit."

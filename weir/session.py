@@ -48,6 +48,9 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         # INT96 is legacy: slower to write and read as a foreign type by DuckDB and pandas.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # Python processes (workers, the streaming source runner) connect back to the JVM within this time;
+        # the 15 s default fails a query on a loaded machine with CANNOT_OPEN_SOCKET.
+        "spark.python.authenticate.socketTimeout": "120s",
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),

@@ -96,7 +96,12 @@ def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, 
                 return 0
             return ds.dataset(str(lake), format="parquet", partitioning="hive").count_rows()
 
-        wait_for(lambda: archived() >= N, 300, f"{N} archived rows", interval=1)
+        try:
+            wait_for(lambda: archived() >= N, 300, f"{N} archived rows", interval=1)
+        except AssertionError as e:  # say why: the runner's log and its last published records
+            tail = [json.dumps(r)[:300] for r in progress_lines(home)[-8:]]
+            raise AssertionError(f"{e}; archived {archived()}\n" + "\n".join(tail) + "\n"
+                                 + (tmp_path / "run.log").read_text()[-6000:]) from None  # fmt: skip
         time.sleep(2)  # anything still in flight would show up as an extra row
     finally:
         os.kill(proc.pid, signal.SIGTERM)  # the graceful stop: to weir, which stops Spark (as `kill <pid>` would)

@@ -55,7 +55,8 @@ class Topic:
     compacted: bool = False
 
     def fields(self) -> list[str]:
-        return [f.name for f in parse_fields(self.schema)]
+        """The value's declared fields; none for a raw topic (schema "": bytes weir does not decode)."""
+        return [f.name for f in parse_fields(self.schema)] if self.schema.strip() else []
 
     def kafka_config(self) -> dict[str, str]:
         return {

@@ -22,6 +22,7 @@ exactly-once sinks are idempotent per batch id.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -93,6 +94,8 @@ class ProcessorQuery:
         self._override = settings.processors.get(proc.name, ProcessorSettings())
         self._poisoned = 0
         self._has_sources = False  # whether the function's result keeps its input coordinates
+        # The lake's archiver: every record, undecodable ones included, goes to its sink as read.
+        self.archive = getattr(proc.sink, "archives", False)
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -103,14 +106,15 @@ class ProcessorQuery:
     def source(self, topic: Topic) -> DataFrame:
         given = (self._override.max_offsets_per_trigger, self.proc.max_offsets_per_trigger)
         limit = next((v for v in given if v is not None), self.settings.max_offsets_per_trigger)  # 0: no limit
+        starting = self.proc.sink.starting_offsets() if self.archive else None  # a new archiver: after the lake
         reader = (
             self.spark.readStream.format("weir-kafka")
             .options(**self._kafka_options())
             .option("subscribe", topic.name)
-            .option("startingOffsets", "earliest")
-            .option("valueFormat", "json")
-            .option("valueSchema", topic.schema)
+            .option("startingOffsets", json.dumps(starting) if starting else "earliest")
         )
+        if topic.fields():
+            reader = reader.option("valueFormat", "json").option("valueSchema", topic.schema)
         if limit:
             reader = reader.option("maxOffsetsPerTrigger", str(limit))
         return reader.load()
@@ -149,6 +153,8 @@ class ProcessorQuery:
     def trace(self) -> DataFrame | dict[str, DataFrame]:
         """The processor's result, checked against the declared outputs before anything starts, so that a
         wrong declaration fails with a clear message."""
+        if self.archive:
+            return self.inputs()
         if self.proc.stateful or self.proc.kind == "source":
             result = self._applied()
         else:  # called per batch on static rows: trace it on an empty batch of the same shape
@@ -279,6 +285,18 @@ class ProcessorQuery:
             counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id)
         return counts
 
+    def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._cache(batch)
+        try:
+            counts = Counts(read=batch.count())
+            counts.out = self.proc.sink.write(batch, batch_id)
+            # A replay the sink skipped wrote nothing this time, but its records are in the lake.
+            counts.out = counts.read if counts.out == 0 else counts.out
+            counts.outputs[self.proc.sink.name] = counts.out
+            self.ledger.put(self.name, batch_id, counts)
+        finally:
+            self._release()
+
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
         self._cache(batch)
         try:
@@ -292,9 +310,13 @@ class ProcessorQuery:
 
     # -- start --------------------------------------------------------------------------------------------
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
+        if self.archive:
+            self.proc.sink.checkpoint = self.checkpoint
         if self.proc.sink is not None and hasattr(self.proc.sink, "open"):
             self.proc.sink.open(self.name)  # a stable writer name: replays of a batch id are recognised
-        if self.proc.stateful or self.proc.kind == "source":
+        if self.archive:
+            stream, handler = self.inputs(), self._archive_batch
+        elif self.proc.stateful or self.proc.kind == "source":
             stream, handler = self._streaming_result(), self._streaming_batch
         else:
             stream, handler = self.inputs(), self._stateless_batch

@@ -117,9 +117,13 @@ class Runner:
         spark: SparkSession | None = None,
         available_now: bool = False,
         processors: list[str] | None = None,
+        archive: list[str] | None = None,
     ) -> None:
-        self.pipeline = validate(pipeline)
         self.settings = settings or load()
+        from weir.lake import with_archivers
+
+        # Topics declared archived=True get their archiver, a processor like the others.
+        self.pipeline = pipeline = validate(with_archivers(pipeline, self.settings.lake, archive))
         self.available_now = available_now
         unknown = sorted(set(processors or []) - set(pipeline.processors))
         if unknown:
@@ -154,6 +158,8 @@ class Runner:
         for t in self.pipeline.topics.values():
             wanted[t.name] = (t.partitions, t.kafka_config())
         for proc in self.pipeline.processors.values():
+            if getattr(proc.sink, "archives", False):
+                continue  # an archiver keeps every record: no dead letters, nothing late
             for name in proc.inputs:
                 topic: Topic = self.pipeline.topics[name]
                 wanted.setdefault(f"{name}.dlq", (topic.partitions, SIDE_TOPIC_CONFIG))

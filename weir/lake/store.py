@@ -1,0 +1,226 @@
+"""The lake: every archived topic as Parquet under `<lake>/<topic>/date=YYYY-MM-DD/hour=HH/`, plus weir's
+own bookkeeping under `<lake>/_weir/` (a directory no `<lake>/<topic>/**` glob reaches).
+
+    <lake>/<topic>/date=2026-11-21/hour=14/part-<run>-<batch>-<n>.parquet   data, partitioned by record time (UTC)
+    <lake>/_weir/manifests/<topic>/<run>-<batch>.json                      one committed archive batch
+    <lake>/_weir/manifests/<topic>/<run>-<batch>.pending.json              a batch being published
+    <lake>/_weir/staging/<topic>/...                                      files before their publish
+    <lake>/_weir/trash/<topic>/...                                        directories replaced by compaction
+
+A manifest records what one archive batch published: its files (rows, bytes, and per file the Kafka
+partition and offset bounds from the Parquet footers) and, per Kafka partition, the offset range
+[start, end) the batch covered. Data files are the truth for readers; manifests are the truth for offset
+coverage (gaps, the retention fallback, where a new archiver starts), which compaction does not change.
+The lake root is a path or any URL pyarrow opens; publishing needs an atomic rename (local, NFS, HDFS).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyarrow import fs as pafs
+
+META = "_weir"
+MANIFEST_FORMAT = 1
+_MANIFEST = re.compile(r"^(?P<run>[0-9a-f]{8})-(?P<batch>\d{12})\.json$")
+ATOMIC_RENAME = {"local", "hdfs"}
+
+
+class LakeError(RuntimeError):
+    """The lake cannot do what was asked; the message names the path and the problem."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Offsets [start, end) of one Kafka partition that an archive batch covered, and the rows it archived."""
+
+    partition: int
+    start: int
+    end: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One published Parquet file: its path relative to the topic directory, and footer figures."""
+
+    path: str
+    rows: int
+    bytes: int
+    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)  # Kafka partition -> (min, max offset)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    topic: str
+    run: str
+    batch_id: int
+    files: tuple[DataFile, ...]
+    ranges: tuple[Range, ...]
+    committed_at: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.run}-{self.batch_id:012d}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "topic": self.topic,
+            "run": self.run,
+            "batch_id": self.batch_id,
+            "committed_at": self.committed_at,
+            "files": [_file_json(f) for f in self.files],
+            "ranges": [r.__dict__ for r in self.ranges],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Manifest:
+        files = tuple(
+            DataFile(f["path"], int(f["rows"]), int(f["bytes"]),
+                     {int(p): (int(b[0]), int(b[1])) for p, b in f.get("partitions", {}).items()})
+            for f in d["files"]
+        )  # fmt: skip
+        ranges = tuple(Range(int(r["partition"]), int(r["start"]), int(r["end"]), int(r["rows"])) for r in d["ranges"])
+        return cls(d["topic"], d["run"], int(d["batch_id"]), files, ranges, d.get("committed_at", ""))
+
+
+@dataclass(frozen=True)
+class Gap:
+    partition: int
+    start: int
+    end: int
+
+
+def _file_json(f: DataFile) -> dict[str, Any]:
+    return {
+        "path": f.path,
+        "rows": f.rows,
+        "bytes": f.bytes,
+        "partitions": {str(p): list(b) for p, b in sorted(f.partitions.items())},
+    }
+
+
+def hour_dir(date: str, hour: str) -> str:
+    return f"date={date}/hour={hour}"
+
+
+class Lake:
+    """A lake root: paths, atomic small-file writes, manifests and offset coverage of each topic."""
+
+    def __init__(self, root: str) -> None:
+        url = root.rstrip("/")
+        if "://" not in url and not url.startswith("file:"):
+            url = os.path.abspath(url)
+        try:
+            self.fs, path = pafs.FileSystem.from_uri(url)
+        except (ValueError, OSError) as exc:
+            raise LakeError(f"lake {root!r}: not a path or a URL pyarrow can open ({exc})") from None
+        self.url = url
+        self.root = path.rstrip("/")
+        # Spark gets an explicit URL: a bare path would resolve against Hadoop's fs.defaultFS.
+        self.spark_root = f"file://{self.root}" if self.fs.type_name == "local" else url
+
+    def __repr__(self) -> str:
+        return f"Lake({self.url!r})"
+
+    # -- paths --------------------------------------------------------------------------------------------
+    def topic_dir(self, topic: str) -> str:
+        check_topic(topic)
+        return f"{self.root}/{topic}"
+
+    def meta(self, *parts: str) -> str:
+        return "/".join([self.root, META, *parts])
+
+    def manifests_dir(self, topic: str) -> str:
+        return self.meta("manifests", topic)
+
+    def spark_url(self, fs_path: str) -> str:
+        """The URL Spark needs for a path of this lake's filesystem."""
+        return self.spark_root + fs_path[len(self.root) :]
+
+    def check_atomic(self, what: str) -> None:
+        if self.fs.type_name not in ATOMIC_RENAME:
+            raise LakeError(
+                f"{what} on {self.url}: a rename on {self.fs.type_name} is not atomic (copy, then delete), so a "
+                f"crash while publishing would leave partial files for readers. Use a local/NFS or HDFS lake"
+            )
+
+    # -- files --------------------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def list(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+
+    def read_json(self, path: str) -> dict[str, Any]:
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read().decode("utf-8"))
+
+    def write_json(self, path: str, doc: dict[str, Any]) -> None:
+        """Write a small JSON file so that readers see all of it or none: a hidden temp file, then a rename."""
+        parent = path.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(doc, sort_keys=True).encode("utf-8"))
+        self.fs.move(tmp, path)
+
+    # -- manifests and coverage ---------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        """Topics with data or manifests in this lake."""
+        names = {i.base_name for i in self.list(self.root) if i.type == pafs.FileType.Directory}
+        names |= {i.base_name for i in self.list(self.meta("manifests")) if i.type == pafs.FileType.Directory}
+        return sorted(n for n in names if n != META and not n.startswith("."))
+
+    def manifests(self, topic: str) -> Iterator[Manifest]:
+        """Every committed archive batch of `topic`, oldest run and batch first."""
+        infos = [i for i in self.list(self.manifests_dir(topic)) if _MANIFEST.match(i.base_name)]
+        for info in sorted(infos, key=lambda i: i.base_name):
+            yield Manifest.from_json(self.read_json(info.path))
+
+    def coverage(self, topic: str) -> dict[int, list[Range]]:
+        """Per Kafka partition, the archived offset ranges merged where they touch, in offset order."""
+        by_partition: dict[int, list[Range]] = {}
+        for m in self.manifests(topic):
+            for r in m.ranges:
+                by_partition.setdefault(r.partition, []).append(r)
+        return {p: merge(rs) for p, rs in sorted(by_partition.items())}
+
+    def gaps(self, topic: str) -> list[Gap]:
+        """Offset ranges between archived ranges that no batch covered."""
+        out = []
+        for p, ranges in self.coverage(topic).items():
+            out.extend(Gap(p, a.end, b.start) for a, b in itertools.pairwise(ranges) if b.start > a.end)
+        return out
+
+    def next_offsets(self, topic: str) -> dict[int, int]:
+        """Per partition, the offset after the last archived one: where a new archiver continues."""
+        return {p: ranges[-1].end for p, ranges in self.coverage(topic).items() if ranges}
+
+
+def merge(ranges: list[Range]) -> list[Range]:
+    """Ranges of one partition sorted and merged where they touch or overlap (rows add up)."""
+    out: list[Range] = []
+    for r in sorted(ranges, key=lambda r: (r.start, r.end)):
+        if r.end <= r.start and r.rows == 0:
+            continue
+        if out and r.start <= out[-1].end:
+            last = out[-1]
+            out[-1] = Range(last.partition, last.start, max(last.end, r.end), last.rows + r.rows)
+        else:
+            out.append(r)
+    return out
+
+
+def check_topic(topic: str) -> str:
+    if not topic or topic == META or "/" in topic or topic.startswith(".") or not re.match(r"^[A-Za-z0-9._-]+$", topic):
+        raise LakeError(f"{topic!r} cannot be archived: not a valid Kafka topic name, or reserved ({META})")
+    return topic
