@@ -265,7 +265,7 @@ def main() -> int:
         broker.start()
         bootstrap = broker.bootstrap
         shape = {"seed": args.seed, "event_rate": args.event_rate, "customers": args.customers}
-        pipeline = build(rate=0, total=args.records, **shape)
+        pipeline = build(rate=0, total=args.records, archive=False, **shape)  # the archive has its own bench
         from weir.pipeline.run import Runner
 
         Runner(pipeline, Settings(home=str(scratch), bootstrap_servers=bootstrap)).create_topics()

@@ -156,6 +156,19 @@ def jvm_output_to(path: Path) -> Iterator[None]:
         os.close(saved[1])
 
 
+def lake_summary(root: str, topic: str) -> str:
+    """What the archiver put in the lake: rows per Kafka partition and the offsets they cover."""
+    from weir.lake import Lake
+
+    coverage = Lake(root).coverage(topic)
+    if not coverage:
+        return f"lake: nothing archived of {topic} yet ({root})"
+    parts = ", ".join(
+        f"p{p}: {sum(r.rows for r in rs)} rows, offsets {rs[0].start}-{rs[-1].end}" for p, rs in coverage.items()
+    )
+    return f"lake {root}/{topic}: {parts}; `weir lake stats {topic} --lake {root}` shows more"
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -190,7 +203,7 @@ def main(
         broker.start()
         settings = Settings(
             home=str(run_dir), bootstrap_servers=broker.bootstrap, checkpoint_root=str(run_dir / "checkpoints"),
-            spark_master="local[2]", trigger="2 seconds",
+            lake=str(run_dir / "lake"), spark_master="local[2]", trigger="2 seconds",
         )  # fmt: skip
         console.print("starting Spark (about 10 s) ...")
         conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
@@ -204,7 +217,7 @@ def main(
 
         pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
         runner = Runner(pipeline, settings, spark=spark)
-        console.print("starting the shop pipeline: 5 queries, the first batches take a while ...")
+        console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
         runner.start()
         started = time.monotonic()
         with Live(console=console, refresh_per_second=1) as live:
@@ -225,6 +238,7 @@ def main(
             for doc in tail(broker.bootstrap, topic):
                 console.print(f"  {doc}")
         console.print(lateness(snapshot, seed))
+        console.print(lake_summary(settings.lake, "orders"))
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
     except KeyboardInterrupt:
         console.print("interrupted; stopping ...")

@@ -95,7 +95,7 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)
     r.stop()
-    df = duckdb.sql(f"select \"partition\", \"offset\" from read_parquet('{glob}')").df()
+    df = duckdb.sql(f'select "partition", "offset" from read_parquet(\'{glob}\')').df()
     assert len(df) == 300 and df.duplicated().sum() == 0
     assert {p: [(x.start, x.end) for x in rs] for p, rs in lake.coverage(topic).items()} == {
         0: [(0, 150)], 1: [(0, 150)],

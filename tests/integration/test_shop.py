@@ -13,6 +13,7 @@ import collections
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from _pipe import source
 
@@ -62,7 +63,7 @@ def test_every_generated_record_is_in_exactly_one_place(spark, bootstrap: str, t
     )  # fmt: skip
     settings = load(
         home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "checkpoints"),
-        max_offsets_per_trigger=700, max_restarts=0,
+        lake=str(tmp_path / "lake"), max_offsets_per_trigger=700, max_restarts=0,
     )  # fmt: skip
     runner = Runner(pipeline, settings, spark=spark, available_now=True).start()
     try:
@@ -84,6 +85,13 @@ def test_every_generated_record_is_in_exactly_one_place(spark, bootstrap: str, t
     found = collections.Counter((t, r["key"], r["value"]) for t in (ORDERS, CUSTOMERS, PAGE_VIEWS) for r in topic[t])
     assert found == expected
     assert totals["generate"].out == TOTAL
+
+    # The orders archiver: the lake holds every order (malformed ones too), each once, as the broker has it.
+    lake = pq.read_table(str(tmp_path / "lake" / ORDERS)).select(["partition", "offset", "value"]).to_pylist()
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in lake) == sorted(
+        (r["partition"], r["offset"], r["value"]) for r in topic[ORDERS]
+    )
+    assert totals[f"archive.{ORDERS}"].out == len(topic[ORDERS])
 
     # enrich: each order is enriched or dead-lettered, exactly once; each customer record dead-lettered or
     # absorbed into the table.

@@ -17,7 +17,7 @@ reset checkpoint never takes an earlier run's batch ids for replays), on the dri
 4. The plan (staged path -> final path for each file, plus the batch's offset ranges) is written to
    `r-n.pending.json` (atomic: temp file, then rename).
 5. Each staged file is renamed to its final path, skipping files already there (a resumed publish).
-6. `r-n.pending.json` is renamed to `r-n.json`: the batch is committed; its staging directory is removed.
+6. `r-n.json` is written (atomic): the batch is committed. Then the plan and the staging directory go.
 
 A crash, between each pair of steps:
 
@@ -26,7 +26,8 @@ A crash, between each pair of steps:
 - during 5: each rename is atomic, so readers see whole files, each record once; the files of batch n
   not yet renamed are missing until the archiver opens again and completes the plan (step 5 from the
   pending manifest) before anything else;
-- between 5 and 6, or during 6: the same completion finds every file in place and commits;
+- between 5 and 6, during 6 or after it with the plan still there: the same completion finds every file
+  in place and commits (again: the manifest is the same);
 - after 6 (before Spark commits batch n): the replay finds `r-n.json` at step 1.
 
 A replay reads the same offsets as the first attempt, so a plan completed from a crashed attempt holds
@@ -152,9 +153,8 @@ class ArchiveSink(Sink):
             self.lake.fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
             self.lake.fs.move(src, dst)
         doc = dict(doc, committed_at=datetime.now(UTC).isoformat(timespec="milliseconds"))
-        committed = pending.removesuffix(".pending.json") + ".json"
-        self.lake.write_json(pending, doc)
-        self.lake.fs.move(pending, committed)
+        self.lake.write_json(pending.removesuffix(".pending.json") + ".json", doc)
+        self.lake.fs.delete_file(pending)  # a crash before this: the next open() commits again, the same
         if self.lake.exists(doc["staging"]):
             self.lake.fs.delete_dir(doc["staging"])
         return doc["staging"]
