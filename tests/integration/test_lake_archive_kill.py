@@ -57,6 +57,8 @@ def test_sigkill_mid_archive_leaves_no_duplicates_or_partial_files_for_duckdb_an
         "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
         "WEIR_MAX_OFFSETS_PER_TRIGGER": "300",
         "WEIR_TRIGGER": "100 milliseconds",
+        "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
+        "WEIR_RESTART_BACKOFF_MAX": "5",
     }
     log = tmp_path / "archive.log"
 

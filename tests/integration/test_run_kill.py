@@ -72,6 +72,8 @@ def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, 
         "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
         "WEIR_MAX_OFFSETS_PER_TRIGGER": "250",
         "WEIR_TRIGGER": "100 milliseconds",
+        "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
+        "WEIR_RESTART_BACKOFF_MAX": "5",
     }
 
     def start() -> subprocess.Popen:
