@@ -54,6 +54,12 @@ def test_secrets_are_redacted():
         ["run"],
         ["status"],
         ["config"],
+        ["archive"],
+        ["lake"],
+        ["lake", "ls"],
+        ["lake", "stats"],
+        ["lake", "compact"],
+        ["backfill"],
     ],
 )
 def test_every_command_has_help(args):

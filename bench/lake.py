@@ -1,0 +1,223 @@
+"""The lake against the broker: archive a day of events, then reprocess one hour from each, in one run.
+
+    .venv/bin/python bench/lake.py [--records 5000000] [--partitions 4] [--hour 12]
+
+Stages, against one embedded broker started here and stopped at the end, Spark local[2]:
+  1. produce N JSON records of about 150 bytes whose timestamps spread evenly over 24 hours (UTC);
+  2. raw baseline: one confluent-kafka consumer reads the whole topic (weir's consumer settings);
+  3. archive: the topic's archiver (`archived=True`, AvailableNow) copies it into the lake;
+  4. backfill one hour from the lake through a processor into Parquet (`weir backfill --into parquet:`);
+  5. replay the same hour from the broker by offsets (the offsets of the hour's first and last records)
+     through the same function into Parquet, as one would without a lake.
+
+Both reprocessing runs apply the same function and write through the same ParquetSink; the outputs must
+hold the same records. The ratio of 5 to 4 is the point: the lake has the decoded columns in Parquet and
+prunes to one hour's files, while the broker must ship and decode every record of the hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.dataset as ds
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from rich.console import Console
+from rich.table import Table
+
+from weir.config import load
+from weir.pipe import Admin
+from weir.pipe.broker import EmbeddedBroker, free_port
+from weir.pipeline import Pipeline
+from weir.sinks import ParquetSink
+
+console = Console(width=max(160, shutil.get_terminal_size().columns))
+SCHEMA = "user STRING, amount DOUBLE, category STRING, note STRING, n BIGINT"
+CATEGORIES = ("books", "electronics", "garden", "groceries", "toys", "travel")
+DAY0 = datetime(2026, 11, 20, tzinfo=UTC)
+DAY_MS = 86_400_000
+TARGET = 10.0  # the lake backfill against the broker replay
+
+
+@dataclass
+class Result:
+    stage: str
+    rows: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def summarise(df: DataFrame) -> DataFrame:
+    """The processor of this bench: a projection, a derived column and a filter, as a real fix would be."""
+    return df.where(F.col("amount") >= 0).select(
+        "topic", "partition", "offset", "user", "category", (F.col("amount") * 100).cast("long").alias("cents")
+    )
+
+
+def pipeline(topic: str, partitions: int) -> Pipeline:
+    p = Pipeline("lakebench")
+    events = p.topic(topic, SCHEMA, key="user", partitions=partitions, archived=True)
+    p.processor(inputs=[events], sink=ParquetSink("/unused"), name="summarise")(summarise)
+    return p
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int) -> float:
+    rnd = random.Random(7)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000, "acks": 1,
+         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576}
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    for i in range(n):
+        user = f"u{rnd.randrange(100_000):06d}"
+        value = json.dumps(
+            {"user": user, "amount": round(rnd.random() * 500, 2), "category": CATEGORIES[i % 6],
+             "note": "x" * 48, "n": i}
+        ).encode()  # fmt: skip
+        ts = int(DAY0.timestamp() * 1000) + i * DAY_MS // n
+        while True:
+            try:
+                producer.produce(topic, value, user.encode(), partition=i % partitions, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300):
+        raise RuntimeError("records were not delivered")
+    return time.perf_counter() - t0
+
+
+def hour_offsets(n: int, partitions: int, hour: int) -> dict[int, tuple[int, int]]:
+    """Per partition, the offsets [start, end) of the records whose timestamps fall in `hour`: record i went to
+    partition i % partitions at offset i // partitions with timestamp i * DAY_MS // n."""
+    lo = -(-hour * 3_600_000 * n // DAY_MS)  # first i with i * DAY_MS // n >= hour start
+    hi = -(-(hour + 1) * 3_600_000 * n // DAY_MS)
+    while lo > 0 and (lo - 1) * DAY_MS // n >= hour * 3_600_000:
+        lo -= 1
+    while lo * DAY_MS // n < hour * 3_600_000:
+        lo += 1
+    while hi * DAY_MS // n < (hour + 1) * 3_600_000 and hi < n:
+        hi += 1
+    return {p: (-(-(lo - p) // partitions), -(-(hi - p) // partitions)) for p in range(partitions)}
+
+
+def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/pipeline.py, run as a script or not
+    from pipeline import raw_consume as consume_all
+    from pipeline import weir_consumer
+
+    return consume_all(bootstrap, [topic], weir_consumer(bootstrap))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=5_000_000, help="records over 24 hours")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--hour", type=int, default=12, help="the hour (0-23) to reprocess")
+    parser.add_argument("--max-per-trigger", type=int, default=500_000, help="archiver records per micro-batch")
+    args = parser.parse_args()
+    n, parts = args.records, args.partitions
+    scratch = Path(tempfile.mkdtemp(prefix="weir-lake-bench-"))
+    broker = EmbeddedBroker(scratch / "broker", free_port())
+    results: list[Result] = []
+    checks: list[tuple[str, bool]] = []
+    try:
+        broker.start()
+        topic = "events"
+        Admin(broker.bootstrap).create_topic(topic, parts)
+        console.print(f"producing {n:,} records over 24 h into {parts} partitions ...")
+        results.append(Result("1. produce (confluent-kafka)", n, produce(broker.bootstrap, topic, n, parts)))
+        rows, seconds = raw_consume(broker.bootstrap, topic)
+        results.append(Result("2. raw consume, whole topic (baseline)", rows, seconds))
+
+        import weir
+        from weir.backfill import backfill
+        from weir.pipeline.run import Runner
+
+        settings = load(
+            home=str(scratch / "home"), bootstrap_servers=broker.bootstrap, lake=str(scratch / "lake"),
+            checkpoint_root=str(scratch / "checkpoints"), spark_master="local[2]",
+            max_offsets_per_trigger=args.max_per_trigger,
+        )  # fmt: skip
+        spark = weir.spark_session("weir-lake-bench", settings=settings, conf={"spark.ui.enabled": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        p = pipeline(topic, parts)
+        console.print("archiving ...")
+        t0 = time.perf_counter()
+        runner = Runner(p, settings, spark=spark, available_now=True, processors=[f"archive.{topic}"]).start()
+        runner.wait()
+        runner.stop()
+        archived = runner.snapshot()[f"archive.{topic}"].totals.out
+        results.append(Result("3. archive into the lake (AvailableNow)", archived, time.perf_counter() - t0))
+        lake_rows = ds.dataset(str(scratch / "lake" / topic), format="parquet", partitioning="hive").count_rows()
+        checks.append((f"the lake holds every record once ({lake_rows:,})", lake_rows == n == archived))
+
+        start = DAY0 + timedelta(hours=args.hour)
+        end = start + timedelta(hours=1)
+        expected = sum(e - s for s, e in hour_offsets(n, parts, args.hour).values())
+        console.print(f"backfilling {start:%Y-%m-%d %H:00}-{end:%H:00} from the lake ...")
+        t0 = time.perf_counter()
+        report = backfill(p, "summarise", start, end, into=f"parquet:{scratch / 'from-lake'}", settings=settings,
+                          spark=spark)  # fmt: skip
+        lake_s = time.perf_counter() - t0
+        results.append(Result("4. backfill 1 hour from the lake", report.rows_read, lake_s))
+
+        console.print("replaying the same hour from the broker by offsets ...")
+        offsets = hour_offsets(n, parts, args.hour)
+        t0 = time.perf_counter()
+        df = (
+            spark.read.format("weir-kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).option("valueFormat", "json").option("valueSchema", SCHEMA)
+            .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in offsets.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in offsets.items()}}))
+            .load()
+        )  # fmt: skip
+        sink = ParquetSink(str(scratch / "from-broker"))
+        sink.open("replay")
+        replayed = sink.write(summarise(df), 0)
+        broker_s = time.perf_counter() - t0
+        results.append(Result("5. replay 1 hour from the broker by offsets", expected, broker_s))
+
+        def coords(path: str) -> set[tuple[int, int]]:
+            t = ds.dataset(path, format="parquet", partitioning="hive").to_table(columns=["partition", "offset"])
+            return set(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(), strict=True))
+
+        from_lake, from_broker = coords(str(scratch / "from-lake")), coords(str(scratch / "from-broker"))
+        checks.append((f"both read the hour's {expected:,} records", report.rows_read == expected))
+        checks.append((f"both wrote the same {len(from_lake):,} rows", from_lake == from_broker and replayed > 0))
+        ratio = broker_s / lake_s if lake_s else 0.0
+    finally:
+        broker.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    table = Table("stage", "records", "seconds", "records/s", "note", title=f"bench/lake.py, {n:,} records, 1 hour")
+    for r in results:
+        table.add_row(r.stage, f"{r.rows:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}", r.note)
+    console.print(table)
+    base = next(r.rate for r in results if "baseline" in r.stage)
+    archive = next(r for r in results if r.stage.startswith("3."))
+    console.print(f"archive rate: {archive.rate:,.0f} records/s = {archive.rate / base:.2f}x the raw consume")
+    verdict = "meets" if ratio >= TARGET else "misses"
+    console.print(
+        f"lake backfill vs broker replay of the same hour: {ratio:.1f}x faster ({verdict} the {TARGET:.0f}x target)"
+    )
+    for what, ok in checks:
+        console.print(f"  [{'green' if ok else 'red'}]{'ok' if ok else 'FAILED'}[/] {what}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

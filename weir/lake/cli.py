@@ -1,0 +1,186 @@
+"""`weir lake ls|stats|compact`: inspect and compact archived topics. Errors print one red line and exit 2.
+
+The lake root is the config's `lake` (weir.toml, WEIR_LAKE) unless `--lake` names another. Warnings (foreign
+files, row counts that disagree with the manifests, interrupted work) go to stderr in yellow.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.filesize import decimal
+from rich.markup import escape
+from rich.table import Table
+
+from weir.lake.inspect import TopicReport, check_known_topic, inspect_topic, open_lake
+from weir.lake.store import Lake, LakeError
+
+lake_app = typer.Typer(help="The lake: inspect and compact archived topics.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+LakeRoot = Annotated[str | None, typer.Option("--lake", help="Lake root, a path or URL (default: config lake).")]
+Topic = Annotated[str, typer.Argument(help="An archived topic.")]
+
+
+def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Known failures become one red line and exit code 2, never a stack trace (as in weir.cli)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (LakeError, ValueError, RuntimeError, OSError) as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _lake(root: str | None) -> Lake:
+    if root is None:
+        from weir.config import load
+
+        root = load().lake
+    return open_lake(root)
+
+
+def _warn(reports: list[TopicReport]) -> None:
+    for r in reports:
+        for w in r.warnings:
+            err.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
+
+
+@lake_app.command("ls")
+@_clean_errors
+def ls(
+    topic: Annotated[str | None, typer.Argument(help="A topic: list its hours (default: list the topics).")] = None,
+    lake: LakeRoot = None,
+) -> None:
+    """List the lake's topics with totals, or one topic's date/hour partitions with files, rows and size."""
+    lk = _lake(lake)
+    if topic is None:
+        reports = [inspect_topic(lk, t) for t in lk.topics()]
+        if not reports:
+            out.print(f"no archived topic in {escape(lk.url)}", soft_wrap=True)
+            return
+        table = Table("topic", "hours", "files", "rows", "size", "partitions", "gaps", "foreign", title=lk.url)
+        for r in reports:
+            table.add_row(r.topic, str(len(r.hours)), str(r.files), str(r.rows), decimal(r.bytes),
+                          str(len(r.coverage)), str(len(r.gaps)), str(len(r.foreign)))  # fmt: skip
+        out.print(table)
+        _warn(reports)
+        return
+    check_known_topic(lk, topic)
+    r = inspect_topic(lk, topic)
+    out.print(_hours_table(r))
+    _warn([r])
+
+
+@lake_app.command("stats")
+@_clean_errors
+def stats(
+    topic: Topic,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    lake: LakeRoot = None,
+) -> None:
+    """A topic's full report: partitions, offset coverage per Kafka partition, gaps, foreign files."""
+    lk = _lake(lake)
+    check_known_topic(lk, topic)
+    r = inspect_topic(lk, topic)
+    if as_json:
+        typer.echo(json.dumps(r.to_json(), indent=2))
+        return
+    out.print(
+        f"topic {r.topic} in {escape(lk.url)}: {len(r.hours)} hours, {r.files} files, {r.rows} rows, "
+        f"{decimal(r.bytes)}; manifests record {r.manifest_rows} rows; {r.compactions} compactions",
+        soft_wrap=True,
+    )
+    out.print(_hours_table(r))
+    cov = Table("partition", "first offset", "next offset", "rows", "ranges", title="offset coverage (manifests)")
+    for p, ranges in r.coverage.items():
+        spans = ", ".join(f"{x.start}-{x.end}" for x in ranges)
+        cov.add_row(str(p), str(ranges[0].start), str(ranges[-1].end), str(sum(x.rows for x in ranges)), spans)
+    out.print(cov)
+    if r.gaps:
+        gaps = Table("partition", "from", "to", "missing offsets", title="gaps: offsets no archive batch covered")
+        for g in r.gaps:
+            gaps.add_row(str(g.partition), str(g.start), str(g.end), str(g.end - g.start))
+        out.print(gaps)
+    else:
+        out.print("no gaps in offset coverage")
+    if r.trash:
+        out.print(f"{len(r.trash)} replaced hour directories in the trash (deleted by a later compaction)")
+    _warn([r])
+
+
+@lake_app.command("compact")
+@_clean_errors
+def compact(
+    topic: Topic,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            "--before",
+            help="Compact hours that ended by then: YYYY-MM-DD or an ISO datetime, UTC unless it has an offset "
+            "(default: 2 hours ago).",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be compacted; change nothing.")] = False,
+    target_mb: Annotated[int, typer.Option("--target-mb", min=1, help="Size at which an output file closes.")] = 512,
+    trash_grace: Annotated[
+        float, typer.Option("--trash-grace", min=0, help="Minutes replaced hours stay in _weir/trash.")
+    ] = 60,
+    lake: LakeRoot = None,
+) -> None:
+    """Rewrite each old hour of a topic that has several files as one file (or a few of --target-mb), sorted
+    by (partition, offset), swapped in atomically for readers. Refuses topics with foreign files."""
+    from weir.lake import compact as c
+
+    when = c.parse_before(before) if before is not None else None
+    lk = _lake(lake)
+    check_known_topic(lk, topic)
+    result = c.compact(lk, topic, when, dry_run=dry_run, target_bytes=target_mb * 1024 * 1024,
+                       trash_grace=timedelta(minutes=trash_grace))  # fmt: skip
+    for line in result.recovered:
+        out.print(f"interrupted compaction {line}", soft_wrap=True)
+    if result.purged:
+        out.print(f"trash: deleted {len(result.purged)} replaced hour directories")
+    for path in result.rescued:
+        out.print(f"moved back into its hour: {escape(path)}", soft_wrap=True)
+    cutoff = result.before.isoformat(timespec="minutes")
+    if dry_run:
+        table = Table("hour", "files", "size", title="would compact")
+        for h in result.planned:
+            table.add_row(h.rel, str(len(h.files)), decimal(h.bytes))
+    else:
+        table = Table("hour", "files", "rows", "size", "id", title="compacted")
+        for x in result.compacted:
+            table.add_row(x.hour, f"{x.inputs} -> {x.outputs}", str(x.rows),
+                          f"{decimal(x.bytes_before)} -> {decimal(x.bytes_after)}", x.id)  # fmt: skip
+    if result.planned:
+        out.print(table)
+    for x in result.compacted:
+        for path in x.rescued:
+            out.print(f"published during the compaction, moved back into its hour: {escape(path)}", soft_wrap=True)
+    for rel, why in result.skipped:
+        err.print(f"[yellow]skipped[/yellow] {rel}: {escape(why)}", soft_wrap=True)
+    if dry_run:
+        out.print(f"would compact {len(result.planned)} hour(s) of {topic} ended by {cutoff}", soft_wrap=True)
+    elif not result.planned:
+        out.print(f"nothing to compact in {topic}: no hour ended by {cutoff} has several files", soft_wrap=True)
+    else:
+        out.print(f"compacted {len(result.compacted)} hour(s) of {topic} ended by {cutoff}", soft_wrap=True)
+
+
+def _hours_table(r: TopicReport) -> Table:
+    table = Table("date", "hour", "files", "rows", "size", title=f"{r.topic}: {len(r.hours)} hours, {r.rows} rows")
+    for h in r.hours:
+        table.add_row(h.date, h.hour, str(h.files), str(h.rows), decimal(h.bytes))
+    return table
