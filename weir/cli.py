@@ -354,6 +354,17 @@ def show_config() -> None:
     out.print_json(json.dumps(data))
 
 
+def _register_lake() -> None:
+    from weir.backfill.cli import backfill_command
+    from weir.lake.cli import lake_app
+
+    app.add_typer(lake_app, name="lake")
+    app.command("backfill")(backfill_command)
+
+
+_register_lake()
+
+
 def main() -> None:
     app()
 

@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     max_restarts: int | None = Field(None, description="Give a processor up after this many failures in a row.")
     replication_factor: int = Field(1, description="Replication factor of the topics weir creates (3 on a cluster).")
     progress_topic: str = Field("_weir.progress", description="Topic receiving every processor's progress records.")
+    retention_guard_interval: float = Field(
+        60.0, description="Seconds between checks of each archiver's lag against its topic's retention; 0: never."
+    )
+    retention_guard_threshold: float = Field(
+        0.5, gt=0, le=1, description="Warn when an archiver lags by more than this fraction of its topic's retention."
+    )
 
     @classmethod
     def settings_customise_sources(

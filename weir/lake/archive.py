@@ -78,6 +78,7 @@ class ArchiveSink(Sink):
         self.name = f"lake:{self.lake.url}/{topic}"
         self.checkpoint: str | None = None  # set by the query before open(): the run id and offset log live there
         self.run: str | None = None
+        self.replayed_rows = 0  # rows of the last batch that write() skipped as a replay: in the lake already
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def open(self, query_name: str) -> None:
@@ -104,16 +105,18 @@ class ArchiveSink(Sink):
         name = f"{run}-{batch_id:012d}"
         committed = f"{self.lake.manifests_dir(self.topic)}/{name}.json"
         pending = f"{self.lake.manifests_dir(self.topic)}/{name}.pending.json"
-        if self.lake.exists(committed):  # step 1
+        self.replayed_rows = 0
+        if self.lake.exists(committed) or self.lake.exists(pending):  # step 1
+            if self.lake.exists(pending):
+                self._complete(pending)
             log.info("%s: batch %s was committed before; replay skipped", self.name, name)
-            return 0
-        if self.lake.exists(pending):
-            self._complete(pending)
+            self.replayed_rows = sum(r.rows for r in Manifest.from_json(self.lake.read_json(committed)).ranges)
             return 0
         staging = self.lake.meta("staging", self.topic, f"{name}-{uuid.uuid4().hex[:8]}")
-        observed = _observed_ranges(batch)
+        # One job reads the batch, once: the offsets and rows of what it archived come from the files' footers.
         partitioned(batch).write.mode("error").partitionBy("date", "hour").parquet(self.lake.spark_url(staging))  # 2
         moves, files = self._plan(staging, run, batch_id)  # step 3
+        observed = _observed(self.lake.fs, [src for src, _ in moves], files)
         manifest = Manifest(self.topic, run, batch_id, tuple(files), tuple(self._ranges(batch_id, observed)))
         doc = manifest.to_json() | {"staging": staging, "moves": moves}
         self.lake.write_json(pending, doc)  # step 4
@@ -231,12 +234,25 @@ def partitioned(batch: DataFrame) -> DataFrame:
     )
 
 
-def _observed_ranges(batch: DataFrame) -> dict[int, tuple[int, int, int]]:
-    """(min offset, max offset, rows) per Kafka partition of the batch: a few numbers, not data."""
-    from pyspark.sql import functions as F
+def _observed(filesystem: pafs.FileSystem, paths: list[str], files: list[DataFile]) -> dict[int, tuple[int, int, int]]:
+    """(min offset, max offset, rows) per Kafka partition of a batch's files. A file holds one partition's
+    range (a task reads one), so its footer says all; a file with several has its partition column read."""
+    out: dict[int, tuple[int, int, int]] = {}
 
-    rows = batch.groupBy("partition").agg(F.min("offset"), F.max("offset"), F.count("*")).collect()
-    return {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+    def add(p: int, lo: int, hi: int, rows: int) -> None:
+        a, b, n = out.get(p, (lo, hi, 0))
+        out[p] = (min(a, lo), max(b, hi), n + rows)
+
+    for path, f in zip(paths, files, strict=True):
+        if len(f.partitions) == 1:
+            [(p, (lo, hi))] = f.partitions.items()
+            add(p, lo, hi, f.rows)
+            continue
+        with filesystem.open_input_file(path) as fh:
+            column = pq.read_table(fh, columns=["partition"]).column("partition").to_pylist()
+        for p, (lo, hi) in f.partitions.items():
+            add(p, lo, hi, column.count(p))
+    return out
 
 
 def footer(filesystem: pafs.FileSystem, path: str, rel: str, size: int) -> DataFile:

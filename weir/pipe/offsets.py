@@ -2,9 +2,11 @@
 
 An offset of the source is Spark's Kafka shape, `{"topic": {"0": 42, "1": 17}}` (next offset to read per
 partition), plus one key that no topic can have (`@` is not a legal topic character): `"@dataLoss"`,
-cumulative counts of offsets skipped with `failOnDataLoss=false`. Carrying the counts in the offset puts
-them in the checkpoint's offset log and in every `StreamingQueryProgress` (`sources[].endOffset`), so a
-skip survives restarts and the monitor can see it.
+cumulative counts of offsets skipped with `failOnDataLoss=false`, and `"@lakeFallback"`, cumulative counts
+of offsets read from the lake because the broker no longer had them (with the last such ranges). Carrying
+the counts in the offset puts them in the checkpoint's offset log and in every `StreamingQueryProgress`
+(`sources[].endOffset`), so they survive restarts and the monitor can see them. Keys starting with `@`
+are never positions.
 """
 
 from __future__ import annotations
@@ -14,29 +16,8 @@ from dataclasses import dataclass
 
 Positions = dict[str, dict[int, int]]  # topic -> partition -> offset
 DATA_LOSS_KEY = "@dataLoss"
-
-
-@dataclass(frozen=True)
-class DataLoss:
-    skipped_offsets: int = 0
-    events: int = 0
-
-    def add(self, skipped: int) -> DataLoss:
-        return DataLoss(self.skipped_offsets + max(skipped, 0), self.events + 1)
-
-
-def to_json(positions: Positions, loss: DataLoss | None = None) -> dict:
-    out: dict = {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(positions.items())}
-    if loss is not None and loss.events:
-        out[DATA_LOSS_KEY] = {"skippedOffsets": loss.skipped_offsets, "events": loss.events}
-    return out
-
-
-def from_json(offset: dict) -> tuple[Positions, DataLoss]:
-    loss_raw = offset.get(DATA_LOSS_KEY) or {}
-    loss = DataLoss(int(loss_raw.get("skippedOffsets", 0)), int(loss_raw.get("events", 0)))
-    positions = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offset.items() if t != DATA_LOSS_KEY}
-    return positions, loss
+LAKE_FALLBACK_KEY = "@lakeFallback"
+LAST_FALLBACKS = 10  # ranges kept in "@lakeFallback".last: enough to find them, small in every offset log line
 
 
 @dataclass(frozen=True)
@@ -51,6 +32,81 @@ class OffsetRange:
     @property
     def size(self) -> int:
         return max(self.end - self.start, 0)
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    skipped_offsets: int = 0
+    events: int = 0
+
+    def add(self, skipped: int) -> DataLoss:
+        return DataLoss(self.skipped_offsets + max(skipped, 0), self.events + 1)
+
+
+@dataclass(frozen=True)
+class LakeFallback:
+    """Cumulative counts of reads from the lake in place of the broker: offsets planned from the lake,
+    (partition, range) pieces, and batches (events) that read any; `last` keeps the latest ranges."""
+
+    offsets: int = 0
+    ranges: int = 0
+    events: int = 0
+    last: tuple[OffsetRange, ...] = ()
+
+    def add(self, ranges: list[OffsetRange]) -> LakeFallback:
+        """One batch's ranges read from the lake (one event, whatever the number of ranges)."""
+        ranges = [r for r in ranges if r.size > 0]
+        if not ranges:
+            return self
+        return LakeFallback(
+            self.offsets + sum(r.size for r in ranges),
+            self.ranges + len(ranges),
+            self.events + 1,
+            (*self.last, *ranges)[-LAST_FALLBACKS:],
+        )
+
+    def plus(self, other: LakeFallback) -> LakeFallback:
+        """Both counts together (`other`'s ranges last)."""
+        return LakeFallback(
+            self.offsets + other.offsets,
+            self.ranges + other.ranges,
+            self.events + other.events,
+            (*self.last, *other.last)[-LAST_FALLBACKS:],
+        )
+
+    def to_json(self) -> dict:
+        last = [{"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end} for r in self.last]
+        return {"offsets": self.offsets, "ranges": self.ranges, "events": self.events, "last": last}
+
+    @classmethod
+    def from_json(cls, raw: dict | None) -> LakeFallback:
+        raw = raw or {}
+        last = tuple(
+            OffsetRange(str(r["topic"]), int(r["partition"]), int(r["start"]), int(r["end"]))
+            for r in raw.get("last") or []
+        )
+        return cls(int(raw.get("offsets", 0)), int(raw.get("ranges", 0)), int(raw.get("events", 0)), last)
+
+
+def to_json(positions: Positions, loss: DataLoss | None = None, fallback: LakeFallback | None = None) -> dict:
+    out: dict = {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(positions.items())}
+    if loss is not None and loss.events:
+        out[DATA_LOSS_KEY] = {"skippedOffsets": loss.skipped_offsets, "events": loss.events}
+    if fallback is not None and fallback.events:
+        out[LAKE_FALLBACK_KEY] = fallback.to_json()
+    return out
+
+
+def from_json(offset: dict) -> tuple[Positions, DataLoss]:
+    loss_raw = offset.get(DATA_LOSS_KEY) or {}
+    loss = DataLoss(int(loss_raw.get("skippedOffsets", 0)), int(loss_raw.get("events", 0)))
+    positions = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offset.items() if not t.startswith("@")}
+    return positions, loss
+
+
+def fallback_from_json(offset: dict) -> LakeFallback:
+    """The `@lakeFallback` counts of an offset (zero when it has none)."""
+    return LakeFallback.from_json(offset.get(LAKE_FALLBACK_KEY))
 
 
 def cap(start: Positions, latest: Positions, max_records: int) -> Positions:

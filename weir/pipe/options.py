@@ -37,12 +37,16 @@ SOURCE_OPTIONS = {
     "maxbytespertrigger": "streams: about this many bytes (key+value) per micro-batch",
     "minpartitions": "split offset ranges so at least this many Spark tasks read in parallel",
     "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
+    "lake": "a lake root (path or URL): offsets retention deleted are read from its archive of the topic",
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
     "valueformat": "raw (default) or json",
     "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
     "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
     "includeheaders": "accepted for compatibility with Spark's source; headers are always included",
-    "weir.simulatedlogstartoffsets": "testing only: JSON {topic: {partition: offset}} hiding earlier offsets",
+    "weir.simulatedlogstartoffsets": (
+        "testing only: JSON {topic: {partition: offset}} hiding earlier offsets, exactly as a log-start "
+        "advance by retention would (the earliest offset the source sees; reads below it are refused)"
+    ),
 }
 
 SINK_OPTIONS = {
@@ -146,6 +150,7 @@ class SourceOptions:
     value_schema: str | None = None
     value_prefix: str = ""
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
+    lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -236,7 +241,22 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         value_schema=value_schema,
         value_prefix=opts.get("valuefieldprefix", ""),
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
+        lake=_lake(opts.get("lake")),
     )
+
+
+def _lake(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise OptionError("option lake must name a lake root (a path or URL), got an empty string")
+    from weir.lake.store import Lake, LakeError
+
+    try:
+        # Resolved on the driver: a relative path means the driver's working directory, not a task's.
+        return Lake(raw.strip()).url
+    except LakeError as exc:
+        raise OptionError(f"option lake: {exc}") from None
 
 
 @dataclass(frozen=True)

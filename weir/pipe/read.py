@@ -74,7 +74,8 @@ def read_range(
     """Every record of [r.start, r.end) of one partition, in offset order, as Arrow batches.
 
     Gaps inside the range (compaction, transaction markers) are normal. Offsets that retention deleted
-    between planning and reading are data loss: an error, or with failOnDataLoss=false a logged skip.
+    between planning and reading are data loss: an error, or with failOnDataLoss=false a logged skip; with
+    the `lake` option always an error, so that the batch's replay reads them from the lake.
     """
     if r.size == 0:
         return
@@ -150,6 +151,10 @@ def _skip_lost(opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int
         f"weir-kafka: data loss on {r.topic} partition {r.partition}: offsets [{pos}, {min(low, r.end)}) "
         f"were deleted (log start is now {low}) between planning and reading"
     )
+    if opts.lake:
+        # Not skipped even with failOnDataLoss=false: the batch's plan is fixed, but its replay after a restart
+        # plans the offsets the broker lost from the lake, and counts them (a task cannot count).
+        raise DataLossError(message + f"; restart the query: its replay reads them from the lake {opts.lake}")
     if opts.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to skip them")
     log.warning("%s; skipped because failOnDataLoss=false", message)

@@ -7,6 +7,7 @@ decoded value fields follow, then `_error`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from weir.lake.fallback import LakeIndex, LakePartition, read_lake
 from weir.pipe import offsets as off
 from weir.pipe.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.pipe.log import TP, LogView
-from weir.pipe.offsets import DataLoss, OffsetRange, Positions
+from weir.pipe.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.pipe.options import OptionError, SourceOptions, parse_sink, parse_source
 from weir.pipe.read import DataLossError, read_range
 
@@ -129,20 +131,72 @@ def _loss_message(t: str, p: int, start: int, lo: int, hi: int | None) -> str:
     )
 
 
+def _lake_gap_message(t: str, p: int, start: int, lo: int, gaps: list[OffsetRange], index: LakeIndex) -> str:
+    missing = ", ".join(f"[{g.start}, {g.end})" for g in gaps[:5]) + (" ..." if len(gaps) > 5 else "")
+    return (
+        f"weir-kafka: data loss on {t} partition {p}: offsets [{start}, {lo}) are gone from the broker (the "
+        f"earliest available offset is {lo}; retention or deletion removed them), and the lake does not hold "
+        f"{missing} of them: {index.describe(p)}"
+    )
+
+
 class _RangeReading:
-    """What stream and batch readers share: the options, the Arrow schema, and reading one planned range."""
+    """What stream and batch readers share: the options, the Arrow schema, reading one planned range, and
+    the lake fallback's planning (docs/retention.md)."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.decoder = _decoder(opts, schema)
 
-    def read(self, partition: KafkaPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, LakePartition):
+            return read_lake(partition, self.arrow_schema, self.decoder)
         if not isinstance(partition, KafkaPartition):
             # Spark plans one default InputPartition when partitions() has none: nothing to read (an empty
             # topic, or a range with no records).
             return iter(())
         return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
+
+    def _lake_split(
+        self, indexes: dict[str, LakeIndex], t: str, p: int, start: int, lo: int, end: int | None = None
+    ) -> list[tuple[OffsetRange, bool]]:
+        """Offsets [start, min(end, lo)) below the broker's earliest `lo`, cut into pieces the lake covers
+        (True) and not (False). Raises DataLossError, with failOnDataLoss, when the lake lacks any of
+        [start, lo): a query must not start a fallback it cannot finish."""
+        if t not in indexes:
+            indexes[t] = LakeIndex(self.opts.lake, t)
+        index = indexes[t]
+        pieces = index.split(OffsetRange(t, p, start, lo))
+        gaps = [r for r, covered in pieces if not covered]
+        if gaps and self.opts.fail_on_data_loss:
+            raise DataLossError(
+                _lake_gap_message(t, p, start, lo, gaps, index)
+                + ". Set failOnDataLoss=false to read what the lake holds and skip the rest."
+            )
+        stop = lo if end is None else min(end, lo)
+        out = []
+        for r, covered in pieces:
+            if r.start < stop:
+                out.append((OffsetRange(t, p, r.start, min(r.end, stop)), covered))
+        return out
+
+    def _lake_partitions(
+        self, indexes: dict[str, LakeIndex], t: str, p: int, start: int, lo: int, end: int
+    ) -> tuple[list[LakePartition], int]:
+        """The tasks reading [start, min(end, lo)) from the lake, and the offsets skipped because the lake
+        lacks them (only with failOnDataLoss=false)."""
+        out, skipped = [], 0
+        for r, covered in self._lake_split(indexes, t, p, start, lo, end):
+            if covered:
+                out.append(indexes[t].plan(r))
+            else:
+                skipped += r.size
+                log.warning(
+                    "weir-kafka: data loss on %s partition %d: offsets [%d, %d) are neither on the broker nor in the "
+                    "lake %s; skipped (failOnDataLoss=false)", t, p, r.start, r.end, self.opts.lake,
+                )  # fmt: skip
+        return out, skipped
 
 
 class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -154,6 +208,11 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._view: LogView | None = None
         self._bounds: dict[TP, tuple[int, int]] = {}
         self._target: dict[TP, int] | None = None
+        self._lake: dict[str, LakeIndex] = {}  # per trigger: latestOffset and partitions plan with one view
+        # Lake reads and skips of a replayed batch beyond what its logged offset counted: added to the next one.
+        self._uncounted = LakeFallback()
+        self._uncounted_loss = DataLoss()
+        self._replay_counted: str | None = None  # the end offset of the batch last counted so (planned once or more)
 
     @property
     def view(self) -> LogView:
@@ -181,13 +240,26 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
 
     def _effective_start(self, start: Positions, loss: DataLoss) -> tuple[Positions, DataLoss]:
         """Where this batch really starts per partition, after data-loss checks; new partitions start at
-        their earliest offset (as Spark's Kafka source does)."""
+        their earliest offset (as Spark's Kafka source does). With the lake option, a start below the
+        broker's earliest stays where it is (the lake supplies what the broker lost), past any leading
+        piece the lake lacks (skipped and counted now, with failOnDataLoss=false)."""
         eff: Positions = {}
         for t, parts in start.items():
             for p, s in parts.items():
                 lo, hi = self._bounds.get((t, p), (None, None))
                 if lo is not None and lo <= s <= hi:
                     eff.setdefault(t, {})[p] = s
+                    continue
+                if self.opts.lake and lo is not None and s < lo:
+                    at = s
+                    for r, covered in self._lake_split(self._lake, t, p, s, lo):
+                        if covered:
+                            break
+                        message = _lake_gap_message(t, p, s, lo, [r], self._lake[t])
+                        log.warning("%s; skipping (failOnDataLoss=false)", message)
+                        loss = loss.add(r.size)
+                        at = r.end
+                    eff.setdefault(t, {})[p] = at
                     continue
                 message = _loss_message(t, p, s, lo or 0, hi)
                 if self.opts.fail_on_data_loss:
@@ -200,9 +272,35 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             eff.setdefault(t, {}).setdefault(p, lo)
         return eff, loss
 
+    def _lake_planned(
+        self, eff: Positions, end: Positions, loss: DataLoss, fallback: LakeFallback
+    ) -> tuple[DataLoss, LakeFallback]:
+        """Count what this batch reads from the lake, and the pieces the lake lacks (skipped, with
+        failOnDataLoss=false), for every partition starting below the broker's earliest offset."""
+        ranges = []
+        for (t, p), (lo, _) in sorted(self._bounds.items()):
+            s, e = eff.get(t, {}).get(p, lo), end.get(t, {}).get(p, lo)
+            if not self.opts.lake or s >= lo or e <= s:
+                continue
+            for r, covered in self._lake_split(self._lake, t, p, s, lo, e):
+                if covered:
+                    ranges.append(r)
+                    log.warning(
+                        "weir-kafka: %s partition %d: offsets [%d, %d) are gone from the broker (earliest %d); "
+                        "reading them from the lake %s", t, p, r.start, r.end, lo, self.opts.lake,
+                    )  # fmt: skip
+                else:
+                    log.warning(
+                        "%s; skipping (failOnDataLoss=false)", _lake_gap_message(t, p, s, lo, [r], self._lake[t])
+                    )
+                    loss = loss.add(r.size)
+        return loss, fallback.add(ranges)
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         positions, loss = off.from_json(start)
+        fallback = off.fallback_from_json(start)
         self._discover()
+        self._lake = {}  # the lake's manifests are read again each trigger that needs them
         eff, loss = self._effective_start(positions, loss)
         latest: Positions = {}
         for (t, p), (_, hi) in self._bounds.items():
@@ -215,7 +313,12 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             max_rows = self._max_rows(limit)
             if max_rows is not None:
                 end = off.cap(eff, latest, max_rows)
-        return off.to_json(end, loss)
+        loss, fallback = self._lake_planned(eff, end, loss, fallback)
+        fallback, self._uncounted = fallback.plus(self._uncounted), LakeFallback()
+        if self._uncounted_loss.events:
+            loss = DataLoss(loss.skipped_offsets + self._uncounted_loss.skipped_offsets, loss.events + 1)
+            self._uncounted_loss = DataLoss()
+        return off.to_json(end, loss, fallback)
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
         rows = [limit.max_rows] if isinstance(limit, ReadMaxRows) else []
@@ -235,18 +338,29 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             latest.setdefault(t, {})[p] = hi
         return off.to_json(latest)
 
-    def partitions(self, start: dict, end: dict) -> list[KafkaPartition]:
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, _ = off.from_json(start)
         until, _ = off.from_json(end)
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
             self._bounds.update(_bounds(self.opts, self.view, wanted))
+            self._lake = {}
         ranges = []
+        lake: list[LakePartition] = []
+        skipped = 0
         for t, parts in until.items():
             for p, e in parts.items():
                 s = begin.get(t, {}).get(p)
                 lo, hi = self._bounds.get((t, p), (0, 0))
+                if self.opts.lake and s is not None and s < lo and s <= e:
+                    # Below the broker's earliest: the lake's part first; the broker's part, if any, follows.
+                    parts_, lost = self._lake_partitions(self._lake, t, p, s, lo, e)
+                    lake.extend(parts_)
+                    skipped += lost
+                    if e <= lo:
+                        continue
+                    s = lo
                 if s is not None and (s < lo or s > e or s > hi) and self.opts.fail_on_data_loss:
                     # latestOffset raised for this before logging the batch; here it is a logged batch
                     # replayed after a restart, and the offsets went missing in between.
@@ -263,7 +377,39 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 if s is None or s > e or s < lo:
                     s = lo  # new partition, or a loss counted in @dataLoss when the batch was planned
                 ranges.append(OffsetRange(t, p, s, e))
-        return [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
+        self._count_replayed(start, end, lake, skipped)
+        return [*lake, *(KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions))]
+
+    def _count_replayed(self, start: dict, end: dict, lake: list[LakePartition], skipped: int) -> None:
+        """A batch planned before retention passed it and replayed after (a restart after a crash mid-batch)
+        reads more from the lake, or skips more, than its logged offset counts: the difference goes into the
+        next offset."""
+        logged, before = off.fallback_from_json(end), off.fallback_from_json(start)
+        extra = sum(p.end - p.start for p in lake) - (logged.offsets - before.offsets)
+        extra_loss = skipped - (off.from_json(end)[1].skipped_offsets - off.from_json(start)[1].skipped_offsets)
+        key = json.dumps(end, sort_keys=True)
+        if (extra <= 0 and extra_loss <= 0) or key == self._replay_counted:
+            return
+        self._replay_counted = key  # Spark may plan one batch more than once (each action on it)
+        if extra_loss > 0:
+            log.warning(
+                "weir-kafka: this batch skips %d offsets more than it counted when it was planned; they are counted "
+                "in the next batch's @dataLoss", extra_loss,
+            )  # fmt: skip
+            self._uncounted_loss = self._uncounted_loss.add(extra_loss)
+        if extra <= 0:
+            return
+        log.warning(
+            "weir-kafka: this batch reads %d more offsets from the lake than it counted when it was planned (the "
+            "broker deleted them since); they are counted in the next batch's @lakeFallback", extra,
+        )  # fmt: skip
+        counted_ranges = logged.ranges - before.ranges
+        self._uncounted = self._uncounted.plus(
+            LakeFallback(
+                extra, max(len(lake) - counted_ranges, 0), 0 if logged.events > before.events else 1,
+                tuple(p.range for p in lake),
+            )
+        )  # fmt: skip
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in a consumer group."""
@@ -277,7 +423,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
 class KafkaBatchReader(_RangeReading, DataSourceReader):
     """A bounded read of [startingOffsets, endingOffsets) for `spark.read`."""
 
-    def partitions(self) -> list[KafkaPartition]:
+    def partitions(self) -> list[InputPartition]:
         view = LogView(self.opts.client)
         try:
             bounds = _bounds(self.opts, view, _subscribed(self.opts, view, must_exist=bool(self.opts.topics)))
@@ -286,8 +432,21 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
         begin = _resolve(self.opts.starting, bounds, "startingOffsets")
         until = _resolve(self.opts.ending, bounds, "endingOffsets")
         ranges = []
+        lake: list[InputPartition] = []
+        indexes: dict[str, LakeIndex] = {}  # local: this reader is pickled to the tasks after planning
         for (t, p), (lo, hi) in sorted(bounds.items()):
             s, e = begin[t][p], until[t][p]
+            if self.opts.lake and s < lo and s < e:
+                parts, _ = self._lake_partitions(indexes, t, p, s, lo, e)
+                for part in parts:
+                    log.warning(
+                        "weir-kafka: %s partition %d: offsets [%d, %d) are gone from the broker (earliest %d); "
+                        "reading them from the lake %s", t, p, part.start, part.end, lo, self.opts.lake,
+                    )  # fmt: skip
+                lake.extend(parts)
+                if e <= lo:
+                    continue
+                s = lo
             if s < lo or e > hi:
                 message = (
                     _loss_message(t, p, s, lo, hi)
@@ -299,7 +458,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
                 log.warning("%s; reading what is available (failOnDataLoss=false)", message)
                 s, e = max(s, lo), min(e, hi)
             ranges.append(OffsetRange(t, p, s, e))
-        return [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
+        return lake + [KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions)]
 
 
 class KafkaDataSource(DataSource):

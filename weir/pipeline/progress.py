@@ -9,6 +9,10 @@ topic; the log is for people and for when the broker is down. Kinds (`type`):
   `accounting.balanced` false marks a violation, with `accounting.unaccounted` records.
 - "failure": a processor's query died; with the error, the restart count and when it restarts.
 - "state": a processor changed state (starting, running, restarting, stopped, finished, failed).
+- "retention_risk": an archiver lags its topic's retention (weir/lake/guard.py, docs/retention.md).
+
+A "progress" record's `lake_fallback` is null, or the weir-kafka sources' `@lakeFallback` counts: offsets
+read from the lake because the broker had deleted them (cumulative, and `batch_offsets` for this batch).
 
 A record that cannot be delivered to the topic is still in the log, and the miss is counted in the
 next records' `progress_undelivered`.
@@ -109,6 +113,7 @@ def spark_figures(progress: Any) -> dict:
         "state_rows": sum(s.get("numRowsTotal", 0) for s in state),
         "state_memory_bytes": sum(s.get("memoryUsedBytes", 0) for s in state),
         "rows_dropped_by_watermark": sum(s.get("numRowsDroppedByWatermark", 0) for s in state),
+        "lake_fallback": lake_fallback(p.get("sources") or []),
         "sources": [
             {
                 "description": s.get("description"),
@@ -120,3 +125,30 @@ def spark_figures(progress: Any) -> dict:
             for s in p.get("sources") or []
         ],
     }
+
+
+def _offset(raw: Any) -> dict:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def lake_fallback(sources: list[dict]) -> dict | None:
+    """The weir-kafka sources' `@lakeFallback` counts summed (None when no source read from the lake): the
+    cumulative offsets, ranges and events of the end offsets, `batch_offsets` read by this batch, and the
+    latest ranges."""
+    total: dict | None = None
+    for s in sources:
+        end = _offset(s.get("endOffset")).get("@lakeFallback")
+        if not isinstance(end, dict):
+            continue
+        start = _offset(s.get("startOffset")).get("@lakeFallback") or {}
+        total = total or {"offsets": 0, "ranges": 0, "events": 0, "batch_offsets": 0, "last": []}
+        for k in ("offsets", "ranges", "events"):
+            total[k] += int(end.get(k, 0))
+        total["batch_offsets"] += int(end.get("offsets", 0)) - int(start.get("offsets", 0))
+        total["last"] = [*total["last"], *(end.get("last") or [])][-10:]
+    return total

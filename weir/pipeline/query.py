@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from weir.config import ProcessorSettings, Settings
 from weir.pipe.decode import ERROR_COLUMN
@@ -96,6 +97,7 @@ class ProcessorQuery:
         self._has_sources = False  # whether the function's result keeps its input coordinates
         # The lake's archiver: every record, undecodable ones included, goes to its sink as read.
         self.archive = getattr(proc.sink, "archives", False)
+        self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -117,6 +119,11 @@ class ProcessorQuery:
             reader = reader.option("valueFormat", "json").option("valueSchema", topic.schema)
         if limit:
             reader = reader.option("maxOffsetsPerTrigger", str(limit))
+        if self.settings.lake and not self.archive:
+            # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
+            # passed: the source consults the lake only then, and the archiver may run in another pipeline.
+            # Never for the archiver itself: it would copy the lake into the lake.
+            reader = reader.option("lake", self.settings.lake)
         return reader.load()
 
     def inputs(self) -> DataFrame:
@@ -158,8 +165,14 @@ class ProcessorQuery:
         if self.proc.stateful or self.proc.kind == "source":
             result = self._applied()
         else:  # called per batch on static rows: trace it on an empty batch of the same shape
-            empty = self.spark.createDataFrame([], self.inputs().schema)
-            result = self.proc.fn(*self._split(empty))
+            return self.trace_batch(self.inputs().schema)
+        routing.check_outputs(self.proc, result, self.topics)
+        return result
+
+    def trace_batch(self, schema: StructType) -> DataFrame | dict[str, DataFrame]:
+        """A stateless processor's result on an empty batch of `schema` (the inputs' columns), checked
+        against the declared outputs: what `run_batch` would do, without data."""
+        result = self.proc.fn(*self._split(self.spark.createDataFrame([], schema)))
         routing.check_outputs(self.proc, result, self.topics)
         return result
 
@@ -171,6 +184,15 @@ class ProcessorQuery:
     # One Spark job computes a batch (read, decode, apply, route) and counts it by route; the cached result
     # then feeds the Kafka write and the sink. Fewer jobs per batch is most of a small batch's cost.
     def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.ledger.put(self.name, batch_id, self.run_batch(batch, batch_id))
+
+    def run_batch(self, batch: DataFrame, batch_id: int) -> Counts:
+        """One static batch of a stateless processor, as foreachBatch runs it: dead-letter the undecodable
+        records, apply the function to each input topic's clean rows (isolating poison records), route and
+        deliver; returns the batch's counts (`read` set, not yet settled). `batch` has the columns of the
+        inputs' weir-kafka streams; any DataFrame of those columns will do (`weir backfill` hands it rows
+        from the lake). Sinks must be open."""
+        self._poisoned = 0
         self._cache(batch)
         try:
             # Filling the cache in a job without user code: later jobs that fail (a poison record) re-read
@@ -180,7 +202,7 @@ class ProcessorQuery:
             frame, routed, groups = self._attempt(self._split(batch), None, dead)
             counts = self._deliver(frame, routed, groups, batch_id)
             counts.read = read
-            self.ledger.put(self.name, batch_id, counts)
+            return counts
         finally:
             self._release()
 
@@ -269,7 +291,7 @@ class ProcessorQuery:
         counts.poison = self._poisoned
         if any(g[routing.DEST] is not None for g in groups):
             (
-                routed.where(col(routing.DEST).isNotNull())
+                routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
                 # Each task writes oldest first: a reader that cuts through this batch (its own batch limit,
                 # or reading while it is written) sees the older records, not a scatter whose newest event
                 # times would push its watermark past the rest (a stateful result comes grouped by key).
@@ -286,16 +308,14 @@ class ProcessorQuery:
         return counts
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
-        self._cache(batch)
-        try:
-            counts = Counts(read=batch.count())
-            counts.out = self.proc.sink.write(batch, batch_id)
-            # A replay the sink skipped wrote nothing this time, but its records are in the lake.
-            counts.out = counts.read if counts.out == 0 else counts.out
-            counts.outputs[self.proc.sink.name] = counts.out
-            self.ledger.put(self.name, batch_id, counts)
-        finally:
-            self._release()
+        # No cache and no count: one job reads the batch and writes it. `in` is Spark's own input count, `out`
+        # the rows in the published files' footers: two independent measurements.
+        counts = Counts()
+        written = self.proc.sink.write(batch, batch_id)
+        # A replay the sink skipped wrote nothing this time, but its records are in the lake.
+        counts.out = written or self.proc.sink.replayed_rows
+        counts.outputs[self.proc.sink.name] = counts.out
+        self.ledger.put(self.name, batch_id, counts)
 
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
         self._cache(batch)

@@ -97,6 +97,14 @@ def _headers(df: DataFrame, proc: Processor) -> Column:
     return F.filter(F.array(*hs), lambda h: h.isNotNull())
 
 
+def stamped(routed: DataFrame, headers: dict[str, str]) -> DataFrame:
+    """A routed DataFrame with `headers` (name -> value) appended to every record's headers."""
+    if not headers:
+        return routed
+    extra = F.array(*[_header(k, F.lit(v)) for k, v in headers.items()])
+    return routed.withColumn("headers", F.concat(col("headers"), extra))
+
+
 def _record(df: DataFrame, topic: Topic) -> tuple[Column, Column]:
     """(key, value) of an output record for `topic` from a result row."""
     declared = declared_type(topic)

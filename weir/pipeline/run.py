@@ -258,6 +258,9 @@ class Runner:
         pending = [list(s) for s in stages(self.pipeline)] if self.available_now else [list(self.selected)]
         selected = {p.name for p in self.selected}
         pending = [[p for p in stage if p.name in selected] for stage in pending]
+        from weir.lake.guard import RetentionGuard
+
+        guard = RetentionGuard.of_runner(self)  # archivers' lag against retention (docs/retention.md)
         while not self._stop.is_set():
             with self._lock:
                 if pending and self._stage_done():
@@ -281,6 +284,7 @@ class Runner:
                 if not pending and self._stage_done():
                     break
             self._write_state()
+            guard.tick()
             self._stop.wait(0.25)
         self._write_state()
 

@@ -1,0 +1,161 @@
+"""`weir backfill PIPELINE PROCESSOR --from T1 --to T2 [--into TARGET] [--dry-run] [--json]`.
+
+Bad input (unknown processor, a source or stateful processor, unparseable or empty or future range, no
+data in the lake, foreign files in the lake, an unknown target) is one red line and exit code 2; a failure
+while running is one red line naming the chunk and exit code 1. A progress bar (on stderr) advances per
+chunk; the report (stdout) gives the rows read per input partition, written per destination,
+dead-lettered and filtered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from weir.backfill.plan import iso
+from weir.backfill.run import BackfillReport, ChunkPlan, Planned, execute, plan
+from weir.backfill.scan import span
+from weir.pipeline.model import DeclarationError
+
+out = Console()
+err = Console(stderr=True)
+SHOWN_CHUNKS = 24  # chunk rows of a plan table; a longer plan shows its first and last ones
+
+
+def backfill_command(
+    pipeline: Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")],
+    processor: Annotated[str, typer.Argument(help="The stateless processor whose function to re-run.")],
+    start: Annotated[
+        str, typer.Option("--from", help="Start of the range (inclusive), by record time: ISO 8601, UTC by default.")
+    ],
+    end: Annotated[str, typer.Option("--to", help="End of the range (exclusive): 2026-11-21 or 2026-11-20T18:00.")],
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            help="Write elsewhere: <topic> (declared, or existing in Kafka), parquet:<path>, postgres:<table> "
+            "(DSN from WEIR_POSTGRES_DSN). Default: the processor's outputs or sink.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only plan: files, rows (from Parquet footers), chunks. No Spark.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Re-run a stateless processor over a time range of its inputs' archive in the lake (docs/backfill.md)."""
+    from weir.lake.store import LakeError
+    from weir.sinks.base import SinkError
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        planned = plan(pipeline, processor, start, end, into)
+    except (ValueError, LakeError, SinkError) as exc:  # BackfillError and DeclarationError are ValueErrors
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    report = planned.report
+    if not as_json:
+        _print_plan(report, dry_run)
+    noted = len(report.notes)
+    if dry_run:
+        if as_json:
+            print(json.dumps(report.to_json(), indent=1))
+        return
+    _run(planned)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        _print_report(report, noted)
+    if report.counts.violations:
+        raise typer.Exit(1)
+
+
+def _run(planned: Planned) -> None:
+    report = planned.report
+    current: list[ChunkPlan | None] = [None]
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task(f"backfill {report.processor}", total=len(report.plan))
+
+        def on_chunk(chunk: ChunkPlan, counts) -> None:
+            done = "no rows" if counts is None else f"{counts.in_} read, {counts.out} out, {counts.dlq} dlq"
+            bar.update(task, advance=1, description=f"{chunk.chunk.label} ({done})")
+            current[0] = chunk
+
+        try:
+            execute(planned, on_chunk=on_chunk)
+        except DeclarationError as exc:  # the result does not fit the target: found before any chunk ran
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except Exception as exc:
+            from weir.pipeline.query import _brief
+
+            if current[0] is None:
+                where = "before any chunk was delivered"
+            else:
+                failed = report.plan[report.plan.index(current[0]) + 1].chunk
+                where = f"in chunk {failed} (batch {failed.batch_id}); the chunks before it were delivered"
+            err.print(
+                f"[red]error:[/red] backfill {report.id} failed {where}: {_brief(exc)}. Rerunning it repeats "
+                f"delivered chunks: exactly-once sinks skip them, Kafka consumers drop them by weir.source",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
+
+
+def _print_plan(report: BackfillReport, dry_run: bool) -> None:
+    rows = "rows" if report.exact else "rows (at most: partial boundary hours)"
+    out.print(
+        f"backfill {report.id}: processor {report.processor} of pipeline {report.pipeline}\n"
+        f"  range [{iso(report.start)}, {iso(report.end)}) by record time, into {report.target}\n"
+        f"  {len(report.plan)} chunk(s) of at most one hour, {report.files} file(s), {report.file_rows} {rows}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+    for t, s in report.topics.items():
+        out.print(
+            f"  {t}: {len(s.files)} file(s), {s.rows} rows in the range's hours; the lake holds {span(s)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    table = Table("batch", "from", "to", "files", "rows", title="chunks" + (" (dry run)" if dry_run else ""))
+    shown = report.plan
+    if len(shown) > SHOWN_CHUNKS:
+        shown = [*shown[: SHOWN_CHUNKS // 2], None, *shown[-SHOWN_CHUNKS // 2 :]]
+    for c in shown:
+        if c is None:
+            table.add_row("...", "", "", "", "")
+        else:
+            table.add_row(str(c.chunk.batch_id), iso(c.chunk.start), iso(c.chunk.end), str(c.files), str(c.rows))
+    out.print(table)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+
+
+def _print_report(report: BackfillReport, noted: int) -> None:
+    """Plain lines, not tables: destinations are long names (paths, URLs) that a table would cut or fold."""
+    lines = ["read (rows per input partition):"]
+    lines += [f"  {t} partition {p}: {n}" for t, parts in sorted(report.read.items()) for p, n in sorted(parts.items())]
+    lines.append("written (records per destination; 0 for chunks an exactly-once sink had already):")
+    lines += [f"  {name}: {n}" for name, n in sorted(report.written.items())] or ["  nothing"]
+    lines.append("dead-lettered:")
+    lines += [f"  {name}: {n}" for name, n in sorted(report.dead_lettered.items())] or ["  nothing"]
+    c = report.counts
+    lines.append(
+        f"{report.rows_read} rows read in {report.chunks_run} chunk(s) ({report.chunks_empty} without rows): "
+        f"{c.out} out, {c.filtered} filtered, {c.dlq} dead-lettered ({c.poison} on which the function raised), "
+        f"{c.emitted} extra rows of fan-out; {report.seconds:.1f}s"
+    )
+    for line in lines:
+        out.print(line, highlight=False, soft_wrap=True, markup=False)
+    for note in report.notes[noted:]:
+        out.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+    if c.violations:
+        out.print(f"[red]accounting violations: {c.violations}[/red] ({c.to_json()})", soft_wrap=True)

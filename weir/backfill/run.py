@@ -1,0 +1,390 @@
+"""`backfill`: a stateless processor's own function over a time range of its inputs' archive in the lake.
+
+    report = backfill("shop.py", "total", "2026-11-20T14:00", "2026-11-20T17:00")
+    report = backfill(pipeline, "total", start, end, into="parquet:/data/totals", dry_run=True)
+
+Steps: the processor is found and checked (not a source, not stateful); the range is parsed and checked
+(start < end, start not in the future); each input topic's lake directory is checked for foreign files
+(`weir.lake.inspect.check_clean`) and its files in the range's hours are listed (weir.backfill.scan); a
+range with no files is refused, naming what the lake holds. A dry run stops here with the plan. Otherwise
+each chunk (one UTC hour of the range, weir.backfill.plan) is read from its hour directories, filtered to
+the exact range, and handed to `ProcessorQuery.run_batch`: the very code a streaming micro-batch runs
+(dead letters, the function per input topic, poison isolation, routing, delivery, counts), with batch id =
+the chunk's hour. Kafka records get the header `weir.backfill=<id>` besides `weir.source`; an exactly-once
+sink gets one writer name per chunk, so a rerun of the same backfill skips the chunks it published.
+
+The contract (dedup, reruns, boundaries) is docs/backfill.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+from weir.backfill.plan import (
+    BackfillError,
+    Chunk,
+    backfill_id,
+    check_range,
+    chunks,
+    epoch_micros,
+    iso,
+    parse_time,
+    writer_name,
+)
+from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
+from weir.backfill.target import Target, resolve
+from weir.config import Settings, load
+from weir.pipeline.accounting import Counts
+from weir.pipeline.model import Pipeline, Processor
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from weir.sinks.base import Sink
+
+log = logging.getLogger("weir.backfill")
+BACKFILL_HEADER = "weir.backfill"
+
+
+@dataclass
+class ChunkPlan:
+    chunk: Chunk
+    files: int
+    rows: int  # in the hour's files: exact for a whole hour, an upper bound for a partial one
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.chunk
+        return {"batch_id": c.batch_id, "from": iso(c.start), "to": iso(c.end), "files": self.files, "rows": self.rows}
+
+
+@dataclass
+class BackfillReport:
+    """The plan, and after a run what happened: every input row is in exactly one of out, filtered,
+    dead-lettered (the books balance when `unaccounted` is 0)."""
+
+    id: str
+    pipeline: str
+    processor: str
+    start: datetime
+    end: datetime
+    target: str
+    dry_run: bool
+    plan: list[ChunkPlan] = field(default_factory=list)
+    topics: dict[str, TopicScan] = field(default_factory=dict)
+    read: dict[str, dict[int, int]] = field(default_factory=dict)  # input topic -> Kafka partition -> rows
+    written: dict[str, int] = field(default_factory=dict)  # destination topic or sink -> rows this run wrote
+    dead_lettered: dict[str, int] = field(default_factory=dict)  # <input>.dlq -> records
+    counts: Counts = field(default_factory=Counts)
+    chunks_run: int = 0
+    chunks_empty: int = 0  # chunks without files or without a row in the exact range: no batch ran
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> int:
+        return sum(c.files for c in self.plan)
+
+    @property
+    def file_rows(self) -> int:
+        return sum(c.rows for c in self.plan)
+
+    @property
+    def exact(self) -> bool:
+        """Whether `file_rows` is exactly the rows in the range (no partial boundary hour with files)."""
+        return all(c.chunk.whole_hour or c.files == 0 for c in self.plan)
+
+    @property
+    def rows_read(self) -> int:
+        return sum(n for parts in self.read.values() for n in parts.values())
+
+    @property
+    def filtered(self) -> int:
+        return self.counts.filtered
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pipeline": self.pipeline,
+            "processor": self.processor,
+            "from": iso(self.start),
+            "to": iso(self.end),
+            "target": self.target,
+            "dry_run": self.dry_run,
+            "chunks": [c.to_json() for c in self.plan],
+            "files": self.files,
+            "file_rows": self.file_rows,
+            "file_rows_exact": self.exact,
+            "lake": {t: {"files": len(s.files), "rows": s.rows, "holds": span(s)} for t, s in self.topics.items()},
+            "read": {t: {str(p): n for p, n in sorted(ps.items())} for t, ps in self.read.items()},
+            "written": self.written,
+            "dead_lettered": self.dead_lettered,
+            "accounting": self.counts.to_json(),
+            "chunks_run": self.chunks_run,
+            "chunks_empty": self.chunks_empty,
+            "seconds": round(self.seconds, 3),
+            "notes": self.notes,
+        }
+
+
+def find_processor(pipeline: Pipeline, name: str) -> Processor:
+    """The processor to backfill, or a BackfillError saying why it cannot be."""
+    proc = pipeline.processors.get(name)
+    if proc is None:
+        known = ", ".join(sorted(pipeline.processors)) or "none"
+        raise BackfillError(f"pipeline {pipeline.name} has no processor {name!r} (its processors: {known})")
+    if proc.kind == "source":
+        raise BackfillError(
+            f"processor {name} is a source processor: it has no input topics whose archive could be replayed"
+        )
+    if proc.stateful:
+        raise BackfillError(
+            f"processor {name} is stateful: a backfill cannot rebuild the state it had at the range's start "
+            f"(the table of a join, windows open across the boundary, keys seen before), and in a batch query "
+            f"event-time timers never fire, so windows would never close. Backfill its stateless downstream "
+            f"processors, or rebuild it with `weir run --reset {name}`"
+        )
+    return proc
+
+
+def _pipeline(spec: Pipeline | str) -> Pipeline:
+    from weir.pipeline import validate
+
+    if isinstance(spec, Pipeline):
+        return validate(spec)
+    from weir.pipeline.load import load as load_pipeline
+
+    return validate(load_pipeline(spec))
+
+
+@dataclass
+class Planned:
+    """What `plan` decided: the report so far (a dry run's whole answer) and what `execute` needs."""
+
+    report: BackfillReport
+    target: Target
+    pipeline: Pipeline
+    settings: Settings
+
+
+def plan(
+    pipeline: Pipeline | str,
+    processor: str,
+    start: str | datetime | date,
+    end: str | datetime | date,
+    into: str | Sink | None = None,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+) -> Planned:
+    """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError, or the
+    LakeError of foreign files), the target, the lake's files in the range's hours, the chunks."""
+    from weir.lake.store import Lake
+
+    began = time.monotonic()
+    settings = settings or load()
+    p = _pipeline(pipeline)
+    proc = find_processor(p, processor)
+    t1, t2 = parse_time(start, "--from"), parse_time(end, "--to")
+    check_range(t1, t2, now)
+    target = resolve(into, p, proc, lambda: _kafka_topics(settings))
+    lake = Lake(settings.lake)
+    for topic in proc.inputs:
+        _check_clean(lake, topic)
+    scans = {t: scan_topic(lake, t, t1, t2) for t in proc.inputs}
+    report = BackfillReport(
+        backfill_id(p.name, proc.name, proc.version, t1, t2, target.description),
+        p.name, proc.name, t1, t2, target.description, dry_run=True, topics=scans,
+    )  # fmt: skip
+    report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in chunks(t1, t2)]
+    if report.files == 0:
+        unarchived = [t for t in proc.inputs if not p.topics[t].archived]
+        hint = f" ({', '.join(unarchived)} not declared archived=True)" if unarchived else ""
+        holds = "; ".join(f"{t}: {span(s)}" for t, s in scans.items()) + hint
+        raise BackfillError(
+            f"the lake {lake.url} has no data of {', '.join(proc.inputs)} in [{iso(t1)}, {iso(t2)}); it holds {holds}"
+        )
+    for t, s in scans.items():
+        if s.last_hour is not None and report.plan[-1].chunk.hour >= s.last_hour:
+            report.notes.append(
+                f"the range reaches the newest hour of {t} in the lake ({span(s)}): records the archiver has not "
+                f"written yet are not backfilled, and a rerun with the same id skips what this run delivers"
+            )
+    report.seconds = time.monotonic() - began
+    return Planned(report, target, p, settings)
+
+
+def execute(
+    planned: Planned,
+    spark: SparkSession | None = None,
+    on_chunk: Callable[[ChunkPlan, Counts | None], None] | None = None,
+) -> BackfillReport:
+    """Run a plan, chunk after chunk (oldest first); `on_chunk(chunk, counts)` after each (counts None for a
+    chunk without rows in the range). An error stops the backfill at that chunk: the chunks before it are
+    delivered, and a rerun repeats them (exactly-once sinks skip them)."""
+    from weir.lake.store import Lake
+
+    began = time.monotonic()
+    report, target, settings = planned.report, planned.target, planned.settings
+    report.dry_run = False
+    _ensure_topics(settings, planned.pipeline, target)
+    if spark is None:
+        from weir.session import spark_session
+
+        spark = spark_session(f"weir-backfill-{planned.pipeline.name}", settings=settings)
+    run = _Run(spark, Lake(settings.lake), planned.pipeline, target, report, settings)
+    for chunk in report.plan:
+        counts = run.chunk(chunk)
+        if on_chunk is not None:
+            on_chunk(chunk, counts)
+    dlqs = {f"{t}.dlq" for t in target.proc.inputs}
+    for dest, n in report.counts.outputs.items():
+        (report.dead_lettered if dest in dlqs else report.written)[dest] = n
+    if report.rows_read == 0:
+        report.notes.append("no record of the inputs has a timestamp in the range (the hours' files hold others)")
+    if report.counts.violations or not report.counts.balanced:
+        report.notes.append(f"the books do not balance: {report.counts.to_json()}")
+    report.seconds += time.monotonic() - began
+    return report
+
+
+def backfill(
+    pipeline: Pipeline | str,
+    processor: str,
+    start: str | datetime | date,
+    end: str | datetime | date,
+    into: str | Sink | None = None,
+    settings: Settings | None = None,
+    spark: SparkSession | None = None,
+    dry_run: bool = False,
+    *,
+    on_chunk: Callable[[ChunkPlan, Counts | None], None] | None = None,
+    now: datetime | None = None,
+) -> BackfillReport:
+    """Run `processor`'s function over its inputs' lake records with timestamps in [start, end) and deliver
+    the result to its outputs (or `into`): `plan`, then (unless `dry_run`) `execute`. `pipeline` is a
+    Pipeline or a spec (`file.py[:name]`, `module[:name]`); times are ISO 8601 strings, dates or datetimes
+    (UTC unless they carry an offset). Raises BackfillError for bad input."""
+    planned = plan(pipeline, processor, start, end, into, settings, now)
+    return planned.report if dry_run else execute(planned, spark, on_chunk)
+
+
+# -- execution ------------------------------------------------------------------------------------------------
+def _check_clean(lake: Any, topic: str) -> None:
+    from weir.lake.inspect import check_clean
+
+    if lake.exists(lake.topic_dir(topic)):
+        check_clean(lake, topic)
+
+
+def _kafka_topics(settings: Settings) -> dict[str, int]:
+    from weir.pipe.admin import Admin
+
+    return Admin(settings.bootstrap_servers, settings.kafka).topics()
+
+
+def _ensure_topics(settings: Settings, p: Pipeline, target: Target) -> None:
+    """Create missing output topics and the inputs' `.dlq` topics, as the runner does before streaming."""
+    from weir.pipe.admin import Admin
+    from weir.pipeline.run import SIDE_TOPIC_CONFIG
+
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    existing = set(admin.topics())
+    wanted = {t: (target.topics[t].partitions, target.topics[t].kafka_config()) for t in target.output_topics}
+    for name in target.proc.inputs:
+        wanted.setdefault(f"{name}.dlq", (p.topics[name].partitions, SIDE_TOPIC_CONFIG))
+    for name, (partitions, config) in wanted.items():
+        if name not in existing:
+            admin.create_topic(name, partitions, config, settings.replication_factor, exist_ok=True)
+
+
+def input_schema(p: Pipeline, topic: str):
+    """The columns the weir-kafka source gives the topic's stream (and the archiver gave its lake files)."""
+    from pyspark.sql import types as T
+
+    from weir.pipe.options import parse_source
+    from weir.pipe.source import KAFKA_COLUMNS, value_ddl
+
+    schema = p.topics[topic].schema
+    options = {"subscribe": topic, "kafka.bootstrap.servers": "-"}  # parsed for the schema only: no client
+    options |= {"valueFormat": "json", "valueSchema": schema} if schema.strip() else {}
+    return T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(parse_source(options, streaming=None)))
+
+
+class _Run:
+    """One backfill's execution: the processor's stateless batch path over the lake, chunk after chunk."""
+
+    def __init__(
+        self, spark: SparkSession, lake: Any, p: Pipeline, target: Target, report: BackfillReport, settings: Settings
+    ) -> None:
+        from dataclasses import replace
+
+        from weir.pipeline.query import Ledger, ProcessorQuery
+
+        self.spark, self.lake, self.target, self.report = spark, lake, target, report
+        self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
+        effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
+        self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
+        self.query.name = f"backfill.{p.name}.{target.proc.name}"
+        self.query.headers = {BACKFILL_HEADER: report.id}
+        # The function traced on an empty batch first: a result that does not fit the target fails here,
+        # with the runner's message, before any chunk is written.
+        self.query.trace_batch(self._union([spark.createDataFrame([], s) for s in self.schemas.values()]).schema)
+
+    @staticmethod
+    def _union(frames: list[DataFrame]) -> DataFrame:
+        out = frames[0]
+        for f in frames[1:]:
+            out = out.unionByName(f, allowMissingColumns=True)
+        return out
+
+    def read(self, chunk: Chunk) -> DataFrame | None:
+        """The chunk's rows of every input topic with timestamps in [chunk.start, chunk.end), as one batch
+        with the columns of the inputs' streams; None when its hour has no files."""
+        from pyspark.sql import functions as F
+
+        lo, hi = epoch_micros(chunk.start), epoch_micros(chunk.end)
+        frames = []
+        for topic, scan in self.report.topics.items():
+            files = scan.in_hour(chunk.hour)
+            if files:
+                df = self.spark.read.schema(self.schemas[topic]).parquet(*[self.lake.spark_url(f.path) for f in files])
+                micros = F.unix_micros(F.col("timestamp"))
+                frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))
+        return self._union(frames) if frames else None
+
+    def chunk(self, planned: ChunkPlan) -> Counts | None:
+        """Run one chunk as one batch; its settled counts, or None when it held no row of the range."""
+        from pyspark.sql import functions as F
+
+        chunk, report = planned.chunk, self.report
+        batch = self.read(chunk) if planned.files else None
+        if batch is None:
+            report.chunks_empty += 1
+            return None
+        # Rows per Kafka partition: a small job over three columns of the files, and the count run_batch's
+        # own is checked against (two measurements, as Spark's input count is in streaming).
+        by_partition = batch.groupBy("topic", "partition").agg(F.count("*").alias("n")).collect()
+        if not by_partition:
+            report.chunks_empty += 1
+            return None
+        for row in by_partition:
+            parts = report.read.setdefault(row["topic"], {})
+            parts[row["partition"]] = parts.get(row["partition"], 0) + row["n"]
+        if self.target.sink is not None:
+            self.target.sink.open(writer_name(report.id, chunk))
+        counts = self.query.run_batch(batch, chunk.batch_id)
+        listed = sum(r["n"] for r in by_partition)
+        if counts.read != listed:  # the files changed under the backfill (compaction, a foreign writer)
+            counts.violations += 1
+            log.error("weir backfill %s: chunk %s read %s rows, then %s", report.id, chunk, listed, counts.read)
+        counts.settle(listed)
+        if not counts.balanced:
+            counts.violations += 1
+            log.error("weir backfill %s: chunk %s does not balance: %s", report.id, chunk, counts.to_json())
+        report.counts.add(counts)
+        report.chunks_run += 1
+        return counts
