@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check weir tests bench examples
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=15 tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -354,15 +354,17 @@ def show_config() -> None:
     out.print_json(json.dumps(data))
 
 
-def _register_lake() -> None:
+def _register_more() -> None:
     from weir.backfill.cli import backfill_command
     from weir.lake.cli import lake_app
+    from weir.monitor.cli import monitor_command
 
     app.add_typer(lake_app, name="lake")
     app.command("backfill")(backfill_command)
+    app.command("monitor")(monitor_command)
 
 
-_register_lake()
+_register_more()
 
 
 def main() -> None:

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         0.5, gt=0, le=1, description="Warn when an archiver lags by more than this fraction of its topic's retention."
     )
 
+    monitor: dict[str, Any] = Field(
+        default_factory=dict,
+        description="[monitor] of weir.toml: the monitor's thresholds and alert rules (docs/monitor.md).",
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,

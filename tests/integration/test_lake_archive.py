@@ -1,22 +1,27 @@
 """The archiver end to end: a topic declared archived=True lands in the lake under date=/hour= by record
 time, every record exactly once (malformed ones too, raw bytes kept), readable by DuckDB and pandas; manifests
-record the offset coverage; a second run continues where the first stopped; a reset archiver continues
-where the lake ends, so nothing is archived twice."""
+record the offset coverage; compaction keeps every row and Spark's schema; a second run continues where the
+first stopped, into compacted hours; a reset archiver continues where the lake ends, so nothing is archived
+twice."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from _pipe import Rec, produce
 
 from weir.config import load
 from weir.lake import Lake
+from weir.lake.compact import compact
+from weir.lake.inspect import check_clean
 from weir.pipe import Admin
 from weir.pipeline import Pipeline
 from weir.pipeline.run import Runner
@@ -85,7 +90,33 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     assert lake.gaps(topic) == []
     assert not list((tmp_path / "lake" / "_weir" / "staging").rglob("*.parquet"))
 
-    # A second run continues; a reset archiver continues where the lake ends: nothing twice.
+    # Compaction of what Spark wrote (its schema metadata, nested headers, UTC micros): the same rows and
+    # schema for pyarrow, DuckDB and Spark, one file per hour, and inspection clean.
+    top = Path(lake.topic_dir(topic))
+    before_files = sorted(top.rglob("*.parquet"))
+    before = (
+        ds.dataset(str(top), format="parquet").to_table().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    )
+    assert before.num_rows == 200 and check_clean(lake, topic).rows == 200
+    result = compact(lake, topic, datetime(2030, 1, 1, tzinfo=UTC))
+    assert result.compacted and all(x.outputs == 1 for x in result.compacted)
+    after_files = sorted(top.rglob("*.parquet"))
+    assert len(after_files) == len({f.parent for f in before_files}) < len(before_files)
+    assert all(pq.read_schema(f).equals(pq.read_schema(before_files[0]), check_metadata=True) for f in after_files)
+    after = (
+        ds.dataset(str(top), format="parquet").to_table().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    )
+    assert after.equals(before)
+    assert duckdb.sql(
+        f'select count(*), count(distinct ("partition", "offset")) from read_parquet(\'{glob}\')'
+    ).fetchall() == [(200, 200)]
+    sdf = spark.read.parquet(lake.spark_url(str(top)))
+    assert sdf.count() == 200 and {r["hour"] for r in sdf.select("hour").distinct().collect()} == {22, 23, 0, 1}
+    report = check_clean(lake, topic)
+    assert report.rows == report.manifest_rows == 200 and report.warnings == []
+
+    # A second run continues into the compacted lake; a reset archiver continues where the lake ends: nothing
+    # twice.
     produce(bootstrap, topic, records(200, 260))
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)
@@ -100,5 +131,8 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     assert {p: [(x.start, x.end) for x in rs] for p, rs in lake.coverage(topic).items()} == {
         0: [(0, 150)], 1: [(0, 150)],
     }  # fmt: skip
+    compact(lake, topic, datetime(2030, 1, 1, tzinfo=UTC), trash_grace=timedelta(0))
+    report = check_clean(lake, topic)
+    assert report.rows == report.manifest_rows == 300 and all(h.files == 1 for h in report.hours)
     progress = [json.loads(x) for x in (tmp_path / "home" / "progress" / f"lake-{prefix}.jsonl").open()]
     assert all(x["accounting"]["balanced"] for x in progress if x["type"] == "progress")

@@ -1,4 +1,4 @@
-"""Kill test of the archive: SIGKILL `weir archive` mid-run twice, then let it finish. While it runs and after,
+"""Kill test of the archive: SIGKILL `weir archive` mid-run, then let it finish. While it runs and after,
 DuckDB and pandas reading `<lake>/<topic>/**/*.parquet` never see a duplicate or a partial file, and at the end
 every record of the topic is there exactly once."""
 
@@ -82,13 +82,11 @@ def test_sigkill_mid_archive_leaves_no_duplicates_or_partial_files_for_duckdb_an
     polling = threading.Thread(target=reader, daemon=True)
     polling.start()
     try:
-        for kills in range(2):
-            proc = start()
-            target = committed(lake, topic) + 1
-            wait_for(lambda t=target: committed(lake, topic) >= t, 240, f"an archived batch before kill {kills + 1}")
-            time.sleep(0.4 * kills)  # the second kill lands later in a batch
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        proc = start()
+        wait_for(lambda: committed(lake, topic) >= 1, 240, "an archived batch before the kill")
+        time.sleep(0.3)  # into the next batch: its write or publish is cut off (every step: the crash test)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
         proc = start("--once")  # the restart completes what the kills left and archives the rest
         code = proc.wait(300)
     finally:

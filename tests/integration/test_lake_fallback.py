@@ -11,6 +11,7 @@ retention nor supports DeleteRecords); the hook changes nothing but the earliest
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,9 +73,11 @@ def run(p: Pipeline, s, spark, processors: list[str]) -> Runner:
     return r
 
 
-@pytest.fixture
-def archived(spark, bootstrap, tmp_path):
-    """A 2-partition topic of TOTAL records per partition whose first ARCHIVED per partition are in the lake."""
+@pytest.fixture(scope="module")
+def archived(spark, bootstrap, tmp_path_factory):
+    """A 2-partition topic of TOTAL records per partition whose first ARCHIVED per partition are in the lake.
+    One archive for the module (an archive run is most of a test's time): tests only read it."""
+    tmp_path = tmp_path_factory.mktemp("archived")
     topic = f"{uuid.uuid4().hex[:8]}.events"
     Admin(bootstrap).create_topic(topic, 2)
     produce(bootstrap, topic, (record(i) for i in range(2 * ARCHIVED)))
@@ -275,8 +278,10 @@ def planned(spark, bootstrap: str, topic: str, **opts) -> list[tuple]:
     return out
 
 
-def test_a_lake_missing_or_duplicating_a_file_is_an_error_not_a_gap(spark, bootstrap, archived):
-    topic, s = archived
+def test_a_lake_missing_or_duplicating_a_file_is_an_error_not_a_gap(spark, bootstrap, archived, tmp_path):
+    topic, shared = archived
+    s = shared.model_copy(update={"lake": str(tmp_path / "lake")})  # a copy of the module's lake to damage
+    shutil.copytree(shared.lake, s.lake)
     start = json.dumps({topic: {"0": 0, "1": 0}})
     opts = options(topic, s, {0: 30, 1: 0}, startingOffsets=start)
     files = sorted(Path(s.lake, topic).rglob("*.parquet"))

@@ -60,6 +60,7 @@ def test_secrets_are_redacted():
         ["lake", "stats"],
         ["lake", "compact"],
         ["backfill"],
+        ["monitor"],
     ],
 )
 def test_every_command_has_help(args):

@@ -1,0 +1,336 @@
+"""The monitor's state fed by hand: progress records and broker polls on a hand-driven clock, health
+transitions, malformed records, runners' state files, retention reports, and what survives a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from weir.monitor.config import MonitorConfig
+from weir.monitor.sources import read_runs, start_offset
+from weir.monitor.state import BrokerSnapshot, Monitor
+from weir.monitor.store import StateFile
+
+T0 = 1_800_000_000.0  # seconds
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def ms(self, plus: float = 0.0) -> int:
+        return int((self.t + plus) * 1000)
+
+
+def progress(clock: Clock, processor="enrich", batch_id=1, end=100, latest=None, rows=100, **kw) -> bytes:
+    record = {
+        "type": "progress", "pipeline": "shop", "processor": processor, "at_ms": clock.ms(), "batch_id": batch_id,
+        "run_id": "r1", "batch_at": None, "input_rows": rows, "batch_duration_ms": 300,
+        "sources": [{"end_offset": {"orders": {"0": end}}, "latest_offset": {"orders": {"0": latest or end}}}],
+        "accounting": {"in": rows, "out": rows, "balanced": True, "outputs": {"orders.enriched": rows}},
+        "restarts": 0,
+    }  # fmt: skip
+    record.update(kw)
+    return json.dumps(record).encode()
+
+
+def snapshot(clock: Clock, latest: int, stamps: dict | None = None) -> BrokerSnapshot:
+    return BrokerSnapshot(clock.ms(), {("orders", 0): (0, latest), ("orders.enriched", 0): (0, 10)},
+                          {"orders": 86_400_000}, stamps or {})  # fmt: skip
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def monitor(clock: Clock, **cfg) -> Monitor:
+    config = MonitorConfig.model_validate({"alerts": [{"expr": "stalled(*)"}, {"expr": "dead(*)"}], **cfg})
+    return Monitor(config, clock=clock)
+
+
+def health(m: Monitor, key: str = "shop/enrich") -> str:
+    m.refresh()
+    return m.tracks[key].figures["health"]
+
+
+def test_topology_comes_from_progress_records(clock):
+    m = monitor(clock)
+    m.ingest(progress(clock, accounting={"in": 10, "out": 9, "dlq": 1, "outputs": {"orders.enriched": 9,
+                                                                                   "orders.dlq": 1}}))  # fmt: skip
+    m.refresh()
+    t = m.tracks["shop/enrich"]
+    assert t.inputs == {"orders"} and t.outputs == {"orders.enriched"} and t.side_outputs == {"orders.dlq"}
+    topo = m.topology()
+    assert {(e["from"], e["to"]) for e in topo["edges"]} == {
+        ("orders", "shop/enrich"),
+        ("shop/enrich", "orders.enriched"),
+    }
+    assert m.topics_of_interest() == {"_weir.progress", "orders", "orders.enriched", "orders.dlq"}
+
+
+def test_stalled_within_two_triggers_of_pending_input_then_healthy_again(clock):
+    m = monitor(clock)
+    m.declare("shop", "enrich", ["orders"], ["orders.enriched"], trigger_ms=1000)
+    m.ingest(progress(clock, end=100))
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == "healthy"
+    clock.t += 1.0
+    m.observe_broker(snapshot(clock, 150))  # 50 new records seen
+    clock.t += 1.5
+    assert health(m) == "healthy"  # 1.5 s: within 2 triggers
+    clock.t += 1.0
+    events = m.refresh()
+    f = m.tracks["shop/enrich"].figures
+    assert f["health"] == "stalled" and f["lag"] == 50
+    assert [(e["rule"], e["status"]) for e in events] == [("stalled(*)", "firing")]
+    m.ingest(progress(clock, batch_id=2, end=150))  # it catches up
+    m.observe_broker(snapshot(clock, 150))
+    events = m.refresh()
+    assert m.tracks["shop/enrich"].figures["health"] == "healthy"
+    assert [(e["rule"], e["status"]) for e in events] == [("stalled(*)", "resolved")]
+
+
+def test_failure_makes_it_dead_until_it_runs_again(clock):
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    failure = {"type": "failure", "pipeline": "shop", "processor": "enrich", "at_ms": clock.ms(),
+               "error": "ValueError: bad", "restarts": 0, "failures_in_row": 1, "next_restart_in_s": 1.0}  # fmt: skip
+    m.ingest(json.dumps(failure).encode())
+    assert health(m) == "dead"
+    assert "ValueError: bad" in m.tracks["shop/enrich"].figures["health_reason"]
+    running = {"type": "state", "pipeline": "shop", "processor": "enrich", "at_ms": clock.ms(), "state": "running"}
+    m.ingest(json.dumps(running).encode())
+    assert health(m) == "healthy"
+    m.ingest(json.dumps({**failure, "next_restart_in_s": None}).encode())  # given up
+    assert health(m) == "dead" and m.tracks["shop/enrich"].lifecycle == "failed"
+    assert m.tracks["shop/enrich"].figures["failures_total"] == 2
+
+
+def test_silence_makes_it_dead_unless_the_broker_is_unreachable(clock):
+    m = monitor(clock, dead_after="30s")
+    m.ingest(progress(clock))
+    m.observe_broker(snapshot(clock, 100))
+    clock.t += 20
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == "healthy"
+    clock.t += 15
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == "dead"
+    m.observe_broker_down("cannot read metadata")
+    clock.t += 30  # broker figures now stale: silence is not judged
+    assert health(m) == "healthy"
+    overview = m.overview()
+    assert overview["broker"]["reachable"] is False and overview["broker"]["stale"] is True
+    assert overview["processors"]["shop/enrich"]["stale"] is True
+    assert overview["topology"]["nodes"][1]["health"] == "unknown"  # a topic while the broker is down
+
+
+def test_a_declared_processor_that_never_reports_turns_dead(clock):
+    m = monitor(clock, dead_after="60s")
+    m.declare("shop", "ghost", ["orders"], ["x"], trigger_ms=1000)
+    m.observe_broker(snapshot(clock, 0))
+    assert health(m, "shop/ghost") == "unknown"
+    clock.t += 61
+    m.observe_broker(snapshot(clock, 0))  # silence is judged only while the broker is heard
+    assert health(m, "shop/ghost") == "dead"
+
+
+def test_behind_when_the_lag_troughs_rise(clock):
+    m = monitor(clock, behind_window="60s")
+    m.declare("shop", "enrich", ["orders"], [], trigger_ms=1000)
+    end = 0
+    for i in range(31):
+        latest = 1000 + i * 100  # 100 records every 2 s arrive...
+        end += 60  # ...and it commits 60
+        m.ingest(progress(clock, batch_id=i + 1, end=end, latest=latest))
+        m.observe_broker(snapshot(clock, latest))
+        clock.t += 2
+    assert health(m) == "behind"
+    f = m.tracks["shop/enrich"].figures
+    assert f["lag_growing"] and f["input_rate"] == pytest.approx(50.0) and f["processing_rate"] == pytest.approx(30.0)
+
+
+def test_lag_seconds_freshness_and_retention_from_the_oldest_unprocessed_record(clock):
+    m = monitor(clock)
+    m.ingest(progress(clock, end=100))
+    bounds = {("orders", 0): (0, 150)}
+    assert m.wanted_timestamps(bounds) == {(("orders", 0), 100)}
+    m.observe_broker(snapshot(clock, 150, {(("orders", 0), 100): clock.ms(-45)}))
+    assert m.wanted_timestamps(bounds) == set()  # known now: not fetched again
+    m.refresh()
+    f = m.tracks["shop/enrich"].figures
+    assert f["lag_seconds"] == 45 and f["freshness_s"] == 45
+    assert f["retention_left_s"] == 86_400 - 45 and f["retention_partition"] == "orders/0"
+    assert m.outputs["orders.enriched"]["freshness_s"] == 45
+    # It processed 20 more: until the next poll fetches the timestamp at 120, the one at 100 stands in.
+    clock.t += 1
+    m.ingest(progress(clock, batch_id=2, end=120))
+    m.refresh()
+    assert m.wanted_timestamps(bounds) == {(("orders", 0), 120)}
+    assert m.tracks["shop/enrich"].figures["lag_seconds"] == 46
+
+
+def test_retention_risk_records_are_surfaced(clock):
+    m = monitor(clock)
+    risk = {"type": "retention_risk", "pipeline": "shop", "processor": "archive.orders", "at_ms": clock.ms(),
+            "topic": "orders", "partition": 0, "reason": "lag", "lag_ms": 151_200_000,
+            "retention_ms": 259_200_000, "time_left_ms": 108_000_000, "message": "behind"}  # fmt: skip
+    m.ingest(json.dumps(risk).encode())
+    clock.t += 100
+    m.refresh()
+    f = m.tracks["shop/archive.orders"].figures
+    assert f["retention_left_s"] == 108_000 - 100 and f["retention_reports"][0]["reason"] == "lag"
+    clock.t += 700  # older than retention_report_ttl: no longer counted
+    m.refresh()
+    assert m.tracks["shop/archive.orders"].figures["retention_left_s"] is None
+
+
+def test_batches_feed_series_histograms_rates_and_violations(clock):
+    m = monitor(clock, series_points=10)
+    for i in range(30):
+        batch_at = f"2027-01-15T08:00:{i * 2:02d}.000Z"
+        acc = {"in": 100, "out": 90, "dlq": 6, "late": 2, "filtered": 2, "outputs": {}}
+        if i == 7:
+            acc = {**acc, "out": 80, "balanced": False, "unaccounted": 10, "violations": 1}
+        m.ingest(progress(clock, batch_id=i, end=100 * (i + 1), batch_at=batch_at, accounting=acc))
+        clock.t += 2
+    m.refresh()
+    t = m.tracks["shop/enrich"]
+    f = t.figures
+    assert len(t.series["batch_ms"].points) == 10  # bounded
+    assert f["dlq_rate"] == pytest.approx(0.06) and f["late_rate"] == pytest.approx(0.02)
+    assert f["violations_total"] == 1 and f["violations_window"] == 1 and f["last_violation"]["batch_id"] == 7
+    assert f["batch_ms"]["count"] == 30 and f["batch_ms"]["p50"] == 300
+    # batches 2 s apart with a 1 s trigger: each started 1 s later than scheduled
+    assert f["scheduling_delay_ms"]["count"] == 29 and f["scheduling_delay_ms"]["max"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "not an object"),
+        (None, "empty message"),
+        (b'{"type": "progress"}', "missing field 'processor'"),
+        (b'{"type": "state", "processor": "p", "at_ms": 1}', "missing field 'pipeline'"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": "soon"}', "'at_ms' is str, not int"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": 1, "input_rows": "x",'
+         b' "sources": [], "accounting": {"in": 1}}', "'input_rows' is str"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": 1, "input_rows": 1,'
+         b' "sources": [{"end_offset": {"t": {"0": "x"}}}], "accounting": {"in": 1}}', "end_offset['t'][0] is str"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": 1, "input_rows": NaN,'
+         b' "sources": [], "accounting": {"in": 1}}', "missing field 'input_rows'"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": true, "input_rows": 1,'
+         b' "sources": [], "accounting": {"in": 1}}', "'batch_id' is a boolean"),
+        (b'{"type": "state", "pipeline": "s", "processor": "p", "at": "yesterday", "state": "x"}', "not an ISO time"),
+    ],
+)  # fmt: skip
+def test_malformed_records_are_counted_and_skipped(clock, caplog, value, reason):
+    m = monitor(clock)
+    with caplog.at_level("WARNING", logger="weir.monitor"):
+        assert m.ingest(value, where="_weir.progress/0@7") is None
+    assert m.counts["bad"] == 1 and reason in m.bad_reasons[-1]["reason"]
+    assert any("_weir.progress/0@7" in r.getMessage() and reason in r.getMessage() for r in caplog.records)
+    assert m.ingest(progress(clock)) is not None  # and the next good record is read as usual
+    m.refresh()
+    assert m.overview()["monitor"]["bad_records"] == 1
+
+
+def test_unknown_kinds_are_counted_apart(clock):
+    m = monitor(clock)
+    m.ingest(b'{"type": "hologram", "pipeline": "s", "processor": "p", "at_ms": 1}')
+    assert m.counts["unknown_kind"] == 1 and m.counts["bad"] == 0
+
+
+def test_pipeline_from_the_key_and_time_from_at(clock):
+    m = monitor(clock)
+    rec = m.ingest(b'{"type": "state", "processor": "p", "at": "2027-01-15T08:00:00.000Z", "state": "running"}',
+                   key=b"shop/p")  # fmt: skip
+    assert rec.key == "shop/p" and rec.at_ms == 1_800_000_000_000
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_runner_state_files(clock, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    body = {"pipeline": "shop", "pid": _dead_pid(), "updated": "x", "stopping": False,
+            "processors": {"enrich": {"state": "running", "checkpoint": "/cp/shop/enrich"},
+                           "done": {"state": "stopped", "checkpoint": "/cp/shop/done"}}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    (run / "torn.json").write_text("{")
+    runs = read_runs(str(tmp_path))
+    assert [r["pipeline"] for r in runs] == ["shop"] and runs[0]["alive"] is False
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    m.observe_runs(runs)
+    assert health(m) == "dead" and "runner's process is gone" in m.tracks["shop/enrich"].figures["health_reason"]
+    assert health(m, "shop/done") == "stopped"
+    assert m.checkpoints()["shop/enrich"] == "/cp/shop/enrich"
+    (run / "shop.json").write_text(json.dumps({**body, "pid": os.getpid()}))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "healthy"
+
+
+def test_declared_pipelines_and_unknown_rule_targets(clock):
+    from weir.config import Settings
+    from weir.monitor.service import declare_pipeline, unknown_targets
+    from weir.pipeline import Pipeline
+
+    p = Pipeline("shop")
+    orders = p.topic("orders", schema="id STRING")
+    enriched = p.topic("orders.enriched", schema="id STRING")
+
+    @p.processor(inputs=[orders], outputs=[enriched], trigger="5 seconds")
+    def enrich(df):
+        return df
+
+    settings = Settings(checkpoint_root="/cp", trigger="2 seconds")
+    config = MonitorConfig.model_validate({"alerts": [{"expr": "stalled(enrich)"}, {"expr": "stalled(nope)"},
+                                                      {"expr": "freshness(orders.enriched) > 1m"}]})  # fmt: skip
+    m = Monitor(config, clock=clock)
+    declare_pipeline(m, p, settings)
+    t = m.tracks["shop/enrich"]
+    assert (t.inputs, t.outputs, t.trigger_ms, t.checkpoint) == (
+        {"orders"},
+        {"orders.enriched"},
+        5000,
+        "/cp/shop/enrich",
+    )
+    warnings = unknown_targets(m, config)
+    assert len(warnings) == 1 and "'nope'" in warnings[0]
+
+
+def test_state_file_round_trip_and_a_corrupt_one(tmp_path):
+    store = StateFile(str(tmp_path), "127.0.0.1:9092", "_weir.progress")
+    store.save({0: 42, 1: 7}, {"active": [], "history": [{"rule": "x"}]})
+    again = StateFile(str(tmp_path), "127.0.0.1:9092", "_weir.progress")
+    assert again.positions() == {0: 42, 1: 7} and again.alerts()["history"] == [{"rule": "x"}]
+    assert StateFile(str(tmp_path), "other:9092", "_weir.progress").positions() == {}  # another cluster
+    Path(store.path).write_text("{torn")
+    fresh = StateFile(str(tmp_path), "127.0.0.1:9092", "_weir.progress")
+    assert fresh.positions() == {} and (tmp_path / "monitor" / "state.json.bad").is_file()
+
+
+def test_start_offsets_of_the_progress_topic():
+    # first start: the last `replay` records, for history
+    assert start_offset(0, 10_000, None, replay=2000, catch_up_max=100_000) == 8000
+    # restart: from where it stopped when that is further back than the replay...
+    assert start_offset(0, 10_000, 5000, replay=2000, catch_up_max=100_000) == 5000
+    # ...never beyond catch_up_max back, nor before the earliest offset
+    assert start_offset(0, 500_000, 5000, replay=2000, catch_up_max=100_000) == 400_000
+    assert start_offset(9000, 10_000, 5000, replay=2000, catch_up_max=100_000) == 9000
+    assert start_offset(0, 100, None, replay=2000, catch_up_max=100_000) == 0

@@ -1,0 +1,272 @@
+"""Alert rules evaluated over the monitor's figures, with `for` durations, a bounded history and a webhook.
+
+An alert is one rule on one target (a rule on `*` gives one alert per processor or output). It is
+*pending* while its condition holds for less than `for`, *firing* once it has held that long, and is
+*resolved* (logged, kept in the history, posted) when the condition stops holding or its target goes
+away. A value that is not known (no figures yet, or not for a moment) changes nothing: a pending alert
+stays pending, a firing one keeps firing, a quiet one stays quiet. A rule naming a target that does not
+exist (yet) is not an error: processors appear when their first progress record arrives, so the rule is
+reported as `unknown_target` on /api/alerts and in a warning, and starts working when the target shows up.
+
+The clock is the `now_ms` given to `evaluate`, so tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from weir.monitor.compute import BEHIND, DEAD, STALLED
+from weir.monitor.config import AlertRule
+
+log = logging.getLogger("weir.monitor")
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Facts:
+    """What rules are evaluated on: per-processor figures (keyed "pipeline/processor", each with at least
+    name, health and the fields of `VALUE`), freshness per output, and the broker's reachability."""
+
+    processors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[str, float | None] = field(default_factory=dict)
+    broker_reachable: bool = True
+
+
+VALUE: dict[str, Callable[[dict], Any]] = {
+    "freshness": lambda f: f.get("freshness_s"),
+    "lag": lambda f: f.get("lag"),
+    "lag_seconds": lambda f: f.get("lag_seconds"),
+    "lag_growing": lambda f: f.get("lag_growing"),
+    "behind": lambda f: f.get("health") == BEHIND,
+    "stalled": lambda f: f.get("health") == STALLED,
+    "dead": lambda f: f.get("health") == DEAD,
+    "unhealthy": lambda f: f.get("health") in (BEHIND, STALLED, DEAD),
+    "dlq_rate": lambda f: f.get("dlq_rate"),
+    "late_rate": lambda f: f.get("late_rate"),
+    "retention_left": lambda f: f.get("retention_left_s"),
+    "violations": lambda f: f.get("violations_window"),
+    "failures": lambda f: f.get("failures_window"),
+}
+
+
+def holds(rule: AlertRule, value: Any) -> bool:
+    if value is None:
+        return False
+    if rule.op is None:
+        return bool(value)
+    return value > rule.threshold if rule.op == ">" else value < rule.threshold
+
+
+def _show(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class AlertEngine:
+    def __init__(self, rules: list[AlertRule], history: int = 200, notify: Callable[[dict], None] | None = None):
+        self.rules = rules
+        self.history: deque[dict] = deque(maxlen=history)
+        self.notify = notify
+        self.active: dict[str, dict] = {}  # alert id -> its firing event
+        self._pending: dict[str, int] = {}  # alert id -> since when its condition holds
+        self.status: dict[str, str] = {rule.name: "ok" for rule in rules}
+        self._lock = threading.Lock()
+
+    # -- targets ---------------------------------------------------------------------------------------
+    def targets(self, rule: AlertRule, facts: Facts) -> list[tuple[str, Any, str]]:
+        """(target, value, detail) of each target the rule applies to now."""
+        if rule.targets == "broker":
+            return [("broker", not facts.broker_reachable, "the broker is unreachable")]
+        out: list[tuple[str, Any, str]] = []
+        if rule.kind == "freshness":
+            names = list(facts.outputs) if rule.target == "*" else [o for o in facts.outputs if o == rule.target]
+            out += [(o, facts.outputs[o], "") for o in names]
+            if out or rule.target == "*":
+                return out
+        about_health = rule.kind in ("behind", "stalled", "dead", "unhealthy")
+        for key, f in facts.processors.items():
+            if rule.target in ("*", key, f.get("name")):
+                out.append((key, VALUE[rule.kind](f), (f.get("health_reason") or "") if about_health else ""))
+        return out
+
+    # -- evaluation ------------------------------------------------------------------------------------
+    def evaluate(self, now_ms: int, facts: Facts) -> list[dict]:
+        """Advance every alert to `now_ms`; returns the events (fired, resolved) of this evaluation."""
+        events: list[dict] = []
+        with self._lock:
+            seen: set[str] = set()
+            for rule in self.rules:
+                targets = self.targets(rule, facts)
+                if not targets and rule.target != "*":
+                    if self.status.get(rule.name) != "unknown_target":
+                        log.warning(
+                            "weir monitor: alert rule %r names %r, which no %s has (yet); it applies once one does",
+                            rule.name, rule.target, rule.targets,
+                        )  # fmt: skip
+                    self.status[rule.name] = "unknown_target"
+                    continue
+                firing = pending = False
+                for target, value, detail in targets:
+                    aid = f"{rule.name}|{target}"
+                    seen.add(aid)
+                    if value is None:  # not known now (no figures yet, a stale input): nothing changes
+                        firing |= aid in self.active
+                        pending |= aid in self._pending and aid not in self.active
+                        continue
+                    if holds(rule, value):
+                        since = self._pending.setdefault(aid, now_ms)
+                        if aid not in self.active and now_ms - since >= rule.for_ * 1000:
+                            events.append(self._fire(rule, target, value, detail, since, now_ms))
+                        firing |= aid in self.active
+                        pending |= aid not in self.active
+                    else:
+                        self._pending.pop(aid, None)
+                        if aid in self.active:
+                            events.append(self._resolve(aid, value, now_ms, "the condition no longer holds"))
+                self.status[rule.name] = "firing" if firing else "pending" if pending else "ok"
+            for aid in [a for a in self.active if a not in seen]:
+                self._pending.pop(aid, None)
+                events.append(self._resolve(aid, None, now_ms, "its target is gone"))
+        for event in events:
+            if self.notify is not None:
+                self.notify(event)
+        return events
+
+    def _fire(self, rule: AlertRule, target: str, value: Any, detail: str, since: int, now_ms: int) -> dict:
+        cond = f"{rule.kind}({target})" + (f" = {_show(value)} {rule.op} {_show(rule.threshold)}" if rule.op else "")
+        held = (now_ms - since) / 1000
+        message = f"{cond}" + (f" for {held:.0f}s" if rule.for_ else "") + (f": {detail}" if detail else "")
+        event = {
+            "status": "firing", "rule": rule.name, "kind": rule.kind, "target": target, "value": value,
+            "threshold": rule.threshold, "for_s": rule.for_, "since_ms": since, "at_ms": now_ms, "at": iso(now_ms),
+            "message": message,
+        }  # fmt: skip
+        self.active[f"{rule.name}|{target}"] = event
+        self.history.append(event)
+        log.warning("weir monitor: alert %r FIRING: %s", rule.name, message)
+        return event
+
+    def _resolve(self, aid: str, value: Any, now_ms: int, why: str) -> dict:
+        fired = self.active.pop(aid)
+        event = {
+            **fired, "status": "resolved", "value": value, "at_ms": now_ms, "at": iso(now_ms),
+            "fired_at_ms": fired["at_ms"], "message": f"{fired['kind']}({fired['target']}) resolved: {why}",
+        }  # fmt: skip
+        self.history.append(event)
+        log.info("weir monitor: alert %r resolved: %s", fired["rule"], event["message"])
+        return event
+
+    # -- views and persistence -------------------------------------------------------------------------
+    def firing(self) -> list[dict]:
+        with self._lock:
+            return list(self.active.values())
+
+    def to_json(self) -> dict:
+        with self._lock:
+            return {
+                "rules": [
+                    {**rule.model_dump(by_alias=True, exclude={"expr"}), "status": self.status.get(rule.name, "ok")}
+                    for rule in self.rules
+                ],
+                "active": list(self.active.values()),
+                "history": list(reversed(self.history)),
+            }
+
+    def export(self) -> dict:
+        """What survives a restart of the monitor: firing alerts (not re-posted) and the history."""
+        with self._lock:
+            return {"active": list(self.active.values()), "history": list(self.history)}
+
+    def restore(self, saved: dict) -> None:
+        names = {rule.name for rule in self.rules}
+        with self._lock:
+            for event in saved.get("history", []):
+                self.history.append(event)
+            for event in saved.get("active", []):
+                if isinstance(event, dict) and event.get("rule") in names:
+                    aid = f"{event['rule']}|{event['target']}"
+                    self.active[aid] = event
+                    self._pending[aid] = event.get("since_ms", event.get("at_ms", 0))
+
+
+class Webhook:
+    """POSTs each alert event as JSON to `url` from a background thread, each with `timeout`. Failures are
+    counted and logged (host only: a URL may carry a secret), never raised."""
+
+    def __init__(self, url: str, timeout: float = 5.0, capacity: int = 1000) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"webhook {parts.scheme}://{parts.hostname or '?'}/...: not an http(s) URL")
+        self.url = url
+        self.where = f"{parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}"
+        self.timeout = timeout
+        self.sent = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._queue: queue.Queue[dict | None] = queue.Queue(maxsize=capacity)
+        self._thread = threading.Thread(target=self._run, name="weir-monitor-webhook", daemon=True)
+        self._thread.start()
+
+    def __call__(self, event: dict) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.failures += 1
+            self.last_error = "queue full: the webhook is slower than the alerts"
+            log.warning("weir monitor: webhook %s: %s; alert %r not posted", self.where, self.last_error, event["rule"])
+
+    def _post(self, event: dict) -> None:
+        headers = {"Content-Type": "application/json", "User-Agent": "weir-monitor"}
+        body = json.dumps(event, default=str).encode()
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            response.read()
+
+    def _run(self) -> None:
+        while (event := self._queue.get()) is not None:
+            try:
+                self._post(event)
+                self.sent += 1
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                self.failures += 1
+                reason = getattr(exc, "reason", None) or exc
+                self.last_error = f"{type(exc).__name__}: {reason}"
+                log.warning("weir monitor: webhook %s failed for alert %r: %s", self.where, event["rule"], reason)
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued event was posted or failed; False on timeout."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.drain(timeout)
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def to_json(self) -> dict:
+        return {"url": self.where, "sent": self.sent, "failures": self.failures, "last_error": self.last_error}

@@ -1,0 +1,210 @@
+"""The monitor's per-processor figures: pure functions of offsets, timestamps and samples, no I/O.
+
+Times are epoch milliseconds; `now_ms` is always passed in, so every function is deterministic.
+The definitions are the ones docs/monitor.md states:
+
+- lag (records) of a partition = latest offset (high-water mark) - committed offset (the processor's next
+  offset to read), at least 0; a partition never read counts from the earliest offset.
+- lag (seconds) = now - timestamp of the oldest unprocessed record (the record at the committed offset),
+  the worst partition; 0 when nothing is pending.
+- rates over a window: (last - first) / elapsed of cumulative samples (offsets) inside the window.
+- scheduling delay of a batch = how much later than one trigger interval after the previous batch's start
+  it started: max(0, start - previous start - trigger).
+- retention left = retention.ms - (now - timestamp of the oldest unprocessed record); "lost" when the
+  broker's earliest offset is already past the committed offset.
+- health: see `health`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+TP = tuple[str, int]
+
+HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN = "healthy", "behind", "stalled", "dead", "stopped", "unknown"
+HEALTH_STATES = (HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN)
+
+
+def lag_records(committed: dict[TP, int], bounds: dict[TP, tuple[int, int]], topics: Iterable[str]) -> dict[TP, int]:
+    """Unprocessed records per partition of `topics`: latest - committed (earliest when never read), >= 0."""
+    wanted = set(topics)
+    out = {}
+    for tp, (earliest, latest) in bounds.items():
+        if tp[0] in wanted:
+            out[tp] = max(latest - committed.get(tp, earliest), 0)
+    return out
+
+
+def oldest_unprocessed(committed: dict[TP, int], bounds: dict[TP, tuple[int, int]], lag: dict[TP, int]) -> dict:
+    """The offset of the oldest unprocessed record still on the broker, per lagging partition."""
+    return {tp: max(committed.get(tp, bounds[tp][0]), bounds[tp][0]) for tp, n in lag.items() if n > 0}
+
+
+def lag_seconds(now_ms: int, lag: dict[TP, int], oldest_ts: dict[TP, int | None]) -> float | None:
+    """Age in seconds of the oldest unprocessed record over all partitions: 0 when none is pending; None
+    when records are pending but none of their timestamps is known."""
+    pending = [tp for tp, n in lag.items() if n > 0]
+    if not pending:
+        return 0.0
+    ages = [now_ms - ts for tp in pending if (ts := oldest_ts.get(tp)) is not None]
+    return max(max(ages), 0) / 1000 if ages else None
+
+
+def window(samples: Sequence[tuple[int, float]], now_ms: int, window_ms: float) -> list[tuple[int, float]]:
+    return [(t, v) for t, v in samples if t >= now_ms - window_ms]
+
+
+def rate(samples: Sequence[tuple[int, float]], now_ms: int, window_ms: float, min_span_ms: float = 0.0) -> float | None:
+    """Per-second rate of a cumulative quantity from its samples in the window; None with fewer than two
+    samples, less than `min_span_ms` between the first and the last, or a decrease (offsets reset, topic
+    recreated)."""
+    pts = window(samples, now_ms, window_ms)
+    if len(pts) < 2 or pts[-1][0] - pts[0][0] <= max(min_span_ms, 0) or pts[-1][1] < pts[0][1]:
+        return None
+    return (pts[-1][1] - pts[0][1]) * 1000 / (pts[-1][0] - pts[0][0])
+
+
+def lag_growing(samples: Sequence[tuple[int, float]], now_ms: int, window_ms: float) -> bool:
+    """True when the lag's troughs rise over the window: the lowest lag in its newest third is above the
+    lowest in its oldest third. Troughs, because lag is a sawtooth between micro-batches (it grows until
+    the next batch commits); the samples must span at least half the window."""
+    pts = window(samples, now_ms, window_ms)
+    if len(pts) < 3 or pts[-1][0] - pts[0][0] < window_ms / 2:
+        return False
+    start, span = pts[0][0], pts[-1][0] - pts[0][0]
+    first = [v for t, v in pts if t <= start + span / 3]
+    last = [v for t, v in pts if t >= start + 2 * span / 3]
+    return bool(first and last) and min(last) > min(first)
+
+
+def ratio(parts: Iterable[tuple[int, int, int]], now_ms: int, window_ms: float) -> float | None:
+    """sum(part) / sum(whole) over (t, part, whole) samples in the window; None when whole is 0."""
+    part = whole = 0
+    for t, p, w in parts:
+        if t >= now_ms - window_ms:
+            part, whole = part + p, whole + w
+    return part / whole if whole else None
+
+
+def scheduling_delay_ms(prev_start_ms: int | None, start_ms: int | None, trigger_ms: float) -> float | None:
+    """How much later than one trigger after the previous batch's start this batch started (>= 0)."""
+    if prev_start_ms is None or start_ms is None:
+        return None
+    return max(start_ms - prev_start_ms - trigger_ms, 0.0)
+
+
+@dataclass(frozen=True)
+class RetentionLeft:
+    seconds: float | None  # min over lagging partitions; None when nothing pending or not known
+    partition: TP | None  # the partition closest to deletion
+    lost_offsets: int  # offsets already deleted before they were processed
+
+
+def retention_left(
+    now_ms: int,
+    committed: dict[TP, int],
+    bounds: dict[TP, tuple[int, int]],
+    lag: dict[TP, int],
+    oldest_ts: dict[TP, int | None],
+    retention_ms: dict[str, int | None],
+) -> RetentionLeft:
+    """Time before the broker's retention may delete a record the processor has not processed yet:
+    retention.ms - (now - timestamp of the oldest unprocessed record), minimum over lagging partitions of
+    topics with a retention (the same measure as weir.lake.guard, on the same clock retention uses)."""
+    best: tuple[float, TP] | None = None
+    lost = 0
+    for tp, n in lag.items():
+        earliest = bounds[tp][0]
+        lost += max(earliest - committed.get(tp, earliest), 0)
+        ret, ts = retention_ms.get(tp[0]), oldest_ts.get(tp)
+        if n <= 0 or ret is None or ts is None:
+            continue
+        left = (ret - (now_ms - ts)) / 1000
+        if best is None or left < best[0]:
+            best = (left, tp)
+    return RetentionLeft(best[0] if best else None, best[1] if best else None, lost)
+
+
+@dataclass(frozen=True)
+class HealthRules:
+    stall_triggers: float = 2.0
+    dead_after_ms: float = 60_000
+    rate_tolerance: float = 0.1
+
+
+@dataclass(frozen=True)
+class HealthInput:
+    """What `health` needs to know of one processor; times in epoch ms, None when unknown."""
+
+    now_ms: int
+    monitor_start_ms: int
+    last_record_ms: int | None = None  # any record of the processor
+    last_advance_ms: int | None = None  # last batch that read records or moved its offsets
+    lifecycle: str | None = None  # last runner state: starting, running, restarting, stopped, finished, failed
+    failed_at_ms: int | None = None  # a failure not followed by a batch or a "running" state
+    last_error: str | None = None
+    runner_alive: bool | None = None  # from <home>/run/<pipeline>.json; None when not known
+    has_inputs: bool = True
+    lag: int | None = None
+    pending_since_ms: int | None = None  # since when the monitor has seen input pending without a break
+    trigger_ms: float = 1000.0
+    batch_ms: float | None = None  # longest recent batch
+    growing: bool = False
+    # Records/s appended to its inputs and committed by it, over a span long enough to compare (None if not).
+    input_rate: float | None = None
+    processing_rate: float | None = None
+    broker_ok: bool = True
+
+
+def health(h: HealthInput, rules: HealthRules) -> tuple[str, str]:
+    """(state, reason), the first that applies:
+
+    1. stopped: the runner stopped it (state stopped or finished) and no batch came since.
+    2. dead: given up (state failed); or its runner's process is gone; or a failure with no batch and no
+       restart since; or no record at all for dead_after (counted from the monitor's start for a
+       processor only declared).
+    3. stalled: input is pending and no batch has read it for stall_triggers x max(trigger, longest recent
+       batch), counted from when the input was first seen pending or the last batch, whichever is later.
+    4. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
+       faster than it commits them (input rate > processing rate x (1 + rate_tolerance)).
+    5. healthy; unknown before its first record while dead_after has not passed.
+
+    With the broker unreachable, silence and stalls are not judged (the monitor cannot hear either way):
+    the rest stands, and the figures are flagged stale by the caller.
+    """
+    if h.lifecycle in ("stopped", "finished"):
+        return STOPPED, f"{h.lifecycle} by its runner"
+    if h.lifecycle == "failed":
+        return DEAD, f"given up after repeated failures: {h.last_error or 'no error recorded'}"
+    if h.runner_alive is False:
+        return DEAD, "its runner's process is gone"
+    if h.failed_at_ms is not None:
+        return DEAD, f"failed {(h.now_ms - h.failed_at_ms) / 1000:.0f}s ago, not running since: {h.last_error}"
+    if h.broker_ok:
+        if h.last_record_ms is None:
+            silent = h.now_ms - h.monitor_start_ms
+            if silent > rules.dead_after_ms:
+                return DEAD, f"no progress record since the monitor started {silent / 1000:.0f}s ago"
+            return UNKNOWN, "no progress record yet"
+        silent = h.now_ms - h.last_record_ms
+        if silent > rules.dead_after_ms:
+            return DEAD, f"no progress record for {silent / 1000:.0f}s"
+    if h.last_record_ms is None:
+        return UNKNOWN, "no progress record yet"
+    pending = h.has_inputs and (h.lag or 0) > 0
+    if pending and h.broker_ok and h.pending_since_ms is not None:
+        since = max(h.pending_since_ms, h.last_advance_ms or 0)
+        limit = rules.stall_triggers * max(h.trigger_ms, h.batch_ms or 0.0)
+        if h.now_ms - since > limit:
+            return STALLED, f"{h.lag} records pending and no batch for {(h.now_ms - since) / 1000:.1f}s"
+    if pending and h.growing:
+        return BEHIND, f"lag growing ({h.lag} records)"
+    if (
+        pending
+        and h.input_rate is not None
+        and h.processing_rate is not None
+        and h.input_rate > h.processing_rate * (1 + rules.rate_tolerance)
+    ):
+        return BEHIND, f"input {h.input_rate:.1f}/s > processing {h.processing_rate:.1f}/s"
+    return HEALTHY, "processing its input" if h.has_inputs else "running"

@@ -1,0 +1,123 @@
+"""`/metrics`: the monitor's figures in Prometheus' text format, built at each scrape from the last refresh
+by a custom collector (no gauges to keep in step with the state). Names are listed in docs/monitor.md."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from weir.monitor.compute import HEALTH_STATES
+from weir.monitor.series import Histogram
+from weir.monitor.state import Monitor
+
+ACCOUNTING = ("in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted")
+GAUGES = (
+    ("lag_records", "lag", "Records not yet processed (latest - committed offsets of its inputs)."),
+    ("lag_seconds", "lag_seconds", "Age of the oldest unprocessed input record."),
+    ("input_rate", "input_rate", "Records per second appended to its inputs (broker offsets)."),
+    ("processing_rate", "processing_rate", "Records per second it committed (its offsets)."),
+    ("freshness_seconds", "freshness_s", "How far behind real time its output is complete."),
+    ("dlq_ratio", "dlq_rate", "Dead-lettered / input records over the rate window."),
+    ("late_ratio", "late_rate", "Late / input records over the rate window."),
+    ("retention_left_seconds", "retention_left_s", "Time before retention may delete an unprocessed record."),
+    ("restarts", "restarts", "Restarts of its query, as its runner counts them."),
+)
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+def _histogram(name: str, doc: str, labels: list[str], per: dict[tuple, Histogram]) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=labels)
+    for values, h in per.items():
+        buckets = [("+Inf" if math.isinf(b) else repr(b / 1000), n) for b, n in h.cumulative()]
+        fam.add_metric(list(values), buckets, h.sum / 1000)
+    return fam
+
+
+class MonitorCollector:
+    def __init__(self, monitor: Monitor) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.monitor
+        with m.lock:
+            yield GaugeMetricFamily("weir_monitor_up", "1 while the monitor serves.", value=1)
+            broker = GaugeMetricFamily("weir_monitor_broker_up", "1 when the last broker poll succeeded.")
+            broker.add_metric([], 1.0 if m.broker["reachable"] else 0.0)
+            yield broker
+            recs = CounterMetricFamily("weir_monitor_records", "Progress records read, by type.", labels=["type"])
+            for kind in ("progress", "failure", "state", "retention_risk", "unknown_kind"):
+                recs.add_metric([kind], m.counts.get(kind, 0))
+            yield recs
+            yield CounterMetricFamily(
+                "weir_monitor_bad_records", "Malformed progress records skipped.", value=m.counts.get("bad", 0)
+            )
+            hook = m.webhook
+            yield CounterMetricFamily("weir_monitor_webhook_posts", "Alerts posted.", value=hook.sent if hook else 0)
+            yield CounterMetricFamily(
+                "weir_monitor_webhook_failures", "Alert posts that failed.", value=hook.failures if hook else 0
+            )
+            labels = ["pipeline", "processor"]
+            health = GaugeMetricFamily("weir_processor_health", "1 for the processor's health state.",
+                                       labels=[*labels, "state"])  # fmt: skip
+            gauges = {n: GaugeMetricFamily(f"weir_processor_{n}", doc, labels=labels) for n, _, doc in GAUGES}
+            last = GaugeMetricFamily("weir_processor_last_record_timestamp_seconds", "When it last published.",
+                                     labels=labels)  # fmt: skip
+            totals = CounterMetricFamily("weir_processor_records", "Records by accounting destination, seen "
+                                         "since the monitor started.", labels=[*labels, "kind"])  # fmt: skip
+            violations = CounterMetricFamily("weir_processor_violations", "Accounting violations.", labels=labels)
+            failures = CounterMetricFamily("weir_processor_failures", "Failure records.", labels=labels)
+            batch: dict[tuple, Histogram] = {}
+            delay: dict[tuple, Histogram] = {}
+            for t in m.tracks.values():
+                f, lv = t.figures, [t.pipeline, t.name]
+                for state in HEALTH_STATES:
+                    health.add_metric([*lv, state], 1.0 if f.get("health") == state else 0.0)
+                for n, key, _ in GAUGES:
+                    if (v := _num(f.get(key))) is not None:
+                        gauges[n].add_metric(lv, v)
+                if t.last_record_ms is not None:
+                    last.add_metric(lv, t.last_record_ms / 1000)
+                for kind in ACCOUNTING:
+                    totals.add_metric([*lv, kind], t.totals.get(kind, 0))
+                violations.add_metric(lv, t.totals.get("violations", 0))
+                failures.add_metric(lv, t.failures_total)
+                batch[tuple(lv)], delay[tuple(lv)] = t.batch_hist, t.delay_hist
+            yield health
+            yield from gauges.values()
+            yield from (last, totals, violations, failures)
+            yield _histogram("weir_processor_batch_duration_seconds", "Micro-batch durations.", labels, batch)
+            yield _histogram("weir_processor_scheduling_delay_seconds", "How late batches started.", labels, delay)
+            fresh = GaugeMetricFamily("weir_output_freshness_seconds", "How far behind real time an output "
+                                      "topic or sink is complete.", labels=["output"])  # fmt: skip
+            for name, o in m.outputs.items():
+                if (v := _num(o.get("freshness_s"))) is not None:
+                    fresh.add_metric([name], v)
+            yield fresh
+            lo = GaugeMetricFamily("weir_topic_earliest_offset", "Earliest offset.", labels=["topic", "partition"])
+            hi = GaugeMetricFamily("weir_topic_latest_offset", "Latest offset.", labels=["topic", "partition"])
+            ret = GaugeMetricFamily("weir_topic_retention_seconds", "retention.ms / 1000.", labels=["topic"])
+            for name, tt in m.topics.items():
+                for p, (e, latest) in tt.partitions.items():
+                    lo.add_metric([name, str(p)], e)
+                    hi.add_metric([name, str(p)], latest)
+                if tt.retention_ms is not None:
+                    ret.add_metric([name], tt.retention_ms / 1000)
+            yield from (lo, hi, ret)
+            firing = GaugeMetricFamily("weir_alert_firing", "1 per firing alert.", labels=["rule", "target"])
+            for event in m.alerts.firing():
+                firing.add_metric([event["rule"], event["target"]], 1.0)
+            yield firing
+
+
+def render(monitor: Monitor) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MonitorCollector(monitor))
+    return generate_latest(registry)
