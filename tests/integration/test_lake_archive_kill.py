@@ -22,7 +22,7 @@ from _pipe import Rec, produce, wait_for
 from weir.pipe import Admin
 
 pytestmark = pytest.mark.integration
-N = 3000
+N = 2000
 T0_MS = 1_795_300_000_000
 
 
@@ -44,7 +44,7 @@ def test_sigkill_mid_archive_leaves_no_duplicates_or_partial_files_for_duckdb_an
     lake = tmp_path / "lake"
     Admin(bootstrap).create_topic(topic, 3)
     records = [
-        Rec(i % 3, str(i).encode(), json.dumps({"id": i}).encode(), None, T0_MS + i * 30_000) for i in range(N)
+        Rec(i % 3, str(i).encode(), json.dumps({"id": i}).encode(), None, T0_MS + i * 45_000) for i in range(N)
     ]  # 25 hours of records: many hour directories per batch
     produce(bootstrap, topic, records)
     env = {

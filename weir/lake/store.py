@@ -192,7 +192,8 @@ class Lake:
         for m in self.manifests(topic):
             for r in m.ranges:
                 by_partition.setdefault(r.partition, []).append(r)
-        return {p: merge(rs) for p, rs in sorted(by_partition.items())}
+        merged = {p: merge(rs) for p, rs in sorted(by_partition.items())}
+        return {p: rs for p, rs in merged.items() if rs}  # a partition whose batches held no offset: none
 
     def gaps(self, topic: str) -> list[Gap]:
         """Offset ranges between archived ranges that no batch covered."""
