@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.weir-installed
-DURATION ?= 60
+DURATION ?= 90
 
 .PHONY: venv test unit lint demo bench clean
 
