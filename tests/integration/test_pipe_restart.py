@@ -17,9 +17,9 @@ from weir.pipe import Admin
 
 pytestmark = pytest.mark.integration
 
-N = 20_000
+N = 10_000
 PARTITIONS = 2
-MAX_OFFSETS = 1000  # 20 micro-batches for the whole backlog
+MAX_OFFSETS = 1000  # 10 micro-batches for the whole backlog
 SCRIPT = Path(__file__).with_name("_stream_to_parquet.py")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -23,6 +22,7 @@ from confluent_kafka.admin import ConfigResource
 from weir.monitor.compute import TP
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.pipe.log import BrokerUnavailable, LogView, client_log
+from weir.pipeline.status import process_alive
 
 log = logging.getLogger("weir.monitor")
 _DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._TIMED_OUT)
@@ -239,16 +239,6 @@ class BrokerPoller:
         return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_runs(home: str) -> list[dict]:
     """The runners' state files `<home>/run/*.json` (weir/pipeline/run.py), each with whether its process
     is alive; unreadable files are skipped (a runner rewrites its file by rename, so a torn one is rare)."""
@@ -259,7 +249,7 @@ def read_runs(home: str) -> list[dict]:
             body = json.loads(f.read_text())
             pid = int(body["pid"])
             out.append({
-                "pipeline": str(body["pipeline"]), "alive": _alive(pid) and not body.get("stopping"),
+                "pipeline": str(body["pipeline"]), "alive": process_alive(pid) and not body.get("stopping"),
                 "updated": body.get("updated"), "processors": dict(body.get("processors") or {}),
             })  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError) as exc:

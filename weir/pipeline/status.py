@@ -16,7 +16,8 @@ from weir.config import Settings
 from weir.pipe.checkpoint import CheckpointError, read_offsets
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -54,7 +55,7 @@ def collect(settings: Settings, pipeline: str | None = None) -> dict[str, Any]:
             raise ValueError(f"pipeline {pipeline} has not run here (no {run_dir / (pipeline + '.json')})")
     for f in files:
         body = json.loads(f.read_text())
-        alive = _alive(body["pid"]) and not body.get("stopping")
+        alive = process_alive(body["pid"]) and not body.get("stopping")
         procs = {}
         for name, st in body["processors"].items():
             st = dict(st)
