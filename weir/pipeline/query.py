@@ -186,18 +186,21 @@ class ProcessorQuery:
     def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
         self.ledger.put(self.name, batch_id, self.run_batch(batch, batch_id))
 
-    def run_batch(self, batch: DataFrame, batch_id: int) -> Counts:
+    def run_batch(self, batch: DataFrame, batch_id: int, read: int | None = None) -> Counts:
         """One static batch of a stateless processor, as foreachBatch runs it: dead-letter the undecodable
         records, apply the function to each input topic's clean rows (isolating poison records), route and
         deliver; returns the batch's counts (`read` set, not yet settled). `batch` has the columns of the
         inputs' weir-kafka streams; any DataFrame of those columns will do (`weir backfill` hands it rows
-        from the lake). Sinks must be open."""
+        from the lake). Sinks must be open.
+
+        `read`: the batch's row count, when the caller measured it on an input that is cheap to read again
+        (the lake's Parquet files); the batch is then neither cached nor counted here."""
         self._poisoned = 0
-        self._cache(batch)
-        try:
+        if read is None:
             # Filling the cache in a job without user code: later jobs that fail (a poison record) re-read
             # the cache, not Kafka, and the batch's input count is this one.
-            read = batch.count()
+            read = self._cache(batch).count()
+        try:
             dead = routing.dead_letters(batch, self.proc)
             frame, routed, groups = self._attempt(self._split(batch), None, dead)
             counts = self._deliver(frame, routed, groups, batch_id)
@@ -218,8 +221,11 @@ class ProcessorQuery:
         frame = _with_output(result) if isinstance(result, dict) else result
         frame = self._cache(frame if ROUTE in frame.columns else frame.withColumn(ROUTE, F.lit(OUT)))
         self._has_sources = all(c in frame.columns for c in routing.COORDINATES)
+        # The function's result is cached; its routed form is not: it is a projection (counted on four
+        # columns, written only where a record goes to a topic), and caching it would build every row's key,
+        # value and headers, even those of a sink's rows that never go to Kafka.
         routed = routing.route(frame, self.proc, self.topics)
-        routed = self._cache(routed if extra is None else routed.unionByName(extra))
+        routed = routed if extra is None else routed.unionByName(extra)
         try:
             return frame, routed, _groups(routed)
         except AnalysisException:
@@ -228,7 +234,7 @@ class ProcessorQuery:
             frame.unpersist()
             routed.unpersist()
             frame, routed = self._bisect(inputs, ranges if ranges is not None else self._ranges(sub), exc)
-            routed = self._cache(routed if extra is None else routed.unionByName(extra))
+            routed = routed if extra is None else routed.unionByName(extra)
             return frame, routed, None
 
     @staticmethod

@@ -27,7 +27,8 @@ from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, EMIT, LATE, OUT, ROUTE, col
 
 DEST = "_dest"
-SOURCE = "_src"  # "topic/partition/offset" of the input record behind an output row, when the row has it
+SOURCE = "_src"  # (topic, partition, offset) of the input record behind an output row, when the row has it
+SOURCE_TYPE = "struct<topic:string,partition:int,offset:bigint>"
 OUTPUT = "_output"
 ERROR_HEADER = "weir.error"
 PROCESSOR_HEADER = "weir.processor"
@@ -146,10 +147,11 @@ def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame
         dest = F.when(is_output, F.lit(None).cast("string")).otherwise(dest)
     stamp = col("timestamp").cast("timestamp") if "timestamp" in df.columns else F.lit(None).cast("timestamp")
     if all(c in df.columns for c in COORDINATES):
-        coordinates = F.concat_ws("/", col("topic"), col("partition").cast("string"), col("offset").cast("string"))
-        source = F.when(is_output & col("offset").isNotNull(), coordinates)
+        # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building
+        # and shuffling a string per row (this column is only ever counted, see query._groups).
+        source = F.when(is_output & col("offset").isNotNull(), F.struct(*map(col, COORDINATES)).cast(SOURCE_TYPE))
     else:
-        source = F.lit(None).cast("string")
+        source = F.lit(None).cast(SOURCE_TYPE)
     absorbed = col(ABSORBED).cast("long") if ABSORBED in df.columns else F.lit(None).cast("long")
     return df.select(
         route_col.alias(ROUTE),
