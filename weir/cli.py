@@ -317,12 +317,34 @@ def archive(
 @_clean_errors
 def status(
     pipeline: Annotated[str | None, typer.Argument(help="Pipeline name (default: every pipeline run here).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of tables (the monitor's /api/overview when it runs).")
+    ] = False,
 ) -> None:
-    """Show each processor's state, last batch and lag, from the runner's state file and the checkpoints."""
+    """Show each processor's health, lag, rates and freshness, and the firing alerts, from the running monitor
+    (`weir monitor`); without one, each processor's state, last batch and lag from the runner's state file
+    and the checkpoints."""
+    from rich.markup import escape
+
+    from weir.monitor.client import Answer, ask, narrowed, status_views
     from weir.pipeline.status import collect
 
     settings = load()
+    answer = ask(settings, timeout=2.0)
+    if answer.body is not None:
+        shown = narrowed(answer.body, pipeline)
+        if shown is not None:
+            if as_json:
+                out.print_json(json.dumps(shown, default=str))
+                return
+            for view in status_views(shown, answer.url or ""):
+                out.print(view)
+            return
+        answer = Answer(answer.url, problem=f"the monitor at {answer.url} has heard of no pipeline {pipeline}")
+    if answer.refused:
+        err.print(f"[yellow]warning:[/yellow] {escape(answer.problem or '')}; showing the runners' state files")
+    elif not as_json:  # JSON stays JSON: the shape tells where it came from
+        err.print(f"[dim]{escape(answer.problem or 'no monitor answered')}; from the runners' state files[/dim]")
     report = collect(settings, pipeline)
     if as_json:
         out.print_json(json.dumps(report, default=str))

@@ -2,10 +2,12 @@
 
     python -m examples.shop.demo --duration 60 [--rate 1000] [--speedup 10] [--seed 7]
 
-It starts the embedded broker and Spark, runs every processor of the shop pipeline as its own query, and
+It starts the embedded broker, `weir monitor` (a separate process: its dashboard URL is printed before the
+live table), and Spark, runs every processor of the shop pipeline as its own query, and
 shows a live table of each processor's state, rates and accounting (in = out + filtered + dlq + late +
 absorbed, per batch; a batch that does not balance is a violation). It stops after --duration seconds or
-on Ctrl-C, then prints the accounting summary and how many records each topic holds.
+on Ctrl-C, then prints the accounting summary and how many records each topic holds, and stops the monitor.
+A monitor that fails to start is a yellow warning with the end of its log; the demo goes on without it.
 
 Event time runs --speedup times faster than the wall clock, so that the 1-minute and 5-minute windows
 close while you watch; the first batches take 10-30 s (JVM and Python workers warming up). The summary
@@ -24,17 +26,19 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import typer
 from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from examples.shop.pipeline import build
@@ -169,6 +173,113 @@ def lake_summary(root: str, topic: str) -> str:
     return f"lake {root}/{topic}: {parts}; `weir lake stats {topic} --lake {root}` shows more"
 
 
+REPO = Path(__file__).resolve().parents[2]
+MONITOR_SPEC = "examples.shop.pipeline:shop"  # the same processors and topics as build(), whatever its rates
+
+
+def monitor_argv(spec: str = MONITOR_SPEC, interval: float = 1.0) -> list[str]:
+    """`weir monitor` on a free port, with the shop pipeline's topology declared up front."""
+    return [sys.executable, "-m", "weir.cli", "monitor", spec, "--port", "0", "--interval", f"{interval:g}"]
+
+
+def monitor_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the monitor's process: the demo's home (the monitor's address and state files, the
+    runner's state file), broker, progress topic, checkpoints and trigger, over `base`."""
+    env = {
+        **base, "WEIR_HOME": settings.home, "WEIR_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "WEIR_PROGRESS_TOPIC": settings.progress_topic, "WEIR_CHECKPOINT_ROOT": settings.checkpoint_root,
+        "WEIR_LAKE": settings.lake, "WEIR_TRIGGER": settings.trigger,
+    }  # fmt: skip
+    if settings.kafka:
+        env["WEIR_KAFKA"] = json.dumps(settings.kafka)
+    return env
+
+
+def monitor_address(home: str | Path, pid: int) -> dict | None:
+    """The address file `weir monitor` writes once it listens, if the process `pid` wrote it."""
+    try:
+        body = json.loads((Path(home) / "monitor" / "address.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and body.get("pid") == pid and body.get("url") else None
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:]) or "(empty log)"
+
+
+class MonitorProcess:
+    """`weir monitor` beside the demo, as its own process: the monitor is independent of what it watches."""
+
+    def __init__(self, settings: Settings, run_dir: Path, argv: list[str] | None = None) -> None:
+        self.home = settings.home
+        self.log = Path(run_dir) / "monitor.log"
+        self.address: dict | None = None
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv or monitor_argv(), env=monitor_env(settings, os.environ), cwd=REPO, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def wait(self, timeout: float = 60.0) -> str | None:
+        """The dashboard's URL once the monitor listens; None when it exited or did not listen in `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.address = monitor_address(self.home, self.proc.pid)
+            if self.address is not None:
+                return str(self.address["url"])
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.2)
+        return None
+
+    def problem(self) -> str:
+        code = self.proc.poll()
+        why = f"exited with code {code}" if code is not None else "did not listen in time; stopped"
+        return f"weir monitor {why}; the end of {self.log}:\n{log_tail(self.log)}"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then a kill if it has not ended within `timeout` seconds."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def start_monitor(settings: Settings, run_dir: Path, argv: list[str] | None = None) -> MonitorProcess | None:
+    try:
+        return MonitorProcess(settings, run_dir, argv)
+    except OSError as exc:
+        console.print(f"[yellow]warning: cannot start weir monitor ({escape(str(exc))}); going on without it[/yellow]")
+        return None
+
+
+def show_monitor(monitor: MonitorProcess, timeout: float = 60.0) -> bool:
+    """Wait for the monitor and print its dashboard's URL; a yellow warning with its log's tail when it failed."""
+    url = monitor.wait(timeout)
+    if url is None:
+        console.print(f"[yellow]warning: {escape(monitor.problem())}[/yellow]")
+        console.print("[yellow]going on without the monitor[/yellow]")
+        monitor.stop()
+        return False
+    token = " (token required: add ?token=<WEIR_MONITOR_TOKEN>)" if monitor.address.get("token_required") else ""
+    console.print()
+    console.print(f"[bold green]weir monitor dashboard: {escape(url)}/[/bold green]{token}", soft_wrap=True)
+    console.print(
+        f"  JSON {escape(url)}/api/overview, Prometheus {escape(url)}/metrics; `WEIR_HOME={monitor.home} weir status` "
+        f"asks it too; its log: {monitor.log}", soft_wrap=True, highlight=False,
+    )  # fmt: skip
+    console.print()
+    return True
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -198,6 +309,7 @@ def main(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     runner = None
     spark = None
+    monitor = None
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
         broker.start()
@@ -205,6 +317,8 @@ def main(
             home=str(run_dir), bootstrap_servers=broker.bootstrap, checkpoint_root=str(run_dir / "checkpoints"),
             lake=str(run_dir / "lake"), spark_master="local[2]", trigger="2 seconds",
         )  # fmt: skip
+        console.print("starting weir monitor (a separate process) ...")
+        monitor = start_monitor(settings, run_dir)  # it comes up while Spark starts
         console.print("starting Spark (about 10 s) ...")
         conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
         with jvm_output_to(run_dir / "spark.log"):
@@ -217,6 +331,8 @@ def main(
 
         pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
         runner = Runner(pipeline, settings, spark=spark)
+        if monitor is not None and not show_monitor(monitor):
+            monitor = None
         console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
         runner.start()
         started = time.monotonic()
@@ -247,6 +363,9 @@ def main(
             runner.stop()
         if spark is not None:
             spark.stop()
+        if monitor is not None:
+            console.print("stopping weir monitor ...")
+            monitor.stop()
         broker.stop()
 
 

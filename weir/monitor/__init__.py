@@ -6,7 +6,9 @@ and serves a JSON API, Prometheus metrics and a dashboard (docs/monitor.md).
     records.py    progress records parsed and checked
     compute.py    lag, rates, scheduling delay, retention left, health: pure functions
     freshness.py  completeness propagated through the topology: pure
-    state.py      what the monitor knows, the figures, the views
+    track.py      what it keeps of each processor and topic, and how records and polls change it
+    figures.py    a processor's figures at one moment
+    state.py      the Monitor: what it knows, refreshed figures, the views
     alerts.py     rule evaluation with `for` durations, history, webhook
     sources.py    the progress reader, broker poller, runners' files, checkpoints
     store.py      what survives the monitor's restarts

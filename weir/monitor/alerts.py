@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import urllib.error
@@ -46,6 +47,13 @@ class Facts:
     broker_reachable: bool = True
 
 
+def _retention_left(f: dict) -> float | None:
+    """Seconds before retention may delete an unprocessed record. With nothing pending nothing is at risk:
+    +inf, so the rule does not hold (None would read as "not known", and a firing alert would never resolve)."""
+    left = f.get("retention_left_s")
+    return math.inf if left is None and f.get("lag") == 0 else left
+
+
 VALUE: dict[str, Callable[[dict], Any]] = {
     "freshness": lambda f: f.get("freshness_s"),
     "lag": lambda f: f.get("lag"),
@@ -57,7 +65,7 @@ VALUE: dict[str, Callable[[dict], Any]] = {
     "unhealthy": lambda f: f.get("health") in (BEHIND, STALLED, DEAD),
     "dlq_rate": lambda f: f.get("dlq_rate"),
     "late_rate": lambda f: f.get("late_rate"),
-    "retention_left": lambda f: f.get("retention_left_s"),
+    "retention_left": _retention_left,
     "violations": lambda f: f.get("violations_window"),
     "failures": lambda f: f.get("failures_window"),
 }
@@ -161,6 +169,7 @@ class AlertEngine:
 
     def _resolve(self, aid: str, value: Any, now_ms: int, why: str) -> dict:
         fired = self.active.pop(aid)
+        value = None if isinstance(value, float) and not math.isfinite(value) else value  # JSON: null
         event = {
             **fired, "status": "resolved", "value": value, "at_ms": now_ms, "at": iso(now_ms),
             "fired_at_ms": fired["at_ms"], "message": f"{fired['kind']}({fired['target']}) resolved: {why}",

@@ -149,7 +149,7 @@ class HealthInput:
     lag: int | None = None
     pending_since_ms: int | None = None  # since when the monitor has seen input pending without a break
     trigger_ms: float = 1000.0
-    batch_ms: float | None = None  # longest recent batch
+    batch_ms: float | None = None  # longest recent batch (a run's first batch aside once later ones are known)
     growing: bool = False
     # Records/s appended to its inputs and committed by it, over a span long enough to compare (None if not).
     input_rate: float | None = None

@@ -14,6 +14,7 @@ DASHBOARD = r"""<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>weir monitor</title>
+<link rel="icon" href="data:,">
 <style>
   :root { --healthy:#2e7d32; --behind:#f9a825; --stalled:#ef6c00; --dead:#c62828; --stopped:#757575;
           --unknown:#9e9e9e; --bg:#fafafa; --fg:#212121; --muted:#757575; --line:#e0e0e0; }
@@ -25,7 +26,8 @@ DASHBOARD = r"""<!doctype html>
   #broker[data-reachable="false"] { background: var(--dead); }
   #status.error { color: #ffcdd2; }
   main { padding: 12px 16px; display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 12px; }
-  section { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px; }
+  section { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px;
+            overflow-x: auto; }
   section h2 { font-size: 13px; margin: 0 0 6px; color: var(--muted); text-transform: uppercase; }
   .wide { grid-column: 1 / -1; }
   #topology { width: 100%; min-height: 160px; }
@@ -90,6 +92,10 @@ const TOKEN = new URLSearchParams(location.search).get("token");
 const HEADERS = TOKEN ? {"Authorization": "Bearer " + TOKEN} : {};
 const SVG = "http://www.w3.org/2000/svg";
 const WINDOW_MS = 15 * 60 * 1000;
+// A batch's point is stamped with its progress record's time, which reaches the monitor a little later: a
+// point stamped before the newest one already fetched would never be asked for again. Each refresh asks again
+// for this much before it (merge() keeps one point per time).
+const OVERLAP_MS = 30 * 1000;
 const PALETTE = ["#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#283593", "#00695c",
                  "#e65100", "#37474f"];
 const COLORS = {healthy: "#2e7d32", behind: "#f9a825", stalled: "#ef6c00", dead: "#c62828", stopped: "#757575",
@@ -355,7 +361,7 @@ function select(key) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const since = lastT ? lastT + 1 : Date.now() - WINDOW_MS;
+    const since = lastT ? lastT - OVERLAP_MS : Date.now() - WINDOW_MS;
     const [ov, series, alerts, topics] = await Promise.all([get("api/overview"), get("api/series?since=" + since),
                                                             get("api/alerts"), get("api/topics")]);
     overview = ov;

@@ -1,0 +1,253 @@
+"""`weir status` asks the running monitor first (a real uvicorn serving a Monitor fed with progress records and
+broker polls, found through its address file), shows its health, lag, rates, freshness and firing alerts, and
+falls back to the runners' state files, saying so, when no monitor answers; a wrong token is one clear line."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+from typer.testing import CliRunner
+
+from weir.cli import app
+from weir.monitor.client import duration, narrowed
+from weir.monitor.config import MonitorConfig
+from weir.monitor.server import bind, create_app, server
+from weir.monitor.state import BrokerSnapshot, Monitor
+from weir.monitor.store import write_address
+from weir.pipe.broker import free_port
+
+T0 = 1_800_000_000.0
+MS = int(T0 * 1000)
+
+
+def progress(processor: str, source: str, output: str) -> bytes:
+    return json.dumps({
+        "type": "progress", "pipeline": "shop", "processor": processor, "at_ms": MS, "batch_id": 1, "run_id": "r",
+        "input_rows": 100, "batch_duration_ms": 250,
+        "sources": [{"end_offset": {source: {"0": 100}}, "latest_offset": {source: {"0": 100}}}],
+        "accounting": {"in": 100, "out": 100, "outputs": {output: 100}},
+    }).encode()  # fmt: skip
+
+
+def stalled_shop() -> Monitor:
+    """enrich (orders -> enriched) read orders up to 100 at T0, then 40 more arrived over 20 s and it ran no
+    batch: stalled, lag 40, the oldest pending record written at T0 + 2 s. total is caught up: healthy."""
+    now = [T0]
+    m = Monitor(MonitorConfig.model_validate({"alerts": [{"expr": "lag(*) > 10"}]}), clock=lambda: now[0])
+    m.ingest(progress("enrich", "orders", "enriched"))
+    m.ingest(progress("total", "enriched", "totals"))
+    for dt, latest in ((0, 100), (10, 120), (20, 140)):
+        now[0] = T0 + dt
+        m.observe_broker(BrokerSnapshot(
+            MS + dt * 1000, {("orders", 0): (0, latest), ("enriched", 0): (0, 100)}, {"orders": None},
+            {(("orders", 0), 100): MS + 2000},
+        ))  # fmt: skip
+        m.refresh()
+    return m
+
+
+@contextmanager
+def serving(monitor: Monitor, token: str | None = None):
+    sock = bind("127.0.0.1", 0)
+    srv = server(create_app(monitor, token))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    monkeypatch.setenv("WEIR_CONFIG", str(tmp_path / "absent.toml"))
+    monkeypatch.setenv("COLUMNS", "200")  # rich would wrap the tables at 80 columns
+    monkeypatch.delenv("WEIR_MONITOR_TOKEN", raising=False)
+    return tmp_path
+
+
+def announce(home, url: str) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    write_address(str(home), url, "127.0.0.1", port, token_required=False)
+
+
+def row(output: str, name: str) -> list[str]:
+    line = next(line for line in output.splitlines() if line.startswith(f"│ {name} "))
+    return [cell.strip() for cell in line.split("│")[1:-1]]
+
+
+def test_status_shows_the_monitors_view(home):
+    with serving(stalled_shop()) as url:
+        announce(home, url)
+        result = CliRunner().invoke(app, ["status"])
+        as_json = CliRunner().invoke(app, ["status", "shop", "--json"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"from the monitor at {url} (broker" in out and "reachable" in out
+    assert "pipeline shop" in out and "runners' state files" not in out
+    # processor, health, lag, lag age, in/s, processed/s, freshness, dlq, late, restarts, why
+    enrich = row(out, "enrich")
+    assert enrich[:10] == ["enrich", "stalled", "40", "18s", "2.0", "0.0", "18s", "0.00%", "0.00%", "0"]
+    assert enrich[10].startswith("40 records pending and no batch for")
+    assert row(out, "total")[:7] == ["total", "healthy", "0", "0.0s", "0.0", "0.0", "18s"]  # as fresh as enrich
+    assert row(out, "enriched") == ["enriched", "topic", "18s", "shop/enrich"]  # outputs' freshness
+    assert row(out, "totals") == ["totals", "topic", "18s", "shop/total"]
+    assert "1 alert(s) firing" in out and "FIRING lag(*) > 10: lag(shop/enrich) = 20 > 10" in out  # when it fired
+    assert as_json.exit_code == 0, as_json.output
+    body = json.loads(as_json.output)  # the monitor's own JSON, nothing around it
+    assert set(body["processors"]) == {"shop/enrich", "shop/total"} and body["broker"]["reachable"] is True
+    assert body["processors"]["shop/enrich"]["health"] == "stalled" and body["processors"]["shop/enrich"]["lag"] == 40
+
+
+def test_status_falls_back_to_the_state_files_and_says_so(home):
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("no monitor is running here") and lines[0].endswith("from the runners' state files")
+    assert "no pipeline has run here" in result.output
+    # A monitor whose address file is there (its process alive) but that does not answer: said too.
+    dead = f"http://127.0.0.1:{free_port()}"
+    announce(home, dead)
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    assert f"the monitor at {dead} did not answer ([Errno 111] Connection refused)" in result.output
+    assert "no pipeline has run here" in result.output
+    # --json stays JSON: today's report, without the line
+    result = CliRunner().invoke(app, ["status", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output) == {}
+
+
+def test_status_of_a_pipeline_the_monitor_does_not_know_falls_back(home):
+    with serving(stalled_shop()) as url:
+        announce(home, url)
+        result = CliRunner().invoke(app, ["status", "other"])
+    assert result.exit_code == 2
+    assert f"the monitor at {url} has heard of no pipeline other" in result.output
+    assert "pipeline other has not run here" in result.output
+
+
+def test_a_wrong_token_is_one_clear_line(home, monkeypatch):
+    with serving(stalled_shop(), token="the-right-one") as url:
+        announce(home, url)
+        missing = CliRunner().invoke(app, ["status"])
+        monkeypatch.setenv("WEIR_MONITOR_TOKEN", "a-wrong-one")
+        wrong = CliRunner().invoke(app, ["status"])
+        monkeypatch.setenv("WEIR_MONITOR_TOKEN", "the-right-one")
+        right = CliRunner().invoke(app, ["status"])
+    assert missing.exit_code == 0 and wrong.exit_code == 0 and right.exit_code == 0
+    assert f"warning: the monitor at {url} needs a token and none is configured" in missing.output
+    assert f"warning: the monitor at {url} refused the token it was given: set WEIR_MONITOR_TOKEN" in wrong.output
+    for result in (missing, wrong):
+        assert "Traceback" not in result.output and "no pipeline has run here" in result.output
+        assert "a-wrong-one" not in result.output
+    assert "stalled" in right.output and f"from the monitor at {url}" in right.output
+
+
+def test_pure_helpers():
+    assert [duration(s) for s in (None, 0.25, 18, 150, 5400, 90_000, 400_000)] == [
+        "-", "0.2s", "18s", "2m", "90m", "25.0h", "4.6d",
+    ]  # fmt: skip
+    body = stalled_shop().overview()
+    assert narrowed(body, None) is body and narrowed(body, "other") is None
+    one = narrowed({**body, "processors": {"shop/total": body["processors"]["shop/total"]}}, "shop")
+    assert set(one["outputs"]) == {"totals"} and one["alerts"]["active"] == []  # enrich's alert is not total's
+
+
+# -- `make demo` starts `weir monitor` as its own process (examples/shop/demo.py) ------------------------------
+def demo_settings(home, bootstrap: str = "127.0.0.1:1"):
+    from weir.config import Settings
+
+    return Settings(home=str(home), bootstrap_servers=bootstrap, checkpoint_root=str(home / "cp"),
+                    lake=str(home / "lake"), trigger="2 seconds", kafka={"client.id": "demo"})  # fmt: skip
+
+
+def test_demo_monitor_command_and_environment(tmp_path):
+    from examples.shop import demo
+
+    argv = demo.monitor_argv()
+    assert argv[1:] == ["-m", "weir.cli", "monitor", "examples.shop.pipeline:shop", "--port", "0", "--interval", "1"]
+    env = demo.monitor_env(demo_settings(tmp_path, "127.0.0.1:4242"), {"PATH": "/bin", "WEIR_HOME": "elsewhere"})
+    assert env["PATH"] == "/bin" and env["WEIR_HOME"] == str(tmp_path)  # the demo's home wins over the caller's
+    assert env["WEIR_BOOTSTRAP_SERVERS"] == "127.0.0.1:4242" and env["WEIR_PROGRESS_TOPIC"] == "_weir.progress"
+    assert env["WEIR_CHECKPOINT_ROOT"] == str(tmp_path / "cp") and env["WEIR_TRIGGER"] == "2 seconds"
+    assert json.loads(env["WEIR_KAFKA"]) == {"client.id": "demo"}
+    assert demo.monitor_address(tmp_path, 4242) is None  # no file yet
+    write_address(str(tmp_path), "http://127.0.0.1:1234", "127.0.0.1", 1234, False)  # written by this process
+    assert demo.monitor_address(tmp_path, 4242) is None  # someone else's address: not our monitor
+    import os
+
+    assert demo.monitor_address(tmp_path, os.getpid())["url"] == "http://127.0.0.1:1234"
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(f"line {i}" for i in range(40)) + "\n")
+    assert demo.log_tail(log, 3) == "line 37\nline 38\nline 39" and demo.log_tail(tmp_path / "nope") == "(no log)"
+
+
+def test_demo_goes_on_when_the_monitor_fails_to_start(tmp_path, capsys):
+    import sys
+
+    from examples.shop import demo
+
+    failing = [sys.executable, "-c", "import sys; print('starting'); sys.exit('cannot listen: boom')"]
+    monitor = demo.start_monitor(demo_settings(tmp_path), tmp_path, failing)
+    assert monitor is not None and demo.show_monitor(monitor, timeout=30) is False
+    said = capsys.readouterr().out
+    assert "warning: weir monitor exited with code 1" in said and "cannot listen: boom" in said
+    assert "going on without the monitor" in said
+
+
+def test_demo_starts_and_stops_a_real_monitor(tmp_path, capsys):
+    """The real `weir monitor examples.shop.pipeline:shop` (no Spark; the broker is a dead address, which the
+    monitor reports and keeps serving): it listens, declares the shop's processors, and ends on SIGTERM."""
+    import urllib.request
+
+    from examples.shop import demo
+
+    monitor = demo.start_monitor(demo_settings(tmp_path, f"127.0.0.1:{free_port()}"), tmp_path)
+    try:
+        assert demo.show_monitor(monitor, timeout=60), capsys.readouterr().out
+        url = monitor.address["url"]
+        said = capsys.readouterr().out
+        assert f"weir monitor dashboard: {url}/" in said and f"{url}/api/overview" in said
+        with urllib.request.urlopen(url + "/api/overview", timeout=5) as r:
+            body = json.loads(r.read())
+        assert {"shop/generate", "shop/enrich", "shop/revenue", "shop/spend", "shop/alert"} <= set(body["processors"])
+        assert body["processors"]["shop/enrich"]["trigger_ms"] == 2000  # the demo's trigger reached the monitor
+    finally:
+        monitor.stop()
+    assert monitor.proc.returncode == 0  # SIGTERM: an orderly stop
+    assert not (tmp_path / "monitor" / "address.json").exists()  # the monitor removed its address
+
+
+def test_status_when_the_address_names_something_that_is_not_a_monitor(home):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def garbage() -> None:  # answers every request with bytes that are not HTTP
+        conn, _ = listener.accept()
+        conn.recv(1024)
+        conn.sendall(b"not http at all\r\n\r\n")
+        conn.close()
+
+    thread = threading.Thread(target=garbage, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    announce(home, url)
+    result = CliRunner().invoke(app, ["status"])
+    thread.join(5)
+    listener.close()
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert f"the monitor at {url} did not answer (not http at all); from the runners' state files" in result.output
+    assert "no pipeline has run here" in result.output
