@@ -123,6 +123,12 @@ def test_health_dead_and_stopped():
     assert h(last_record_ms=NOW - 61_000)[0] == "dead"
     assert h(last_record_ms=None, monitor_start_ms=NOW - 61_000)[0] == "dead"
     assert h(lifecycle="stopped")[0] == "stopped"
+    # A processor triggered every 10 minutes is silent between its batches: dead only after two of its
+    # triggers and a batch (20 min + 30 s), not after dead_after's minute.
+    hourly = {"trigger_ms": 600_000, "batch_ms": 30_000}
+    assert h(last_record_ms=NOW - 1_200_000, **hourly)[0] == "healthy"
+    state, reason = h(last_record_ms=NOW - 1_231_000, **hourly)
+    assert state == "dead" and "no progress record for 1231s" in reason
 
 
 def test_health_with_the_broker_unreachable_judges_no_silence_and_no_stall():

@@ -232,6 +232,9 @@ def test_batches_feed_series_histograms_rates_and_violations(clock):
         (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": true, "input_rows": 1,'
          b' "sources": [], "accounting": {"in": 1}}', "'batch_id' is a boolean"),
         (b'{"type": "state", "pipeline": "s", "processor": "p", "at": "yesterday", "state": "x"}', "not an ISO time"),
+        (b'{"type": "progress", "pipeline": "s", "processor": "p", "at_ms": 1, "batch_id": 1, "input_rows": 1,'
+         b' "sources": [{"end_offset": {"t": {"0": 1}, "u": 7}}], "accounting": {"in": 1}}',
+         "end_offset['u'] is int, not partition offsets"),
     ],
 )  # fmt: skip
 def test_malformed_records_are_counted_and_skipped(clock, caplog, value, reason):
@@ -243,6 +246,18 @@ def test_malformed_records_are_counted_and_skipped(clock, caplog, value, reason)
     assert m.ingest(progress(clock)) is not None  # and the next good record is read as usual
     m.refresh()
     assert m.overview()["monitor"]["bad_records"] == 1
+
+
+def test_a_source_that_is_not_kafka_has_no_positions_but_its_batches_count(clock):
+    """The shop demo's generator reports {"records": 120}: its own offset, not Kafka partitions."""
+    m = monitor(clock)
+    rec = m.ingest(
+        b'{"type": "progress", "pipeline": "shop", "processor": "generate", "at_ms": 1, "batch_id": 3,'
+        b' "input_rows": 120, "sources": [{"end_offset": {"records": 120}, "latest_offset": "{\\"records\\": 240}"}],'
+        b' "accounting": {"in": 120, "out": 120}}'
+    )  # fmt: skip
+    assert rec is not None and rec.end_offsets == {} and rec.latest_offsets == {} and rec.batch_id == 3
+    assert m.counts["bad"] == 0
 
 
 def test_unknown_kinds_are_counted_apart(clock):

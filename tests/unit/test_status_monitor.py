@@ -251,3 +251,40 @@ def test_status_when_the_address_names_something_that_is_not_a_monitor(home):
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert f"the monitor at {url} did not answer (not http at all); from the runners' state files" in result.output
     assert "no pipeline has run here" in result.output
+
+
+def test_status_merges_the_state_files_of_runners_that_split_a_pipeline(home, tmp_path):
+    """`weir run --processors a` and `weir run --processors b` each keep a file; a dead runner's older file
+    does not hide what a live one says of the same processor."""
+    import os
+    import subprocess
+    import sys
+
+    from weir.config import load
+    from weir.pipeline.status import collect
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+
+    def state(file: str, pid: int, updated: str, **procs: str) -> None:
+        body = {
+            "pipeline": "shop",
+            "pid": pid,
+            "updated": updated,
+            "stopping": False,
+            "processors": {n: {"state": s, "checkpoint": str(tmp_path / "none" / n)} for n, s in procs.items()},
+        }
+        (run_dir / file).write_text(json.dumps(body))  # fmt: skip
+
+    state("shop.json", gone.pid, "2026-11-22T06:00:00Z", enrich="running", total="running")  # an old full run
+    state("shop.aaaa1111.json", os.getpid(), "2026-11-22T07:00:00Z", enrich="running")
+    state("shop.bbbb2222.json", os.getpid(), "2026-11-22T07:00:01Z", total="restarting")
+    report = collect(load(home=str(tmp_path)), "shop")
+    shop = report["shop"]
+    assert {n: st["state"] for n, st in shop["processors"].items()} == {"enrich": "running", "total": "restarting"}
+    assert shop["runner"].count(f"running (pid {os.getpid()})") == 2 and "not running" in shop["runner"]
+    assert shop["updated"] == "2026-11-22T07:00:01Z"
+    with pytest.raises(ValueError, match="pipeline other has not run here"):
+        collect(load(home=str(tmp_path)), "other")

@@ -162,8 +162,8 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[str, str]:
 
     1. stopped: the runner stopped it (state stopped or finished) and no batch came since.
     2. dead: given up (state failed); or its runner's process is gone; or a failure with no batch and no
-       restart since; or no record at all for dead_after (counted from the monitor's start for a
-       processor only declared).
+       restart since; or no record at all for dead_after, or two trigger intervals and a batch if that is
+       longer (counted from the monitor's start for a processor only declared).
     3. stalled: input is pending and no batch has read it for stall_triggers x max(trigger, longest recent
        batch), counted from when the input was first seen pending or the last batch, whichever is later.
     4. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
@@ -188,7 +188,9 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[str, str]:
                 return DEAD, f"no progress record since the monitor started {silent / 1000:.0f}s ago"
             return UNKNOWN, "no progress record yet"
         silent = h.now_ms - h.last_record_ms
-        if silent > rules.dead_after_ms:
+        # A processor triggered every hour says nothing between its batches: silence means death only
+        # after two of its own trigger intervals (and a batch) have passed without a word.
+        if silent > max(rules.dead_after_ms, 2 * h.trigger_ms + (h.batch_ms or 0.0)):
             return DEAD, f"no progress record for {silent / 1000:.0f}s"
     if h.last_record_ms is None:
         return UNKNOWN, "no progress record yet"

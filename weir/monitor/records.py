@@ -131,10 +131,11 @@ def offsets(raw: Any, what: str) -> dict[TP, int]:
             return {}  # not a Kafka source (a rate source, a file source): no positions
     if not isinstance(raw, dict):
         raise BadRecord(f"{what} is {type(raw).__name__}, not an offset object")
+    positions = {k: v for k, v in raw.items() if not k.startswith("@")}
+    if positions and not any(isinstance(v, dict) for v in positions.values()):
+        return {}  # another source's own offset ({"records": 120} of a generator): no Kafka positions
     out: dict[TP, int] = {}
-    for topic, parts in raw.items():
-        if topic.startswith("@"):
-            continue
+    for topic, parts in positions.items():
         if not isinstance(parts, dict):
             raise BadRecord(f"{what}[{topic!r}] is {type(parts).__name__}, not partition offsets")
         for p, off in parts.items():

@@ -18,6 +18,7 @@ topological order, so each one sees everything its upstream processors wrote.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -404,8 +405,14 @@ class Runner:
         )  # fmt: skip
 
     def _write_state(self) -> None:
-        """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state)."""
-        path = Path(self.settings.home) / "run" / f"{self.pipeline.name}.json"
+        """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state). A runner of
+        some processors only (`--processors`) has a file of its own, `<pipeline>.<digest of their names>.json`,
+        so that runners sharing the pipeline's processors between them do not overwrite each other's."""
+        name = self.pipeline.name
+        if len(self.selected) < len(self.pipeline.processors):
+            names = ",".join(sorted(p.name for p in self.selected))
+            name += "." + hashlib.sha256(names.encode()).hexdigest()[:8]
+        path = Path(self.settings.home) / "run" / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {
             "pipeline": self.pipeline.name,
@@ -417,6 +424,8 @@ class Runner:
                 for n, st in self.status.items()
             },
         }
-        tmp = path.with_suffix(".tmp")
+        # A temporary name of this process's own: two runners of one pipeline (each running some of its
+        # processors) must not rename each other's half-written file away.
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(body, indent=1, default=str))
         tmp.replace(path)
