@@ -5,19 +5,18 @@ across a restart; and a monitor pointed at a dead address that keeps serving and
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
 import uuid
-from contextlib import contextmanager
 
 import pytest
+from _serving import serving
 from confluent_kafka import Producer
 from starlette.testclient import TestClient
 
 from weir.config import Settings
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import bind, create_app, server
+from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService
 from weir.pipe import Admin
 from weir.pipe.broker import free_port
@@ -115,23 +114,6 @@ def test_monitor_reads_progress_and_the_broker(bootstrap, tmp_path):
         again.stop()
     for t in (progress_topic, src, mid, out):
         admin.delete_topic(t)
-
-
-@contextmanager
-def serving(app):
-    sock = bind("127.0.0.1", 0)
-    srv = server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def get(url: str) -> dict:

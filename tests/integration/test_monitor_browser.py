@@ -16,16 +16,16 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from _pipe import wait_for
+from _serving import serving
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from weir.config import load
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import bind, create_app, server
+from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService
 from weir.pipe import Admin
 from weir.pipeline import Pipeline
@@ -137,21 +137,6 @@ class Feed:
         self.thread.join(10)
         self.producer.flush(10)
         self.producer.close()  # before its topic is deleted (see tests/integration/_pipe.py)
-
-
-@contextmanager
-def serving(app) -> Iterator[str]:
-    sock = bind("127.0.0.1", 0)
-    srv = server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_for(lambda: srv.started, 10, "the monitor's HTTP server", 0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 CHART_POINTS = """id => {

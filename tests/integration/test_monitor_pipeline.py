@@ -16,18 +16,18 @@ import threading
 import time
 import urllib.request
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from _pipe import Rec, produce, wait_for
+from _serving import serving
 from confluent_kafka import Producer
 
 from weir.config import load
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import bind, create_app, server
+from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService, declare_pipeline
 from weir.pipe.checkpoint import CheckpointError, read_offsets
 from weir.pipeline import Pipeline
@@ -119,21 +119,6 @@ class Env:
     def history(self, rule: str, status: str, after_ms: int = 0) -> list[dict]:
         return [e for e in self.get("/api/alerts")["history"] if e["rule"] == rule and e["status"] == status
                 and e["at_ms"] >= after_ms]  # fmt: skip
-
-
-@contextmanager
-def serving(app):
-    sock = bind("127.0.0.1", 0)
-    srv = server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_for(lambda: srv.started, 10, "the monitor's HTTP server", 0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ fetch_status): JSON views, tokens, /metrics parsed by prometheus_client, the das
 from __future__ import annotations
 
 import json
-import threading
-import time
-from contextlib import contextmanager
 
 import pytest
 import typer
+from _serving import serving
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
@@ -17,7 +15,7 @@ from typer.testing import CliRunner
 from weir.monitor.cli import monitor_command
 from weir.monitor.client import fetch_status
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import bind, check_exposure, create_app, is_loopback, server
+from weir.monitor.server import check_exposure, create_app, is_loopback
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.monitor.store import clear_address, write_address
 
@@ -133,23 +131,6 @@ def test_exposure_rules():
         check_exposure("0.0.0.0", None)
 
 
-@contextmanager
-def serving(app, host="127.0.0.1"):
-    sock = bind(host, 0)
-    srv = server(app)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 def test_fetch_status_from_a_running_monitor(monitor, tmp_path, monkeypatch):
     class S:
         home = str(tmp_path)
@@ -157,8 +138,8 @@ def test_fetch_status_from_a_running_monitor(monitor, tmp_path, monkeypatch):
     monkeypatch.delenv("WEIR_MONITOR_TOKEN", raising=False)
     monkeypatch.setenv("WEIR_CONFIG", str(tmp_path / "absent.toml"))
     assert fetch_status(S()) is None  # no monitor
-    with serving(create_app(monitor, token="s3cr3t-tok")) as port:
-        write_address(str(tmp_path), f"http://127.0.0.1:{port}", "127.0.0.1", port, True)
+    with serving(create_app(monitor, token="s3cr3t-tok")) as url:
+        write_address(str(tmp_path), url, "127.0.0.1", int(url.rsplit(":", 1)[1]), True)
         address = json.loads((tmp_path / "monitor" / "address.json").read_text())
         assert "s3cr3t" not in json.dumps(address)  # the token is never written down
         assert fetch_status(S()) is None  # a token is needed and none is configured

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from contextlib import contextmanager
 
 import pytest
+from _serving import serving
 from typer.testing import CliRunner
 
 from weir.cli import app
 from weir.monitor.client import duration, narrowed
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import bind, create_app, server
+from weir.monitor.server import create_app
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.monitor.store import write_address
 from weir.pipe.broker import free_port
@@ -50,23 +49,6 @@ def stalled_shop() -> Monitor:
     return m
 
 
-@contextmanager
-def serving(monitor: Monitor, token: str | None = None):
-    sock = bind("127.0.0.1", 0)
-    srv = server(create_app(monitor, token))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIR_HOME", str(tmp_path))
@@ -87,7 +69,7 @@ def row(output: str, name: str) -> list[str]:
 
 
 def test_status_shows_the_monitors_view(home):
-    with serving(stalled_shop()) as url:
+    with serving(create_app(stalled_shop())) as url:
         announce(home, url)
         result = CliRunner().invoke(app, ["status"])
         as_json = CliRunner().invoke(app, ["status", "shop", "--json"])
@@ -128,7 +110,7 @@ def test_status_falls_back_to_the_state_files_and_says_so(home):
 
 
 def test_status_of_a_pipeline_the_monitor_does_not_know_falls_back(home):
-    with serving(stalled_shop()) as url:
+    with serving(create_app(stalled_shop())) as url:
         announce(home, url)
         result = CliRunner().invoke(app, ["status", "other"])
     assert result.exit_code == 2
@@ -137,7 +119,7 @@ def test_status_of_a_pipeline_the_monitor_does_not_know_falls_back(home):
 
 
 def test_a_wrong_token_is_one_clear_line(home, monkeypatch):
-    with serving(stalled_shop(), token="the-right-one") as url:
+    with serving(create_app(stalled_shop(), "the-right-one")) as url:
         announce(home, url)
         missing = CliRunner().invoke(app, ["status"])
         monkeypatch.setenv("WEIR_MONITOR_TOKEN", "a-wrong-one")
