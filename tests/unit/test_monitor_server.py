@@ -72,6 +72,21 @@ def test_api_views(monitor):
     assert c.get("/api/series", params={"since": int(T0 * 1000) + 1}).json()["processors"]["shop/enrich"]["lag"] == []
     assert series["outputs"]["totals"] == [[int(T0 * 1000), 7]]
     assert c.get("/api/series", params={"since": "yesterday"}).status_code == 400
+    assert c.get("/api/series", params={"after": "x"}).status_code == 400
+    # The cursor: nothing new after this answer's arrival; then a batch stamped *before* the points already
+    # fetched arrives, and the next poll with the cursor brings it, once.
+    cursor = series["arrival"]
+    assert c.get("/api/series", params={"after": cursor}).json()["processors"]["shop/enrich"]["batch_ms"] == []
+    late = {
+        "type": "progress", "pipeline": "shop", "processor": "enrich", "at_ms": int(T0 * 1000) - 5000,
+        "batch_id": 4, "input_rows": 5, "batch_duration_ms": 999, "sources": [], "accounting": {"in": 5, "out": 5},
+    }  # fmt: skip
+    assert monitor.ingest(json.dumps(late).encode()) is not None
+    after = c.get("/api/series", params={"after": cursor}).json()
+    assert after["processors"]["shop/enrich"]["batch_ms"] == [[int(T0 * 1000) - 5000, 999]]
+    assert (
+        c.get("/api/series", params={"after": after["arrival"]}).json()["processors"]["shop/enrich"]["batch_ms"] == []
+    )
     assert c.get("/api/topology").json()["edges"]
 
 

@@ -92,10 +92,9 @@ const TOKEN = new URLSearchParams(location.search).get("token");
 const HEADERS = TOKEN ? {"Authorization": "Bearer " + TOKEN} : {};
 const SVG = "http://www.w3.org/2000/svg";
 const WINDOW_MS = 15 * 60 * 1000;
-// A batch's point is stamped with its progress record's time, which reaches the monitor a little later: a
-// point stamped before the newest one already fetched would never be asked for again. Each refresh asks again
-// for this much before it (merge() keeps one point per time).
-const OVERLAP_MS = 30 * 1000;
+// A batch's point is stamped with its progress record's time, which can reach the monitor after points
+// stamped later: each refresh asks for the points that arrived after the last answer's `arrival` cursor,
+// whatever their stamps (merge() keeps the points in time order, one per time).
 const PALETTE = ["#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#283593", "#00695c",
                  "#e65100", "#37474f"];
 const COLORS = {healthy: "#2e7d32", behind: "#f9a825", stalled: "#ef6c00", dead: "#c62828", stopped: "#757575",
@@ -103,7 +102,7 @@ const COLORS = {healthy: "#2e7d32", behind: "#f9a825", stalled: "#ef6c00", dead:
 let selected = null;           // a processor key, or null for all
 let overview = null;
 const store = {};              // "processor|series" or "output|name" -> [[t, v], ...]
-let lastT = 0;
+let arrival = 0;               // the cursor of the last /api/series answer
 
 function el(tag, attrs, text) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -205,8 +204,11 @@ function drawTopology(topo) {
 // -- charts -----------------------------------------------------------------------------------------------
 function merge(key, points) {
   const have = store[key] || (store[key] = []);
-  const last = have.length ? have[have.length - 1][0] : -1;
-  points.forEach(p => { if (p[0] > last) have.push(p); });
+  points.forEach(p => {  // in time order: a late arrival is put where its stamp belongs
+    let i = have.length;
+    while (i > 0 && have[i - 1][0] > p[0]) i--;
+    if (i > 0 && have[i - 1][0] === p[0]) have[i - 1] = p; else have.splice(i, 0, p);
+  });
   const cut = Date.now() - WINDOW_MS;
   while (have.length && have[0][0] < cut) have.shift();
 }
@@ -361,12 +363,13 @@ function select(key) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const since = lastT ? lastT - OVERLAP_MS : Date.now() - WINDOW_MS;
-    const [ov, series, alerts, topics] = await Promise.all([get("api/overview"), get("api/series?since=" + since),
+    const query = arrival ? "after=" + arrival : "since=" + (Date.now() - WINDOW_MS);
+    const [ov, series, alerts, topics] = await Promise.all([get("api/overview"), get("api/series?" + query),
                                                             get("api/alerts"), get("api/topics")]);
     overview = ov;
+    arrival = series.arrival;
     Object.entries(series.processors).forEach(([k, s]) => Object.entries(s).forEach(([n, pts]) => {
-      merge(k + "|" + n, pts); pts.forEach(p => { lastT = Math.max(lastT, p[0]); });
+      merge(k + "|" + n, pts);
     }));
     Object.entries(series.outputs).forEach(([o, pts]) => merge("output|" + o, pts));
     const b = document.getElementById("broker");

@@ -7,7 +7,8 @@
     GET /api/topics              partitions, offsets, retention, append rate, readers and writers per topic
     GET /api/topology            nodes and edges with health
     GET /api/alerts              rules with their status, firing alerts, the fired/resolved history
-    GET /api/series?since=MS     time series of every processor and output since MS (epoch ms)
+    GET /api/series?since=MS&after=N  time series of every processor and output: points stamped since MS
+                                 (epoch ms) that arrived after N (the `arrival` of the previous answer)
     GET /metrics                 Prometheus text format
     GET /healthz                 {"ok": true}, without a token: for liveness probes
 
@@ -143,12 +144,14 @@ def create_app(monitor: Monitor, token: str | None = None) -> Starlette:
         return Json(monitor.alerts.to_json())
 
     async def series(request: Request) -> Response:
-        raw = request.query_params.get("since", "0")
-        try:
-            since = int(raw)
-        except ValueError:
-            return Json({"error": "bad_request", "message": f"since={raw!r}: epoch milliseconds expected"}, 400)
-        return Json(monitor.series(since))
+        numbers = {}
+        for name, meaning in (("since", "epoch milliseconds"), ("after", "an arrival number (the last answer's)")):
+            raw = request.query_params.get(name, "0")
+            try:
+                numbers[name] = int(raw)
+            except ValueError:
+                return Json({"error": "bad_request", "message": f"{name}={raw!r}: {meaning} expected"}, 400)
+        return Json(monitor.series(numbers["since"], numbers["after"]))
 
     async def metrics(request: Request) -> Response:
         return Response(render(monitor), media_type=CONTENT_TYPE_LATEST)

@@ -28,7 +28,7 @@ from weir.monitor.config import MonitorConfig
 from weir.monitor.figures import Moment, figures
 from weir.monitor.freshness import Stage, propagate
 from weir.monitor.records import BadRecord, Record, UnknownKind
-from weir.monitor.series import Ring
+from weir.monitor.series import Ring, arrivals
 from weir.monitor.track import SAMPLED_SERIES, BrokerSnapshot, TopicTrack, Track, finite
 
 __all__ = ["MAX_PROCESSORS", "BrokerSnapshot", "Monitor", "TopicTrack", "Track"]
@@ -313,11 +313,17 @@ class Monitor:
                 return None
             return {**t.figures, "series": {k: r.since() for k, r in t.series.items()}}
 
-    def series(self, since_ms: int = 0) -> dict:
+    def series(self, since_ms: int = 0, after: int = 0) -> dict:
+        """Points stamped at or after since_ms that arrived after the cursor `after`, and the cursor to ask
+        with next time (`arrival`): polling with it yields every point once, whatever its stamp."""
         with self.lock:
+            cursor = arrivals()
             return {
-                "processors": {k: {n: r.since(since_ms) for n, r in t.series.items()} for k, t in self.tracks.items()},
-                "outputs": {n: ring.since(since_ms) for n, ring in self.output_series.items()},
+                "arrival": cursor,
+                "processors": {
+                    k: {n: r.since(since_ms, after) for n, r in t.series.items()} for k, t in self.tracks.items()
+                },
+                "outputs": {n: ring.since(since_ms, after) for n, ring in self.output_series.items()},
             }
 
     def monitor_view(self) -> dict:
