@@ -1,17 +1,26 @@
-"""The monitor watching a real pipeline: the runners in this process on the shared Spark session, the monitor's
-threads and its HTTP server too, all on the embedded broker.
+"""The monitor watching a real pipeline on the embedded broker: the monitor's threads and its HTTP server in
+this process; processors b and c in runners in this process, on the shared Spark session; processor a in
+`weir run` processes of its own (the pipeline's spec file, written to tmp), so that it can be held back,
+killed with SIGKILL and restarted as in a deployment. The runners and the monitor share one home, as on one
+host: the monitor reads the runners' state files (`<home>/run/*.json`) and their checkpoints.
 
 One topology for the module, src -> a -> t1 -> b -> t2 -> c -> t3: stateless pass-throughs, so every record
 keeps its timestamp, the event time that freshness follows. src has a one-hour retention and its records
 are produced with chosen timestamps (`Env.produced`, by offset), so lag, retention left and freshness are
 computed by hand, against the monitor's own evaluation times (each series point is [t, value] of one
 evaluation). The tests run in order on the same topics and checkpoints, each from where the one before left
-them (CI time: Spark streaming starts are the cost); each starts and stops its own runners.
+them (CI time: Spark streaming starts, and JVM starts for a's processes, are the cost): a's held-back process
+starts in the first test and runs through the second; the third stops it and runs a on its own trigger.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -25,38 +34,92 @@ from _pipe import Rec, produce, wait_for
 from _serving import serving
 from confluent_kafka import Producer
 
-from weir.config import load
+from weir.config import Settings, load
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService, declare_pipeline
 from weir.pipe.checkpoint import CheckpointError, read_offsets
 from weir.pipeline import Pipeline
+from weir.pipeline.load import load as load_pipeline
 from weir.pipeline.run import Runner
 
 pytestmark = pytest.mark.integration
 RETENTION_MS = 3_600_000
-INTERVAL = 0.5  # seconds between the monitor's broker polls; it evaluates every min(1 s, interval)
+INTERVAL = 0.5  # seconds between the monitor's broker polls (and reads of the runners' files); it evaluates
+# every min(1 s, interval)
 HELD = {"trigger": "1 hour", "max_offsets_per_trigger": 10}  # one batch of 10 records at start, then none
 
+# The pipeline's spec file (`TAG = "..."` is written above it): what `weir run` loads, and this process too.
+SPEC = """
+from weir.pipeline import Pipeline
 
-def build(tag: str) -> Pipeline:
-    p = Pipeline(f"mon-{tag}")
-    src = p.topic(f"{tag}.src", schema="n BIGINT", retention="1h")
-    t1, t2, t3 = (p.topic(f"{tag}.t{i}", schema="n BIGINT") for i in (1, 2, 3))
+p = Pipeline(f"mon-{TAG}")
+src = p.topic(f"{TAG}.src", schema="n BIGINT", retention="1h")
+t1, t2, t3 = (p.topic(f"{TAG}.t{i}", schema="n BIGINT") for i in (1, 2, 3))
 
-    @p.processor(inputs=[src], outputs=[t1])
-    def a(df):
-        return df
 
-    @p.processor(inputs=[t1], outputs=[t2])
-    def b(df):
-        return df
+@p.processor(inputs=[src], outputs=[t1])
+def a(df):
+    return df
 
-    @p.processor(inputs=[t2], outputs=[t3])
-    def c(df):
-        return df
 
-    return p
+@p.processor(inputs=[t1], outputs=[t2])
+def b(df):
+    return df
+
+
+@p.processor(inputs=[t2], outputs=[t3])
+def c(df):
+    return df
+"""
+# The settings a `weir run` process gets through its environment (WEIR_<NAME>; maps as JSON).
+PROCESS_SETTINGS = {
+    "home", "bootstrap_servers", "checkpoint_root", "lake", "progress_topic", "trigger", "processors",
+    "max_restarts", "restart_backoff", "spark_master", "spark_conf",
+}  # fmt: skip
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class WeirRun:
+    """A `weir run` process: a session (process group) of its own with the runner, its JVM and Spark's
+    Python workers; its output in a log file."""
+
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def wait_for(self, predicate, timeout: float, what: str):
+        """`wait_for`, failing at once with the process's output if it exits meanwhile."""
+
+        def check():
+            if self.popen.poll() is not None:
+                raise AssertionError(f"weir run exited ({self.popen.returncode}) waiting for {what}:\n{self.tail()}")
+            return predicate()
+
+        return wait_for(check, timeout, what)
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, as Ctrl-C or a service manager: the runner stops its queries and writes its state file."""
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"weir run did not stop within {timeout}s of SIGTERM:\n{self.tail()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL to its whole process group, then the runner's process reaped at once (to `kill(pid, 0)`, which
+        the monitor asks, a zombie is alive). Only while it is not reaped yet: its pid is still this one's."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(30)
 
 
 @dataclass
@@ -65,9 +128,12 @@ class Env:
     pipeline: Pipeline
     bootstrap: str
     root: str
+    spec: str
     service: MonitorService | None = None
     url: str = ""
     produced: list[int] = field(default_factory=list)  # timestamp (ms) of each record of src, by offset
+    runs: list[WeirRun] = field(default_factory=list)  # every `weir run` started, killed at the end
+    held: WeirRun | None = None  # a, held back, from the first test to the third
 
     def topic(self, name: str) -> str:
         return f"{self.tag}.{name}"
@@ -75,18 +141,35 @@ class Env:
     def key(self, processor: str) -> str:
         return f"{self.pipeline.name}/{processor}"
 
-    def settings(self, home: str = "home", **processors: dict):
+    def settings(self, **processors: dict) -> Settings:
         """The runners' settings, with per-processor overrides (trigger, max_offsets_per_trigger); the
-        monitor is told the pipeline as run with them, as `weir monitor spec.py` would be. Two runners of
-        the pipeline at once need homes of their own (each writes <home>/run/<pipeline>.json)."""
+        monitor is told the pipeline as run with them, as `weir monitor spec.py` would be. Runners of some
+        processors each write a state file of their own, `<home>/run/<pipeline>.<digest>.json`."""
         s = load(
-            home=f"{self.root}/{home}", bootstrap_servers=self.bootstrap, checkpoint_root=f"{self.root}/checkpoints",
+            home=f"{self.root}/home", bootstrap_servers=self.bootstrap, checkpoint_root=f"{self.root}/checkpoints",
             lake=f"{self.root}/lake", progress_topic=f"{self.tag}.progress", trigger="1 second",
-            processors=processors, max_restarts=0, restart_backoff=0.2,
+            processors=processors, max_restarts=0, restart_backoff=0.2, spark_master="local[2]",
+            spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                        "spark.local.dir": f"{self.root}/spark-local"},  # a killed JVM leaves its files here
         )  # fmt: skip
         if self.service is not None:
             declare_pipeline(self.service.monitor, self.pipeline, s)
         return s
+
+    def weir_run(self, **processors: dict) -> WeirRun:
+        """`weir run <spec> --processor a` in a process of its own, with `settings(**processors)`."""
+        s = self.settings(**processors)
+        values = s.model_dump(include=PROCESS_SETTINGS, exclude_none=True)
+        env = {**os.environ, **{f"WEIR_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in
+                                values.items()}}  # fmt: skip
+        log = Path(self.root) / f"weir-run-{len(self.runs)}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "weir.cli", "run", self.spec, "--processor", "a"], env=env,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self.runs.append(run := WeirRun(popen, log))
+        return run
 
     def committed(self, processor: str) -> dict[str, int]:
         """Next offset per input partition as the processor's checkpoint commits it ("topic/partition")."""
@@ -96,6 +179,15 @@ class Env:
         except CheckpointError:  # no batch planned yet
             return {}
         return {f"{t}/{p}": off for t, parts in committed.items() for p, off in parts.items()}
+
+    def batches(self, processor: str, since_ms: int) -> list[dict]:
+        """The processor's batches that read records since then, from the runners' progress log (complete
+        lines: runners in two processes append to it)."""
+        path = Path(self.root) / "home" / "progress" / f"{self.pipeline.name}.jsonl"
+        text = path.read_text() if path.exists() else ""
+        records = map(json.loads, text[: text.rfind("\n") + 1].splitlines())
+        return [r for r in records if r["type"] == "progress" and r["processor"] == processor
+                and r["input_rows"] > 0 and r["at_ms"] >= since_ms]  # fmt: skip
 
     def produce(self, stamps: list[int]) -> None:
         first = len(self.produced)
@@ -124,14 +216,18 @@ class Env:
 @pytest.fixture(scope="module")
 def env(bootstrap, tmp_path_factory):
     tag = f"m{uuid.uuid4().hex[:8]}"
-    e = Env(tag, build(tag), bootstrap, str(tmp_path_factory.mktemp("monitor-pipeline")))
-    Runner(e.pipeline, e.settings()).create_topics()
-    # A home of its own: the monitor cannot see the runners' state files (as from another host), so a
-    # killed runner is noticed by its silence alone.
-    settings = load(home=f"{e.root}/monitor", bootstrap_servers=bootstrap, progress_topic=f"{tag}.progress")
+    root = tmp_path_factory.mktemp("monitor-pipeline")
+    spec = root / "mon_pipeline.py"
+    spec.write_text(f"TAG = {tag!r}\n" + SPEC)
+    e = Env(tag, load_pipeline(str(spec)), bootstrap, str(root), str(spec))
+    settings = e.settings()
+    Runner(e.pipeline, settings).create_topics()
+    # The runners' home: the monitor reads their state files (a runner whose process is gone is dead at
+    # once) and their checkpoints (a batch committed whose progress record a kill lost still counts).
     config = MonitorConfig.model_validate({
-        "interval": INTERVAL, "behind_window": "10m",
-        "alerts": [{"expr": "stalled(a)"}, {"expr": "lag(a) > 20"}, {"expr": "retention_left(a) < 40m"}],
+        "interval": INTERVAL, "behind_window": "10m", "read_checkpoints": True,
+        "alerts": [{"expr": "dead(a)"}, {"expr": "unhealthy(a)"}, {"expr": "lag(a) > 20"},
+                   {"expr": "retention_left(a) < 40m"}],
     })  # fmt: skip
     e.service = MonitorService(settings, config, pipelines=[e.pipeline]).start()
     try:
@@ -139,6 +235,8 @@ def env(bootstrap, tmp_path_factory):
             e.url = url
             yield e
     finally:
+        for run in e.runs:
+            run.kill()
         e.service.stop()
 
 
@@ -148,57 +246,59 @@ def last(f: dict, series: str) -> tuple[int, float | None]:
     return t, v
 
 
-def test_lag_and_retention_of_a_held_back_processor(spark, env):
-    """a runs with a one-hour trigger and at most 10 records per batch: it reads src 0..9 at start and then
-    waits, with the rest of src pending. Lag = records produced - committed offset (from its checkpoint);
-    lag seconds = age of the record at the committed offset; retention left = retention.ms - that age."""
-    base = int(time.time() * 1000) - 30 * 60_000  # half an hour ago: half the retention left
+def test_lag_and_retention_of_a_held_back_processor(env):
+    """a runs in a `weir run` of its own with a one-hour trigger and at most 10 records per batch: it reads
+    src 0..9 at start and then waits, with the rest of src pending (it keeps running, held, through the next
+    test). Lag = records produced - committed offset (from its checkpoint); lag seconds = age of the record
+    at the committed offset; retention left = retention.ms - that age."""
+    base = now_ms() - 30 * 60_000  # half an hour ago: half the retention left
     env.produce([base + i * 1000 for i in range(25)])
-    r = Runner(env.pipeline, env.settings(a=HELD), spark=spark, processors=["a"]).start()
-    try:
-        wait_for(lambda: r.snapshot()["a"].batches >= 1, 120, "a's first batch")
-        committed = env.committed("a")
-        assert committed == {env.topic("src") + "/0": 10}
+    env.held = a = env.weir_run(a=HELD)
+    a.wait_for(lambda: env.committed("a"), 180, "a's first batch")
+    committed = env.committed("a")
+    assert committed == {env.topic("src") + "/0": 10}
 
-        def figures(pending: int):
-            f = env.proc("a")
-            t, lag_s = last(f, "lag_seconds")
-            return f if f["lag"] == pending and lag_s == pytest.approx((t - env.produced[10]) / 1000) else None
-
-        f = wait_for(lambda: figures(25 - 10), 30, "a's figures with 15 records pending")
+    def figures(pending: int):
+        f = env.proc("a")
         t, lag_s = last(f, "lag_seconds")
-        assert f["lag_by_partition"] == {env.topic("src") + "/0": 15}
-        assert f["health"] == "healthy"  # a one-hour trigger: waiting is what it is told to do
-        t2, left = last(f, "retention_left_s")
-        assert t2 == t and left == pytest.approx((RETENTION_MS - (t - env.produced[10])) / 1000)
-        topics = env.get("/api/topics")
-        assert topics[env.topic("src")]["retention_ms"] == RETENTION_MS
-        assert topics[env.topic("src")]["records"] == 25
-        # 15 pending: the rule does not hold (it did while all 25 were, before a's batch, if polled then).
-        wait_for(lambda: env.active("lag(a) > 20") is None, 10, "the lag alert to be quiet")
+        return f if f["lag"] == pending and lag_s == pytest.approx((t - env.produced[10]) / 1000) else None
 
-        # More records, newer: the lag grows by as many; the oldest pending record is the same, older now.
-        env.produce([base + 60_000 + i * 1000 for i in range(10)])
-        f = wait_for(lambda: figures(35 - 10), 30, "a's figures with 25 records pending")
-        t_later, lag_later = last(f, "lag_seconds")
-        _, left_later = last(f, "retention_left_s")
-        assert t_later > t
-        assert lag_later - lag_s == pytest.approx((t_later - t) / 1000)
-        assert left - left_later == pytest.approx((t_later - t) / 1000)
-        fired = wait_for(lambda: env.active("lag(a) > 20"), 10, "the lag alert")
-        assert fired["value"] == 25 and fired["target"] == env.key("a")
-        risk = env.active("retention_left(a) < 40m")
-        assert risk is not None and risk["target"] == env.key("a") and risk["value"] < 40 * 60
-    finally:
-        r.stop()
+    f = a.wait_for(lambda: figures(25 - 10), 30, "a's figures with 15 records pending")
+    t, lag_s = last(f, "lag_seconds")
+    assert f["lag_by_partition"] == {env.topic("src") + "/0": 15}
+    assert f["health"] == "healthy"  # a one-hour trigger: waiting is what it is told to do
+    assert f["runner_alive"] is True  # its state file names its process, which is running
+    t2, left = last(f, "retention_left_s")
+    assert t2 == t and left == pytest.approx((RETENTION_MS - (t - env.produced[10])) / 1000)
+    topics = env.get("/api/topics")
+    assert topics[env.topic("src")]["retention_ms"] == RETENTION_MS
+    assert topics[env.topic("src")]["records"] == 25
+    # 15 pending: the rule does not hold (it did while all 25 were, before a's batch, if polled then).
+    wait_for(lambda: env.active("lag(a) > 20") is None, 10, "the lag alert to be quiet")
+
+    # More records, newer: the lag grows by as many; the oldest pending record is the same, older now.
+    env.produce([base + 60_000 + i * 1000 for i in range(10)])
+    f = a.wait_for(lambda: figures(35 - 10), 30, "a's figures with 25 records pending")
+    t_later, lag_later = last(f, "lag_seconds")
+    _, left_later = last(f, "retention_left_s")
+    assert t_later > t
+    assert lag_later - lag_s == pytest.approx((t_later - t) / 1000)
+    assert left - left_later == pytest.approx((t_later - t) / 1000)
+    fired = wait_for(lambda: env.active("lag(a) > 20"), 10, "the lag alert")
+    assert fired["value"] == 25 and fired["target"] == env.key("a")
+    risk = env.active("retention_left(a) < 40m")
+    assert risk is not None and risk["target"] == env.key("a") and risk["value"] < 40 * 60
+    assert env.committed("a") == committed  # held: no second batch
 
 
 def test_freshness_propagates_through_three_stages(spark, env):
-    """a stays held (src 10.. pending, from the test above); b and c run and process all a wrote. Each output
-    is then complete up to the timestamp of a's oldest pending record, down to t3: C(t1) = C(a) = ts(src@10),
-    since a has that record pending; C(t2) = C(b) = C(t1), b having processed all of t1; C(t3) = C(c) = C(t2).
-    Freshness = now - C, for every output and processor, though b and c lag by nothing."""
+    """a stays held (its process still runs, src 10.. pending, from the test above); b and c run and process
+    all a wrote. Each output is then complete up to the timestamp of a's oldest pending record, down to t3:
+    C(t1) = C(a) = ts(src@10), since a has that record pending; C(t2) = C(b) = C(t1), b having processed all
+    of t1; C(t3) = C(c) = C(t2). Freshness = now - C, for every output and processor, though b and c lag by
+    nothing."""
     assert len(env.produced) == 35 and env.committed("a"), "runs after test_lag_and_retention_of_a_held_back_processor"
+    assert env.held is not None and env.held.popen.poll() is None, "a's held process runs on"
     r = Runner(env.pipeline, env.settings(a=HELD), spark=spark, processors=["b", "c"]).start()
     try:
         wait_for(lambda: env.committed("c").get(env.topic("t2") + "/0") == 10, 120, "c to process b's 10 records")
@@ -209,7 +309,7 @@ def test_freshness_propagates_through_three_stages(spark, env):
             procs = {n: env.proc(n) for n in "abc"}
             if procs["b"]["lag"] != 0 or procs["c"]["lag"] != 0:
                 return None
-            outputs = env.get(f"/api/series?since={int(time.time() * 1000) - 3000}")["outputs"]
+            outputs = env.get(f"/api/series?since={now_ms() - 3000}")["outputs"]
             points = [last(f, "freshness_s") for f in procs.values()] + [outputs[env.topic(t)][-1] for t in
                                                                           ("t1", "t2", "t3")]  # fmt: skip
             return points if all(v == pytest.approx((t - complete) / 1000) for t, v in points) else None
@@ -224,6 +324,7 @@ def test_freshness_propagates_through_three_stages(spark, env):
         chain = [env.topic("src"), env.key("a"), env.topic("t1"), env.key("b"), env.topic("t2"), env.key("c"),
                  env.topic("t3")]  # fmt: skip
         assert set(pairwise(chain)) <= edges
+        assert env.committed("a") == {env.topic("src") + "/0": 10}
     finally:
         r.stop()
 
@@ -250,7 +351,7 @@ class Trickle:
         producer = Producer({"bootstrap.servers": self.env.bootstrap, "linger.ms": 0})
         try:
             while not self.stop_event.wait(self.every):
-                ts = int(time.time() * 1000)
+                ts = now_ms()
                 n = len(self.env.produced)
                 producer.produce(self.env.topic("src"), json.dumps({"n": n}).encode(), partition=0, timestamp=ts)
                 if producer.flush(10):
@@ -261,75 +362,53 @@ class Trickle:
             producer.close()
 
 
-def crash(spark, runner: Runner) -> None:
-    """What SIGKILL does to `weir run`, in this process: its queries end mid-stream and it says nothing more,
-    no failure, no state change. (A batch that ended before the kill still reports, as it would have.)"""
-    runner._stop.set()
-    runner._supervisor.join(10)  # nothing supervises the queries any more, nothing reports their end
-    for name, q in list(runner._queries.items()):
-        q.stop()
-        done = (q.lastProgress or {}).get("batchId", -1)
-        wait_for(lambda n=name, d=done: (runner.status[n].last_batch_id or -1) >= d, 10, "the last batch's record")
-    runner._queries.clear()
-    spark.streams.removeListener(runner._listener)
-    publisher, runner.publisher = runner.publisher, None
-    publisher.close()
-
-
-def stall_limit_ms(env: Env, trigger_ms: float) -> float:
-    """stall_triggers (2) x max(trigger, longest of a's last 20 batches that read records, its run's first
-    batch aside once a later one is known), from the runner's own progress log."""
-    log = Path(env.root) / "home" / "progress" / f"{env.pipeline.name}.jsonl"
-    batches = [r for r in map(json.loads, log.read_text().splitlines())
-               if r["type"] == "progress" and r["processor"] == "a" and r["input_rows"] > 0]  # fmt: skip
-    paces = [(r["batch_duration_ms"], i == 0 or r["run_id"] != batches[i - 1]["run_id"]) for i, r in
-             enumerate(batches)][-20:]  # fmt: skip
-    steady = [ms for ms, first in paces if not first] or [ms for ms, _ in paces]
-    return 2 * max(trigger_ms, *steady)
-
-
 def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_restart(spark, env, record_property):
-    """a, in a runner of its own (its own process, as it were), is killed while src keeps receiving records:
-    it turns stalled and `stalled(a)` fires within two of its trigger intervals (each as long as its slowest
-    recent batch, when that is longer) of its last batch, while the HTTP API keeps answering. Its outputs'
-    freshness stops at its oldest pending record, three stages down. A new runner on its checkpoint
-    resolves the alert, and once everything is processed, every output is fresh."""
+    """a, in a `weir run` of its own on its one-second trigger, is killed (SIGKILL to its process group) while
+    src keeps receiving records: the monitor, reading the runner's state file, reports it dead ("its
+    runner's process is gone"), and `dead(a)` and `unhealthy(a)` fire within two of its trigger intervals of
+    the kill, while the HTTP API keeps answering. Its outputs' freshness stops at its oldest pending record,
+    three stages down. A new `weir run` on its checkpoint resolves both alerts, and once everything is
+    processed, every lag is 0 and every output fresh."""
     assert env.committed("b"), "runs after test_freshness_propagates_through_three_stages"
-    s = env.settings()  # every processor on its one-second trigger
+    assert env.held is not None and env.held.stop() == 0, env.held and env.held.tail()  # as Ctrl-C would
     src = env.topic("src") + "/0"
-    began_ms = int(time.time() * 1000)
-    bc = Runner(env.pipeline, env.settings("home-bc"), spark=spark, processors=["b", "c"]).start()
-    runners = [bc]
+    began_ms = now_ms()
+    bc = None
     try:
         with Trickle(env) as trickle:
-            a = Runner(env.pipeline, s, spark=spark, processors=["a"]).start()
-            runners.append(a)
+            a = env.weir_run()  # every processor on its one-second trigger
+            bc = Runner(env.pipeline, env.settings(), spark=spark, processors=["b", "c"]).start()
             # a catches up on src (the 35 records above, then the trickle): its lag alert resolves.
-            wait_for(lambda: env.history("lag(a) > 20", "resolved", began_ms), 120, "a to catch up")
-            wait_for(lambda: a.snapshot()["a"].batches >= 3, 60, "a's third batch")
-            wait_for(lambda: env.proc("a")["health"] == "healthy" and env.active("stalled(a)") is None, 10,
-                     "a healthy")  # fmt: skip
+            a.wait_for(lambda: env.history("lag(a) > 20", "resolved", began_ms), 180, "a to catch up")
+            a.wait_for(lambda: len(env.batches("a", began_ms)) >= 3, 60, "a's third batch")
+            a.wait_for(lambda: env.proc("a")["health"] == "healthy" and env.active("unhealthy(a)") is None, 10,
+                       "a healthy")  # fmt: skip
+            assert env.proc("a")["runner_alive"] is True and env.active("dead(a)") is None
 
-            kill_ms = int(time.time() * 1000)
-            crash(spark, a)  # a batch in flight in Python may still end: the kill is over when crash returns
-            dead_ms = int(time.time() * 1000)
-            runners.remove(a)
+            kill_ms = now_ms()
+            a.kill()  # mid-stream: no failure, no state change, its state file left saying it runs
+            reaped_ms = now_ms()
             slowest = 0.0
-            while (fired := env.active("stalled(a)")) is None:
-                assert time.time() * 1000 - kill_ms < 120_000, "stalled(a) did not fire"
+            while (fired := env.active("dead(a)")) is None:
+                assert now_ms() - kill_ms < 30_000, "dead(a) did not fire"
                 began = time.monotonic()
-                assert env.get("/api/overview")["processors"][env.key("a")]["health"] in ("healthy", "stalled")
+                health = env.get("/api/overview")["processors"][env.key("a")]["health"]
+                assert health in ("healthy", "stalled", "dead")  # dead a moment before its alert is evaluated
                 slowest = max(slowest, time.monotonic() - began)
-                time.sleep(0.1)
+                time.sleep(0.05)
             f = env.proc("a")
-            assert f["health"] == "stalled" and "records pending and no batch for" in f["health_reason"]
-            # The stall is counted from a's last batch (or from when input was next seen pending, if later).
-            since = max(f["pending_since_ms"], f["last_advance_ms"])
-            limit = stall_limit_ms(env, f["trigger_ms"])
+            assert (f["health"], f["health_reason"], f["runner_alive"]) == ("dead", "its runner's process is gone",
+                                                                             False)  # fmt: skip
+            # The bound: the monitor reads the runners' state files after each broker poll (every INTERVAL) and
+            # evaluates every INTERVAL, so it fires about a poll and two intervals (~1 s) after the kill: within
+            # two of a's trigger intervals, what the issue asks. (Without the state file, a's silence would be
+            # death only after dead_after, 60 s; the stall, 2 x max(trigger, its slowest recent batch) after its
+            # last batch.) `unhealthy(a)` fires at the same evaluation.
             assert f["trigger_ms"] == 1000
-            assert limit < fired["at_ms"] - since <= limit + 1000 * (INTERVAL + 2)  # + a poll, an evaluation
-            assert since - dead_ms <= 1000 * (trickle.every + INTERVAL + 2)  # input was pending all along
-            kill_to_alert = ((fired["at_ms"] - kill_ms) / 1000, (fired["at_ms"] - dead_ms) / 1000)
+            dead_lag = f["lag"]
+            assert kill_ms <= fired["at_ms"] <= kill_ms + 2 * f["trigger_ms"]
+            unhealthy = env.active("unhealthy(a)")
+            assert unhealthy is not None and unhealthy["at_ms"] == fired["at_ms"]
 
             # While a is dead: the API answers at once, /metrics says it too, the lag grows.
             for path in ("/api/overview", "/api/topology", f"/api/processors/{env.key('a')}", "/metrics"):
@@ -338,52 +417,61 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
                 slowest = max(slowest, time.monotonic() - began)
             assert slowest < 2  # each answer at once, as all along
             metrics = env.get("/metrics", raw=True)
-            assert f'weir_alert_firing{{rule="stalled(a)",target="{env.key("a")}"}} 1.0' in metrics
-            assert f'weir_processor_health{{pipeline="{env.pipeline.name}",processor="a",state="stalled"}} 1.0' in (
+            assert f'weir_alert_firing{{rule="dead(a)",target="{env.key("a")}"}} 1.0' in metrics
+            assert f'weir_processor_health{{pipeline="{env.pipeline.name}",processor="a",state="dead"}} 1.0' in (
                 metrics
             )
             nodes = {n["id"]: n for n in env.get("/api/topology")["nodes"]}
-            assert nodes[env.key("a")]["health"] == nodes[env.topic("t1")]["health"] == "stalled"
-            # b and c finish what a wrote; every output is then complete up to a's oldest pending record.
+            assert nodes[env.key("a")]["health"] == nodes[env.topic("t1")]["health"] == "dead"
+            # b and c finish what a wrote; every output is then complete up to a's oldest pending record (the
+            # one at its checkpoint's committed offset: a batch the kill interrupted was not committed).
             k = env.committed("a")[src]
 
             def held():
                 procs = {n: env.proc(n) for n in "abc"}
                 if procs["b"]["lag"] != 0 or procs["c"]["lag"] != 0:
                     return None
-                outputs = env.get(f"/api/series?since={int(time.time() * 1000) - 3000}")["outputs"]
+                outputs = env.get(f"/api/series?since={now_ms() - 3000}")["outputs"]
                 points = [outputs[env.topic(t)][-1] for t in ("t1", "t2", "t3")]
                 return points if all(v == pytest.approx((t - env.produced[k]) / 1000) for t, v in points) else None
 
             wait_for(held, 60, "b and c to process what a wrote")
             f = env.proc("a")
-            assert f["lag"] > 0 and f["lag_by_partition"] == {src: f["lag"]} and f["health"] == "stalled"
+            assert f["lag"] > dead_lag and f["lag_by_partition"] == {src: f["lag"]} and f["health"] == "dead"
+            assert env.committed("a")[src] == k
 
-            restart_ms = int(time.time() * 1000)
-            a = Runner(env.pipeline, s, spark=spark, processors=["a"]).start()
-            runners.append(a)
-            resolved = wait_for(lambda: env.history("stalled(a)", "resolved", restart_ms), 120, "the alert to resolve")
-            assert env.active("stalled(a)") is None and resolved[0]["fired_at_ms"] == fired["at_ms"]
-            restart_to_resolve = (resolved[0]["at_ms"] - restart_ms) / 1000
+            restart_ms = now_ms()
+            a = env.weir_run()
+            # dead(a) resolves once the new runner's state file names its live process; unhealthy(a) once a
+            # is healthy again: its first batch (until then it is stalled, its input pending since the kill).
+            back = a.wait_for(lambda: env.history("dead(a)", "resolved", restart_ms), 180, "dead(a) to resolve")
+            well = a.wait_for(lambda: env.history("unhealthy(a)", "resolved", restart_ms), 60, "a healthy again")
+            assert back[0]["fired_at_ms"] == fired["at_ms"] and well[0]["fired_at_ms"] == unhealthy["at_ms"]
+            assert env.active("dead(a)") is None and env.active("unhealthy(a)") is None
+            assert env.proc("a")["runner_alive"] is True
+            restart_to_resolve = ((back[0]["at_ms"] - restart_ms) / 1000, (well[0]["at_ms"] - restart_ms) / 1000)
         assert not trickle.errors
 
-        # The trickle stopped: once all is processed, every output is complete up to now.
+        # The trickle stopped: once all is processed, every lag is 0 and every output complete up to now.
         def caught_up():
             procs = {n: env.proc(n) for n in "abc"}
             return procs if all(p["lag"] == 0 and p["freshness_s"] == 0 for p in procs.values()) else None
 
-        procs = wait_for(caught_up, 120, "everything processed")
+        procs = a.wait_for(caught_up, 120, "everything processed")
         assert env.committed("a") == {src: len(env.produced)}
         assert (procs["a"]["lag_seconds"], procs["a"]["retention_left_s"], procs["a"]["health"]) == (0, None, "healthy")
         assert [n for n, o in env.get("/api/overview")["outputs"].items() if o["freshness_s"] != 0] == []
         # Nothing is pending: no record is at risk of retention any more.
         wait_for(lambda: env.active("retention_left(a) < 40m") is None, 5, "the retention alert to resolve")
     finally:
-        for r in runners:
-            r.stop()
-    timings = {"kill_to_alert_s": kill_to_alert[0], "dead_to_alert_s": kill_to_alert[1],
-               "last_batch_to_alert_s": (fired["at_ms"] - since) / 1000, "stall_limit_s": limit / 1000,
-               "restart_to_resolve_s": restart_to_resolve, "slowest_api_s": round(slowest, 3)}  # fmt: skip
+        if bc is not None:
+            bc.stop()
+        for run in env.runs:
+            run.kill()
+    timings = {"kill_to_alert_s": (fired["at_ms"] - kill_ms) / 1000,
+               "reaped_to_alert_s": (fired["at_ms"] - reaped_ms) / 1000,
+               "restart_to_dead_resolved_s": restart_to_resolve[0], "restart_to_healthy_s": restart_to_resolve[1],
+               "slowest_api_s": round(slowest, 3)}  # fmt: skip
     for k, v in timings.items():
         record_property(k, v)
     print(timings)

@@ -349,3 +349,28 @@ def test_start_offsets_of_the_progress_topic():
     assert start_offset(0, 500_000, 5000, replay=2000, catch_up_max=100_000) == 400_000
     assert start_offset(9000, 10_000, 5000, replay=2000, catch_up_max=100_000) == 9000
     assert start_offset(0, 100, None, replay=2000, catch_up_max=100_000) == 0
+
+
+@pytest.mark.parametrize(
+    "stale",
+    [("shop.ff000000.json", "running", False), ("shop.json", "stopped", True)],
+    ids=["a killed runner's file", "a stopped runner's file"],
+)
+def test_a_live_runners_file_speaks_for_its_processors_over_a_stale_one(clock, tmp_path, stale):
+    """enrich ran under one runner, which is gone; now a live runner of some processors (-P) has it."""
+    name, state, stopping = stale
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def state_file(file: str, pid: int, state: str, updated: str, stopping: bool = False) -> None:
+        body = {"pipeline": "shop", "pid": pid, "updated": updated, "stopping": stopping,
+                "processors": {"enrich": {"state": state, "checkpoint": "/cp/shop/enrich"}}}  # fmt: skip
+        (run / file).write_text(json.dumps(body))
+
+    state_file(name, _dead_pid(), state, "2026-01-01T00:00:00.000Z", stopping)
+    state_file("shop.00000000.json", os.getpid(), "running", "2026-01-01T00:05:00.000Z")
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    for _ in range(3):  # every poll alike: no flicker between the two files
+        m.observe_runs(read_runs(str(tmp_path)))
+        assert health(m) == "healthy" and m.tracks["shop/enrich"].runner_alive is True

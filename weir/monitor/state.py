@@ -27,7 +27,7 @@ from weir.monitor.compute import TP, HealthRules
 from weir.monitor.config import MonitorConfig
 from weir.monitor.figures import Moment, figures
 from weir.monitor.freshness import Stage, propagate
-from weir.monitor.records import BadRecord, Record, UnknownKind
+from weir.monitor.records import BadRecord, Record, UnknownKind, time_ms
 from weir.monitor.series import Ring, arrivals
 from weir.monitor.track import SAMPLED_SERIES, BrokerSnapshot, TopicTrack, Track, finite
 
@@ -188,18 +188,29 @@ class Monitor:
 
     def observe_runs(self, runs: list[dict]) -> None:
         """The runners' state files: [{"pipeline", "alive", "processors": {name: {state, checkpoint, ...}}}]."""
+        # A processor can be named in several files (`weir run` of the whole pipeline once, of some of its
+        # processors later): a live runner's file speaks for it, else the newest.
+        chosen: dict[tuple[str, str], tuple[tuple[bool, int], dict]] = {}
+        for run in runs:
+            rank = (bool(run.get("alive")), _updated_ms(run.get("updated")))
+            for name, st in run.get("processors", {}).items():
+                key = (run["pipeline"], name)
+                if key not in chosen or rank >= chosen[key][0]:
+                    chosen[key] = (rank, st)
         with self.lock:
-            for run in runs:
-                for name, st in run.get("processors", {}).items():
-                    t = self._track(run["pipeline"], name)
-                    if t is None:
-                        continue
-                    t.checkpoint = t.checkpoint or st.get("checkpoint")
-                    t.runner_state = st.get("state")
-                    stopped = st.get("state") in ("stopped", "finished", "failed")
-                    t.runner_alive = True if run.get("alive") else (None if stopped else False)
-                    if not run.get("alive") and stopped and t.lifecycle not in ("stopped", "finished", "failed"):
-                        t.lifecycle = st["state"]
+            for (pipeline, name), ((alive, updated), st) in chosen.items():
+                t = self._track(pipeline, name)
+                if t is None:
+                    continue
+                t.checkpoint = t.checkpoint or st.get("checkpoint")
+                t.runner_state = st.get("state")
+                stopped = st.get("state") in ("stopped", "finished", "failed")
+                t.runner_alive = True if alive else (None if stopped else False)
+                # A dead runner's last word, unless the processor has said something since (a new runner whose
+                # file is not written yet already sends progress).
+                newer = t.lifecycle_ms is None or updated >= t.lifecycle_ms
+                if not alive and stopped and newer and t.lifecycle not in ("stopped", "finished", "failed"):
+                    t.lifecycle = st["state"]
 
     def observe_checkpoint(self, key: str, committed: dict[TP, int]) -> None:
         with self.lock:
@@ -355,3 +366,11 @@ class Monitor:
                 "topology": self.topology(),
                 "alerts": {"active": self.alerts.firing()},
             }
+
+
+def _updated_ms(value: Any) -> int:
+    """A state file's `updated` time in epoch ms (0 when missing or unreadable: the oldest)."""
+    try:
+        return time_ms(value, "updated") or 0
+    except BadRecord:
+        return 0
