@@ -270,3 +270,26 @@ def test_status_merges_the_state_files_of_runners_that_split_a_pipeline(home, tm
     assert shop["updated"] == "2026-11-22T07:00:01Z"
     with pytest.raises(ValueError, match="pipeline other has not run here"):
         collect(load(home=str(tmp_path)), "other")
+
+
+def test_a_killed_process_not_yet_reaped_is_not_alive():
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from weir.pipeline.status import process_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_alive(child.pid) and process_alive(os.getpid())
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while process_alive(child.pid) and time.monotonic() < deadline:  # a zombie until we wait() for it
+            time.sleep(0.02)
+        assert not process_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not process_alive(child.pid)
