@@ -76,6 +76,7 @@ def test_api_views(monitor):
     # The cursor: nothing new after this answer's arrival; then a batch stamped *before* the points already
     # fetched arrives, and the next poll with the cursor brings it, once.
     cursor = series["arrival"]
+    assert series["started_ms"] == monitor.start_ms
     assert c.get("/api/series", params={"after": cursor}).json()["processors"]["shop/enrich"]["batch_ms"] == []
     late = {
         "type": "progress", "pipeline": "shop", "processor": "enrich", "at_ms": int(T0 * 1000) - 5000,

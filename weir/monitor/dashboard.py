@@ -103,6 +103,7 @@ let selected = null;           // a processor key, or null for all
 let overview = null;
 const store = {};              // "processor|series" or "output|name" -> [[t, v], ...]
 let arrival = 0;               // the cursor of the last /api/series answer
+let started = null;            // the monitor's start: a restarted monitor numbers its arrivals afresh
 
 function el(tag, attrs, text) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -367,7 +368,9 @@ async function refresh() {
     const [ov, series, alerts, topics] = await Promise.all([get("api/overview"), get("api/series?" + query),
                                                             get("api/alerts"), get("api/topics")]);
     overview = ov;
-    arrival = series.arrival;
+    // A monitor restarted since the last answer numbers arrivals from 1 again: ask for the whole window.
+    arrival = started === null || series.started_ms === started ? series.arrival : 0;
+    started = series.started_ms;
     Object.entries(series.processors).forEach(([k, s]) => Object.entries(s).forEach(([n, pts]) => {
       merge(k + "|" + n, pts);
     }));

@@ -331,6 +331,7 @@ class Monitor:
             cursor = arrivals()
             return {
                 "arrival": cursor,
+                "started_ms": self.start_ms,  # a restarted monitor numbers arrivals afresh: clients start over
                 "processors": {
                     k: {n: r.since(since_ms, after) for n, r in t.series.items()} for k, t in self.tracks.items()
                 },
