@@ -118,6 +118,19 @@ def test_every_row_once_same_schema_sorted(lake: Lake):
     assert again.compacted == [] and again.planned == []
 
 
+def test_an_archive_run_whose_id_starts_with_c_is_not_taken_for_a_compaction(lake: Lake):
+    """Run ids are hex: one in 16 starts with "c", like a compaction's output part-c<id>-<k>. New archive files
+    of such a run in an hour compacted before must be compacted again, not skipped as "already compacted"."""
+    c.compact(lake, "events", EVER)
+    hour = "date=2026-11-20/hour=22"
+    publish(lake, "events", 200, f"{hour}/part-c0ffee00-000000000200-00000.parquet", rows("events", 0, [150]))
+    planned = {h.rel: h for h in c.plan(lake, "events", EVER)}
+    assert planned[hour].skip is None and len(planned[hour].files) == 2
+    result = c.compact(lake, "events", EVER)
+    assert [(x.hour, x.inputs, x.outputs) for x in result.compacted] == [(hour, 2, 1)]
+    assert files_per_hour(lake)[hour] == 1
+
+
 def test_bounded_output_files(lake: Lake, monkeypatch: pytest.MonkeyPatch):
     before = read_all(lake)
     monkeypatch.setattr(c, "ROW_GROUP_ROWS", 16)  # small row groups so that a small target rolls files

@@ -175,13 +175,16 @@ def plan(lake: Lake, topic: str, before: datetime) -> list[Hour]:
     pending = pending_files(lake, topic)  # read after listing: a plan whose files were listed is seen
     for hour in hours:
         names = [f.rsplit("/", 1)[1] for f in hour.files]
-        outputs_of = {n.split("-")[1] for n in names if n.startswith("part-c") and n.count("-") == 2}
+        # A compaction's output is part-c<id>-<k> (two dashes); an archive file is part-<run>-<batch>-<k>, and
+        # a run id may start with "c" too.
+        compacted = [n for n in names if n.startswith("part-c") and n.count("-") == 2]
+        outputs_of = {n.split("-")[1] for n in compacted}
         busy = sorted({pending[f"{hour.rel}/{n}"] for n in names if f"{hour.rel}/{n}" in pending})
         if len(names) < 2:
             hour.skip = "one file or none"
         elif busy:
             hour.skip = f"archive batch {', '.join(busy)} is publishing into it (the archiver completes it first)"
-        elif len(outputs_of) == 1 and all(n.startswith("part-c") for n in names):
+        elif len(outputs_of) == 1 and len(compacted) == len(names):
             hour.skip = "already compacted"
     return sorted(hours, key=lambda h: h.start)
 
