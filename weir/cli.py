@@ -31,13 +31,12 @@ Port = Annotated[int | None, typer.Option("--port", "-p", help="Broker port (def
 def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Known failures become one red line and exit code 2, never a stack trace."""
     from weir.pipe import BrokerError, BrokerUnavailable, TopicError
-    from weir.pipe.checkpoint import CheckpointError
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (BrokerError, BrokerUnavailable, TopicError, CheckpointError, ValueError, RuntimeError) as exc:
+        except (BrokerError, BrokerUnavailable, TopicError, ValueError, RuntimeError) as exc:  # CheckpointError too
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
 

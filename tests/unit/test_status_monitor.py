@@ -279,7 +279,7 @@ def test_a_killed_process_not_yet_reaped_is_not_alive():
     import sys
     import time
 
-    from weir.pipeline.status import process_alive
+    from weir.process import process_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,9 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from weir.backfill.plan import iso
-from weir.backfill.run import BackfillReport, ChunkPlan, Planned, execute, plan
-from weir.backfill.scan import span
-from weir.pipeline.model import DeclarationError
+
+if TYPE_CHECKING:
+    from weir.backfill.run import BackfillReport, ChunkPlan, Planned
+
+# weir.backfill.run (and with it the lake's archiver, the sinks, PySpark) is imported when a backfill runs, not
+# when the `weir` command loads: `weir monitor` and the other commands stay light.
 
 out = Console()
 err = Console(stderr=True)
@@ -49,6 +52,7 @@ def backfill_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-run a stateless processor over a time range of its inputs' archive in the lake (docs/backfill.md)."""
+    from weir.backfill.run import plan
     from weir.lake.store import LakeError
     from weir.sinks.base import SinkError
 
@@ -76,6 +80,9 @@ def backfill_command(
 
 
 def _run(planned: Planned) -> None:
+    from weir.backfill.run import execute
+    from weir.pipeline.model import DeclarationError
+
     report = planned.report
     current: list[ChunkPlan | None] = [None]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -110,6 +117,8 @@ def _run(planned: Planned) -> None:
 
 
 def _print_plan(report: BackfillReport, dry_run: bool) -> None:
+    from weir.backfill.scan import span
+
     rows = "rows" if report.exact else "rows (at most: partial boundary hours)"
     out.print(
         f"backfill {report.id}: processor {report.processor} of pipeline {report.pipeline}\n"

@@ -10,7 +10,7 @@ import functools
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,8 +18,9 @@ from rich.filesize import decimal
 from rich.markup import escape
 from rich.table import Table
 
-from weir.lake.inspect import TopicReport, check_known_topic, inspect_topic, open_lake
-from weir.lake.store import Lake, LakeError
+if TYPE_CHECKING:
+    from weir.lake.inspect import TopicReport
+    from weir.lake.store import Lake
 
 lake_app = typer.Typer(help="The lake: inspect and compact archived topics.", no_args_is_help=True)
 out = Console()
@@ -36,11 +37,19 @@ def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (LakeError, ValueError, RuntimeError, OSError) as exc:
+        except (ValueError, RuntimeError, OSError) as exc:  # LakeError is a RuntimeError
             err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _inspect() -> Any:
+    # weir.lake.inspect (pyarrow) loads when a lake command runs, not with the `weir` command: `weir monitor`
+    # and the other commands stay light.
+    from weir.lake import inspect
+
+    return inspect
 
 
 def _lake(root: str | None) -> Lake:
@@ -48,7 +57,7 @@ def _lake(root: str | None) -> Lake:
         from weir.config import load
 
         root = load().lake
-    return open_lake(root)
+    return _inspect().open_lake(root)
 
 
 def _warn(reports: list[TopicReport]) -> None:
@@ -66,7 +75,7 @@ def ls(
     """List the lake's topics with totals, or one topic's date/hour partitions with files, rows and size."""
     lk = _lake(lake)
     if topic is None:
-        reports = [inspect_topic(lk, t) for t in lk.topics()]
+        reports = [_inspect().inspect_topic(lk, t) for t in lk.topics()]
         if not reports:
             out.print(f"no archived topic in {escape(lk.url)}", soft_wrap=True)
             return
@@ -77,8 +86,8 @@ def ls(
         out.print(table)
         _warn(reports)
         return
-    check_known_topic(lk, topic)
-    r = inspect_topic(lk, topic)
+    _inspect().check_known_topic(lk, topic)
+    r = _inspect().inspect_topic(lk, topic)
     out.print(_hours_table(r))
     _warn([r])
 
@@ -92,8 +101,8 @@ def stats(
 ) -> None:
     """A topic's full report: partitions, offset coverage per Kafka partition, gaps, foreign files."""
     lk = _lake(lake)
-    check_known_topic(lk, topic)
-    r = inspect_topic(lk, topic)
+    _inspect().check_known_topic(lk, topic)
+    r = _inspect().inspect_topic(lk, topic)
     if as_json:
         typer.echo(json.dumps(r.to_json(), indent=2))
         return
@@ -145,7 +154,7 @@ def compact(
 
     when = c.parse_before(before) if before is not None else None
     lk = _lake(lake)
-    check_known_topic(lk, topic)
+    _inspect().check_known_topic(lk, topic)
     result = c.compact(lk, topic, when, dry_run=dry_run, target_bytes=target_mb * 1024 * 1024,
                        trash_grace=timedelta(minutes=trash_grace))  # fmt: skip
     for line in result.recovered:

@@ -22,7 +22,7 @@ from confluent_kafka.admin import ConfigResource
 from weir.monitor.compute import TP
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.pipe.log import BrokerUnavailable, LogView, client_log
-from weir.pipeline.status import process_alive
+from weir.process import process_alive
 
 log = logging.getLogger("weir.monitor")
 _DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._TIMED_OUT)

@@ -9,32 +9,16 @@ and the broker, so it is right whether or not the runner is alive.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from weir.config import Settings
-from weir.pipe.checkpoint import CheckpointError, read_offsets
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one of another user counts); a zombie (killed, not yet reaped
-    by its parent) does not: it will never run again."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # Linux: the state letter follows the parenthesised command name
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
-    except (OSError, ValueError):
-        return True
+from weir.process import process_alive
 
 
 def _lag(settings: Settings, checkpoint: str) -> int | None:
     from weir.pipe import Admin, BrokerUnavailable
+    from weir.pipe.checkpoint import CheckpointError, read_offsets  # pyarrow, only when asked
 
     try:
         cp = read_offsets(checkpoint)

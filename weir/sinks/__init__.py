@@ -1,8 +1,19 @@
 """Sinks: where a sink processor's output goes, with the delivery guarantee in the type (see `base`)."""
 
-from weir.sinks.base import Delivery, Sink, SinkError, check_writer_name
-from weir.sinks.kafka import KafkaSink
-from weir.sinks.parquet import ParquetSink
-from weir.sinks.postgres import PostgresSink
+from typing import Any
 
-__all__ = ["Delivery", "KafkaSink", "ParquetSink", "PostgresSink", "Sink", "SinkError", "check_writer_name"]
+_WHERE = {
+    "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "SinkError": "weir.sinks.base",
+    "check_writer_name": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka", "ParquetSink": "weir.sinks.parquet",
+    "PostgresSink": "weir.sinks.postgres",
+}  # fmt: skip
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: importing the package (as `weir.sinks.<module>` does) must not pull in PySpark.
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(name)

@@ -1,0 +1,23 @@
+"""Whether a process is alive: for the runners' state files (`weir status`) and the monitor, which must not
+import the pipeline machinery to ask."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user counts); a zombie (killed, not yet reaped
+    by its parent) does not: it will never run again."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # Linux: the state letter follows the parenthesised command name
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
+    except (OSError, ValueError):
+        return True
