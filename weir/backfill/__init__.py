@@ -1,7 +1,7 @@
 """Backfill: a stateless processor's own function re-run over a time range of its inputs' lake archive
 (see docs/backfill.md)."""
 
-from typing import Any
+from weir.lazy import exports
 
 _WHERE = {
     "BackfillError": "weir.backfill.plan", "parse_time": "weir.backfill.plan", "BACKFILL_HEADER": "weir.backfill.run",
@@ -10,11 +10,4 @@ _WHERE = {
 # `plan` (the dry run as a function) is weir.backfill.run.plan: here the name is the submodule weir.backfill.plan.
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use: importing weir.backfill.<module> must not pull in PySpark and the sinks.
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(__name__, _WHERE)

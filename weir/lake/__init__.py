@@ -1,6 +1,6 @@
 """The lake: topics archived continuously and exactly once to partitioned Parquet (see docs/lake.md)."""
 
-from typing import Any
+from weir.lazy import exports
 
 _WHERE = {
     "ArchiveSink": "weir.lake.archive", "archiver": "weir.lake.archive", "with_archivers": "weir.lake.archive",
@@ -9,11 +9,4 @@ _WHERE = {
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use: importing weir.lake.<module> must not pull in PySpark and the sinks.
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(__name__, _WHERE)

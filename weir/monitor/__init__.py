@@ -20,7 +20,7 @@ and serves a JSON API, Prometheus metrics and a dashboard (docs/monitor.md).
 Names are imported lazily, so `import weir.monitor` stays light.
 """
 
-from typing import Any
+from weir.lazy import exports
 
 __all__ = ["Monitor", "MonitorConfig", "MonitorService", "create_app", "fetch_status", "load_config"]
 
@@ -33,10 +33,4 @@ _WHERE = {
     "fetch_status": "weir.monitor.client",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(__name__, _WHERE)

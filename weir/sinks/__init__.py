@@ -1,6 +1,6 @@
 """Sinks: where a sink processor's output goes, with the delivery guarantee in the type (see `base`)."""
 
-from typing import Any
+from weir.lazy import exports
 
 _WHERE = {
     "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "SinkError": "weir.sinks.base",
@@ -9,11 +9,4 @@ _WHERE = {
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    # Imported on first use: importing the package (as `weir.sinks.<module>` does) must not pull in PySpark.
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(__name__, _WHERE)
