@@ -39,8 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from weir.config import load
-from weir.pipe import Admin
-from weir.pipe.broker import EmbeddedBroker, free_port
+from weir.kafka import Admin
+from weir.kafka.broker import EmbeddedBroker, free_port
 from weir.pipeline import Pipeline
 from weir.sinks import ParquetSink
 
@@ -148,7 +148,7 @@ def main() -> int:
 
         import weir
         from weir.backfill import backfill
-        from weir.pipeline.run import Runner
+        from weir.runtime.runner import Runner
 
         settings = load(
             home=str(scratch / "home"), bootstrap_servers=broker.bootstrap, lake=str(scratch / "lake"),
@@ -174,7 +174,7 @@ def main() -> int:
         offsets = hour_offsets(n, parts, args.hour)
         from dataclasses import replace
 
-        from weir.pipeline.query import Ledger, ProcessorQuery
+        from weir.runtime.query import Ledger, ProcessorQuery
 
         def from_lake(run: int) -> tuple[float, Any]:
             t0 = time.perf_counter()

@@ -35,9 +35,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from rich.console import Console
 from rich.table import Table
 
-from weir.pipe import Admin
-from weir.pipe.broker import EmbeddedBroker, free_port
-from weir.pipe.options import parse_source
+from weir.kafka import Admin
+from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.options import parse_source
 
 # Wide enough for the table even when piped to a file (rich falls back to 80 columns there).
 console = Console(width=max(200, shutil.get_terminal_size().columns))

@@ -43,9 +43,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 from examples.shop.pipeline import build  # noqa: E402
 from examples.shop.records import CUSTOMERS, ORDERS, Shape, records  # noqa: E402
 from weir.config import Settings  # noqa: E402
-from weir.pipe import Admin  # noqa: E402
-from weir.pipe.broker import EmbeddedBroker, free_port  # noqa: E402
-from weir.pipe.options import parse_source  # noqa: E402
+from weir.kafka import Admin  # noqa: E402
+from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+from weir.kafka.options import parse_source  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
 DEFAULT_CONSUMER = {"enable.auto.commit": False, "enable.partition.eof": True}
@@ -170,7 +170,7 @@ class Stage:
 
 def run_stage(spark, pipeline, bootstrap: str, home: Path, processors: list[str], max_per_trigger: int) -> Stage:
     """One available_now run of `processors` with fresh checkpoints under `home`."""
-    from weir.pipeline.run import Runner
+    from weir.runtime.runner import Runner
 
     settings = Settings(
         home=str(home), bootstrap_servers=bootstrap, checkpoint_root=str(home / "checkpoints"),
@@ -266,7 +266,7 @@ def main() -> int:
         bootstrap = broker.bootstrap
         shape = {"seed": args.seed, "event_rate": args.event_rate, "customers": args.customers}
         pipeline = build(rate=0, total=args.records, archive=False, **shape)  # the archive has its own bench
-        from weir.pipeline.run import Runner
+        from weir.runtime.runner import Runner
 
         Runner(pipeline, Settings(home=str(scratch), bootstrap_servers=bootstrap)).create_topics()
         start_ms = int(time.time() * 1000 - args.records / args.event_rate * 1000)  # the stream ends about now

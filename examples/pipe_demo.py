@@ -24,8 +24,8 @@ from rich.live import Live
 from rich.table import Table
 
 import weir
-from weir.pipe import Admin, EmbeddedBroker
-from weir.pipe.broker import free_port
+from weir.kafka import Admin, EmbeddedBroker
+from weir.kafka.broker import free_port
 
 SCHEMA = "user STRING NOT NULL, amount DOUBLE NOT NULL, category STRING, event_time TIMESTAMP NOT NULL"
 console = Console()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from weir.pipe.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import EmbeddedBroker, free_port
 
 
 @pytest.fixture(scope="session")

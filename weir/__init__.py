@@ -1,24 +1,26 @@
 """weir: streaming pipelines on Spark Structured Streaming and Kafka.
 
     import weir
-    spark = weir.spark_session("my-job")          # weir-kafka registered
-    df = spark.readStream.format("weir-kafka").option("kafka.bootstrap.servers", "...").load()
+    shop = weir.Pipeline("shop")                  # declare topics and processors (docs/pipelines.md)
+    spark = weir.spark_session("my-job")          # a session with the weir-kafka source and sink registered
 
-Spark is imported only when a session is asked for, so Spark-free tools (the broker, the monitor)
-start fast and small.
+The public face: `Pipeline`, `spark_session`, the stateful blocks and the sinks. Names resolve on first use,
+so Spark-free tools (the broker, the monitor) never import PySpark.
 """
 
-from typing import Any
-
 from weir.config import Settings, load
+from weir.lazy import exports
 
-__all__ = ["Settings", "load", "register", "spark_session"]
 __version__ = "0.1.0"
 
+_WHERE = {
+    "Pipeline": "weir.pipeline.model", "Table": "weir.pipeline.model", "Topic": "weir.pipeline.model",
+    "spark_session": "weir.spark", "register": "weir.spark",
+    "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
+    "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
+    "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka",
+    "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres",
+}  # fmt: skip
+__all__ = ["Settings", "load", *sorted(_WHERE)]
 
-def __getattr__(name: str) -> Any:
-    if name in ("register", "spark_session"):
-        from weir import session
-
-        return getattr(session, name)
-    raise AttributeError(name)
+__getattr__ = exports(__name__, _WHERE)

@@ -44,9 +44,9 @@ from rich.table import Table
 from examples.shop.pipeline import build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
-from weir.pipe import Admin, EmbeddedBroker
-from weir.pipe.broker import free_port
-from weir.pipeline.accounting import Counts
+from weir.kafka import Admin, EmbeddedBroker
+from weir.kafka.broker import free_port
+from weir.runtime.accounting import Counts
 
 # Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
 console = Console(width=None if sys.stdout.isatty() else 130)
@@ -162,7 +162,7 @@ def jvm_output_to(path: Path) -> Iterator[None]:
 
 def lake_summary(root: str, topic: str) -> str:
     """What the archiver put in the lake: rows per Kafka partition and the offsets they cover."""
-    from weir.lake import Lake
+    from weir.storage.lake import Lake
 
     coverage = Lake(root).coverage(topic)
     if not coverage:
@@ -327,7 +327,7 @@ def main(
         # After Spark: PySpark's own SIGINT handler cancels every job and raises KeyboardInterrupt wherever the
         # main thread is, in the middle of a py4j call; an orderly stop of the runner is what Ctrl-C should do.
         signal.signal(signal.SIGINT, on_signal)
-        from weir.pipeline.run import Runner
+        from weir.runtime.runner import Runner
 
         pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
         runner = Runner(pipeline, settings, spark=spark)

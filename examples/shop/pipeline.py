@@ -23,10 +23,10 @@ from pyspark.sql import functions as F
 
 from examples.shop.generator import ShopSource
 from examples.shop.records import Shape, default_threshold
-from weir.pipe.decode import ERROR_COLUMN, parse_fields
+from weir.blocks.join import join_table
+from weir.blocks.window import tumbling_window
+from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.pipeline import Pipeline
-from weir.pipeline.join import join_table
-from weir.pipeline.window import tumbling_window
 
 ORDERS = "order_id STRING NOT NULL, customer_id STRING NOT NULL, category STRING, amount DOUBLE, ts_ms BIGINT"
 CUSTOMERS = "customer_id STRING NOT NULL, name STRING, segment STRING, country STRING"

@@ -20,11 +20,11 @@ from pyspark.sql import functions as F
 from typer.testing import CliRunner
 
 from weir.backfill import BACKFILL_HEADER, backfill
-from weir.backfill.cli import backfill_command
+from weir.cli.backfill import backfill_command
 from weir.config import load
-from weir.pipe import Admin
+from weir.kafka import Admin
 from weir.pipeline import Pipeline
-from weir.pipeline.run import Runner
+from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 11, 20, 20, 0, tzinfo=UTC)  # 4 hours of events from here, 120 per hour

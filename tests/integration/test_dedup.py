@@ -1,4 +1,4 @@
-"""Deduplication (weir.pipeline.dedup): replays of a record are "duplicate", first sightings "out", a key comes
+"""Deduplication (weir.blocks.dedup): replays of a record are "duplicate", first sightings "out", a key comes
 back after its horizon, state expires with the watermark (also across a restart), and every micro-batch's input
 rows are accounted for."""
 
@@ -11,9 +11,9 @@ from _pipe import Rec, produce, source
 from pyspark.sql import functions as F
 from test_window import check_accounting, run_routed
 
-from weir.pipe import Admin
-from weir.pipeline.dedup import deduplicate
-from weir.pipeline.stateful import DLQ, DUPLICATE, LATE, OUT
+from weir.blocks.dedup import deduplicate
+from weir.kafka import Admin
+from weir.pipeline.routes import DLQ, DUPLICATE, LATE, OUT
 
 pytestmark = pytest.mark.integration
 

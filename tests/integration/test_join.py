@@ -1,4 +1,4 @@
-"""Stream-table join (weir.pipeline.join): as-of enrichment from a changelog kept in RocksDB keyed state, with
+"""Stream-table join (weir.blocks.join): as-of enrichment from a changelog kept in RocksDB keyed state, with
 every input record of every micro-batch accounted for (out, filtered, absorbed into the table, or dead-lettered)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from _pipe import Rec, produce, source
 from test_window import check_accounting, run_routed
 
-from weir.pipe import Admin
-from weir.pipeline.join import join_table
-from weir.pipeline.stateful import ABSORB, DLQ, FILTERED, OUT
+from weir.blocks.join import join_table
+from weir.kafka import Admin
+from weir.pipeline.routes import ABSORB, DLQ, FILTERED, OUT
 
 pytestmark = pytest.mark.integration
 

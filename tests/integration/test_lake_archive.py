@@ -19,13 +19,13 @@ import pytest
 from _pipe import Rec, produce
 
 from weir.config import load
-from weir.lake import Lake
+from weir.kafka import Admin
 from weir.lake.compact import compact
 from weir.lake.inspect import check_clean
-from weir.pipe import Admin
 from weir.pipeline import Pipeline
-from weir.pipeline.run import Runner
-from weir.pipeline.versions import reset
+from weir.runtime.runner import Runner
+from weir.runtime.versions import reset
+from weir.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3_600_000

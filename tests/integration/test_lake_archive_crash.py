@@ -11,7 +11,8 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from weir.lake import ArchiveSink, Lake
+from weir.lake.archive import ArchiveSink
+from weir.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
 HOUR_US = 3_600_000_000

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from _pipe import Rec, produce, wait_for
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 N = 2000

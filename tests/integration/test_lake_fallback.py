@@ -22,15 +22,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from weir.config import load
-from weir.lake import Lake
+from weir.kafka import Admin
+from weir.kafka.fallback import LakeIndex
+from weir.kafka.offsets import OffsetRange
 from weir.lake.archive import archiver_name
-from weir.lake.fallback import LakeIndex
-from weir.pipe import Admin
-from weir.pipe.offsets import OffsetRange
 from weir.pipeline import Pipeline
-from weir.pipeline.progress import lake_fallback
-from weir.pipeline.query import ProcessorQuery
-from weir.pipeline.run import Runner
+from weir.runtime.progress import lake_fallback
+from weir.runtime.query import ProcessorQuery
+from weir.runtime.runner import Runner
+from weir.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
 SCHEMA = "id BIGINT NOT NULL, amount DOUBLE"
@@ -267,7 +267,7 @@ def planned(spark, bootstrap: str, topic: str, **opts) -> list[tuple]:
     """The batch reader's plan, (where, partition, start, end) per task: proof of where rows come from."""
     from pyspark.sql.types import _parse_datatype_string
 
-    from weir.pipe.source import KafkaDataSource
+    from weir.kafka.source import KafkaDataSource
 
     source_ = KafkaDataSource({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **opts})
     schema = _parse_datatype_string(source_.schema())
@@ -350,7 +350,7 @@ def test_lake_index_split_and_describe(tmp_path):
     """The driver's planning, without Spark: what the lake covers of a range, and how it is described."""
     index = LakeIndex.__new__(LakeIndex)
     index.lake, index.topic, index.manifests = Lake(str(tmp_path)), "t", []
-    from weir.lake.store import Range
+    from weir.storage.lake import Range
 
     index.coverage = {0: [Range(0, 10, 20, 10), Range(0, 30, 40, 10)]}
     got = index.split(OffsetRange("t", 0, 5, 35))
@@ -394,7 +394,7 @@ def test_retention_guard_publishes_an_archiver_lagging_its_topic_retention(spark
 
 def test_fallback_counts_round_trip_in_the_offset_and_sum_in_the_progress_record():
     """Pure: @lakeFallback next to @dataLoss, never taken for a topic; the progress record's summary."""
-    from weir.pipe.offsets import DataLoss, LakeFallback, fallback_from_json, from_json, to_json
+    from weir.kafka.offsets import DataLoss, LakeFallback, fallback_from_json, from_json, to_json
 
     fb = LakeFallback().add([OffsetRange("t", 0, 5, 20), OffsetRange("t", 1, 0, 0)])
     fb = fb.add([OffsetRange("t", 1, 3, 9)])

@@ -15,11 +15,11 @@ from confluent_kafka import Producer
 from starlette.testclient import TestClient
 
 from weir.config import Settings
+from weir.kafka import Admin
+from weir.kafka.broker import free_port
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService
-from weir.pipe import Admin
-from weir.pipe.broker import free_port
 
 pytestmark = pytest.mark.integration
 HOUR_MS = 3_600_000

@@ -24,12 +24,12 @@ from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from weir.config import load
+from weir.kafka import Admin
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService
-from weir.pipe import Admin
 from weir.pipeline import Pipeline
-from weir.pipeline.run import Runner
+from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 CHROMIUM = "/usr/bin/chromium"

@@ -35,13 +35,13 @@ from _serving import serving
 from confluent_kafka import Producer
 
 from weir.config import Settings, load
+from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService, declare_pipeline
-from weir.pipe.checkpoint import CheckpointError, read_offsets
 from weir.pipeline import Pipeline
 from weir.pipeline.load import load as load_pipeline
-from weir.pipeline.run import Runner
+from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 RETENTION_MS = 3_600_000

@@ -9,8 +9,8 @@ import pytest
 from _pipe import Rec, produce, run_available_now, source, unique
 from pyspark.errors import StreamingQueryException
 
-from weir.pipe import Admin
-from weir.pipe.broker import free_port
+from weir.kafka import Admin
+from weir.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
 

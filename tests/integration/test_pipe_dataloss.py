@@ -17,7 +17,7 @@ import pytest
 from _pipe import Rec, end_offsets, produce, run_available_now, source, wait_for
 from pyspark.errors import StreamingQueryException
 
-from weir.pipe import Admin, TopicError
+from weir.kafka import Admin, TopicError
 
 pytestmark = pytest.mark.integration
 

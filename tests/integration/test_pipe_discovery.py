@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import PySparkException
 
 from tests.integration._pipe import Rec, produce
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from _pipe import Rec, end_offsets, produce, run_available_now, source
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _pipe import Rec, produce, wait_for
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 

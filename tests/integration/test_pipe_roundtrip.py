@@ -8,7 +8,7 @@ import pytest
 from _pipe import Rec, header_tuples, produce, row_to_rec, sort_key, source, unique
 from pyspark.sql import functions as F
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from _pipe import Rec, produce, source, wait_for
 from pyspark.sql import functions as F
 
 from weir.config import load
-from weir.pipe import Admin
+from weir.kafka import Admin
 from weir.pipeline import DeclarationError, Pipeline
-from weir.pipeline.run import Runner
+from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 
@@ -245,7 +245,7 @@ def test_a_source_processor_feeds_a_downstream_processor(spark, bootstrap, tmp_p
 
 
 def test_a_stateful_join_accounts_for_both_inputs(spark, bootstrap, tmp_path):
-    from weir.pipeline.join import join_table
+    from weir.blocks.join import join_table
 
     prefix = uuid.uuid4().hex[:8]
     p = Pipeline(f"join-{prefix}")
@@ -291,8 +291,8 @@ def test_a_stateful_join_accounts_for_both_inputs(spark, bootstrap, tmp_path):
 
 
 def test_an_incompatible_state_change_is_refused_with_a_clear_message(spark, bootstrap, tmp_path):
-    from weir.pipeline.join import join_table
-    from weir.pipeline.versions import IncompatibleChange
+    from weir.blocks.join import join_table
+    from weir.runtime.versions import IncompatibleChange
 
     prefix = uuid.uuid4().hex[:8]
 

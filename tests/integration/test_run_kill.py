@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 import pytest
 from _pipe import Rec, produce, source, wait_for
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 N = 2000

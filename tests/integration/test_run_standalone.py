@@ -17,15 +17,15 @@ import pyspark
 import pytest
 from _pipe import Rec, produce, wait_for
 
-from weir.pipe import Admin
-from weir.pipe.broker import free_port
+from weir.kafka import Admin
+from weir.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
 
 PIPELINE = """
 from pyspark.sql import functions as F
 from weir.pipeline import Pipeline
-from weir.pipeline.join import join_table
+from weir.blocks.join import join_table
 from weir.sinks import ParquetSink
 
 p = Pipeline("standalone")

@@ -1,4 +1,4 @@
-"""Session windows (weir.pipeline.session): closed sessions equal pandas on the on-time records, sessions bridged by
+"""Session windows (weir.blocks.sessions): closed sessions equal pandas on the on-time records, sessions bridged by
 a later record merge (also across a restart), late records are routed once, and every micro-batch's input rows
 are accounted for."""
 
@@ -28,9 +28,9 @@ from test_window import (
     window_records,
 )
 
-from weir.pipe import Admin
-from weir.pipeline.session import session_window
-from weir.pipeline.stateful import ABSORB, EMIT, LATE
+from weir.blocks.sessions import session_window
+from weir.kafka import Admin
+from weir.pipeline.routes import ABSORB, EMIT, LATE
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from _pipe import source
 from examples.shop.pipeline import build
 from examples.shop.records import CUSTOMERS, ORDERS, PAGE_VIEWS, Shape, records
 from weir.config import load
-from weir.pipe import Admin
-from weir.pipeline.run import Runner
+from weir.kafka import Admin
+from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _pipe import source
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 from weir.sinks import Delivery, KafkaSink
 
 pytestmark = pytest.mark.integration

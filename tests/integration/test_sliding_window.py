@@ -1,4 +1,4 @@
-"""Sliding windows (weir.pipeline.window.sliding_window): every closed window equals pandas on the on-time records
+"""Sliding windows (weir.blocks.window.sliding_window): every closed window equals pandas on the on-time records
 (each record in all its windows), a late record comes out once however many windows it would have joined, and
 every micro-batch's input rows are accounted for."""
 
@@ -18,8 +18,8 @@ from test_window import (
     window_records,
 )
 
-from weir.pipe import Admin
-from weir.pipeline.window import sliding_window
+from weir.blocks.window import sliding_window
+from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Tumbling windows (weir.pipeline.window): closed windows equal pandas on the on-time records, every record
+"""Tumbling windows (weir.blocks.window): closed windows equal pandas on the on-time records, every record
 behind the watermark comes out as a "late" row instead of being dropped, and every micro-batch's input rows
 are accounted for. Also home of the helpers the other stateful-block tests share (run_routed, check_accounting,
 judged)."""
@@ -14,9 +14,9 @@ import pytest
 from _pipe import QUERY_TIMEOUT_S, Rec, end_offsets, produce, run_to_end, source
 from pyspark.sql import functions as F
 
-from weir.pipe import Admin
-from weir.pipeline.stateful import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTES
-from weir.pipeline.window import interval_ms, tumbling_window
+from weir.blocks.window import interval_ms, tumbling_window
+from weir.kafka import Admin
+from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTES
 
 pytestmark = pytest.mark.integration
 

@@ -28,10 +28,10 @@ from weir.backfill.run import find_processor
 from weir.backfill.scan import scan_topic, span
 from weir.backfill.target import resolve
 from weir.config import load
-from weir.lake.store import DataFile, Lake, LakeError, Manifest, Range
 from weir.pipeline import Pipeline
 from weir.sinks.base import check_writer_name
 from weir.sinks.parquet import ParquetSink
+from weir.storage.lake import DataFile, Lake, LakeError, Manifest, Range
 
 
 def utc(*args: int) -> datetime:

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from weir.cli import app
 from weir.config import Settings, redact
-from weir.pipe.broker import BrokerError, EmbeddedBroker
-from weir.pipe.checkpoint import CheckpointError, read_offsets
+from weir.kafka.broker import BrokerError, EmbeddedBroker
+from weir.kafka.checkpoint import CheckpointError, read_offsets
 
 runner = CliRunner()
 

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from weir.pipe.decode import JsonDecoder, SchemaError, parse_fields
+from weir.kafka.decode import JsonDecoder, SchemaError, parse_fields
 
 FIELDS = pa.schema([("user", pa.string()), ("amount", pa.float64()), ("day", pa.date32())])
 

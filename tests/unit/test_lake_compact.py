@@ -21,11 +21,11 @@ import pytest
 from test_lake_inspect import RUN, SCHEMA, T0, archive_batch, rows
 from typer.testing import CliRunner
 
+from weir.cli.lake import lake_app
 from weir.lake import compact as c
 from weir.lake.archive import footer
-from weir.lake.cli import lake_app
 from weir.lake.inspect import compaction_records, inspect_topic
-from weir.lake.store import Lake, LakeError, Manifest, Range
+from weir.storage.lake import Lake, LakeError, Manifest, Range
 
 EVER = T0 + timedelta(days=365)  # a --before every test hour ended by
 

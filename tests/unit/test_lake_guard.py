@@ -89,7 +89,7 @@ class _Admin:
 
 def test_tick_checks_once_per_interval_and_never_raises(monkeypatch, tmp_path):
     from weir.lake import guard
-    from weir.lake.store import Lake
+    from weir.storage.lake import Lake
 
     monkeypatch.setattr(guard, "timestamps_at", lambda client, wanted: {tp: 0 for tp in wanted})
     published = []

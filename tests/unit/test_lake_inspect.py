@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from weir.cli.lake import lake_app
 from weir.lake.archive import footer
-from weir.lake.cli import lake_app
 from weir.lake.inspect import check_clean, inspect_topic, open_lake
-from weir.lake.store import Lake, LakeError, Manifest, Range
+from weir.storage.lake import Lake, LakeError, Manifest, Range
 
 T0 = datetime(2026, 11, 20, 22, 0, tzinfo=UTC)
 RUN = "0a1b2c3d"

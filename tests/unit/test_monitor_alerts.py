@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from weir.kafka.broker import free_port
 from weir.monitor.alerts import AlertEngine, Facts, Webhook
 from weir.monitor.config import AlertRule
-from weir.pipe.broker import free_port
 
 T0 = 1_800_000_000_000
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from weir.monitor.cli import monitor_command
+from weir.cli.monitor import monitor_command
 from weir.monitor.client import fetch_status
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import check_exposure, create_app, is_loopback

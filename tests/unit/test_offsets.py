@@ -1,6 +1,6 @@
 import itertools
 
-from weir.pipe.offsets import DataLoss, OffsetRange, cap, from_json, split, to_json
+from weir.kafka.offsets import DataLoss, OffsetRange, cap, from_json, split, to_json
 
 
 def test_json_round_trip_keeps_data_loss_counts():

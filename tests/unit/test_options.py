@@ -1,6 +1,6 @@
 import pytest
 
-from weir.pipe.options import OptionError, parse_offsets, parse_sink, parse_source
+from weir.kafka.options import OptionError, parse_offsets, parse_sink, parse_source
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a, b"}
 

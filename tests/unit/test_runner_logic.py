@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from weir.pipeline import Pipeline
-from weir.pipeline.accounting import Counts, from_routes
-from weir.pipeline.run import stages
-from weir.pipeline.versions import IncompatibleChange, check, read
+from weir.runtime.accounting import Counts, from_routes
+from weir.runtime.runner import stages
+from weir.runtime.versions import IncompatibleChange, check, read
 
 
 def test_routes_are_counted_by_kind_and_destination():
@@ -118,7 +118,7 @@ def test_stateful_change_of_inputs_is_refused(tmp_path):
 
 def test_per_processor_settings_must_name_existing_processors():
     from weir.config import load
-    from weir.pipeline.run import Runner
+    from weir.runtime.runner import Runner
 
     p = Pipeline("o")
     p.topic("a", schema="x STRING")

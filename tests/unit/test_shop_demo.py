@@ -6,8 +6,8 @@ from rich.console import Console
 
 from examples.shop.demo import balance_table, lateness, live_table
 from examples.shop.records import ORDERS, Shape, records
-from weir.pipeline.accounting import Counts
-from weir.pipeline.run import ProcessorStatus
+from weir.runtime.accounting import Counts
+from weir.runtime.runner import ProcessorStatus
 
 
 def render(table) -> str:

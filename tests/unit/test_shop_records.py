@@ -21,7 +21,7 @@ from examples.shop.records import (
     record,
     records,
 )
-from weir.pipe.decode import JsonDecoder, parse_fields
+from weir.kafka.decode import JsonDecoder, parse_fields
 
 N = 100_000
 SHAPE = Shape(seed=11, start_ms=1_700_000_000_000, event_rate=500.0, customers=300)

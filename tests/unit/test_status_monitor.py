@@ -12,12 +12,12 @@ from _serving import serving
 from typer.testing import CliRunner
 
 from weir.cli import app
+from weir.kafka.broker import free_port
 from weir.monitor.client import duration, narrowed
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.monitor.store import write_address
-from weir.pipe.broker import free_port
 
 T0 = 1_800_000_000.0
 MS = int(T0 * 1000)
@@ -243,7 +243,7 @@ def test_status_merges_the_state_files_of_runners_that_split_a_pipeline(home, tm
     import sys
 
     from weir.config import load
-    from weir.pipeline.status import collect
+    from weir.runtime.status import collect
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -39,8 +39,8 @@ from weir.backfill.plan import (
 from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
-from weir.pipeline.accounting import Counts
 from weir.pipeline.model import Pipeline, Processor
+from weir.runtime.accounting import Counts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -182,7 +182,7 @@ def plan(
 ) -> Planned:
     """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError, or the
     LakeError of foreign files), the target, the lake's files in the range's hours, the chunks."""
-    from weir.lake.store import Lake
+    from weir.storage.lake import Lake
 
     began = time.monotonic()
     settings = settings or load()
@@ -225,14 +225,14 @@ def execute(
     """Run a plan, chunk after chunk (oldest first); `on_chunk(chunk, counts)` after each (counts None for a
     chunk without rows in the range). An error stops the backfill at that chunk: the chunks before it are
     delivered, and a rerun repeats them (exactly-once sinks skip them)."""
-    from weir.lake.store import Lake
+    from weir.storage.lake import Lake
 
     began = time.monotonic()
     report, target, settings = planned.report, planned.target, planned.settings
     report.dry_run = False
     _ensure_topics(settings, planned.pipeline, target)
     if spark is None:
-        from weir.session import spark_session
+        from weir.spark import spark_session
 
         spark = spark_session(f"weir-backfill-{planned.pipeline.name}", settings=settings)
     run = _Run(spark, Lake(settings.lake), planned.pipeline, target, report, settings)
@@ -281,15 +281,15 @@ def _check_clean(lake: Any, topic: str) -> None:
 
 
 def _kafka_topics(settings: Settings) -> dict[str, int]:
-    from weir.pipe.admin import Admin
+    from weir.kafka.admin import Admin
 
     return Admin(settings.bootstrap_servers, settings.kafka).topics()
 
 
 def _ensure_topics(settings: Settings, p: Pipeline, target: Target) -> None:
     """Create missing output topics and the inputs' `.dlq` topics, as the runner does before streaming."""
-    from weir.pipe.admin import Admin
-    from weir.pipeline.run import SIDE_TOPIC_CONFIG
+    from weir.kafka.admin import Admin
+    from weir.runtime.runner import SIDE_TOPIC_CONFIG
 
     admin = Admin(settings.bootstrap_servers, settings.kafka)
     existing = set(admin.topics())
@@ -305,8 +305,8 @@ def input_schema(p: Pipeline, topic: str):
     """The columns the weir-kafka source gives the topic's stream (and the archiver gave its lake files)."""
     from pyspark.sql import types as T
 
-    from weir.pipe.options import parse_source
-    from weir.pipe.source import KAFKA_COLUMNS, value_ddl
+    from weir.kafka.options import parse_source
+    from weir.kafka.source import KAFKA_COLUMNS, value_ddl
 
     schema = p.topics[topic].schema
     options = {"subscribe": topic, "kafka.bootstrap.servers": "-"}  # parsed for the schema only: no client
@@ -322,7 +322,7 @@ class _Run:
     ) -> None:
         from dataclasses import replace
 
-        from weir.pipeline.query import Ledger, ProcessorQuery
+        from weir.runtime.query import Ledger, ProcessorQuery
 
         self.spark, self.lake, self.target, self.report = spark, lake, target, report
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from weir.backfill.plan import Chunk, dates, hour_dir, hour_index, hours
-from weir.lake.store import Lake
+from weir.storage.lake import Lake
 
 _DATE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 _HOUR = re.compile(r"^hour=(\d{2})$")

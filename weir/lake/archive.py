@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from weir.lake.store import DataFile, Lake, LakeError, Manifest, Range
-from weir.pipe import offsets as off
+from weir.kafka import offsets as off
 from weir.sinks.base import Delivery, Sink
+from weir.storage.lake import DataFile, Lake, LakeError, Manifest, Range
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

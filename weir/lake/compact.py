@@ -48,7 +48,7 @@ from pyarrow import fs as pafs
 
 from weir.lake.archive import footer
 from weir.lake.inspect import DATE_DIR, HOUR_DIR, check_clean, compaction_records, pending_files
-from weir.lake.store import DataFile, Lake, LakeError, check_topic
+from weir.storage.lake import DataFile, Lake, LakeError, check_topic
 
 log = logging.getLogger("weir.lake")
 DEFAULT_AGE = timedelta(hours=2)  # hours that ended at least this long ago: most late records are in by then

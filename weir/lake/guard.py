@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from weir.pipe.admin import Admin
-from weir.pipe.checkpoint import CheckpointError, read_offsets
-from weir.pipe.log import client_log
+from weir.kafka.admin import Admin
+from weir.kafka.checkpoint import CheckpointError, read_offsets
+from weir.kafka.log import client_log
 
 if TYPE_CHECKING:
-    from weir.lake.store import Lake
-    from weir.pipeline.run import Runner
+    from weir.storage.lake import Lake
 
 log = logging.getLogger("weir.lake")
 
@@ -164,23 +163,6 @@ class RetentionGuard:
         self.interval = interval
         self.threshold = threshold
         self._next = 0.0
-
-    @classmethod
-    def of_runner(cls, runner: Runner) -> RetentionGuard:
-        s = runner.settings
-        archivers = [
-            Archiver(p.name, p.sink.topic, runner.checkpoint(p), p.sink.lake)
-            for p in runner.selected
-            if getattr(p.sink, "archives", False)
-        ]
-
-        def publish(kind: str, processor: str, **fields: Any) -> None:
-            if runner.publisher is not None:
-                runner.publisher.publish(kind, processor, **fields)
-
-        admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if archivers else None
-        interval, threshold = s.retention_guard_interval, s.retention_guard_threshold
-        return cls(archivers, admin, s.client_config(), publish, interval, threshold)
 
     def tick(self) -> list[Risk]:
         """Check now if the interval has passed since the last check; never raises (the supervisor calls it)."""

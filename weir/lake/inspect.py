@@ -21,7 +21,7 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from weir.lake.archive import footer
-from weir.lake.store import Gap, Lake, LakeError, Manifest, Range, check_topic, merge
+from weir.storage.lake import Gap, Lake, LakeError, Manifest, Range, check_topic, merge
 
 DATE_DIR = re.compile(r"^date=(\d{4})-(\d{2})-(\d{2})$")
 HOUR_DIR = re.compile(r"^hour=([01]\d|2[0-3])$")

@@ -1,6 +1,6 @@
 """Progress records as the monitor reads them: parsed, type-checked and normalized, or refused with a reason.
 
-The runner writes them (weir/pipeline/progress.py, docs/pipelines.md); anything else on the topic, or a
+The runner writes them (weir/runtime/progress.py, docs/pipelines.md); anything else on the topic, or a
 record of a future weir with fields of the wrong type, must not crash the monitor. `parse` raises
 `BadRecord` with the first problem found; the caller counts it and skips the record. A well-formed record
 of a kind this monitor does not know raises `UnknownKind`, counted apart.

@@ -71,7 +71,7 @@ def trigger_resolver(settings: Settings, config: MonitorConfig):
 
 def declare_pipeline(monitor: Monitor, pipeline: Any, settings: Settings) -> None:
     """Declare every processor of a `weir.pipeline.Pipeline`: its topics, sink, trigger and checkpoint, as
-    the runner would run it (weir/pipeline/run.py)."""
+    the runner would run it (weir/runtime/runner.py)."""
     for proc in pipeline.processors.values():
         override = settings.processors.get(proc.name)
         trigger = (_ms(override.trigger) if override else None) or _ms(proc.trigger) or _ms(settings.trigger)

@@ -19,9 +19,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
+from weir.kafka.log import BrokerUnavailable, LogView, client_log
 from weir.monitor.compute import TP
 from weir.monitor.state import BrokerSnapshot, Monitor
-from weir.pipe.log import BrokerUnavailable, LogView, client_log
 from weir.process import process_alive
 
 log = logging.getLogger("weir.monitor")
@@ -206,7 +206,7 @@ class BrokerPoller:
     """One poll: partitions and (earliest, latest) offsets of the topics of interest, their retention.ms
     (every `retention_every` seconds), and the timestamps of the processors' oldest unprocessed records.
     Clients are short-lived, one set per poll: a consumer that outlives a topic deletion has crashed inside
-    librdkafka on the embedded broker (see weir/pipe/admin.py)."""
+    librdkafka on the embedded broker (see weir/kafka/admin.py)."""
 
     def __init__(self, monitor: Monitor, client: dict[str, str], timeout: float = 5.0, retention_every: float = 60):
         self.monitor = monitor
@@ -240,7 +240,7 @@ class BrokerPoller:
 
 
 def read_runs(home: str) -> list[dict]:
-    """The runners' state files `<home>/run/*.json` (weir/pipeline/run.py), each with whether its process
+    """The runners' state files `<home>/run/*.json` (weir/runtime/runner.py), each with whether its process
     is alive; unreadable files are skipped (a runner rewrites its file by rename, so a torn one is rare)."""
     out = []
     run_dir = Path(home) / "run"
@@ -259,7 +259,7 @@ def read_runs(home: str) -> list[dict]:
 
 def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
     """Committed next offsets of a query from its checkpoint (pyarrow, imported only when asked for)."""
-    from weir.pipe.checkpoint import CheckpointError, read_offsets
+    from weir.kafka.checkpoint import CheckpointError, read_offsets
 
     try:
         committed = read_offsets(checkpoint).committed

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from weir.pipe.decode import SchemaError, parse_fields
+from weir.kafka.decode import SchemaError, parse_fields
 
 
 class DeclarationError(ValueError):

@@ -1,7 +1,7 @@
 """Rows to a Kafka topic through the weir-kafka batch writer: at-least-once.
 
 Each batch is one `batch.write.format("weir-kafka")` job: the executors produce with an idempotent
-producer and a task succeeds only once the broker acknowledged all its records (see weir/pipe/sink.py for
+producer and a task succeeds only once the broker acknowledged all its records (see weir/kafka/sink.py for
 the columns: `value`, optional `key`, `headers`, `timestamp`). A replayed batch is produced again, so
 consumers see its records twice; rows that came from a weir-kafka source carry a `weir.source` header
 (`topic/partition/offset`) by which consumers drop the replays.

@@ -1,6 +1,6 @@
 """Topics and their offsets: create, list, describe, delete; per-partition earliest and latest offsets.
 
-from weir.pipe import Admin
+from weir.kafka import Admin
 admin = Admin("127.0.0.1:9092")
 admin.create_topic("orders", partitions=4, config={"retention.ms": "259200000"})
 admin.offsets("orders")   # {0: (earliest, latest), ...}, latest correct even where ListOffsets is not
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from weir.pipe.log import BrokerUnavailable, LogView, client_log
+from weir.kafka.log import BrokerUnavailable, LogView, client_log
 
 log = logging.getLogger("weir.kafka")
 

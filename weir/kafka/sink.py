@@ -28,8 +28,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from weir.pipe.log import client_log
-from weir.pipe.options import OptionError, SinkOptions
+from weir.kafka.log import client_log
+from weir.kafka.options import OptionError, SinkOptions
 
 log = logging.getLogger("weir.kafka")
 SOURCE_HEADER = "weir.source"

@@ -28,10 +28,10 @@ import pyarrow.dataset as ds
 from pyarrow import fs as pafs
 from pyspark.sql.datasource import InputPartition
 
-from weir.lake.store import Lake, Manifest, Range, merge
-from weir.pipe.decode import JsonDecoder
-from weir.pipe.offsets import OffsetRange
-from weir.pipe.read import CHUNK, DataLossError
+from weir.kafka.decode import JsonDecoder
+from weir.kafka.offsets import OffsetRange
+from weir.kafka.read import CHUNK, DataLossError
+from weir.storage.lake import Lake, Manifest, Range, merge
 
 log = logging.getLogger("weir.lake")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")

@@ -34,12 +34,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
-from weir.pipe.decode import ERROR_COLUMN
-from weir.pipeline import routing
-from weir.pipeline.accounting import Counts, from_routes
+from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.model import Pipeline, Processor, Topic
-from weir.pipeline.stateful import ABSORBED, DLQ, EMIT, OUT, ROUTE, col
+from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, ROUTE
+from weir.runtime import routing
+from weir.runtime.accounting import Counts, from_routes
 
 log = logging.getLogger("weir.pipeline")
 _INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT)
@@ -144,7 +145,7 @@ class ProcessorQuery:
 
     @staticmethod
     def _kafka_columns(df: DataFrame) -> list[str]:
-        from weir.pipe.source import KAFKA_COLUMN_NAMES
+        from weir.kafka.source import KAFKA_COLUMN_NAMES
 
         return [c for c in df.columns if c.lower() in KAFKA_COLUMN_NAMES]
 

@@ -58,7 +58,7 @@ SINK_OPTIONS = {
     "path": "Spark's own option, ignored",
 }
 
-log = logging.getLogger("weir.pipe")
+log = logging.getLogger("weir.kafka")
 
 
 class OptionError(ValueError):
@@ -250,7 +250,7 @@ def _lake(raw: str | None) -> str | None:
         return None
     if not raw.strip():
         raise OptionError("option lake must name a lake root (a path or URL), got an empty string")
-    from weir.lake.store import Lake, LakeError
+    from weir.storage.lake import Lake, LakeError
 
     try:
         # Resolved on the driver: a relative path means the driver's working directory, not a task's.

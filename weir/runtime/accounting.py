@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from weir.pipeline.stateful import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
+from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
 
 _TOTALS = ("in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
 

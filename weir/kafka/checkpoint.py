@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pyarrow import fs
 
-from weir.pipe.offsets import DataLoss, Positions, from_json
+from weir.kafka.offsets import DataLoss, Positions, from_json
 
 
 class CheckpointError(RuntimeError):

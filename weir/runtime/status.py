@@ -17,8 +17,8 @@ from weir.process import process_alive
 
 
 def _lag(settings: Settings, checkpoint: str) -> int | None:
-    from weir.pipe import Admin, BrokerUnavailable
-    from weir.pipe.checkpoint import CheckpointError, read_offsets  # pyarrow, only when asked
+    from weir.kafka import Admin, BrokerUnavailable
+    from weir.kafka.checkpoint import CheckpointError, read_offsets  # pyarrow, only when asked
 
     try:
         cp = read_offsets(checkpoint)

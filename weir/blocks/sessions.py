@@ -6,7 +6,7 @@
         aggregates={"clicks": ("count", "*"), "spent": ("sum", "amount")},
     )
 
-Input, watermark, routes, aggregates, accounting and output columns are those of weir.pipeline.window
+Input, watermark, routes, aggregates, accounting and output columns are those of weir.blocks.window
 (read its docstring): each record is "dlq" (non-null `_error`), "late" (null event time or before the
 micro-batch's watermark) or on time, and the on-time records of a key and micro-batch are counted in one
 "absorbed" row. What differs is which window a record belongs to:
@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import LongType, StructField, StructType
 
-from weir.pipeline.window import WindowProcessor, interval_ms, plan_windows, run_windows, timer_ms
+from weir.blocks.window import WindowProcessor, interval_ms, plan_windows, run_windows, timer_ms
 
 
 class _Sessions(WindowProcessor):

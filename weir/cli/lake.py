@@ -20,7 +20,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from weir.lake.inspect import TopicReport
-    from weir.lake.store import Lake
+    from weir.storage.lake import Lake
 
 lake_app = typer.Typer(help="The lake: inspect and compact archived topics.", no_args_is_help=True)
 out = Console()

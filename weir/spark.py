@@ -15,7 +15,7 @@ log = logging.getLogger("weir")
 
 def register(spark: SparkSession) -> SparkSession:
     """Register weir's data sources (`weir-kafka`) on a session built by hand."""
-    from weir.pipe.source import KafkaDataSource
+    from weir.kafka.source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
     return spark

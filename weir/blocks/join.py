@@ -24,7 +24,7 @@ Semantics:
 - A table record's key is its decoded `key` field. A tombstone has no decoded fields, so its key is the
   Kafka message key, read as UTF-8 text and cast to the key column's type (as is, for a BINARY key): the
   table topic must be keyed by the key field's value.
-- Every input record is accounted for by exactly one `_route` (see weir.pipeline.stateful):
+- Every input record is accounted for by exactly one `_route` (see weir.pipeline.routes):
   - a stream record: "out" for a joined row; with how="inner", a stream row whose key has no table value
     (never set, deleted, or a null key) is "filtered", with null table columns, so the caller can count
     it; with how="left" it is "out". One output row per stream record.
@@ -75,9 +75,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from weir.pipe.decode import ERROR_COLUMN
-from weir.pipe.source import KAFKA_COLUMN_NAMES
-from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE, col, missing, wire, wire_type
+from weir.blocks.common import col, missing, wire, wire_type
+from weir.kafka.decode import ERROR_COLUMN
+from weir.kafka.source import KAFKA_COLUMN_NAMES
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE
 
 HOWS = ("inner", "left")
 _TABLE, _STREAM = 0, 1  # the table sorts first among rows with the same timestamp

@@ -33,13 +33,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from weir.config import Settings, load
-from weir.pipe.admin import Admin
-from weir.pipeline import versions
-from weir.pipeline.accounting import Counts
+from weir.kafka.admin import Admin
+from weir.lake.archive import ArchiveSink, with_archivers
+from weir.lake.guard import Archiver, RetentionGuard
 from weir.pipeline.model import Pipeline, Processor, Topic
-from weir.pipeline.progress import ProgressPublisher, now_iso, spark_figures
-from weir.pipeline.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.pipeline.validate import validate
+from weir.runtime import versions
+from weir.runtime.accounting import Counts
+from weir.runtime.progress import ProgressPublisher, now_iso, spark_figures
+from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
+from weir.spark import spark_session
 
 log = logging.getLogger("weir.pipeline")
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * 86_400_000), "retention.bytes": "-1"}
@@ -121,8 +124,6 @@ class Runner:
         archive: list[str] | None = None,
     ) -> None:
         self.settings = settings or load()
-        from weir.lake import with_archivers
-
         # Topics declared archived=True get their archiver, a processor like the others.
         self.pipeline = pipeline = validate(with_archivers(pipeline, self.settings.lake, archive))
         self.available_now = available_now
@@ -176,8 +177,6 @@ class Runner:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from weir.session import spark_session
-
             self._spark = spark_session(f"weir-{self.pipeline.name}", settings=self.settings)
         return self._spark
 
@@ -259,9 +258,7 @@ class Runner:
         pending = [list(s) for s in stages(self.pipeline)] if self.available_now else [list(self.selected)]
         selected = {p.name for p in self.selected}
         pending = [[p for p in stage if p.name in selected] for stage in pending]
-        from weir.lake.guard import RetentionGuard
-
-        guard = RetentionGuard.of_runner(self)  # archivers' lag against retention (docs/retention.md)
+        guard = self._retention_guard()  # archivers' lag against retention (docs/retention.md)
         while not self._stop.is_set():
             with self._lock:
                 if pending and self._stage_done():
@@ -288,6 +285,22 @@ class Runner:
             guard.tick()
             self._stop.wait(0.25)
         self._write_state()
+
+    def _retention_guard(self) -> RetentionGuard:
+        s = self.settings
+        archivers = [
+            Archiver(p.name, p.sink.topic, self.checkpoint(p), p.sink.lake)
+            for p in self.selected
+            if isinstance(p.sink, ArchiveSink)
+        ]
+
+        def publish(kind: str, processor: str, **fields: Any) -> None:
+            if self.publisher is not None:
+                self.publisher.publish(kind, processor, **fields)
+
+        admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if archivers else None
+        interval, threshold = s.retention_guard_interval, s.retention_guard_threshold
+        return RetentionGuard(archivers, admin, s.client_config(), publish, interval, threshold)
 
     def _finish_batch(self, name: str, query: Any) -> None:
         """Let a running batch write and commit (Spark's stop() would interrupt it: written, not committed,

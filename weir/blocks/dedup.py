@@ -11,10 +11,10 @@ checkpoint.
 
 Semantics:
 
-- The watermark is Spark's, as in weir.pipeline.window: for micro-batch N, the largest event time seen in
+- The watermark is Spark's, as in weir.blocks.window: for micro-batch N, the largest event time seen in
   batches 0..N-1 minus the `watermark` delay, 0 before any data, never going back. The stream must carry
   no other watermark.
-- Each input record gives exactly one output row, whose `_route` (see weir.pipeline.stateful) is judged in
+- Each input record gives exactly one output row, whose `_route` (see weir.pipeline.routes) is judged in
   this order: "dlq" when its `_error` is non-null (kept as is) or its key is null (`_error` =
   "deduplicate: key <key> is null": it cannot be checked); "late" when its event time is null or before
   the micro-batch's watermark; otherwise the record is on time and is "out" or "duplicate":
@@ -40,7 +40,7 @@ Semantics:
 
 Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
 columns therefore travel as text and are cast back, and the event time travels as microseconds, which
-also keeps Spark from dropping late rows before the processor (see weir.pipeline.window).
+also keeps Spark from dropping late rows before the processor (see weir.blocks.window).
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from weir.pipe.decode import ERROR_COLUMN
-from weir.pipeline.stateful import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE, col, missing, wire, wire_type
-from weir.pipeline.window import check_keyed_stream, interval_ms, timer_ms
+from weir.blocks.common import col, missing, wire, wire_type
+from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms
+from weir.kafka.decode import ERROR_COLUMN
+from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
 
 
 def _int(v: Any) -> int:

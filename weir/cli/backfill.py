@@ -53,8 +53,8 @@ def backfill_command(
 ) -> None:
     """Re-run a stateless processor over a time range of its inputs' archive in the lake (docs/backfill.md)."""
     from weir.backfill.run import plan
-    from weir.lake.store import LakeError
     from weir.sinks.base import SinkError
+    from weir.storage.lake import LakeError
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
@@ -100,7 +100,7 @@ def _run(planned: Planned) -> None:
             err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except Exception as exc:
-            from weir.pipeline.query import _brief
+            from weir.runtime.query import _brief
 
             if current[0] is None:
                 where = "before any chunk was delivered"

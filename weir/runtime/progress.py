@@ -30,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from weir.pipe.log import client_log
+from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.pipeline")
 TOPIC = "_weir.progress"

@@ -24,13 +24,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from weir.lake.fallback import LakeIndex, LakePartition, read_lake
-from weir.pipe import offsets as off
-from weir.pipe.decode import ERROR_COLUMN, JsonDecoder, parse_fields
-from weir.pipe.log import TP, LogView
-from weir.pipe.offsets import DataLoss, LakeFallback, OffsetRange, Positions
-from weir.pipe.options import OptionError, SourceOptions, parse_sink, parse_source
-from weir.pipe.read import DataLossError, read_range
+from weir.kafka import offsets as off
+from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
+from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
+from weir.kafka.log import TP, LogView
+from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
+from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
+from weir.kafka.read import DataLossError, read_range
 
 log = logging.getLogger("weir.kafka")
 
@@ -478,11 +478,11 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(parse_source(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from weir.pipe.sink import KafkaBatchWriter
+        from weir.kafka.sink import KafkaBatchWriter
 
         return KafkaBatchWriter(parse_sink(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        from weir.pipe.sink import KafkaStreamWriter
+        from weir.kafka.sink import KafkaStreamWriter
 
         return KafkaStreamWriter(parse_sink(self.options), schema)

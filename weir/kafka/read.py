@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from weir.pipe.decode import JsonDecoder
-from weir.pipe.log import client_log
-from weir.pipe.offsets import OffsetRange
-from weir.pipe.options import SourceOptions
+from weir.kafka.decode import JsonDecoder
+from weir.kafka.log import client_log
+from weir.kafka.offsets import OffsetRange
+from weir.kafka.options import SourceOptions
 
 log = logging.getLogger("weir.kafka")
 CHUNK = 20_000  # records per Arrow batch: large enough to amortise per-batch costs, small in memory

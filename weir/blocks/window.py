@@ -11,7 +11,7 @@ The input is a streaming DataFrame from `weir-kafka` (so it carries the Kafka co
 `topic`, `partition` and `offset`) with an event-time column of type TIMESTAMP, and usually the source's
 `_error` column. The open windows live in Spark keyed state (a MapState per key, RocksDB, as
 `weir.spark_session` configures), so they survive restarts through the query's checkpoint. Session windows
-(`weir.pipeline.session`) share this module's input rules, routes, aggregates and output columns.
+(`weir.blocks.sessions`) share this module's input rules, routes, aggregates and output columns.
 
 Semantics:
 
@@ -25,7 +25,7 @@ Semantics:
   largest event time (in milliseconds) seen in batches 0..N-1 minus the delay, 0 before any data, and it
   never goes back (the query's `eventTime.watermark` in its progress). The stream must carry no other
   watermark.
-- Each input record goes to exactly one route, judged in this order (`_route`, see weir.pipeline.stateful):
+- Each input record goes to exactly one route, judged in this order (`_route`, see weir.pipeline.routes):
   "dlq" when its `_error` is non-null (a record the source could not decode; a stream without `_error` has
   none); "late" when its event time is null or before the watermark of the micro-batch that processes it
   (event_time < watermark; an event time before 1970 is late even in the first batch, whose watermark is
@@ -100,8 +100,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from weir.pipe.decode import ERROR_COLUMN
-from weir.pipeline.stateful import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE, col, missing, wire, wire_type
+from weir.blocks.common import col, missing, wire, wire_type
+from weir.kafka.decode import ERROR_COLUMN
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
 FUNCTIONS = ("count", "sum", "min", "max")
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")

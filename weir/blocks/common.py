@@ -1,0 +1,37 @@
+"""Helpers shared by weir's stateful blocks built on transformWithStateInPandas.
+
+Rows cross into Python through pandas, where an integer column holding nulls becomes float64: BIGINT
+columns therefore travel as text ("on the wire") and are cast back afterwards, so large values stay exact.
+Every block (join, tumbling/sliding/session windows, deduplication) tags its output rows with `_route`
+(weir.pipeline.routes) so that nothing is dropped silently: the runner's router decides where each kind goes and counts
+it, and checks per batch that every input record is accounted for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, LongType, StringType
+
+
+def col(name: str) -> Column:
+    """A column by exact name, whatever characters it holds."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def wire_type(t: DataType) -> DataType:
+    """The type a column travels as between Spark and the Python processor."""
+    return StringType() if isinstance(t, LongType) else t
+
+
+def wire(c: Column, t: DataType) -> Column:
+    return c.cast("string") if isinstance(t, LongType) else c
+
+
+def missing(v: Any) -> bool:
+    """True for a value pandas uses for null: None, NaT, or a float NaN."""
+    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))

@@ -1,0 +1,35 @@
+"""`weir ...`: the command line, one module per command group. Every command has --help; errors print one
+clear line and exit 2."""
+
+from __future__ import annotations
+
+import typer
+
+from weir.cli.backfill import backfill_command
+from weir.cli.broker import broker_app
+from weir.cli.lake import lake_app
+from weir.cli.monitor import monitor_command
+from weir.cli.pipelines import archive, graph, run
+from weir.cli.status import show_config, status
+from weir.cli.topics import offsets, topics_app
+
+app = typer.Typer(help="weir: streaming pipelines on Spark and Kafka.", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
+app.add_typer(lake_app, name="lake")
+app.command("offsets")(offsets)
+app.command("graph")(graph)
+app.command("run")(run)
+app.command("archive")(archive)
+app.command("status")(status)
+app.command("config")(show_config)
+app.command("backfill")(backfill_command)
+app.command("monitor")(monitor_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

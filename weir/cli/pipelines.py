@@ -1,0 +1,110 @@
+"""`weir graph|run|archive`: validate, draw and run pipelines, and archive topics no pipeline declares."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from weir.cli.common import Spec, clean_errors, err, out
+from weir.config import load
+
+
+@clean_errors
+def graph(
+    pipeline: Spec,
+    as_dot: Annotated[bool, typer.Option("--dot", help="Print Graphviz dot only.")] = False,
+) -> None:
+    """Print a pipeline's topology as text and Graphviz dot, after validating it."""
+    # Imported when the command runs: PySpark and pandas would cost every `weir` command, the monitor's among
+    # them, about 100 MB (docs/monitor.md).
+    from weir.pipeline import graph as g
+    from weir.pipeline import validate
+    from weir.pipeline.load import load
+
+    p = validate(load(pipeline))
+    if not as_dot:
+        out.print(g.text(p), highlight=False, markup=False)
+        out.print()
+    print(g.dot(p))
+
+
+@clean_errors
+def run(
+    pipeline: Spec,
+    processor: Annotated[
+        list[str] | None, typer.Option("--processor", "-P", help="Run only this processor (repeatable).")
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Process what the inputs hold now (Trigger.AvailableNow), then stop.")
+    ] = False,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    reset: Annotated[
+        list[str] | None,
+        typer.Option("--reset", help="Delete this processor's checkpoint first (restart from the earliest offsets)."),
+    ] = None,
+) -> None:
+    """Run a pipeline: create its topics, then one streaming query per processor, until Ctrl-C or SIGTERM."""
+    # Imported when the command runs: PySpark and pandas would cost every `weir` command, the monitor's among
+    # them, about 100 MB (docs/monitor.md).
+    from weir.pipeline import validate
+    from weir.pipeline.load import load as load_pipeline
+    from weir.runtime import versions
+    from weir.runtime.runner import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM callback otherwise
+    p = validate(load_pipeline(pipeline))
+    settings = load()
+    runner = Runner(p, settings, available_now=once, processors=processor or None)
+    for name in reset or []:
+        if name not in p.processors:
+            raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
+        cp = runner.checkpoint(p.processors[name])
+        out.print(f"reset {name}: " + ("checkpoint deleted" if versions.reset(cp) else "no checkpoint"))
+    try:
+        runner.run(duration)
+    except versions.IncompatibleChange as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
+    for n, st in runner.snapshot().items():
+        out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
+    if failed:
+        raise typer.Exit(1)
+
+
+@clean_errors
+def archive(
+    topics: Annotated[list[str], typer.Argument(help="Topics to archive into the lake (they must exist).")],
+    schema: Annotated[
+        str | None, typer.Option("--schema", help="DDL of the JSON value, to keep decoded columns too (one topic).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Archive what the topics hold now, then stop.")] = False,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+) -> None:
+    """Archive topics into the lake continuously, exactly once (the same archiver as `archived=True` topics)."""
+    from weir.kafka import Admin
+    from weir.pipeline import Pipeline
+    from weir.runtime.runner import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if schema and len(topics) > 1:
+        raise ValueError("--schema describes one topic; archive topics with different schemas one by one")
+    settings = load()
+    existing = Admin(settings.bootstrap_servers, settings.kafka).topics()
+    missing = [t for t in topics if t not in existing]
+    if missing:
+        raise ValueError(f"topic(s) {', '.join(missing)} do not exist; weir archive copies existing topics")
+    p = Pipeline("lake-" + "+".join(topics))
+    for t in topics:
+        p.topic(t, schema=schema or "", partitions=existing[t])
+    runner = Runner(p, settings, available_now=once, archive=topics)
+    out.print(f"archiving {', '.join(topics)} into {settings.lake}")
+    runner.run(duration)
+    for n, st in runner.snapshot().items():
+        out.print(f"{n}: {st.state}, {st.batches} batches, {st.totals.out} records archived")
+    if any(st.state == "failed" for st in runner.snapshot().values()):
+        raise typer.Exit(1)

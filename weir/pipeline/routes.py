@@ -1,0 +1,20 @@
+"""Route names: where each row of a processor's result goes, so that nothing is dropped silently.
+
+The runtime's router delivers and counts every route (docs/pipelines.md); weir's stateful blocks tag each
+row they return with one of them in the `_route` column.
+"""
+
+ROUTE = "_route"
+ABSORBED = "_absorbed"  # BIGINT, set only on rows routed ABSORB: how many input records the row stands for
+
+# Every input record ends up counted in exactly one of OUT, FILTERED, LATE, DLQ, DUPLICATE or an ABSORB row's
+# count; EMIT rows are results made from state (a closed window), which stand for no single input record and
+# are not part of the input accounting.
+OUT = "out"  # one output record for one input record (a joined order)
+FILTERED = "filtered"  # an input record deliberately not output (inner join miss)
+LATE = "late"  # an input record whose every window is closed, for <topic>.late
+DLQ = "dlq"  # an input record that cannot be processed (undecodable, or no key), for <topic>.dlq
+DUPLICATE = "duplicate"  # an input record dropped as a replay of one already seen (deduplication)
+ABSORB = "absorbed"  # a summary row: `_absorbed` input records were folded into state, nothing output
+EMIT = "emit"  # a result computed from state (a closed window), output but not an input record
+ROUTES = (OUT, FILTERED, LATE, DLQ, DUPLICATE, ABSORB, EMIT)

@@ -1,0 +1,1 @@
+"""Running pipelines: the runner, one query per processor, routing, accounting, progress, versions, status."""
