@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.weir-installed
 DURATION ?= 90
 
-.PHONY: venv test unit lint demo bench clean
+.PHONY: venv browser test unit lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The dashboard's browser test drives Debian's Chromium through Playwright (never a browser download of its own).
+browser:
+	test -x /usr/bin/chromium || { apt-get -q update && apt-get -q install -y -o DPkg::Lock::Timeout=600 \
+		--no-install-recommends chromium chromium-driver; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check weir tests bench examples
 	$(BIN)/ruff format --check weir tests bench examples
+	$(BIN)/lint-imports
 
-test: $(STAMP) lint
+test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -ra --durations=15 tests
 
 unit: $(STAMP)

@@ -1,5 +1,5 @@
-"""The dashboard in a real browser: headless Chromium (Debian's `chromium`, installed by the test with apt when
-missing, driven by Playwright with `executable_path`; never `playwright install`) loads the page of a monitor
+"""The dashboard in a real browser: headless Chromium (Debian's `chromium`, installed by `make test`'s set-up,
+driven by Playwright with `executable_path`; never `playwright install`) loads the page of a monitor
 watching a real two-processor pipeline, sees the topology by name, and sees a chart grow as more batches run.
 Any console error or page error fails the test. The screenshot is kept in the test's tmp dir and copied to
 test-artifacts/monitor-dashboard.png."""
@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -36,42 +34,12 @@ CHROMIUM = "/usr/bin/chromium"
 TOKEN = "browser-test-token"
 
 
-def _apt(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    # Wait for the dpkg lock rather than fail when another apt runs on the machine.
-    cmd = ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=600", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200, check=False)
-
-
-def ensure_chromium() -> float | None:
-    """Install Debian's chromium and chromium-driver when /usr/bin/chromium is missing; the seconds it took
-    (None: already there). A failure fails the test with apt's own words, never a silent skip."""
-    if os.access(CHROMIUM, os.X_OK):
-        return None
-    if shutil.which("apt-get") is None:
-        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install Debian's chromium", pytrace=False)
-    began = time.monotonic()
-    packages = ("install", "-y", "--no-install-recommends", "chromium", "chromium-driver")
-    done = _apt(*packages)
-    if done.returncode != 0:  # stale or missing package lists: update once, then try again
-        _apt("update")
-        done = _apt(*packages)
-    if done.returncode != 0 or not os.access(CHROMIUM, os.X_OK):
-        tail = (done.stderr or done.stdout).strip()[-1500:]
-        pytest.fail(
-            f"cannot install Debian's chromium with apt-get (exit {done.returncode}; root is needed): {tail}",
-            pytrace=False,
-        )
-    return time.monotonic() - began
-
-
 @pytest.fixture(scope="module")
-def chromium(request: pytest.FixtureRequest) -> str:
-    took = ensure_chromium()
-    if took is not None:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"installed Debian's chromium and chromium-driver with apt-get in {took:.1f}s")
+def chromium() -> str:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing: `make browser` (part of `make test`) installs Debian's chromium", pytrace=False
+        )
     return CHROMIUM
 
 
@@ -249,18 +217,3 @@ def check_the_page(page, api, key: dict[str, str], tag: str, feed: Feed) -> None
         row = page.locator(f'#processors .proc-row[data-name="{key[proc]}"]')
         assert row.count() == 1 and row.get_attribute("data-health") == "healthy", row.get_attribute("title")
     assert page.locator("#broker").get_attribute("data-reachable") == "true"
-
-
-def test_a_failed_chromium_install_fails_the_test_with_apts_words(monkeypatch, tmp_path):
-    calls = []
-
-    def apt(*args: str) -> subprocess.CompletedProcess:
-        calls.append(args[0])
-        return subprocess.CompletedProcess(args, 100, "", "E: Unable to locate package chromium")
-
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", str(tmp_path / "no-chromium"))
-    monkeypatch.setattr(sys.modules[__name__], "_apt", apt)
-    with pytest.raises(pytest.fail.Exception, match=r"cannot install Debian's chromium with apt-get \(exit 100") as e:
-        ensure_chromium()
-    assert "E: Unable to locate package chromium" in str(e.value)
-    assert calls == ["install", "update", "install"]  # the package lists are refreshed once, then it fails
