@@ -315,3 +315,40 @@ def test_an_incompatible_state_change_is_refused_with_a_clear_message(spark, boo
     message = str(info.value)
     assert "processor enrich: version src-" in message and "cannot resume from the state in" in message
     assert "tier:bigint" in message and "weir run --reset enrich" in message
+
+
+@pytest.mark.parametrize(("fault", "unaccounted"), [("lost", 1), ("doubled", -1)])
+def test_a_record_lost_or_doubled_inside_weir_is_a_published_violation(
+    spark, bootstrap, tmp_path, monkeypatch, fault, unaccounted
+):
+    """The books compare Spark's own input count with what weir handed the function and routed: a record that
+    weir loses or doubles on the way (injected here, between the source and the function) unbalances them."""
+    from weir.runtime.query import ProcessorQuery
+
+    split = ProcessorQuery._split
+
+    def faulty(self, batch):
+        parts = split(self, batch)
+        first = parts[0].orderBy("partition", "offset").limit(1)
+        if fault == "lost":
+            return [parts[0].exceptAll(first), *parts[1:]]
+        return [parts[0].unionByName(first), *parts[1:]]
+
+    monkeypatch.setattr(ProcessorQuery, "_split", faulty)
+    prefix = uuid.uuid4().hex[:8]
+    p = orders_pipeline(prefix)
+    Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
+    records = [Rec(i % 2, f"o{i}".encode(), json.dumps({"id": f"o{i}", "amount": 9.0}).encode()) for i in range(20)]
+    produce(bootstrap, f"{prefix}.orders", [*records, Rec(0, b"bad", b"not json")])
+    s = settings(tmp_path, bootstrap)
+
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(300)
+    runner.stop()
+
+    progress = [r for r in progress_records(s, p.name) if r["accounting"]["in"]]
+    assert len(progress) == 1, progress
+    books = progress[0]["accounting"]
+    assert books["in"] == 21 and books["dlq"] == 1  # Spark's count: every record read, the bad one included
+    assert not books["balanced"] and books["unaccounted"] == unaccounted, books
+    assert runner.snapshot()["bigger"].totals.violations == 1

@@ -133,7 +133,7 @@ def test_per_processor_settings_must_name_existing_processors():
 
 def test_a_stateless_batch_is_settled_by_the_coordinates_its_output_keeps():
     c = from_routes([("out", "o", 7, 0), ("dlq", "in.dlq", 3, 0)])  # 7 rows from 5 records, 2 bad + 1 poison
-    c.passed, c.has_sources, c.poison = 5, True, 1
+    c.passed, c.has_sources, c.poison, c.handed = 5, True, 1, 18
     c.settle(20)
     assert (c.in_, c.out, c.emitted, c.dlq, c.filtered) == (20, 5, 2, 3, 12)
     assert c.balanced and c.violations == 0
@@ -141,13 +141,28 @@ def test_a_stateless_batch_is_settled_by_the_coordinates_its_output_keeps():
 
 def test_without_coordinates_each_output_row_stands_for_one_record():
     c = from_routes([("out", "o", 6, 0), ("dlq", "in.dlq", 1, 0)])
-    c.passed, c.has_sources, c.poison = 0, False, 1
+    c.passed, c.has_sources, c.poison, c.handed = 0, False, 1, 10
     c.settle(10)
     assert (c.out, c.filtered, c.emitted) == (6, 3, 0) and c.balanced
 
 
-def test_weirs_own_count_wins_over_sparks_for_a_stateless_batch():
+def test_a_record_weir_lost_before_the_function_unbalances_the_batch():
+    c = from_routes([("out", "o", 4, 0), ("dlq", "in.dlq", 1, 0)])
+    c.passed, c.has_sources, c.handed = 4, True, 5  # Spark read 7: 1 undecodable, 6 decoded, weir handed 5
+    c.settle(7)
+    assert (c.out, c.filtered, c.dlq) == (4, 1, 1)
+    assert not c.balanced and c.unaccounted == 1 and c.to_json()["unaccounted"] == 1
+
+
+def test_a_record_weir_doubled_before_the_function_unbalances_the_batch():
     c = from_routes([("out", "o", 4, 0)])
-    c.passed, c.has_sources, c.read = 4, True, 4
-    c.settle(2)  # Spark's metric undercounts a batch whose tasks failed and re-ran
-    assert c.in_ == 4 and c.balanced
+    c.passed, c.has_sources, c.handed = 4, True, 7  # Spark read 6, weir handed one of them twice
+    c.settle(6)
+    assert not c.balanced and c.unaccounted == -1
+
+
+def test_outputs_naming_records_never_handed_are_a_violation():
+    c = from_routes([("out", "o", 5, 0)])
+    c.passed, c.has_sources, c.handed = 5, True, 4
+    c.settle(4)
+    assert c.violations == 1

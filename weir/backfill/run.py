@@ -366,7 +366,7 @@ class _Run:
             report.chunks_empty += 1
             return None
         # Rows per Kafka partition: a small job over two columns of the files. It is also the batch's input
-        # count: run_batch neither caches nor counts a batch of Parquet files, which are cheap to read again.
+        # count, measured apart from the records run_batch hands the function (two independent counts).
         by_partition = batch.groupBy("topic", "partition").agg(F.count("*").alias("n")).collect()
         if not by_partition:
             report.chunks_empty += 1
@@ -377,7 +377,7 @@ class _Run:
         if self.target.sink is not None:
             self.target.sink.open(writer_name(report.id, chunk))
         listed = sum(r["n"] for r in by_partition)
-        counts = self.query.run_batch(batch, chunk.batch_id, read=listed)
+        counts = self.query.run_batch(batch, chunk.batch_id, reread=True)
         counts.settle(listed)
         if not counts.balanced:
             counts.violations += 1

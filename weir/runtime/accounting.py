@@ -39,7 +39,7 @@ class Counts:
     # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
     passed: int | None = None
     has_sources: bool = False  # whether output rows still carry their input's coordinates
-    read: int | None = None  # stateless batches: the rows of the batch as weir counted them
+    handed: int = 0  # stateless batches: the decoded records weir handed the function, as weir counted them
 
     @property
     def accounted(self) -> int:
@@ -61,28 +61,29 @@ class Counts:
             self.outputs[dest] = self.outputs.get(dest, 0) + n
 
     def settle(self, in_: int) -> None:
-        """Set `in` (Spark's count, or weir's own count of a stateless batch, which stays right when a
-        poison record made Spark re-run tasks) and, for a stateless batch, split its clean records into
-        out and filtered.
+        """Set `in`, counted apart from weir (Spark's numInputRows, or the lake files' rows of a backfill
+        chunk), and, for a stateless batch, split the records the function was handed into out and filtered.
 
         `out` becomes the input records with at least one output row, measured by the input coordinates the
         output rows still carry (without them, each output row stands for one input record); rows beyond
-        that are a fan-out, counted as `emitted`. `filtered` is what remains of the clean records."""
-        self.in_ = in_ if self.read is None else self.read
+        that are a fan-out, counted as `emitted`. `filtered` is the handed records with no output row that
+        did not make the function raise (those are poison, in `dlq`). A record weir lost or doubled between
+        Spark's source and the function changes `handed` but not `in`: the batch does not balance."""
+        self.in_ = in_
         if self.passed is None:
             return
-        clean = self.in_ - self.dlq  # decoded, and the function did not raise on them
-        passed = self.passed if self.has_sources else min(self.out, clean)
-        self.filtered += clean - passed
+        survived = self.handed - self.poison  # handed, and the function did not raise on them
+        passed = self.passed if self.has_sources else min(self.out, survived)
+        self.filtered += survived - passed
         self.emitted += self.out - passed
         self.out = passed
-        if clean - passed < 0:  # outputs name input records this batch did not read
+        if survived - passed < 0:  # outputs name input records this batch did not hand the function
             self.violations += 1
         self.passed = None
 
     def to_json(self) -> dict:
         d = asdict(self)
-        del d["passed"], d["has_sources"], d["read"]
+        del d["passed"], d["has_sources"], d["handed"]
         d["in"] = d.pop("in_")
         d["balanced"] = self.balanced
         d["unaccounted"] = self.unaccounted

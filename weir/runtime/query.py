@@ -187,25 +187,27 @@ class ProcessorQuery:
     def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
         self.ledger.put(self.name, batch_id, self.run_batch(batch, batch_id))
 
-    def run_batch(self, batch: DataFrame, batch_id: int, read: int | None = None) -> Counts:
+    def run_batch(self, batch: DataFrame, batch_id: int, reread: bool = False) -> Counts:
         """One static batch of a stateless processor, as foreachBatch runs it: dead-letter the undecodable
         records, apply the function to each input topic's clean rows (isolating poison records), route and
-        deliver; returns the batch's counts (`read` set, not yet settled). `batch` has the columns of the
-        inputs' weir-kafka streams; any DataFrame of those columns will do (`weir backfill` hands it rows
-        from the lake). Sinks must be open.
+        deliver; returns the batch's counts, to be settled with an input count measured apart from weir's
+        (Spark's own, or the lake files' for a backfill). `batch` has the columns of the inputs' weir-kafka
+        streams; any DataFrame of those columns will do (`weir backfill` hands it rows from the lake). Sinks
+        must be open.
 
-        `read`: the batch's row count, when the caller measured it on an input that is cheap to read again
-        (the lake's Parquet files); the batch is then neither cached nor counted here."""
+        `reread`: the batch is cheap to read again (the lake's Parquet files), so it is not cached."""
         self._poisoned = 0
-        if read is None:
-            # Filling the cache in a job without user code: later jobs that fail (a poison record) re-read
-            # the cache, not Kafka, and the batch's input count is this one.
-            read = self._cache(batch).count()
+        if not reread:
+            self._cache(batch)
         try:
+            inputs = self._split(batch)
+            # The records the function is handed, counted in a job without user code: it also fills the cache,
+            # so later jobs that fail (a poison record) re-read the cache, not Kafka.
+            handed = _count(inputs)
             dead = routing.dead_letters(batch, self.proc)
-            frame, routed, groups = self._attempt(self._split(batch), None, dead)
+            frame, routed, groups = self._attempt(inputs, None, dead)
             counts = self._deliver(frame, routed, groups, batch_id)
-            counts.read = read
+            counts.handed = handed
             return counts
         finally:
             self._release()
@@ -378,6 +380,13 @@ def _with_output(result: dict[str, DataFrame]) -> DataFrame:
     for f in frames[1:]:
         out = out.unionByName(f, allowMissingColumns=True)
     return out
+
+
+def _count(frames: list[DataFrame]) -> int:
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f, allowMissingColumns=True)
+    return union.count()
 
 
 def _groups(routed: DataFrame) -> list:
