@@ -3,17 +3,9 @@
     report = backfill("shop.py", "total", "2026-11-20T14:00", "2026-11-20T17:00")
     report = backfill(pipeline, "total", start, end, into="parquet:/data/totals", dry_run=True)
 
-Steps: the processor is found and checked (not a source, not stateful); the range is parsed and checked
-(start < end, start not in the future); each input topic's lake directory is checked for foreign files
-(`weir.lake.inspect.check_clean`) and its files in the range's hours are listed (weir.backfill.scan); a
-range with no files is refused, naming what the lake holds. A dry run stops here with the plan. Otherwise
-each chunk (one UTC hour of the range, weir.backfill.plan) is read from its hour directories, filtered to
-the exact range, and handed to `ProcessorQuery.run_batch`: the very code a streaming micro-batch runs
-(dead letters, the function per input topic, poison isolation, routing, delivery, counts), with batch id =
-the chunk's hour. Kafka records get the header `weir.backfill=<id>` besides `weir.source`; an exactly-once
-sink gets one writer name per chunk, so a rerun of the same backfill skips the chunks it published.
-
-The contract (dedup, reruns, boundaries) is docs/backfill.md.
+Checks the processor, the range and the lake, plans one chunk per UTC hour, and hands each chunk to
+`ProcessorQuery.run_batch`, the code a streaming micro-batch runs. The contract (what runs, identities and
+dedup, reruns, boundaries, refusals): docs/backfill.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The lake's files a backfill reads: only the `date=D/hour=H` directories its range overlaps are listed.
 
-Per input topic: the topic directory is listed (its date directories), then the date directories the range
-overlaps (their hour directories), then the hour directories it overlaps (their Parquet files), whose
-footers give the rows. Nothing else under the topic is listed by this module; the foreign-file check
-(`weir.lake.inspect.check_clean`) is the caller's, before scanning.
-
-Rows of an hour the range covers whole are exact (the archiver puts a record in the hour of its
-timestamp); rows of a boundary hour the range covers in part are an upper bound until Spark filters the
-exact timestamps.
+Rows come from the Parquet footers: exact for an hour the range covers whole, an upper bound for a boundary
+hour until Spark filters the exact timestamps. The foreign-file check (`weir.lake.inspect.check_clean`) is
+the caller's, before scanning. See docs/backfill.md.
 """
 
 from __future__ import annotations

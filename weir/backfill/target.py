@@ -1,16 +1,8 @@
 """Where a backfill writes: the processor's own outputs (or sink), or what `--into` names.
 
-    (none)              the processor's declared output topics, or its declared sink
-    <topic>             a topic declared in the pipeline, or one that exists in Kafka (records as for the
-    topic:<topic>       processor's output topic: its schema and key)
-    parquet:<path>      weir.sinks.ParquetSink(<path>), exactly once per (writer, batch id)
-    postgres:<table>    weir.sinks.PostgresSink(<dsn>, <table>) in append mode, the DSN from the
-                        WEIR_POSTGRES_DSN environment variable (else libpq's PG* variables), never the
-                        command line, where a password would show in `ps` and shell history
-
-`--into` needs a processor with at most one output. The function is the processor's own; only its result
-is sent elsewhere (a dict result with one entry is taken as that entry's DataFrame). Dead letters always
-go to `<input topic>.dlq`, as in streaming.
+`--into` is `<topic>`, `topic:<topic>`, `parquet:<path>` or `postgres:<table>` (the DSN from
+`WEIR_POSTGRES_DSN`, never the command line, where a password would show in `ps`). Only the function's result
+goes elsewhere; dead letters always go to `<input topic>.dlq`. The table of targets: docs/backfill.md.
 """
 
 from __future__ import annotations

@@ -1,46 +1,9 @@
 """Deduplication per key within an event-time horizon, from Spark keyed state: absorbs at-least-once replays.
 
-    orders = spark.readStream.format("weir-kafka")...load()
     unique = deduplicate(orders, key="order_id", event_time="timestamp", horizon="1 hour", watermark="10 minutes")
 
-The input is a streaming DataFrame from `weir-kafka` (so it carries the Kafka columns `topic`, `partition`
-and `offset`) with an event-time column of type TIMESTAMP and a key column, typically a record id, and
-usually the source's `_error` column. The state is Spark keyed state (one ValueState and an event-time
-timer per key, RocksDB, as `weir.spark_session` configures), so it survives restarts through the query's
-checkpoint.
-
-Semantics:
-
-- The watermark is Spark's, as in weir.blocks.window: for micro-batch N, the largest event time seen in
-  batches 0..N-1 minus the `watermark` delay, 0 before any data, never going back. The stream must carry
-  no other watermark.
-- Each input record gives exactly one output row, whose `_route` (see weir.pipeline.routes) is judged in
-  this order: "dlq" when its `_error` is non-null (kept as is) or its key is null (`_error` =
-  "deduplicate: key <key> is null": it cannot be checked); "late" when its event time is null or before
-  the micro-batch's watermark; otherwise the record is on time and is "out" or "duplicate":
-- Per key the state holds L, the latest event time of the key's on-time records since the state was
-  created. The on-time records of a key are taken in processing order (micro-batch after micro-batch;
-  within one, by event time, then topic, partition, offset). A record at event time t is "out" when the
-  key has no state or t >= L + horizon, and then L = t; otherwise it is "duplicate" and L = max(L, t).
-- The state of a key is cleared, by an event-time timer, in the first micro-batch whose watermark is at
-  least L + horizon. So it is bounded by the keys seen within about horizon + delay of event time.
-- Hence a replay (a record with the key and event time of one already "out") is never "out" again: while
-  the key's state lives it is "duplicate", and once it is cleared its event time is behind the watermark,
-  so it is "late". A record of the key at least `horizon` after the last one seen is "out" again, and so
-  is any on-time record after the state was cleared (then t >= watermark >= L + horizon). Note that
-  duplicates extend L: replays arriving less than `horizon` apart keep the key's state alive.
-- Accounting: each micro-batch's input rows = out + duplicate + late + dlq rows; there are no "absorbed"
-  or "emit" rows.
-- Output columns: every column of the stream except `_error` (same names, types and values), then
-  `_route` STRING, `_absorbed` BIGINT (always null here) and `_error` STRING (non-null only on "dlq"
-  rows). The stream must not have columns named `_route` or `_absorbed`.
-- `horizon` is a whole number of milliseconds ("10 minutes"). A restart with another horizon applies it
-  to the keys already in state too (a timer set for the old horizon re-arms itself or clears the key).
-- A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
-
-Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
-columns therefore travel as text and are cast back, and the event time travels as microseconds, which
-also keeps Spark from dropping late rows before the processor (see weir.blocks.window).
+Every input record gets one `_route`: "out" (the first of its key within the horizon), "duplicate", "late" or
+"dlq". Semantics, state and output columns: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -137,7 +100,7 @@ def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, wate
     """The stream's rows, each tagged `_route` "out" (first of its key within the horizon), "duplicate",
     "late" or "dlq", with `_absorbed` (null) and `_error`.
 
-    See the module docstring for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
+    See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable `horizon`, missing Kafka columns and stream columns named like the output's
     route columns."""
     fn = "deduplicate"

@@ -1,56 +1,10 @@
 """Stream-table join: enrich a stream with the latest value of a changelog table, from Spark keyed state.
 
-    orders = spark.readStream.format("weir-kafka")...load()
-    customers = spark.readStream.format("weir-kafka")...load()
     enriched = join_table(orders, customers, key="customer_id", how="left", table_name="customers")
 
-Both inputs are streaming DataFrames from `weir-kafka` with decoded values (`valueFormat=json`), so they
-carry the Kafka columns `key`, `value`, `topic`, `partition`, `offset` and `timestamp` besides their
-fields, and usually `_error`. The table is a changelog: each record upserts the row of its key, and a
-record whose raw `value` is null (a tombstone) deletes it. The table lives in Spark keyed state, one
-ValueState per key, never in a remote store, so it survives restarts through the query's checkpoint.
-Spark's transformWithState needs the RocksDB state store (as `weir.spark_session` configures); with
-another provider the query fails at its first batch.
-
-Semantics:
-
-- The two inputs are unioned with a side tag and grouped by `key`. Spark hands a key's rows over in no
-  particular order, so within a micro-batch they are sorted into event order: by Kafka `timestamp`, then
-  the table before the stream (an order with the same timestamp as a table update sees the update), then
-  `offset`. Table rows update or delete the key's state; each stream row is emitted with the state as it
-  is at that point. Within a micro-batch this is an as-of join on timestamps; across micro-batches the
-  state is whatever was applied last, so a stream record that arrives in a later batch than a newer table
-  update sees that update.
-- A table record's key is its decoded `key` field. A tombstone has no decoded fields, so its key is the
-  Kafka message key, read as UTF-8 text and cast to the key column's type (as is, for a BINARY key): the
-  table topic must be keyed by the key field's value.
-- Every input record is accounted for by exactly one `_route` (see weir.pipeline.routes):
-  - a stream record: "out" for a joined row; with how="inner", a stream row whose key has no table value
-    (never set, deleted, or a null key) is "filtered", with null table columns, so the caller can count
-    it; with how="left" it is "out". One output row per stream record.
-  - a table record that is applied (an upsert or a tombstone with a key): no row of its own; per key and
-    micro-batch ONE "absorbed" row whose `_absorbed` is the number of table records applied; every other
-    column of that row is null.
-  - "dlq", one row per record, with `_error` set and the record's Kafka columns (`topic`, `partition`,
-    `offset`, `key`, `value`, and the other Kafka columns both inputs have), so a router can write it to
-    `<topic>.dlq`: a record of either input whose `_error` is non-null (it failed to decode; the error is
-    kept); a table upsert whose decoded key is null ("table <table_name> record has a null key <key>");
-    a tombstone whose Kafka key is null or does not read as the key's type (the same, then ": a
-    tombstone's key is its Kafka key, null or not a <type>"). A dlq table record changes no state.
-  So each micro-batch's input rows (both sources) = out + filtered + dlq rows + the sum of `_absorbed`.
-- Output columns: every stream column except `_error` (same names and types; on table dlq rows only the
-  Kafka columns are set), then the table columns (`table_columns`, by default every decoded table field
-  except the key; null when the key has no value), then `_route` STRING, `_absorbed` BIGINT (non-null only
-  on "absorbed" rows), `_error` STRING (non-null only on "dlq" rows).
-- The state holds the table columns (BIGINT as STRING, see below). Changing `table_columns` or their types
-  changes the state schema, and Spark refuses to restart from the old checkpoint
-  (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE): start a new checkpoint, which re-reads the table topic.
-  `how` and `table_name` can change between runs.
-- A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
-
-Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
-columns therefore travel as text and are cast back, so large ids stay exact. A NaN in a DOUBLE column comes
-out null (PySpark's pandas conversion).
+The table (upserts, tombstones delete) lives in keyed state, one value per key, never in a remote store. Every
+input record gets one `_route`: stream records "out" or "filtered", applied table records one "absorbed" row
+per key and batch, bad records "dlq". Order of events, routes, output columns and state: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -107,7 +61,7 @@ def _plain(v: Any) -> Any:
 
 
 class _TableJoin(StatefulProcessor):
-    """Per key: the table's current row in a ValueState; see the module docstring for the order of events."""
+    """Per key: the table's current row in a ValueState; see docs/blocks.md for the order of events."""
 
     def __init__(self, n_stream: int, table_types: list[DataType], state_schema: StructType, left: bool) -> None:
         self.n_stream = n_stream
@@ -214,7 +168,7 @@ def join_table(
     "absorbed" row per key and micro-batch for the table records applied; "dlq" rows for records that
     cannot be used. `table_name` names the table in dlq errors ("table" when None).
 
-    `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values; see the module docstring
+    `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values; see docs/blocks.md
     for the order of events, tombstones, null keys and the output columns. Raises ValueError for an unknown
     key, an unknown `how`, missing Kafka columns, unknown `table_columns` or table columns whose names the
     stream already uses."""

@@ -1,34 +1,10 @@
 """Session windows per key, from Spark keyed state, with late records routed, not dropped.
 
-    clicks = spark.readStream.format("weir-kafka")...load()
-    visits = session_window(
-        clicks, key="user_id", event_time="timestamp", gap="30 minutes", watermark="5 minutes",
-        aggregates={"clicks": ("count", "*"), "spent": ("sum", "amount")},
-    )
+    visits = session_window(clicks, key="user_id", event_time="timestamp", gap="30 minutes",
+                            watermark="5 minutes", aggregates={"clicks": ("count", "*")})
 
-Input, watermark, routes, aggregates, accounting and output columns are those of weir.blocks.window
-(read its docstring): each record is "dlq" (non-null `_error`), "late" (null event time or before the
-micro-batch's watermark) or on time, and the on-time records of a key and micro-batch are counted in one
-"absorbed" row. What differs is which window a record belongs to:
-
-- Every on-time record at event time t spans [t, t + gap); the spans of one key that overlap form one
-  session [first, last + gap). So two records of a key, consecutive in event time, are in one session
-  when they are less than `gap` apart, and a gap of `gap` or more between them separates two sessions. A
-  record that overlaps two sessions (bridges them) merges them, aggregates combined. Sessions do not
-  depend on the order in which records arrive or on how they are split into micro-batches, only on which
-  records are on time. `gap` is a whole number of milliseconds ("30 seconds", "5 minutes").
-- A session is CLOSED when the watermark reaches its end (watermark >= window_end), and emitted once then
-  as an "emit" row with `window_start` = its first record's event time and `window_end` = its last
-  record's event time + gap. No on-time record can change a closed session (it would need t < end <=
-  watermark). Open sessions stay in state: an AvailableNow run does not flush them.
-- A "late" row carries `window_start` = the record's event time and `window_end` = event time + gap (the
-  span it would have opened), null for a null event time.
-- A session has no maximum length: a key with a record at least every `gap` keeps one session open.
-- The state holds, per key and open session, a MapState entry start -> (end, record count, one
-  accumulator per aggregate), and one event-time timer per session end, moved when the session grows or
-  merges. Changing `gap` or `aggregates` changes what the state means: start a new checkpoint. Changing
-  the watermark delay only changes what is late and when sessions close from then on.
-- A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
+Routes, aggregates, accounting and output columns are those of weir.blocks.window; a session is the records of
+a key less than `gap` apart, emitted once when the watermark passes its end. Semantics: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -117,7 +93,7 @@ def session_window(
     """Per `key`, sessions of records less than `gap` apart: one "emit" row per closed session, one "late" or
     "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
 
-    See the module docstring for the exact semantics. Raises ValueError as `sliding_window` does."""
+    See docs/blocks.md for the exact semantics. Raises ValueError as `sliding_window` does."""
     fn = "session_window"
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates)
     gap_us = interval_ms(gap, fn) * 1000

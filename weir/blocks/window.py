@@ -1,72 +1,11 @@
 """Tumbling and sliding event-time windows per key, from Spark keyed state, with late records routed, not dropped.
 
-    orders = spark.readStream.format("weir-kafka")...load()
-    totals = sliding_window(
-        orders, key="customer_id", event_time="timestamp", size="1 minute", slide="10 seconds",
-        watermark="10 seconds", aggregates={"orders": ("count", "*"), "revenue": ("sum", "amount")},
-    )
-    per_minute = tumbling_window(orders, "customer_id", "timestamp", "1 minute", "10 seconds", {...})
+    totals = sliding_window(orders, key="customer_id", event_time="timestamp", size="1 minute",
+                            slide="10 seconds", watermark="10 seconds", aggregates={"orders": ("count", "*")})
 
-The input is a streaming DataFrame from `weir-kafka` (so it carries the Kafka columns `key`, `value`,
-`topic`, `partition` and `offset`) with an event-time column of type TIMESTAMP, and usually the source's
-`_error` column. The open windows live in Spark keyed state (a MapState per key, RocksDB, as
-`weir.spark_session` configures), so they survive restarts through the query's checkpoint. Session windows
-(`weir.blocks.sessions`) share this module's input rules, routes, aggregates and output columns.
-
-Semantics:
-
-- Windows are [start, start + size) where start is a multiple of `slide` since the Unix epoch, as Spark's
-  `window(size, slide)` without a start offset: a record at event time t falls in every window with
-  start <= t < start + size: size / slide windows when size is a multiple of slide, otherwise the floor
-  or the ceiling of that, depending on t. `tumbling_window` is the case slide == size (one window per
-  record). `size` and `slide` are whole numbers of milliseconds ("30 seconds", "1 minute", "1 hour 30
-  minutes"), slide <= size.
-- The watermark is Spark's: `stream.withWatermark(event_time, watermark)`. For micro-batch N it is the
-  largest event time (in milliseconds) seen in batches 0..N-1 minus the delay, 0 before any data, and it
-  never goes back (the query's `eventTime.watermark` in its progress). The stream must carry no other
-  watermark.
-- Each input record goes to exactly one route, judged in this order (`_route`, see weir.pipeline.routes):
-  "dlq" when its `_error` is non-null (a record the source could not decode; a stream without `_error` has
-  none); "late" when its event time is null or before the watermark of the micro-batch that processes it
-  (event_time < watermark; an event time before 1970 is late even in the first batch, whose watermark is
-  0); otherwise it is on time and added to its windows. Rows of a micro-batch are all judged against that
-  batch's watermark, whatever their order. A late record is emitted once, not once per window, and never
-  changes a window.
-- A window is CLOSED when the watermark reaches its end (watermark >= window_end): then no on-time record
-  can fall in it any more. Each closed window is emitted once, as an "emit" row, in the micro-batch whose
-  watermark closes it (a batch without data runs when the watermark moves on, also under
-  Trigger.AvailableNow). Windows whose end the watermark has not reached stay open in state and are
-  emitted by a later run: an AvailableNow run does not flush them.
-- Accounting: per key and micro-batch, the on-time records are summarised in one "absorbed" row whose
-  `_absorbed` is their count. So each micro-batch's input rows = late rows + dlq rows + the sum of
-  `_absorbed`; "emit" rows are results from state and stand for no input record.
-- Output columns: the key column (its type), `window_start` and `window_end` TIMESTAMP, the aggregates,
-  `topic` STRING, `partition` INT, `offset` BIGINT, `key` and `value` BINARY, `_route` STRING,
-  `_absorbed` BIGINT, `_error` STRING. The key and aggregate names must differ from these
-  (case-insensitively); alias the key column first to group by the Kafka key. Per route:
-  "emit": key, window, aggregates (Kafka columns, `_absorbed`, `_error` null);
-  "late": key, the latest window the record falls in (null for a null event time), null aggregates, and
-  the record's Kafka coordinates and raw `key` and `value` bytes, so a router can write it to
-  `<topic>.late`; "dlq": the same but no window and `_error` set, for `<topic>.dlq`;
-  "absorbed": only `_route` and `_absorbed`, every other column null.
-- Aggregates, as in SQL: ("count", "*") counts records; ("count", col) counts non-null values;
-  "sum", "min" and "max" ignore nulls and are null when the window has no non-null value. Only numeric
-  columns: integer columns give BIGINT, floating-point and decimal columns DOUBLE. Count is BIGINT.
-- Spark itself drops input rows behind the watermark before a stateful operator whose input carries the
-  watermarked column: silently, counted only in the progress' `numRowsDroppedByWatermark`. (It judges
-  them by the previous batch's watermark, so most late rows get through and the rest vanish.) This module
-  therefore hands the event time to the stateful operator as microseconds computed from it, which carry no
-  watermark metadata, so every row reaches the processor; the upstream watermark node still advances the
-  global watermark, which the processor reads from its timer values and its event-time timers follow.
-- The state holds, per key and open window, the record count and one accumulator per aggregate, and one
-  event-time timer per window end; a key has about (delay + size) / slide open windows. Changing `size`,
-  `slide` or `aggregates` changes what the state means: start a new checkpoint. Changing the watermark
-  delay only changes what is late and when windows close from then on.
-- A key's rows of one micro-batch are held in memory together; bound hot keys with maxOffsetsPerTrigger.
-
-Values cross into Python through pandas, where an integer column holding nulls becomes float64; BIGINT
-columns therefore travel as text and are cast back, so large values stay exact. A NaN in a DOUBLE column
-is a null (PySpark's pandas conversion).
+Every input record gets one `_route`: "dlq", "late", or "absorbed" into its windows; each closed window is
+emitted once as an "emit" row. Session windows (weir.blocks.sessions) share this module's input rules, routes,
+aggregates and output columns. Semantics, output columns and state: docs/blocks.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Reading a topic's offsets from the lake when the broker no longer has them (retention deleted them).
 
 The weir-kafka source plans on the driver (`LakeIndex`: which offsets the lake covers, from its manifests,
-and which directories hold them) and reads inside a task (`read_lake`): the archived rows of one partition
-and offset range, in offset order, as Arrow batches with exactly the source's columns. The value is decoded
-from the archived raw bytes with the reader's own decoder, so a record reads the same from the lake as
-from the broker, whatever schema the archiver decoded it with.
-
-Manifests are the truth for coverage; data files may be replaced by compaction after a manifest named
-them, so a task lists the hour directories the range's files were published in (compaction rewrites a
-directory in place) rather than the manifest's paths, and filters rows by partition and offset (row-group
-statistics prune the rest). Before reading, the task counts the lake's rows of every archive batch the
-range touches and compares them with the batch's manifest: a file missing or duplicated is an error
-naming the batch, never a silent gap or a duplicate. When the directories do not add up, every file of
-the topic is tried before failing, in case files moved.
+and which hour directories hold them) and reads inside a task (`read_lake`): one partition's offset range,
+in offset order, with exactly the source's columns, checked against the manifests' row counts. How, and
+every failure case: docs/retention.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Offset arithmetic of the weir-kafka source: pure functions, no broker, no Spark.
 
-An offset of the source is Spark's Kafka shape, `{"topic": {"0": 42, "1": 17}}` (next offset to read per
-partition), plus one key that no topic can have (`@` is not a legal topic character): `"@dataLoss"`,
-cumulative counts of offsets skipped with `failOnDataLoss=false`, and `"@lakeFallback"`, cumulative counts
-of offsets read from the lake because the broker no longer had them (with the last such ranges). Carrying
-the counts in the offset puts them in the checkpoint's offset log and in every `StreamingQueryProgress`
-(`sources[].endOffset`), so they survive restarts and the monitor can see them. Keys starting with `@`
-are never positions.
+An offset is Spark's Kafka shape, `{"topic": {"0": 42}}` (next offset per partition), plus keys starting
+with `@` (no topic can): the cumulative counts `"@dataLoss"` and `"@lakeFallback"`, which thus live in the
+checkpoint and every progress event. They are never positions. See docs/delivery.md and docs/retention.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The weir-kafka sink: rows to Kafka records, written from Spark's executors.
 
-Delivery is at-least-once. The producer is idempotent (no duplicates from its own retries, order kept
-per partition), a task succeeds only after the broker acknowledged every record it produced, and any
-delivery failure fails the task. A task or batch that Spark retries, or a query restarted from its
-checkpoint, writes its records again: consumers drop those replays by the `weir.source` header, which
-carries the coordinates of the input record (`topic/partition/offset`) whenever the input has them.
-
-Columns: `value` (required, string or binary); optional `key` (string or binary), `topic`, `partition`,
-`headers` (array<struct<key string, value binary>>) and `timestamp`. When the input carries source
-coordinates (`topic`, `partition` and `offset` columns, as rows from the weir-kafka source do), those
-columns describe where the row came from: they become the `weir.source` header, the destination is the
-`topic` option, and the partition follows from the key. `timestampType` is accepted and ignored.
+At-least-once: an idempotent producer, and a task succeeds only once the broker acknowledged every record.
+Rows from a weir-kafka source carry their coordinates into the `weir.source` header, by which consumers
+drop replays. Columns and options: README "Sink options"; the commit order and failure cases: docs/delivery.md.
 """
 
 from __future__ import annotations

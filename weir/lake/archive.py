@@ -1,38 +1,9 @@
 """The archiver: a built-in sink processor that copies a topic, continuously and exactly once, into the lake.
 
-Columns kept: key and value as raw bytes, the Kafka coordinates (topic, partition, offset, timestamp,
-timestampType, headers), and, when the topic has a schema, its decoded fields and `_error`. Malformed
-records are archived like any other: the lake holds what the broker held. Rows land in
-`<lake>/<topic>/date=YYYY-MM-DD/hour=HH/` by record timestamp in UTC (no timestamp: 1970-01-01/00).
-
-Commit protocol of batch n of archiver run r (r: the first 8 hex digits of the checkpoint's query id, so a
-reset checkpoint never takes an earlier run's batch ids for replays), on the driver:
-
-1. If `_weir/manifests/<topic>/r-n.json` exists, batch n was committed: skip it (a replay).
-   If `r-n.pending.json` exists, a crash interrupted its publish: go to step 5 with that plan.
-2. Spark writes the batch from the executors into `_weir/staging/<topic>/r-n-<uuid>/date=../hour=../`.
-3. The driver lists the staged Parquet files (deleting `_SUCCESS` and `.crc`), reads their footers (rows,
-   Kafka partition and offset bounds) and names each one's final path,
-   `<topic>/date=D/hour=H/part-r-n-<k>.parquet`, k in staged-path order.
-4. The plan (staged path -> final path for each file, plus the batch's offset ranges) is written to
-   `r-n.pending.json` (atomic: temp file, then rename).
-5. Each staged file is renamed to its final path, skipping files already there (a resumed publish).
-6. `r-n.json` is written (atomic): the batch is committed. Then the plan and the staging directory go.
-
-A crash, between each pair of steps:
-
-- during 2, 3 or 4: readers saw nothing; the staging directory is an orphan, deleted when the archiver
-  opens again (no plan names it); Spark replays batch n, which writes it afresh;
-- during 5: each rename is atomic, so readers see whole files, each record once; the files of batch n
-  not yet renamed are missing until the archiver opens again and completes the plan (step 5 from the
-  pending manifest) before anything else;
-- between 5 and 6, during 6 or after it with the plan still there: the same completion finds every file
-  in place and commits (again: the manifest is the same);
-- after 6 (before Spark commits batch n): the replay finds `r-n.json` at step 1.
-
-A replay reads the same offsets as the first attempt, so a plan completed from a crashed attempt holds
-exactly the rows the replay would have written. A new checkpoint (first start, or `weir run --reset`)
-starts where the lake's coverage of the topic ends, not at the broker's earliest offset: nothing twice.
+Every record (raw key and value, Kafka coordinates, decoded fields and `_error`) lands in
+`<lake>/<topic>/date=YYYY-MM-DD/hour=HH/` by record timestamp (UTC). Each batch is staged, then published by
+renames under a pending plan and committed by its manifest, so any Parquet reader sees it once and whole.
+The commit protocol and every crash case: docs/lake.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Compaction: each old hour directory of a topic rewritten as one Parquet file (or a few of bounded size),
 every row exactly once, same schema, sorted by (partition, offset), swapped in atomically for readers.
 
-Compaction of hour `<topic>/date=D/hour=H`, compaction id c (time-ordered), under a per-topic lock:
-
-1. List the hour's Parquet files: the inputs. Then read the pending archive plans: an hour holding a file a
-   plan names is skipped (the archiver completes a plan by finding its files in place).
-2. Write the inputs' rows, sorted, into `_weir/staging/.compact/<topic>/c/hour/part-c<c>-<k>.parquet`,
-   fsynced; check the output rows add up to the input rows.
-3. Write the record `_weir/compactions/<topic>/c.json` (state `prepared`: inputs, outputs, paths).
-4. Exchange `.../c/hour` with the live `<topic>/date=D/hour=H` in one `renameat2(RENAME_EXCHANGE)`: the live
-   name now holds the outputs, `.../c/hour` the inputs.
-5. Move every file of the old directory that is not an input (an archiver published it after step 1) into
-   the live directory.
-6. Move the old directory to `_weir/trash/<topic>/c/date=D/hour=H`, and rescue again from there.
-7. Rewrite the record with state `done`; remove the staging directory.
-
-Later runs delete trash older than the grace period (1 hour): first any file not among the inputs goes back
-to the live directory, then the inputs are unlinked by name, then the empty directory is removed. Nothing
-weir did not write is ever deleted. A crash leaves a `prepared` record, which the next run resolves before
-anything else: outputs in the live directory mean step 4 happened, so steps 5-7 are completed; otherwise
-the staging directory is deleted and the record marked `abandoned` (readers never saw it). Staging
-directories no record names are deleted. See docs/lake-tools.md for what readers observe.
+Staged outputs, a `prepared` record, one `renameat2(RENAME_EXCHANGE)` of the hour directory, then files an
+archiver published meanwhile rescued and the old directory moved to the trash. The steps, the crash cases
+(resolved by the next run) and what concurrent readers observe: docs/lake-tools.md.
 """
 
 from __future__ import annotations
@@ -281,7 +264,7 @@ def _abandon(lake: Lake, topic: str, rec: dict[str, Any]) -> None:
 
 
 def recover(lake: Lake, topic: str) -> list[str]:
-    """Resolve compactions a crash interrupted (module docstring) and delete staging no record needs."""
+    """Resolve compactions a crash interrupted (docs/lake-tools.md) and delete staging no record needs."""
     out = []
     top = lake.topic_dir(topic)
     for rec in compaction_records(lake, topic):

@@ -1,21 +1,9 @@
 """The retention guard: warns before the broker deletes records an archiver has not archived yet.
 
-An archiver that falls behind by more than its topic's `retention.ms` loses records for the lake for good:
-Kafka deletes a log segment once its newest record is older than `retention.ms`, archived or not. The
-guard compares, per partition, the archiver's lag in time with the retention:
-
-    lag_ms       = now - timestamp of the oldest record not yet archived (the record at the archiver's
-                   next offset; 0 when it is caught up)
-    time_left_ms = retention_ms - lag_ms  (about when that record's segment becomes deletable)
-
-and reports a risk when lag_ms > threshold * retention_ms ("lag"), or when the broker's earliest offset has
-already passed the archiver's next offset ("lost": offsets [next, earliest) are in neither the broker nor
-the lake). Record timestamps are what retention itself uses, so the lag is measured on the same clock.
-
-`assess` is the pure computation; `RetentionGuard` gathers the figures (the archiver's committed offsets
-from its checkpoint, else the lake's coverage end; the broker's offsets, topic config and the timestamp of
-the record at the next offset) and publishes each risk as a `retention_risk` progress record, from the
-runner's supervisor every `retention_guard_interval` seconds.
+Per partition, it compares the archiver's lag in time (the age of the oldest record not yet archived) with
+the topic's `retention.ms`, and publishes a `retention_risk` progress record when the lag passes a fraction
+of it ("lag") or offsets are already gone ("lost"). `assess` is the pure computation; `RetentionGuard` gathers
+the figures, called by the runner's supervisor. Definitions and settings: docs/retention.md.
 """
 
 from __future__ import annotations
@@ -89,7 +77,7 @@ def retention_ms(config: dict[str, str]) -> int | None:
 
 
 def assess(state: PartitionState, retention: int | None, now_ms: int, threshold: float) -> Risk | None:
-    """The risk of one partition, or None: pure, see the module docstring."""
+    """The risk of one partition, or None: pure, see docs/retention.md."""
     nxt = state.earliest if state.next_offset is None else state.next_offset  # a new archiver starts at earliest
     lost = max(state.earliest - nxt, 0)
     waiting = max(nxt, state.earliest) < state.latest

@@ -1,14 +1,8 @@
 """Inspection of an archived topic: its hours (files, rows, bytes), offset coverage and gaps, and foreign files.
 
-A file under `<lake>/<topic>/` is weir's when it is a readable Parquet file at
-`date=YYYY-MM-DD/hour=HH/<name>.parquet` (name not hidden) and a committed or pending archive manifest, or a
-compaction record, names it. Anything else there is *foreign*: a stray CSV, a `.tmp`, a file in a directory
-that is not `date=`/`hour=`, an unreadable Parquet file, or a valid one nobody recorded. Readers that glob
-`<topic>/**/*.parquet` would read foreign Parquet files as if archived (duplicates, wrong schema), so
-inspection names each one, `check_clean` refuses them, and nothing here ever deletes them.
-
-Rows and bytes come from the files' Parquet footers (the truth for readers); offset coverage and gaps come
-from the manifests (the truth for what was archived), which compaction does not change.
+Rows and bytes come from the Parquet footers (the truth for readers), coverage and gaps from the manifests.
+A file under `<lake>/<topic>/` that no manifest or compaction record names is foreign: reported, refused by
+`check_clean`, never deleted. What counts as foreign: docs/lake-tools.md.
 """
 
 from __future__ import annotations

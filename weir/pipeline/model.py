@@ -3,12 +3,10 @@
     shop = Pipeline("shop")
     orders = shop.topic("orders", schema="order_id STRING NOT NULL, amount DOUBLE", key="order_id", partitions=4)
     totals = shop.topic("order.totals", schema="order_id STRING, total DOUBLE")
-
     @shop.processor(inputs=[orders], outputs=[totals])
-    def total(orders):                      # a plain function over DataFrames
-        return orders.select("order_id", orders.amount.alias("total"))
+    def total(orders): return orders.select("order_id", orders.amount.alias("total"))  # a plain function
 
-A declaration only describes; `validate()` checks the whole topology before anything starts.
+A declaration only describes; `validate()` checks the whole topology before anything starts. docs/pipelines.md.
 """
 
 from __future__ import annotations

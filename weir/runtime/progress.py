@@ -1,21 +1,9 @@
 """The progress stream: one JSON record per micro-batch, failure and state change of every processor.
 
-Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records
-stay in order) and to a local JSONL log, `<home>/progress/<pipeline>.jsonl`. The monitor consumes the
-topic; the log is for people and for when the broker is down. Kinds (`type`):
-
-- "progress": a finished micro-batch: Spark's figures (input rows, rates, durations, event time and
-  watermark, state rows and memory, source offsets) with weir's accounting of the batch;
-  `accounting.balanced` false marks a violation, with `accounting.unaccounted` records.
-- "failure": a processor's query died; with the error, the restart count and when it restarts.
-- "state": a processor changed state (starting, running, restarting, stopped, finished, failed).
-- "retention_risk": an archiver lags its topic's retention (weir/lake/guard.py, docs/retention.md).
-
-A "progress" record's `lake_fallback` is null, or the weir-kafka sources' `@lakeFallback` counts: offsets
-read from the lake because the broker had deleted them (cumulative, and `batch_offsets` for this batch).
-
-A record that cannot be delivered to the topic is still in the log, and the miss is counted in the
-next records' `progress_undelivered`.
+Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records stay
+in order), which the monitor consumes, and to `<home>/progress/<pipeline>.jsonl`, which keeps them when the
+broker is down. Kinds: "progress", "failure", "state", "retention_risk". Fields: docs/pipelines.md
+("Progress stream").
 """
 
 from __future__ import annotations

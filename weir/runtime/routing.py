@@ -2,17 +2,9 @@
 
 A routed DataFrame has the columns `_route`, `_dest` (destination topic, null for rows only counted),
 `_absorbed`, `key` and `value` (BINARY), `headers` and `timestamp`, ready for the weir-kafka sink with a
-per-row topic. The rules:
-
-- Rows routed "out" or "emit" go to the processor's output topic (or the topic named by an `_output`
-  column when it has several). Their value is the JSON of the topic's declared fields, taken by name from
-  the row, and their key is the declared key field; a result without the declared fields but with a
-  `value` column is written raw (a source processor passing bytes through). The input's `timestamp` is
-  kept when the row has one, so event time travels downstream.
-- Rows routed "late" and "dlq" go to `<input topic>.late` and `<input topic>.dlq` with the input record's
-  raw key and value unchanged (so it can be replayed), and headers saying why: `weir.error`,
-  `weir.processor`, and `weir.source` = topic/partition/offset.
-- "filtered", "duplicate" and "absorbed" rows are counted, never written.
+per-row topic. "out"/"emit" rows go to the output topics, "late"/"dlq" rows to `<input>.late`/`<input>.dlq`
+with their raw bytes and headers; "filtered", "duplicate" and "absorbed" are only counted. The rules:
+docs/pipelines.md ("Outputs", "Dead letters, late records, filtered records").
 """
 
 from __future__ import annotations

@@ -4,16 +4,8 @@
     runner.run()                 # until Ctrl-C / SIGTERM (what `weir run` does)
     # or: runner.start(); ...; runner.snapshot(); runner.stop()
 
-Start: the pipeline is validated; missing topics are created with their declared partitions and configs,
-each input topic with its `<topic>.dlq` and `<topic>.late`, and the progress topic; each processor's
-version is checked against its checkpoint (`<checkpoint_root>/<pipeline>/<processor>`); then every
-processor's query starts. A query that dies is recorded (a "failure" progress record) and restarted from
-its checkpoint after a backoff that doubles up to `restart_backoff_max`; the others keep running. After a
-processor's first successful batch its backoff starts over. Stop: every query is stopped (the current
-batch is interrupted; it is replayed at the next start, see docs/delivery.md).
-
-With available_now=True every processor processes what its inputs hold and stops; processors run in
-topological order, so each one sees everything its upstream processors wrote.
+With available_now=True each processor processes what its inputs hold, in topological order, and stops.
+Start, failures, stop and versions: docs/pipelines.md ("Running").
 """
 
 from __future__ import annotations

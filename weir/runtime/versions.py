@@ -1,16 +1,8 @@
 """The code version stored with a processor's checkpoint, and what a change of it means at restart.
 
-`<checkpoint>/weir.json` records the processor's version (declared, or derived from its source), its
-inputs, and for a stateful processor the shape of its result, which follows from its state (table
-columns, window aggregates). At start:
-
-- no record: a new checkpoint; the record is written;
-- a stateless processor whose code changed: it resumes from its offsets with the new code (the change
-  is logged and published, nothing held in state depends on the old code);
-- a stateful processor whose result shape or inputs changed: the state in the checkpoint was built for
-  other code, and Spark would fail deep in its state store or, worse, read it wrongly. weir refuses to
-  start that processor with a message naming both versions and the two ways out: restore the old code,
-  or `weir run --reset <processor>` to rebuild its state from the inputs' earliest offsets.
+`<checkpoint>/weir.json` records the processor's version, its inputs and, when stateful, the shape of its
+result. A stateless processor resumes with changed code; a stateful one whose shape or inputs changed is
+refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions").
 """
 
 from __future__ import annotations

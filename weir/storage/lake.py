@@ -1,17 +1,9 @@
 """The lake: every archived topic as Parquet under `<lake>/<topic>/date=YYYY-MM-DD/hour=HH/`, plus weir's
-own bookkeeping under `<lake>/_weir/` (a directory no `<lake>/<topic>/**` glob reaches).
+own bookkeeping under `<lake>/_weir/` (manifests, staging, trash: no `<lake>/<topic>/**` glob reaches it).
 
-    <lake>/<topic>/date=2026-11-21/hour=14/part-<run>-<batch>-<n>.parquet   data, partitioned by record time (UTC)
-    <lake>/_weir/manifests/<topic>/<run>-<batch>.json                      one committed archive batch
-    <lake>/_weir/manifests/<topic>/<run>-<batch>.pending.json              a batch being published
-    <lake>/_weir/staging/<topic>/...                                      files before their publish
-    <lake>/_weir/trash/<topic>/...                                        directories replaced by compaction
-
-A manifest records what one archive batch published: its files (rows, bytes, and per file the Kafka
-partition and offset bounds from the Parquet footers) and, per Kafka partition, the offset range
-[start, end) the batch covered. Data files are the truth for readers; manifests are the truth for offset
-coverage (gaps, the retention fallback, where a new archiver starts), which compaction does not change.
-The lake root is a path or any URL pyarrow opens; publishing needs an atomic rename (local, NFS, HDFS).
+A manifest records what one archive batch published: its files and, per Kafka partition, the offset range
+it covered. Data files are the truth for readers; manifests for offset coverage. The root is a path or any
+URL pyarrow opens. Layout, columns and the manifest format: docs/lake.md.
 """
 
 from __future__ import annotations
