@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -201,3 +202,40 @@ def test_redact_walks_any_nesting() -> None:
         "n": 3,
     }
     assert data["a"][0]["b"]["password"] == "p1"  # a copy
+
+
+# -- Spark's redaction of plans and the UI -------------------------------------------------------------
+def _spark_redacts(regex: str, name: str, value: str) -> bool:
+    """As Spark's Utils.redact: a conf or option is masked when the regex finds its name or its value."""
+    return re.search(regex, name) is not None or re.search(regex, value) is not None  # same syntax as Java's
+
+
+def test_spark_redaction_masks_every_kafka_credential_and_keeps_sparks_terms() -> None:
+    from weir.spark import SPARK_REDACTION_DEFAULT, redaction_confs
+
+    regex = redaction_confs({})["spark.redaction.regex"]
+    assert regex.startswith(SPARK_REDACTION_DEFAULT + "|")
+    for name in (
+        "kafka.ssl.key.pem", "kafka.ssl.key.password", "kafka.ssl.key.location", "kafka.sasl.jaas.config",
+        "kafka.sasl.password", "kafka.sasl.oauthbearer.client.secret", "kafka.sasl.oauthbearer.config",
+        "kafka.ssl.keystore.location", "kafka.ssl.keystore.password", "kafka.ssl.truststore.password",
+        "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key",
+    ):  # fmt: skip
+        assert _spark_redacts(regex, name, "x"), name
+    assert _spark_redacts(regex, "some.option", JAAS) and _spark_redacts(regex, "some.option", PEM)
+    for name, value in (
+        ("kafka.bootstrap.servers", "b:9092"),
+        ("subscribe", "orders"),
+        ("kafka.sasl.username", "alice"),
+    ):
+        assert not _spark_redacts(regex, name, value), name
+
+
+def test_a_users_spark_redaction_regex_is_kept_and_extended() -> None:
+    from weir.spark import redaction_confs
+
+    confs = redaction_confs({"spark.redaction.regex": "(?i)mycorp[.]vault", "spark.redaction.string.regex": "ghp_\\w+"})
+    regex = confs["spark.redaction.regex"]
+    assert regex.startswith("(?i)mycorp[.]vault|")
+    assert _spark_redacts(regex, "mycorp.vault.path", "x") and _spark_redacts(regex, "kafka.ssl.key.pem", "x")
+    assert confs["spark.sql.redaction.string.regex"].startswith("ghp_\\w+|")
