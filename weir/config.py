@@ -3,8 +3,11 @@
 Precedence, highest first: explicit keyword arguments, environment (`WEIR_SPARK_MASTER=...`; maps as
 JSON, e.g. `WEIR_KAFKA='{"security.protocol": "SASL_SSL"}'`, because librdkafka names hold dots), then
 `weir.toml` in the working directory (or the file named by `WEIR_CONFIG`), then the defaults below.
-Every path is a string so that it may name shared storage (`s3a://`, `hdfs://`, `file://`), not only a
-local directory.
+Every path is a string so that it may name shared storage, not only a local directory. weir itself opens
+checkpoints and the lake through `pyarrow.fs.FileSystem.from_uri`: a local path, `file://`, `hdfs://` (with
+libhdfs and a JVM), `s3://`, `gs://`; not Hadoop's `s3a://`, which pyarrow refuses. Spark opens the same
+paths through Hadoop, which needs the connector of the scheme. The lake and the Parquet sink also need an
+atomic rename, which leaves a local or NFS path, `file://` or `hdfs://` (object stores are refused).
 """
 
 from __future__ import annotations
@@ -121,12 +124,18 @@ class Settings(BaseSettings):
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark confs.")
     checkpoint_root: str = Field(
         default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
-        description="Root of query checkpoints; a path or URL on storage every Spark node can reach.",
+        description=(
+            "Root of query checkpoints, opened by Spark and by pyarrow: a path, file:// or hdfs:// URL on storage"
+            " every Spark node reaches."
+        ),
     )
 
     lake: str = Field(
         default_factory=lambda: str(Path.home() / ".weir" / "lake"),
-        description="Root of the lake (archived topics as Parquet); a path or URL on storage every node reaches.",
+        description=(
+            "Root of the lake (archived topics as Parquet): a path, file:// or hdfs:// URL every node reaches"
+            " (atomic renames: local disk, NFS, HDFS)."
+        ),
     )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     max_offsets_per_trigger: int | None = Field(
