@@ -3,13 +3,17 @@
 Precedence, highest first: explicit keyword arguments, environment (`WEIR_SPARK_MASTER=...`; maps as
 JSON, e.g. `WEIR_KAFKA='{"security.protocol": "SASL_SSL"}'`, because librdkafka names hold dots), then
 `weir.toml` in the working directory (or the file named by `WEIR_CONFIG`), then the defaults below.
-Every path is a string so that it may name shared storage (`s3a://`, `hdfs://`, `file://`), not only a
-local directory.
+Every path is a string so that it may name shared storage, not only a local directory. weir itself opens
+checkpoints and the lake through `pyarrow.fs.FileSystem.from_uri`: a local path, `file://`, `hdfs://` (with
+libhdfs and a JVM), `s3://`, `gs://`; not Hadoop's `s3a://`, which pyarrow refuses. Spark opens the same
+paths through Hadoop, which needs the connector of the scheme. The lake and the Parquet sink also need an
+atomic rename, which leaves a local or NFS path, `file://` or `hdfs://` (object stores are refused).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +25,72 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-# Client settings whose values must never reach a log line or an error message.
-_SECRET_MARKERS = ("password", "secret", "token", "key.pem", "private", "jaas")
+REDACTED = "***"
+
+# Setting names whose values are credentials, whatever the nesting: librdkafka (sasl.password,
+# sasl.jaas.config, sasl.oauthbearer.*, ssl.key.pem, ssl.key.password, ssl.keystore.*), Spark and Hadoop
+# (spark.ssl.keyPassword, spark.authenticate.secret, fs.s3a.access.key / secret.key, fs.azure.account.key.*),
+# the monitor (token) and the usual spellings elsewhere (api_key, apiKey, client_secret, credentials, ...).
+_SECRET_NAME = re.compile(
+    r"password|passwd|passphrase|secret|token|credential|private|jaas|bearer|auth|signature"
+    r"|key[._-]?pem|ssl[._-]?key|keystore|truststore[._-]?password"
+    r"|api[._-]?key|access[._-]?key|account[._-]?key|session[._-]?key|sas[._-]?token",
+    re.IGNORECASE,
+)
+# `scheme://user:password@host` (also `scheme://token@host`): the userinfo of any URL in a value. The
+# password part runs to the last `@` before the path, as URL parsers read it.
+_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)(?P<user>[^\s/?#@:]*)(?P<password>:[^\s/?#]*)?@", re.I)
+# `name=value` wherever it appears in a value: URL query parameters (`?token=...&`), JDBC properties
+# (`;password=...`), JAAS options (`password="..."`), JVM flags (`-Dx.keyStorePassword=...`).
+_ASSIGNMENT = re.compile(
+    r"""(?P<name>[\w.\-]+)(?P<eq>\s*=\s*)(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s&;#"']*)"""
+)
 
 
 def is_secret(name: str) -> bool:
-    """True for a Kafka client setting whose value is a credential (SASL password, TLS key, ...)."""
-    lowered = name.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    """True for a setting whose value is a credential (SASL password, TLS key, token, S3 secret key, ...)."""
+    return _SECRET_NAME.search(str(name)) is not None
 
 
-def redact(settings: dict[str, Any]) -> dict[str, Any]:
-    """A copy of client settings fit for logs: credentials replaced by '***'."""
-    return {k: ("***" if is_secret(k) else v) for k, v in settings.items()}
+def _userinfo(m: re.Match[str]) -> str:
+    if m.group("password") is None:  # a lone userinfo is as often a token as a user name
+        return f"{m.group('scheme')}{REDACTED}@" if m.group("user") else m.group(0)
+    return f"{m.group('scheme')}{m.group('user')}:{REDACTED}@"
+
+
+def _assignment(m: re.Match[str]) -> str:
+    if not is_secret(m.group("name")) or not m.group("value"):
+        return m.group(0)
+    return f"{m.group('name')}{m.group('eq')}{REDACTED}"
+
+
+def redact_text(text: str) -> str:
+    """`text` with the credentials it carries replaced by '***': the password (or lone token) of every URL's
+    userinfo, and the value of every secret-named `name=value` (query parameters, JDBC and JAAS options)."""
+    return _ASSIGNMENT.sub(_assignment, _USERINFO.sub(_userinfo, text))
+
+
+def _hidden(value: Any) -> Any:
+    """A secret setting's value: '***', or unset (None, "") shown as such; a table keeps its shape."""
+    if isinstance(value, dict):
+        return {k: _hidden(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hidden(v) for v in value]
+    return value if value is None or value == "" else REDACTED
+
+
+def redact(value: Any) -> Any:
+    """A copy of `value` (settings, client configs: dicts and lists nested at will) fit for printing and
+    logs: the value of every secret-named key replaced by '***' (see `is_secret`), and in every other string
+    the credentials of URLs and `name=value` options (see `redact_text`). The one redaction of weir: whatever
+    shows settings, client configs or connection strings goes through it."""
+    if isinstance(value, dict):
+        return {k: _hidden(v) if is_secret(k) else redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
 
 
 class ProcessorSettings(BaseModel):
@@ -67,12 +124,18 @@ class Settings(BaseSettings):
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark confs.")
     checkpoint_root: str = Field(
         default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
-        description="Root of query checkpoints; a path or URL on storage every Spark node can reach.",
+        description=(
+            "Root of query checkpoints, opened by Spark and by pyarrow: a path, file:// or hdfs:// URL on storage"
+            " every Spark node reaches."
+        ),
     )
 
     lake: str = Field(
         default_factory=lambda: str(Path.home() / ".weir" / "lake"),
-        description="Root of the lake (archived topics as Parquet); a path or URL on storage every node reaches.",
+        description=(
+            "Root of the lake (archived topics as Parquet): a path, file:// or hdfs:// URL every node reaches"
+            " (atomic renames: local disk, NFS, HDFS)."
+        ),
     )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     max_offsets_per_trigger: int | None = Field(

@@ -32,6 +32,37 @@ def _python_for_workers(master: str) -> None:
             os.environ[var] = sys.executable
 
 
+# Spark masks a conf or a data source option (in plans, the UI, event logs) when this regex finds its name or
+# its value. Spark's default (below) misses most of the kafka.* credentials the weir-kafka source and sink
+# take: kafka.ssl.key.pem, kafka.sasl.jaas.config, kafka.sasl.oauthbearer.*, a PEM private key or a JAAS line
+# under any name; their values showed in clear unless they happened to contain "secret" or "password".
+SPARK_REDACTION_DEFAULT = "(?i)secret|password|token|access[.]?key"
+WEIR_REDACTION = (
+    r"kafka\.(?:ssl[._]key|ssl\.keystore\.|ssl\.truststore\.password|sasl\.jaas|sasl\.password|sasl\.oauthbearer\.)"
+    r"|jaas|LoginModule|PRIVATE KEY-----"
+)
+# Values matched anywhere in a plan's text (a key pasted into a SQL literal, an error message): a PEM private
+# key block, with its body.
+WEIR_STRING_REDACTION = r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
+
+
+def redaction_confs(confs: dict[str, str]) -> dict[str, str]:
+    """`spark.redaction.regex` and `spark.sql.redaction.string.regex` with weir's terms, for these confs.
+
+    A user's own regex (in settings.spark_conf or `conf`) is kept, not replaced: it may mask more than
+    Spark's default. weir's terms are appended to it with `|` because without them the kafka.* credentials
+    of every weir query would show in plans and the UI again, which no setting should be able to turn on
+    by accident."""
+    regex = confs.get("spark.redaction.regex") or SPARK_REDACTION_DEFAULT
+    string_regex = confs.get("spark.sql.redaction.string.regex") or confs.get("spark.redaction.string.regex")
+    return {
+        "spark.redaction.regex": f"{regex}|(?i:{WEIR_REDACTION})",
+        "spark.sql.redaction.string.regex": (
+            f"{string_regex}|(?:{WEIR_STRING_REDACTION})" if string_regex else WEIR_STRING_REDACTION
+        ),
+    }
+
+
 def spark_session(
     app_name: str = "weir",
     master: str | None = None,
@@ -64,6 +95,8 @@ def spark_session(
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         }
-    for key, value in {**defaults, **settings.spark_conf, **(conf or {})}.items():
+    confs = {**defaults, **settings.spark_conf, **(conf or {})}
+    confs |= redaction_confs(confs)
+    for key, value in confs.items():
         builder = builder.config(key, value)
     return register(builder.getOrCreate())

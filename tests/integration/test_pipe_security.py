@@ -1,28 +1,102 @@
-"""Credentials passed as kafka.* options never show in Spark's plans (and so not in logs or the UI)."""
+"""Credentials passed as kafka.* options never show in Spark's plans (and so not in logs or the UI).
+
+The values are realistic: nothing in them says "secret" or "password" where Spark's default redaction
+(`(?i)secret|password|token|access[.]?key`, matched against option names and values) would catch it by
+luck. The session's `spark.redaction.regex` (weir.spark) must know weir's kafka.* credential options.
+"""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
+import json
+import textwrap
 
 import pytest
 
 pytestmark = pytest.mark.integration
 
-SECRETS = {
-    "kafka.sasl.password": "PW-SECRET-1",
-    "kafka.sasl.jaas.config": "JAAS-SECRET-2",
-    "kafka.ssl.key.pem": "PEM-SECRET-3",
-    "kafka.sasl.oauthbearer.client.secret": "OAUTH-SECRET-4",
+
+def _private_key_pem() -> str:
+    """A throwaway PEM private key: a real one when `cryptography` is installed, else one that looks real."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError:
+        body = base64.b64encode(bytes(range(7, 256, 2)) + bytes(range(3, 100, 3))).decode()
+        return "-----BEGIN PRIVATE KEY-----\n" + "\n".join(textwrap.wrap(body, 64)) + "\n-----END PRIVATE KEY-----\n"
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+PEM = _private_key_pem()
+PEM_BODY = [line for line in PEM.splitlines() if line and not line.startswith("-----")]
+JAAS_PASSWORD = "hunter2-xyz"
+JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="{JAAS_PASSWORD}";'
+CREDENTIALS = {
+    "kafka.ssl.key.pem": PEM,
+    "kafka.ssl.key.password": "c0rr3ct-h0rse",
+    "kafka.sasl.jaas.config": JAAS,
+    "kafka.sasl.username": "alice",
+    "kafka.sasl.password": JAAS_PASSWORD,
+    "kafka.sasl.oauthbearer.client.id": "weir-ingest",
+    "kafka.sasl.oauthbearer.client.secret": "9f8e7d6c-5b4a",
+    "kafka.ssl.keystore.location": "/etc/weir/tls/client.p12",
+    "kafka.ssl.keystore.password": "st0re-pw",
+    "kafka.ssl.truststore.password": "tru5t-pw",
 }
+# What must never be shown: each credential and every line of the key's body.
+HIDDEN = [JAAS_PASSWORD, "c0rr3ct-h0rse", "weir-ingest", "9f8e7d6c-5b4a", "st0re-pw", "tru5t-pw", *PEM_BODY]
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in HIDDEN if s in text]
+
+
+def _explained(df, mode: str = "extended") -> str:
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        df.explain(mode)
+    return shown.getvalue()
 
 
 def test_kafka_credentials_are_redacted_in_plans(spark) -> None:
     reader = spark.readStream.format("weir-kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
-    df = reader.option("subscribe", "x").options(**SECRETS).load()
-    shown = io.StringIO()
-    with contextlib.redirect_stdout(shown):
-        df.explain(True)
-    plan = shown.getvalue()
-    assert "kafka.sasl.password=*********(redacted)" in plan  # the options are in the plan, masked
-    assert not [s for s in SECRETS.values() if s in plan]
+    df = reader.option("subscribe", "orders").options(**CREDENTIALS).load()
+    plan = _explained(df)
+    assert _leaks(plan) == []
+    assert "kafka.bootstrap.servers=127.0.0.1:1" in plan and "kafka.sasl.username=alice" in plan  # shown ...
+    assert "kafka.ssl.key.pem=*********(redacted)" in plan  # ... and the credentials masked
+    assert _leaks(df._jdf.queryExecution().toString()) == []
+    # The plan of a query built on it, as the SQL tab of the UI shows it.
+    derived = df.selectExpr("CAST(value AS STRING) AS v").where("v IS NOT NULL")
+    assert _leaks(_explained(derived)) == [] and _leaks(derived._jdf.queryExecution().toString()) == []
+
+
+def test_a_running_query_shows_no_credential(spark, tmp_path) -> None:
+    """Its status, progress and failure (librdkafka refuses these settings, or the broker is unreachable)."""
+    reader = spark.readStream.format("weir-kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
+    df = reader.option("subscribe", "orders").options(**CREDENTIALS).load()
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start()
+    try:
+        query.awaitTermination(60)
+    except Exception as exc:  # its text is what is checked
+        assert _leaks(str(exc)) == []
+    finally:
+        shown = [json.dumps(query.status), json.dumps(query.recentProgress), str(query.exception() or "")]
+        query.stop()
+    assert _leaks("\n".join(shown)) == []
+
+
+def test_a_private_key_is_redacted_in_any_plan_text(spark) -> None:
+    """spark.sql.redaction.string.regex: a PEM key pasted where no option name says what it is."""
+    df = spark.range(1).selectExpr(f"{PEM!r} AS k", "id")
+    assert _leaks(_explained(df)) == [] and _leaks(df._jdf.queryExecution().toString()) == []
+
+
+def test_the_session_keeps_sparks_default_redaction_terms(spark) -> None:
+    regex = spark.sparkContext.getConf().get("spark.redaction.regex")
+    assert regex.startswith("(?i)secret|password|token|access[.]?key|")

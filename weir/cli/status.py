@@ -67,7 +67,8 @@ def status(
 
 def show_config() -> None:
     """Show the effective settings (credentials redacted)."""
-    settings = load()
-    data = settings.model_dump()
-    data["kafka"] = redact(data["kafka"])
-    out.print_json(json.dumps(data))
+    data = load().model_dump()
+    # The keys of [processors] are processor names, not setting names: a processor called "tokenize" is
+    # no secret, so each one's settings are redacted below its name.
+    processors = {name: redact(body) for name, body in data.pop("processors").items()}
+    out.print_json(json.dumps({**redact(data), "processors": processors}, default=str))

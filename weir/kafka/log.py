@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from weir.config import redact
+from weir.config import redact, redact_text
 
 TP = tuple[str, int]
 
@@ -49,7 +49,7 @@ class BrokerUnavailable(RuntimeError):
 
 def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: float) -> BrokerUnavailable:
     servers = redact(client).get("bootstrap.servers")
-    reason = f": {exc}" if exc else ""
+    reason = f": {redact_text(str(exc))}" if exc else ""
     return BrokerUnavailable(f"cannot {what} from Kafka at {servers} within {timeout:.0f}s{reason}")
 
 

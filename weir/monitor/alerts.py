@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from weir.config import redact_text
 from weir.monitor.compute import BEHIND, DEAD, STALLED
 from weir.monitor.config import AlertRule
 
@@ -251,7 +252,7 @@ class Webhook:
                 self.sent += 1
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 self.failures += 1
-                reason = getattr(exc, "reason", None) or exc
+                reason = redact_text(str(getattr(exc, "reason", None) or exc))  # no secret, as with the URL
                 self.last_error = f"{type(exc).__name__}: {reason}"
                 log.warning("weir monitor: webhook %s failed for alert %r: %s", self.where, event["rule"], reason)
             finally:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import re
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import types as T
 
+from weir.config import redact_text
 from weir.sinks.base import Delivery, Sink, SinkError
 
 if TYPE_CHECKING:
@@ -154,8 +154,7 @@ def scrub(text: str, dsn: str) -> str:
         secrets += [password, urllib.parse.quote(password, safe="")]
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
-    text = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
-    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+    return redact_text(text)
 
 
 @dataclass(frozen=True)
