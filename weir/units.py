@@ -1,0 +1,169 @@
+"""One grammar for durations and one for instants, used by every option, declaration, record and file of weir.
+
+Durations (`duration_ms`): a number with a unit, or several summed ("1 hour 30 minutes", "1h30m"), optionally
+after Spark's `interval` prefix; case and spaces do not matter; decimals are allowed ("1.5h"):
+
+    ms, msec, millisecond(s)        s, sec(s), second(s)        m, min(s), minute(s)
+    h, hr(s), hour(s)               d, day(s)                   w, week(s)
+
+A number without a unit (90, "90") is in the caller's `bare` unit (milliseconds for a topic's retention,
+seconds for the monitor's thresholds) or refused where a unit is required (`bare=None`: window sizes).
+A timedelta is taken as is. -1 means forever where Kafka's retention allows it (`forever=True`).
+
+Instants (`parse_instant`, `instant_ms`): ISO 8601, a date (`2026-11-20`: midnight UTC) or a datetime
+(`2026-11-20T14:30`, `2026-11-20 14:30:05.250Z`, `2026-11-20T16:30+02:00`); without an offset the time is
+UTC. A datetime (naive: UTC) or a date is taken as is, and a number is epoch milliseconds. `iso` writes an
+instant back as UTC with a `Z`.
+
+Standard library only: the monitor and the command line import this without Spark or pandas.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+
+_MS = {
+    "ms": 1, "msec": 1, "msecs": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hr": 3_600_000, "hrs": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000,
+}  # fmt: skip
+_TERM = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+_SPARK_UNITS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000), ("millisecond", 1))
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DURATION_EXAMPLES = "500ms, 45s, 30m, 12h, 3d, '5 seconds' or '1 hour 30 minutes'"
+INSTANT_EXAMPLES = "2026-11-20, 2026-11-20T14:00 (UTC) or 2026-11-20T16:00+02:00"
+
+
+class UnitError(ValueError):
+    """A duration or an instant cannot be read; the message names what it was for, the value and examples."""
+
+
+class DurationError(UnitError):
+    pass
+
+
+class InstantError(UnitError):
+    pass
+
+
+# -- durations ---------------------------------------------------------------------------------------------
+def duration_ms(
+    value: int | float | str | timedelta,
+    what: str,
+    *,
+    bare: str | None = "ms",
+    forever: bool = False,
+    positive: bool = False,
+) -> int:
+    """Milliseconds of a duration (see the module's grammar), rounded to the millisecond.
+
+    `bare`: the unit of a number without one (None: a unit is required); `forever`: -1 is allowed and
+    returned as -1; `positive`: 0 is refused. DurationError (a ValueError) names `what` and the value."""
+    ms = _duration(value, bare)
+    if ms == -1 and forever:
+        return -1
+    if ms is None or ms < 0:
+        hint = "; a number needs a unit" if bare is None and _is_number(value) else ""
+        raise DurationError(f"{what}: {value!r} is not a duration such as {DURATION_EXAMPLES}{hint}")
+    if positive and ms == 0:
+        raise DurationError(f"{what}: the duration {value!r} must be positive")
+    return ms
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) or (isinstance(value, str) and _TERM.fullmatch(value.lower()) is not None)
+
+
+def _duration(value: object, bare: str | None) -> int | None:
+    """Milliseconds, -1 for a bare -1, or None for anything that is not a duration."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, timedelta):
+        return round(value / timedelta(milliseconds=1))
+    if isinstance(value, int | float):
+        if value == -1:
+            return -1
+        return round(value * _MS[bare]) if bare is not None and value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if text == "-1":
+        return -1
+    text = text.removeprefix("interval").strip()
+    total, pos, terms = 0.0, 0, 0
+    while pos < len(text):
+        m = _TERM.match(text, pos)
+        if not m or m.end() == pos:
+            return None
+        unit = m.group(2)
+        if unit == "" and (bare is None or pos > 0 or m.end() < len(text)):
+            return None  # a bare number must be the whole value
+        scale = _MS.get(unit or bare or "")
+        if scale is None:
+            return None
+        total += float(m.group(1)) * scale
+        pos, terms = m.end(), terms + 1
+    return round(total) if terms else None
+
+
+def spark_interval(ms: int) -> str:
+    """A duration as Spark's interval strings read it (triggers, watermark delays): "5 seconds", "1500 milliseconds"."""
+    if ms < 0:
+        raise DurationError(f"{ms} ms is negative: not a Spark interval")
+    for unit, size in _SPARK_UNITS:
+        if ms % size == 0 and (ms or size == 1):
+            n = ms // size
+            return f"{n} {unit}" if n == 1 else f"{n} {unit}s"
+    raise AssertionError("unreachable: every whole number of milliseconds has a unit")
+
+
+def spark_trigger(value: int | float | str | timedelta, what: str = "trigger") -> str:
+    """Spark's processingTime string of a trigger interval: "5s", "5 seconds" and 5 (a bare number is in
+    seconds, as the monitor reads triggers) all give "5 seconds"."""
+    return spark_interval(duration_ms(value, what, bare="s"))
+
+
+# -- instants ----------------------------------------------------------------------------------------------
+def parse_instant(value: str | int | float | datetime | date, what: str = "time") -> datetime:
+    """An aware UTC datetime from ISO 8601 text, a datetime (naive: UTC), a date (midnight UTC) or epoch ms."""
+    if isinstance(value, datetime):
+        t = value
+    elif isinstance(value, date):
+        t = datetime(value.year, value.month, value.day)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        return _EPOCH + timedelta(milliseconds=value)
+    elif isinstance(value, str):
+        raw = value.strip()
+        try:
+            t = datetime.fromisoformat(raw[:-1] + "+00:00" if raw[-1:] in ("z", "Z") else raw)
+        except ValueError:
+            raise InstantError(
+                f"{what} {value!r} is not an ISO 8601 date or datetime: use e.g. {INSTANT_EXAMPLES}"
+            ) from None
+    else:
+        raise InstantError(f"{what} {value!r} is {type(value).__name__}, not an ISO 8601 date or datetime")
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def instant_ms(value: str | int | float | datetime | date, what: str = "time") -> int:
+    """Epoch milliseconds (rounded down) of an instant (see `parse_instant`)."""
+    return (parse_instant(value, what) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def iso(t: int | float | datetime, timespec: str | None = None) -> str:
+    """UTC ISO 8601 with `Z`: `2026-11-20T14:00:01.234Z` for epoch ms (millisecond precision), and for a
+    datetime as precise as it is (`2026-11-20T14:00:00Z`, `...00.000005Z`); `timespec` as datetime.isoformat."""
+    if isinstance(t, datetime):
+        dt, spec = t if t.tzinfo else t.replace(tzinfo=UTC), timespec or "auto"
+    else:
+        dt, spec = datetime.fromtimestamp(t / 1000, UTC), timespec or "milliseconds"
+    return dt.astimezone(UTC).isoformat(timespec=spec).removesuffix("+00:00") + "Z"
+
+
+def now_iso() -> str:
+    """The current time, `2026-11-20T14:00:01.234Z`."""
+    return iso(datetime.now(UTC), "milliseconds")

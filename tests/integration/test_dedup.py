@@ -126,7 +126,7 @@ def test_invalid_dedup_arguments_raise_value_error(spark, bootstrap, topic_name)
     cases = [
         ({"key": "uid"}, "deduplicate: key column 'uid'"),
         ({"event_time": "ts_ms"}, "is bigint, not timestamp"),
-        ({"horizon": "a while"}, "cannot read the interval"),
+        ({"horizon": "a while"}, "is not a duration"),
     ]
     for kwargs, message in cases:
         args = {"key": "id", "event_time": "event_time", "horizon": HORIZON, "watermark": DELAY}

@@ -111,7 +111,7 @@ def test_sessions_merge_across_a_restart(spark, bootstrap, topic_name, tmp_path)
 def test_invalid_session_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:
     stream = orders(spark, bootstrap, topic_name)
     args = {"key": "customer_id", "event_time": "event_time", "watermark": DELAY, "aggregates": {"n": ("count", "*")}}
-    with pytest.raises(ValueError, match="session_window: the interval '0 seconds' must be positive"):
+    with pytest.raises(ValueError, match="session_window: the duration '0 seconds' must be positive"):
         session_window(stream, gap="0 seconds", **args)
     with pytest.raises(ValueError, match="session_window: event_time column 'ts_ms' is bigint"):
         session_window(stream, gap=GAP, **{**args, "event_time": "ts_ms"})

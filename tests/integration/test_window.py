@@ -334,7 +334,7 @@ def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> No
     cases = [
         ({"key": "cust"}, "key column 'cust'"),
         ({"event_time": "ts_ms"}, "is bigint, not timestamp"),
-        ({"size": "ten seconds"}, "cannot read the interval"),
+        ({"size": "ten seconds"}, "is not a duration"),
         ({"size": "0 seconds"}, "must be positive"),
         ({"aggregates": {}}, "no aggregate"),
         ({"aggregates": {"m": ("median", "amount")}}, "function must be one of"),

@@ -342,7 +342,7 @@ def test_before_is_respected(lake: Lake):
     assert c.parse_before("2026-11-21") == T0 + timedelta(hours=2)
     assert c.parse_before("2026-11-21T01:00+01:00") == T0 + timedelta(hours=2)
     assert c.parse_before("2026-11-20T23:30") == T0 + timedelta(hours=1, minutes=30)
-    with pytest.raises(ValueError, match=r"--before '21/11/2026': not a date"):
+    with pytest.raises(ValueError, match=r"--before '21/11/2026' is not an ISO 8601 date"):
         c.parse_before("21/11/2026")
 
     plan = c.compact(lake, "events", c.parse_before("2026-11-20T23:59"), dry_run=True)
@@ -422,7 +422,7 @@ def test_cli_compact(lake: Lake, monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["compact", "events", "--before", "yesterday"], "--before 'yesterday': not a date (YYYY-MM-DD)"),
+        (["compact", "events", "--before", "yesterday"], "--before 'yesterday' is not an ISO 8601 date"),
         (["compact", "nope"], "topic 'nope' is not in the lake"),
         (["compact", "events", "--lake", "/no/such/lake"], "lake /no/such/lake: no such directory"),
     ],

@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from weir import units
+from weir.storage import lake
+
 HOUR = timedelta(hours=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WRITER_PART = re.compile(r"[^A-Za-z0-9_.-]")
@@ -25,21 +28,13 @@ class BackfillError(ValueError):
 
 def parse_time(text: str | datetime | date, what: str = "time") -> datetime:
     """An instant from ISO 8601: a date (`2026-11-20`: midnight UTC) or a datetime (`2026-11-20T14:30`,
-    `2026-11-20 14:30:05Z`, `2026-11-20T16:30+02:00`). Without an offset the time is UTC."""
-    if isinstance(text, datetime):
-        value = text
-    elif isinstance(text, date):
-        value = datetime(text.year, text.month, text.day)
-    else:
-        raw = text.strip()
-        try:
-            value = datetime.fromisoformat(raw[:-1] + "+00:00" if raw[-1:] in ("z", "Z") else raw)
-        except ValueError:
-            raise BackfillError(
-                f"{what} {text!r} is not an ISO 8601 date or datetime: use e.g. 2026-11-20, 2026-11-20T14:00 "
-                f"(UTC) or 2026-11-20T16:00+02:00"
-            ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    `2026-11-20 14:30:05Z`, `2026-11-20T16:30+02:00`). Without an offset the time is UTC (weir.units)."""
+    if isinstance(text, int | float):
+        raise BackfillError(f"{what} {text!r} is a number, not an ISO 8601 date or datetime")
+    try:
+        return units.parse_instant(text, what)
+    except units.InstantError as exc:
+        raise BackfillError(str(exc)) from None
 
 
 def check_range(start: datetime, end: datetime, now: datetime | None = None) -> None:
@@ -55,8 +50,7 @@ def check_range(start: datetime, end: datetime, now: datetime | None = None) -> 
 
 def iso(t: datetime) -> str:
     """`2026-11-20T14:00:00Z`, or with microseconds when it has them."""
-    text = t.astimezone(UTC).isoformat()
-    return text.removesuffix("+00:00") + "Z"
+    return units.iso(t)
 
 
 def hour_index(t: datetime) -> int:
@@ -76,8 +70,7 @@ def hour_start(index: int) -> datetime:
 
 def hour_dir(index: int) -> tuple[str, str]:
     """(`YYYY-MM-DD`, `HH`) of the lake directory `date=D/hour=H` of an hour."""
-    t = hour_start(index)
-    return t.strftime("%Y-%m-%d"), t.strftime("%H")
+    return lake.hour_of(hour_start(index))
 
 
 def hours(start: datetime, end: datetime) -> list[int]:

@@ -7,7 +7,7 @@ the caller's, before scanning. See docs/backfill.md.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -15,10 +15,8 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from weir.backfill.plan import Chunk, dates, hour_dir, hour_index, hours
-from weir.storage.lake import Lake
-
-_DATE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
-_HOUR = re.compile(r"^hour=(\d{2})$")
+from weir.storage.lake import Lake, date_dir_value, hour_dir_value, hour_start, is_data_file
+from weir.storage.lake import hour_dir as hour_path
 
 
 @dataclass(frozen=True)
@@ -53,28 +51,28 @@ class TopicScan:
         return [f for f in self.files if f.hour == hour]
 
 
-def _dirs(lake: Lake, path: str, pattern: re.Pattern[str]) -> dict[str, str]:
-    """Subdirectories of `path` whose names match `pattern`: {captured value: path}."""
+def _dirs(lake: Lake, path: str, value: Callable[[str], str | None]) -> dict[str, str]:
+    """Subdirectories of `path` whose names are lake directories (`value` of the name not None): {value: path}."""
     out = {}
     for info in lake.list(path):
-        m = pattern.match(info.base_name)
-        if info.type == pafs.FileType.Directory and m:
-            out[m.group(1)] = info.path
+        v = value(info.base_name)
+        if info.type == pafs.FileType.Directory and v is not None:
+            out[v] = info.path
     return out
 
 
 def _hour_of(date: str, hh: str) -> int:
-    return hour_index(datetime.fromisoformat(f"{date}T{hh}:00:00+00:00"))
+    return hour_index(hour_start(date, hh))
 
 
 def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicScan:
     """The topic's Parquet files in the hours [start, end) overlaps, with their footer rows (pruned listing)."""
     scan = TopicScan(topic)
-    by_date = _dirs(lake, lake.topic_dir(topic), _DATE)
+    by_date = _dirs(lake, lake.topic_dir(topic), date_dir_value)
     if not by_date:
         return scan
     first, last = min(by_date), max(by_date)
-    first_hours, last_hours = _dirs(lake, by_date[first], _HOUR), _dirs(lake, by_date[last], _HOUR)
+    first_hours, last_hours = _dirs(lake, by_date[first], hour_dir_value), _dirs(lake, by_date[last], hour_dir_value)
     if first_hours:
         scan.first_hour = _hour_of(first, min(first_hours))
     if last_hours:
@@ -83,14 +81,16 @@ def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicS
     for date in dates(start, end):
         if date not in by_date:
             continue
-        hour_paths = last_hours if date == last else first_hours if date == first else _dirs(lake, by_date[date], _HOUR)
+        hour_paths = (
+            last_hours if date == last else first_hours if date == first else _dirs(lake, by_date[date], hour_dir_value)
+        )
         for hh, path in sorted(hour_paths.items()):
             h = _hour_of(date, hh)
             if h not in wanted:
                 continue
             for info in sorted(lake.list(path), key=lambda i: i.path):
                 name = info.base_name
-                if info.type != pafs.FileType.File or not name.endswith(".parquet") or name.startswith((".", "_")):
+                if info.type != pafs.FileType.File or not is_data_file(name):
                     continue  # not data (check_clean refuses such files before a backfill runs)
                 with lake.fs.open_input_file(info.path) as f:
                     rows = pq.ParquetFile(f).metadata.num_rows
@@ -102,7 +102,7 @@ def span(scan: TopicScan) -> str:
     """`date=D/hour=H .. date=D/hour=H` of everything the lake holds of the topic, or `nothing`."""
     if scan.first_hour is None or scan.last_hour is None:
         return "nothing"
-    return " .. ".join("date={}/hour={}".format(*hour_dir(h)) for h in (scan.first_hour, scan.last_hour))
+    return " .. ".join(hour_path(*hour_dir(h)) for h in (scan.first_hour, scan.last_hour))
 
 
 def chunk_rows(scans: list[TopicScan], chunk: Chunk) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from weir.blocks.common import col, missing, wire, wire_type
-from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms
+from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms, watermark_delay
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
 
@@ -118,7 +118,7 @@ def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, wate
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # The event time crosses as microseconds: an expression, not the watermarked attribute, so Spark does not
     # drop late rows before the processor.
-    wire_in = stream.withWatermark(event_time, watermark).select(
+    wire_in = stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
         *[
             (
                 F.unix_micros(col(f.name)).cast("string") if f.name == event_time else wire(col(f.name), f.dataType)

@@ -10,7 +10,6 @@ aggregates and output columns. Semantics, output columns and state: docs/blocks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from weir import units
 from weir.blocks.common import col, missing, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
@@ -47,16 +47,6 @@ FUNCTIONS = ("count", "sum", "min", "max")
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
-_UNITS_MS = {
-    "millisecond": 1,
-    "ms": 1,
-    "second": 1000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": 86_400_000,
-    "week": 604_800_000,
-}
-_INTERVAL = re.compile(r"\s*(\d+)\s*(millisecond|ms|second|minute|hour|day|week)s?\s*", re.IGNORECASE)
 _NO_KAFKA = (None,) * len(OUTPUT_KAFKA)
 
 
@@ -65,17 +55,14 @@ def _text(v: Any) -> str | None:
 
 
 def interval_ms(text: str, fn: str = "window") -> int:
-    """'1 minute', '90 seconds', '1 hour 30 minutes' as milliseconds; ValueError (prefixed `fn`) for anything else."""
-    pos, total = 0, 0
-    while pos < len(text):
-        m = _INTERVAL.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"{fn}: cannot read the interval {text!r} (e.g. '30 seconds', '1 minute')")
-        total += int(m.group(1)) * _UNITS_MS[m.group(2).lower()]
-        pos = m.end()
-    if total <= 0:
-        raise ValueError(f"{fn}: the interval {text!r} must be positive")
-    return total
+    """'1 minute', '90 seconds', '1 hour 30 minutes', '90s' as milliseconds (weir.units' grammar, a unit
+    required); ValueError (prefixed `fn`) for anything else or for no time at all."""
+    return units.duration_ms(text, fn, bare=None, positive=True)
+
+
+def watermark_delay(text: str, fn: str = "window") -> str:
+    """The watermark delay as Spark reads it ("10 seconds"), from any duration weir.units reads ("10s")."""
+    return units.spark_interval(units.duration_ms(text, f"{fn}: watermark", bare=None))
 
 
 def timer_ms(us: int) -> int:
@@ -314,7 +301,7 @@ def plan_windows(
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
     # Spark does not filter late rows before the processor (see the module docstring).
-    wire_in = stream.withWatermark(event_time, watermark).select(
+    wire_in = stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
         wire(col(key), key_type).alias("__weir_key"),
         F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
         error.cast("string").alias("__weir_error"),

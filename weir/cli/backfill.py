@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from weir.backfill.plan import iso
+from weir.units import iso
 
 if TYPE_CHECKING:
     from weir.backfill.run import BackfillReport, ChunkPlan, Planned

@@ -55,11 +55,12 @@ def _kafka_positions(filesystem: fs.FileSystem, path: str) -> tuple[Positions, D
 
 
 def read_offsets(checkpoint: str) -> CheckpointOffsets:
+    from weir.storage import paths
+
     try:
-        filesystem, root = fs.FileSystem.from_uri(checkpoint)
-    except (ValueError, OSError):
-        filesystem, root = fs.LocalFileSystem(), checkpoint
-    root = root.rstrip("/")
+        filesystem, root = paths.resolve(checkpoint)
+    except (ValueError, OSError) as exc:
+        raise CheckpointError(f"{checkpoint} is not a path or a URL pyarrow can open ({exc})") from None
     if filesystem.get_file_info(f"{root}/offsets").type != fs.FileType.Directory:
         raise CheckpointError(f"{checkpoint} is not a streaming checkpoint: it has no offsets/ directory")
     planned = _batches(filesystem, f"{root}/offsets")

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from weir.kafka.decode import JsonDecoder
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
-from weir.storage.lake import Lake, Manifest, Range, merge
+from weir.storage.lake import Lake, Manifest, Range, is_data_file, merge
 
 log = logging.getLogger("weir.lake")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -132,7 +132,7 @@ def _data_files(lake: Lake, base: str, recursive: bool) -> list[str]:
     out = []
     for info in lake.list(base, recursive=recursive):
         rel = info.path[len(base) :].strip("/")
-        if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
+        if info.type != pafs.FileType.File or not is_data_file(info.base_name):
             continue
         if any(part.startswith((".", "_")) for part in rel.split("/")):
             continue

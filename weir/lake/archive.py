@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from weir import units
 from weir.kafka import offsets as off
 from weir.sinks.base import Delivery, Sink
+from weir.storage import paths
 from weir.storage.lake import DataFile, Lake, LakeError, Manifest, Range
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class ArchiveSink(Sink):
                 )
             self.lake.fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
             self.lake.fs.move(src, dst)
-        doc = dict(doc, committed_at=datetime.now(UTC).isoformat(timespec="milliseconds"))
+        doc = dict(doc, committed_at=units.now_iso())
         self.lake.write_json(pending.removesuffix(".pending.json") + ".json", doc)
         self.lake.fs.delete_file(pending)  # a crash before this: the next open() commits again, the same
         if self.lake.exists(doc["staging"]):
@@ -144,8 +144,8 @@ class ArchiveSink(Sink):
         if self.run is None:
             if self.checkpoint is None:
                 raise LakeError(f"{self.name}: no checkpoint set; the archiver's query sets it before open()")
-            fs, root = pafs.FileSystem.from_uri(_url(self.checkpoint))
-            with fs.open_input_stream(f"{root.rstrip('/')}/metadata") as f:
+            fs, root = paths.resolve(self.checkpoint)
+            with fs.open_input_stream(f"{root}/metadata") as f:
                 self.run = json.loads(f.read().decode("utf-8"))["id"].replace("-", "")[:8]
         return self.run
 
@@ -153,8 +153,8 @@ class ArchiveSink(Sink):
         """This topic's next offsets per partition and the data-loss events logged for batch `batch_id`."""
         if batch_id < 0 or self.checkpoint is None:
             return None
-        fs, root = pafs.FileSystem.from_uri(_url(self.checkpoint))
-        path = f"{root.rstrip('/')}/offsets/{batch_id}"
+        fs, root = paths.resolve(self.checkpoint)
+        path = f"{root}/offsets/{batch_id}"
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(path) as f:
@@ -186,10 +186,6 @@ class ArchiveSink(Sink):
                 start, stop = min(start, lo), max(stop, hi + 1)
             out.append(Range(p, start, stop, rows))
         return out
-
-
-def _url(path: str) -> str:
-    return path if "://" in path or path.startswith("file:") else os.path.abspath(path)
 
 
 def partitioned(batch: DataFrame) -> DataFrame:

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -29,9 +29,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from weir import units
 from weir.lake.archive import footer
-from weir.lake.inspect import DATE_DIR, HOUR_DIR, check_clean, compaction_records, pending_files
-from weir.storage.lake import DataFile, Lake, LakeError, check_topic
+from weir.lake.inspect import check_clean, compaction_records, pending_files
+from weir.storage.lake import (
+    DataFile,
+    Lake,
+    LakeError,
+    check_topic,
+    date_dir_value,
+    hour_dir,
+    hour_dir_value,
+    hour_start,
+    is_data_file,
+)
 
 log = logging.getLogger("weir.lake")
 DEFAULT_AGE = timedelta(hours=2)  # hours that ended at least this long ago: most late records are in by then
@@ -85,15 +96,8 @@ class CompactionResult:
 
 
 def parse_before(text: str) -> datetime:
-    """`YYYY-MM-DD` (midnight UTC) or an ISO datetime (UTC when it names no offset)."""
-    try:
-        when = datetime.combine(date.fromisoformat(text), datetime.min.time()) if len(text) == 10 else None
-        when = when or datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"--before {text!r}: not a date (YYYY-MM-DD) or an ISO datetime (YYYY-MM-DDTHH:MM[:SS][+HH:MM])"
-        ) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    """`YYYY-MM-DD` (midnight UTC) or an ISO datetime (UTC when it names no offset): weir.units' instants."""
+    return units.parse_instant(text, "--before")
 
 
 def compact(
@@ -139,18 +143,20 @@ def plan(lake: Lake, topic: str, before: datetime) -> list[Hour]:
     top = lake.topic_dir(topic)
     hours = []
     for d in lake.list(top):
-        if not (d.type == pafs.FileType.Directory and DATE_DIR.match(d.base_name)):
+        day = date_dir_value(d.base_name)
+        if not (d.type == pafs.FileType.Directory and day):
             continue
         for h in lake.list(d.path):
-            if not (h.type == pafs.FileType.Directory and HOUR_DIR.match(h.base_name)):
+            hh = hour_dir_value(h.base_name)
+            if not (h.type == pafs.FileType.Directory and hh):
                 continue
-            start = datetime.fromisoformat(f"{d.base_name[5:]}T{h.base_name[5:]}:00:00+00:00")
+            start = hour_start(day, hh)
             if start + timedelta(hours=1) > before:
                 continue
-            hour = Hour(f"{d.base_name}/{h.base_name}", start)
+            hour = Hour(hour_dir(day, hh), start)
             for f in lake.list(h.path):
                 name = f.base_name
-                if f.type == pafs.FileType.File and name.endswith(".parquet") and not name.startswith((".", "_")):
+                if f.type == pafs.FileType.File and is_data_file(name):
                     hour.files.append(f.path)
                     hour.bytes += f.size
             hour.files.sort()
@@ -291,7 +297,11 @@ def purge_trash(lake: Lake, topic: str, cutoff: datetime) -> tuple[list[str], li
     top = lake.topic_dir(topic)
     for rec in compaction_records(lake, topic):
         trash = rec.get("trash", "")
-        if rec.get("state") != "done" or not os.path.isdir(trash) or datetime.fromisoformat(rec["done_at"]) > cutoff:
+        if (
+            rec.get("state") != "done"
+            or not os.path.isdir(trash)
+            or units.parse_instant(rec["done_at"], "done_at") > cutoff
+        ):
             continue
         inputs = {i["path"].rsplit("/", 1)[1] for i in rec["inputs"]}
         rescued += _rescue(trash, f"{top}/{rec['hour']}", inputs)
@@ -535,7 +545,7 @@ def _record_path(lake: Lake, topic: str, cid: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return units.now_iso()
 
 
 def _output_json(f: DataFile) -> dict[str, Any]:

@@ -15,10 +15,19 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from weir.lake.archive import footer
-from weir.storage.lake import Gap, Lake, LakeError, Manifest, Range, check_topic, merge
+from weir.storage.lake import (
+    Gap,
+    Lake,
+    LakeError,
+    Manifest,
+    Range,
+    check_topic,
+    date_dir_value,
+    hour_dir,
+    hour_dir_value,
+    merge,
+)
 
-DATE_DIR = re.compile(r"^date=(\d{4})-(\d{2})-(\d{2})$")
-HOUR_DIR = re.compile(r"^hour=([01]\d|2[0-3])$")
 SHOWN = 20  # foreign paths named in one error message; the rest are counted
 
 
@@ -34,7 +43,7 @@ class HourStats:
 
     @property
     def path(self) -> str:
-        return f"date={self.date}/hour={self.hour}"
+        return hour_dir(self.date, self.hour)
 
 
 @dataclass
@@ -223,9 +232,7 @@ def _walk(lake: Lake, top: str, report: TopicReport) -> list[tuple[str, pafs.Fil
     for info in lake.list(top, recursive=True):
         rel = info.path[len(top) + 1 :]
         parts = rel.split("/")
-        hive = (DATE_DIR.match(parts[0]) is not None and _valid_date(parts[0])) and (
-            len(parts) < 2 or HOUR_DIR.match(parts[1]) is not None
-        )
+        hive = date_dir_value(parts[0]) is not None and (len(parts) < 2 or hour_dir_value(parts[1]) is not None)
         if info.type == pafs.FileType.Directory:
             if not hive:
                 if not any(True for _ in lake.list(info.path)):  # a non-empty one is named through its files
@@ -243,14 +250,3 @@ def _walk(lake: Lake, top: str, report: TopicReport) -> list[tuple[str, pafs.Fil
         else:
             found.append((rel, info))
     return found
-
-
-def _valid_date(part: str) -> bool:
-    from datetime import date
-
-    y, m, d = (int(x) for x in DATE_DIR.match(part).groups())  # type: ignore[union-attr]
-    try:
-        date(y, m, d)
-    except ValueError:
-        return False
-    return True

@@ -23,10 +23,10 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from weir import units
 from weir.config import redact_text
 from weir.monitor.compute import BEHIND, DEAD, STALLED
 from weir.monitor.config import AlertRule
@@ -35,7 +35,7 @@ log = logging.getLogger("weir.monitor")
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return units.iso(ms)
 
 
 @dataclass

@@ -31,34 +31,17 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from weir.units import duration_ms
+
 
 class MonitorConfigError(ValueError):
     """The monitor's configuration or an alert rule is wrong; the message names the field and the problem."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
-_UNITS = {
-    "": 1.0, "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
-    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hour": 3600.0, "hours": 3600.0, "d": 86400.0, "day": 86400.0, "days": 86400.0,
-}  # fmt: skip
-
-
 def parse_duration(value: Any) -> float:
-    """Seconds from 90, "90s", "2m", "500 ms", "1 second" or "interval 5 seconds" (Spark's trigger strings)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"{value!r} is not a duration: negative")
-        return float(value)
-    text = str(value).strip().lower()
-    text = text.removeprefix("interval").strip()
-    m = _DURATION.match(text)
-    if not m or m.group(2) not in _UNITS:
-        raise ValueError(f"{value!r} is not a duration such as 500ms, 90s, 2m, 1h or 1d")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    """Seconds from 90, "90s", "2m", "500 ms", "1 second" or "interval 5 seconds" (Spark's trigger strings):
+    weir.units' grammar, a bare number in seconds."""
+    return duration_ms(value, "duration", bare="s") / 1000
 
 
 def parse_ratio(value: Any) -> float:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
+
+from weir.units import InstantError, instant_ms
 
 TP = tuple[str, int]
 KINDS = ("progress", "failure", "state", "retention_risk")
@@ -113,8 +114,8 @@ def time_ms(value: Any, what: str) -> int | None:
     if not isinstance(value, str):
         raise BadRecord(f"{what} is {type(value).__name__}, not an ISO time")
     try:
-        ms = int(datetime.fromisoformat(value).timestamp() * 1000)
-    except ValueError:
+        ms = instant_ms(value, what)
+    except InstantError:
         raise BadRecord(f"{what} {value[:40]!r} is not an ISO time") from None
     return ms if ms > 0 else None
 

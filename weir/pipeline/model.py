@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir import units
 from weir.kafka.decode import SchemaError, parse_fields
 
 
@@ -25,19 +26,16 @@ class DeclarationError(ValueError):
     """A pipeline declaration is wrong; the message names the pipeline, the element and the problem."""
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def duration_ms(value: int | str, what: str) -> int:
-    """Milliseconds from 259200000, "72h" or "3d"; -1 means forever (Kafka's convention)."""
-    if isinstance(value, int):
-        return value
-    m = _DURATION.match(value)
-    if not m:
-        raise DeclarationError(f"{what}: {value!r} is not a duration such as 3d, 12h, 30m, 45s or 500ms")
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+    """Milliseconds from 259200000, "72h", "3d" or "3 days" (weir.units' grammar; a bare number is in ms);
+    -1 means forever (Kafka's convention)."""
+    try:
+        return units.duration_ms(value, what, forever=True)
+    except units.DurationError as exc:
+        raise DeclarationError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -172,6 +170,11 @@ class Pipeline:
 
         def declare(fn: Callable) -> Callable:
             proc_name = name or fn.__name__
+            if trigger is not None:
+                try:
+                    units.spark_trigger(trigger, f"processor {proc_name} trigger")
+                except units.DurationError as exc:
+                    raise DeclarationError(str(exc)) from None
             proc = Processor(
                 name=proc_name,
                 fn=fn,

@@ -12,20 +12,19 @@ import json
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
+from weir import units
 from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.pipeline")
 TOPIC = "_weir.progress"
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+now_iso = units.now_iso
 
 
 class ProgressPublisher:

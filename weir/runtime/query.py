@@ -370,7 +370,9 @@ class ProcessorQuery:
             writer = writer.trigger(availableNow=True)
         else:
             interval = self._override.trigger or self.proc.trigger or self.settings.trigger
-            writer = writer.trigger(processingTime=interval)
+            from weir.units import spark_trigger  # one grammar: "5s", "5 seconds", 5 (s)
+
+            writer = writer.trigger(processingTime=spark_trigger(interval, f"{self.name}: trigger"))
         return writer.start()
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pyarrow import fs
 
 from weir.pipeline.model import Processor
+from weir.storage import paths
 
 RECORD = "weir.json"
 
@@ -31,8 +32,8 @@ class VersionRecord:
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
-    filesystem, path = fs.FileSystem.from_uri(checkpoint) if "://" in checkpoint else (fs.LocalFileSystem(), checkpoint)
-    return filesystem, path.rstrip("/") + "/" + RECORD
+    filesystem, path = paths.resolve(checkpoint)
+    return filesystem, paths.join(path, RECORD)
 
 
 def read(checkpoint: str) -> VersionRecord | None:
@@ -45,9 +46,7 @@ def read(checkpoint: str) -> VersionRecord | None:
 
 def write(checkpoint: str, record: VersionRecord) -> None:
     filesystem, path = _location(checkpoint)
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with filesystem.open_output_stream(path) as f:
-        f.write(json.dumps(asdict(record), indent=1).encode())
+    paths.write_atomic(filesystem, path, json.dumps(asdict(record), indent=1).encode())
 
 
 def check(proc: Processor, checkpoint: str, result_schema: str) -> str | None:

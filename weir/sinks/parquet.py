@@ -34,7 +34,6 @@ A path without a scheme is local (for Spark too); on a cluster give a URL every 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -43,6 +42,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from weir.sinks.base import Delivery, Sink, SinkError
+from weir.storage import paths
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -78,15 +78,9 @@ class ParquetSink(Sink):
     guarantee = Delivery.EXACTLY_ONCE
 
     def __init__(self, path: str, partition_by: list[str] | None = None) -> None:
-        url = path.rstrip("/")
-        if "://" not in url and not url.startswith("file:"):
-            url = os.path.abspath(url)
-        self.fs, self.root = pafs.FileSystem.from_uri(url)
+        self.fs, self.root = paths.resolve(path)
         check_atomic_rename(self.fs, path)
-        self.root = self.root.rstrip("/")
-        # Spark gets an explicit URL: a bare path would resolve against Hadoop's fs.defaultFS, which can
-        # differ from what pyarrow renames.
-        self._spark_root = f"file://{self.root}" if self.fs.type_name == "local" else url
+        self._spark_root = paths.spark_url(path)  # what pyarrow renames, not a path against fs.defaultFS
         self.partition_by = list(partition_by or [])
         self.name = f"parquet:{path}"
         self._last_published = -1

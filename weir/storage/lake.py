@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 
 from pyarrow import fs as pafs
 
+from weir.storage import paths
+
 META = "_weir"
 MANIFEST_FORMAT = 1
+DATE_DIR = re.compile(r"^date=(\d{4})-(\d{2})-(\d{2})$")
+HOUR_DIR = re.compile(r"^hour=([01]\d|2[0-3])$")
 _MANIFEST = re.compile(r"^(?P<run>[0-9a-f]{8})-(?P<batch>\d{12})\.json$")
 ATOMIC_RENAME = {"local", "hdfs"}
 
@@ -101,24 +104,53 @@ def _file_json(f: DataFile) -> dict[str, Any]:
 
 
 def hour_dir(date: str, hour: str) -> str:
+    """`date=D/hour=H`: the directory, relative to its topic's, of hour H (`HH`) of day D (`YYYY-MM-DD`)."""
     return f"date={date}/hour={hour}"
+
+
+def hour_of(t: datetime) -> tuple[str, str]:
+    """(`YYYY-MM-DD`, `HH`) of the hour directory of records at `t` (UTC)."""
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%d"), t.strftime("%H")
+
+
+def hour_start(date: str, hour: str) -> datetime:
+    """The UTC instant hour directory `date=D/hour=H` starts at."""
+    return datetime.fromisoformat(f"{date}T{hour}:00:00+00:00")
+
+
+def date_dir_value(name: str) -> str | None:
+    """`YYYY-MM-DD` of a `date=YYYY-MM-DD` directory name of a real date; None for any other name."""
+    m = DATE_DIR.match(name)
+    if not m:
+        return None
+    try:
+        date(*(int(x) for x in m.groups()))
+    except ValueError:
+        return None
+    return name[5:]
+
+
+def hour_dir_value(name: str) -> str | None:
+    """`HH` of an `hour=HH` directory name (00 to 23); None for any other name."""
+    return name[5:] if HOUR_DIR.match(name) else None
+
+
+def is_data_file(name: str) -> bool:
+    """Whether a file name in an hour directory is published data: `.parquet`, neither hidden nor `_`."""
+    return name.endswith(".parquet") and not name.startswith((".", "_"))
 
 
 class Lake:
     """A lake root: paths, atomic small-file writes, manifests and offset coverage of each topic."""
 
     def __init__(self, root: str) -> None:
-        url = root.rstrip("/")
-        if "://" not in url and not url.startswith("file:"):
-            url = os.path.abspath(url)
         try:
-            self.fs, path = pafs.FileSystem.from_uri(url)
+            self.fs, self.root = paths.resolve(root)
         except (ValueError, OSError) as exc:
             raise LakeError(f"lake {root!r}: not a path or a URL pyarrow can open ({exc})") from None
-        self.url = url
-        self.root = path.rstrip("/")
-        # Spark gets an explicit URL: a bare path would resolve against Hadoop's fs.defaultFS.
-        self.spark_root = f"file://{self.root}" if self.fs.type_name == "local" else url
+        self.url = paths.url(root)
+        self.spark_root = paths.spark_url(root)
 
     def __repr__(self) -> str:
         return f"Lake({self.url!r})"
@@ -158,12 +190,7 @@ class Lake:
 
     def write_json(self, path: str, doc: dict[str, Any]) -> None:
         """Write a small JSON file so that readers see all of it or none: a hidden temp file, then a rename."""
-        parent = path.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
-        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(json.dumps(doc, sort_keys=True).encode("utf-8"))
-        self.fs.move(tmp, path)
+        paths.write_atomic(self.fs, path, json.dumps(doc, sort_keys=True).encode("utf-8"))
 
     # -- manifests and coverage ---------------------------------------------------------------------------
     def topics(self) -> list[str]:
