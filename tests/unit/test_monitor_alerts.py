@@ -11,7 +11,9 @@ import pytest
 
 from weir.kafka.broker import free_port
 from weir.monitor.alerts import AlertEngine, Facts, Webhook
+from weir.monitor.compute import Health
 from weir.monitor.config import AlertRule
+from weir.monitor.model import Lag, ProcessorFigures, Rates, Retention
 
 T0 = 1_800_000_000_000
 
@@ -20,14 +22,19 @@ def rule(expr: str, **kw) -> AlertRule:
     return AlertRule.model_validate({"expr": expr, **kw})
 
 
-def facts(**procs) -> Facts:
-    return Facts({f"shop/{name}": {"name": name, **fig} for name, fig in procs.items()}, {}, True)
+def fig(name: str, **parts) -> ProcessorFigures:
+    return ProcessorFigures(f"shop/{name}", "shop", name, **parts)
+
+
+def facts(**procs: dict) -> Facts:
+    """Facts of processors given as keyword arguments of their ProcessorFigures."""
+    return Facts({f"shop/{name}": fig(name, **parts) for name, parts in procs.items()}, {}, True)
 
 
 def test_for_duration_then_fire_then_resolve():
     events: list[dict] = []
     engine = AlertEngine([rule("lag(enrich) > 1000 for 30s")], notify=events.append)
-    lagging = facts(enrich={"lag": 5000})
+    lagging = facts(enrich={"lag": Lag(records=5000)})
     assert engine.evaluate(T0, lagging) == []
     assert engine.to_json()["rules"][0]["status"] == "pending"
     assert engine.evaluate(T0 + 29_000, lagging) == []  # held 29 s of 30
@@ -36,7 +43,7 @@ def test_for_duration_then_fire_then_resolve():
     assert fired[0]["target"] == "shop/enrich" and fired[0]["value"] == 5000 and fired[0]["since_ms"] == T0
     assert "lag(shop/enrich) = 5000 > 1000 for 30s" in fired[0]["message"]
     assert engine.evaluate(T0 + 40_000, lagging) == []  # fires once
-    resolved = engine.evaluate(T0 + 41_000, facts(enrich={"lag": 10}))
+    resolved = engine.evaluate(T0 + 41_000, facts(enrich={"lag": Lag(records=10)}))
     assert [e["status"] for e in resolved] == ["resolved"] and resolved[0]["fired_at_ms"] == T0 + 30_000
     assert [e["status"] for e in events] == ["firing", "resolved"]
     view = engine.to_json()
@@ -45,7 +52,7 @@ def test_for_duration_then_fire_then_resolve():
 
 def test_a_break_in_the_condition_restarts_the_for_duration():
     engine = AlertEngine([rule("stalled(enrich) for 10s")])
-    stalled, fine = facts(enrich={"health": "stalled"}), facts(enrich={"health": "healthy"})
+    stalled, fine = facts(enrich={"health": Health.STALLED}), facts(enrich={"health": Health.HEALTHY})
     engine.evaluate(T0, stalled)
     engine.evaluate(T0 + 6000, fine)
     engine.evaluate(T0 + 7000, stalled)
@@ -55,13 +62,15 @@ def test_a_break_in_the_condition_restarts_the_for_duration():
 
 def test_star_targets_each_processor_and_unknown_values_do_not_fire():
     engine = AlertEngine([rule("dlq_rate(*) > 1%")])
-    events = engine.evaluate(T0, facts(a={"dlq_rate": 0.05}, b={"dlq_rate": 0.001}, c={"dlq_rate": None}))
+    events = engine.evaluate(
+        T0, facts(a={"rates": Rates(dlq=0.05)}, b={"rates": Rates(dlq=0.001)}, c={"rates": Rates(dlq=None)})
+    )
     assert [e["target"] for e in events] == ["shop/a"]
 
 
 def test_freshness_targets_outputs_and_a_gone_target_resolves():
     engine = AlertEngine([rule("freshness(totals) > 2m"), rule("retention_left(archive) < 1h")])
-    f = Facts({"shop/archive": {"name": "archive", "retention_left_s": 1800.0}}, {"totals": 150.0}, True)
+    f = Facts({"shop/archive": fig("archive", retention=Retention(left_s=1800.0))}, {"totals": 150.0}, True)
     assert {e["rule"] for e in engine.evaluate(T0, f)} == {"freshness(totals) > 2m", "retention_left(archive) < 1h"}
     gone = engine.evaluate(T0 + 1000, Facts({}, {}, True))
     assert {e["status"] for e in gone} == {"resolved"} and "target is gone" in gone[0]["message"]
@@ -70,11 +79,11 @@ def test_freshness_targets_outputs_and_a_gone_target_resolves():
 def test_unknown_target_is_reported_and_applies_once_it_appears(caplog):
     engine = AlertEngine([rule("dead(later)")])
     with caplog.at_level("WARNING", logger="weir.monitor"):
-        assert engine.evaluate(T0, facts(other={"health": "dead"})) == []
-        engine.evaluate(T0 + 1000, facts(other={"health": "dead"}))
+        assert engine.evaluate(T0, facts(other={"health": Health.DEAD})) == []
+        engine.evaluate(T0 + 1000, facts(other={"health": Health.DEAD}))
     assert engine.to_json()["rules"][0]["status"] == "unknown_target"
     assert sum("names 'later'" in r.message for r in caplog.records) == 1  # warned once, not every second
-    assert len(engine.evaluate(T0 + 2000, facts(later={"health": "dead"}))) == 1
+    assert len(engine.evaluate(T0 + 2000, facts(later={"health": Health.DEAD}))) == 1
 
 
 def test_broker_rule():
@@ -87,17 +96,17 @@ def test_broker_rule():
 def test_firing_alerts_survive_a_restart_without_firing_again():
     rules = [rule("lag(enrich) > 10")]
     first = AlertEngine(rules)
-    first.evaluate(T0, facts(enrich={"lag": 50}))
+    first.evaluate(T0, facts(enrich={"lag": Lag(records=50)}))
     second = AlertEngine(rules)
     second.restore(json.loads(json.dumps(first.export())))
-    assert second.evaluate(T0 + 1000, facts(enrich={"lag": 50})) == []  # still firing, not re-posted
-    assert second.evaluate(T0 + 2000, facts(enrich={"lag": 0}))[0]["status"] == "resolved"
+    assert second.evaluate(T0 + 1000, facts(enrich={"lag": Lag(records=50)})) == []  # still firing, not re-posted
+    assert second.evaluate(T0 + 2000, facts(enrich={"lag": Lag(records=0)}))[0]["status"] == "resolved"
 
 
 def test_history_is_bounded():
     engine = AlertEngine([rule("lag(enrich) > 10")], history=5)
     for i in range(20):
-        engine.evaluate(T0 + i * 1000, facts(enrich={"lag": 50 if i % 2 == 0 else 0}))
+        engine.evaluate(T0 + i * 1000, facts(enrich={"lag": Lag(records=50 if i % 2 == 0 else 0)}))
     assert len(engine.to_json()["history"]) == 5
 
 
@@ -138,8 +147,8 @@ def test_webhook_posts_fired_and_resolved_alerts():
     with Receiver() as receiver:
         hook = Webhook(receiver.url, timeout=5)
         engine = AlertEngine([rule("lag(enrich) > 10")], notify=hook)
-        engine.evaluate(T0, facts(enrich={"lag": 50}))
-        engine.evaluate(T0 + 1000, facts(enrich={"lag": 0}))
+        engine.evaluate(T0, facts(enrich={"lag": Lag(records=50)}))
+        engine.evaluate(T0 + 1000, facts(enrich={"lag": Lag(records=0)}))
         assert hook.drain(10)
         hook.close()
     assert [b["status"] for _, b in receiver.received] == ["firing", "resolved"]
@@ -161,7 +170,7 @@ def test_webhook_failures_are_counted_never_raised(case, caplog):
         hook = Webhook(url, timeout=0.5)
         engine = AlertEngine([rule("lag(enrich) > 10")], notify=hook)
         with caplog.at_level("WARNING", logger="weir.monitor"):
-            engine.evaluate(T0, facts(enrich={"lag": 50}))
+            engine.evaluate(T0, facts(enrich={"lag": Lag(records=50)}))
             assert hook.drain(10)
         hook.close()
     finally:

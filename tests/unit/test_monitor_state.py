@@ -59,7 +59,7 @@ def monitor(clock: Clock, **cfg) -> Monitor:
 
 def health(m: Monitor, key: str = "shop/enrich") -> str:
     m.refresh()
-    return m.tracks[key].figures["health"]
+    return m.tracks[key].figures.health
 
 
 def test_topology_comes_from_progress_records(clock):
@@ -90,12 +90,12 @@ def test_stalled_within_two_triggers_of_pending_input_then_healthy_again(clock):
     clock.t += 1.0
     events = m.refresh()
     f = m.tracks["shop/enrich"].figures
-    assert f["health"] == "stalled" and f["lag"] == 50
+    assert f.health == "stalled" and f.lag.records == 50
     assert [(e["rule"], e["status"]) for e in events] == [("stalled(*)", "firing")]
     m.ingest(progress(clock, batch_id=2, end=150))  # it catches up
     m.observe_broker(snapshot(clock, 150))
     events = m.refresh()
-    assert m.tracks["shop/enrich"].figures["health"] == "healthy"
+    assert m.tracks["shop/enrich"].figures.health == "healthy"
     assert [(e["rule"], e["status"]) for e in events] == [("stalled(*)", "resolved")]
 
 
@@ -106,13 +106,13 @@ def test_failure_makes_it_dead_until_it_runs_again(clock):
                "error": "ValueError: bad", "restarts": 0, "failures_in_row": 1, "next_restart_in_s": 1.0}  # fmt: skip
     m.ingest(json.dumps(failure).encode())
     assert health(m) == "dead"
-    assert "ValueError: bad" in m.tracks["shop/enrich"].figures["health_reason"]
+    assert "ValueError: bad" in m.tracks["shop/enrich"].figures.health_reason
     running = {"type": "state", "pipeline": "shop", "processor": "enrich", "at_ms": clock.ms(), "state": "running"}
     m.ingest(json.dumps(running).encode())
     assert health(m) == "healthy"
     m.ingest(json.dumps({**failure, "next_restart_in_s": None}).encode())  # given up
     assert health(m) == "dead" and m.tracks["shop/enrich"].lifecycle == "failed"
-    assert m.tracks["shop/enrich"].figures["failures_total"] == 2
+    assert m.tracks["shop/enrich"].figures.run.failures_total == 2
 
 
 def test_silence_makes_it_dead_unless_the_broker_is_unreachable(clock):
@@ -156,7 +156,7 @@ def test_behind_when_the_lag_troughs_rise(clock):
         clock.t += 2
     assert health(m) == "behind"
     f = m.tracks["shop/enrich"].figures
-    assert f["lag_growing"] and f["input_rate"] == pytest.approx(50.0) and f["processing_rate"] == pytest.approx(30.0)
+    assert f.lag.growing and f.rates.input == pytest.approx(50.0) and f.rates.processing == pytest.approx(30.0)
 
 
 def test_lag_seconds_freshness_and_retention_from_the_oldest_unprocessed_record(clock):
@@ -168,15 +168,15 @@ def test_lag_seconds_freshness_and_retention_from_the_oldest_unprocessed_record(
     assert m.wanted_timestamps(bounds) == set()  # known now: not fetched again
     m.refresh()
     f = m.tracks["shop/enrich"].figures
-    assert f["lag_seconds"] == 45 and f["freshness_s"] == 45
-    assert f["retention_left_s"] == 86_400 - 45 and f["retention_partition"] == "orders/0"
-    assert m.outputs["orders.enriched"]["freshness_s"] == 45
+    assert f.lag.seconds == 45 and f.freshness.seconds == 45
+    assert f.retention.left_s == 86_400 - 45 and f.retention.partition == "orders/0"
+    assert m.outputs["orders.enriched"].freshness_s == 45
     # It processed 20 more: until the next poll fetches the timestamp at 120, the one at 100 stands in.
     clock.t += 1
     m.ingest(progress(clock, batch_id=2, end=120))
     m.refresh()
     assert m.wanted_timestamps(bounds) == {(("orders", 0), 120)}
-    assert m.tracks["shop/enrich"].figures["lag_seconds"] == 46
+    assert m.tracks["shop/enrich"].figures.lag.seconds == 46
 
 
 def test_retention_risk_records_are_surfaced(clock):
@@ -188,10 +188,10 @@ def test_retention_risk_records_are_surfaced(clock):
     clock.t += 100
     m.refresh()
     f = m.tracks["shop/archive.orders"].figures
-    assert f["retention_left_s"] == 108_000 - 100 and f["retention_reports"][0]["reason"] == "lag"
+    assert f.retention.left_s == 108_000 - 100 and f.retention.reports[0].reason == "lag"
     clock.t += 700  # older than retention_report_ttl: no longer counted
     m.refresh()
-    assert m.tracks["shop/archive.orders"].figures["retention_left_s"] is None
+    assert m.tracks["shop/archive.orders"].figures.retention.left_s is None
 
 
 def test_batches_feed_series_histograms_rates_and_violations(clock):
@@ -207,11 +207,12 @@ def test_batches_feed_series_histograms_rates_and_violations(clock):
     t = m.tracks["shop/enrich"]
     f = t.figures
     assert len(t.series["batch_ms"].points) == 10  # bounded
-    assert f["dlq_rate"] == pytest.approx(0.06) and f["late_rate"] == pytest.approx(0.02)
-    assert f["violations_total"] == 1 and f["violations_window"] == 1 and f["last_violation"]["batch_id"] == 7
-    assert f["batch_ms"]["count"] == 30 and f["batch_ms"]["p50"] == 300
+    assert f.rates.dlq == pytest.approx(0.06) and f.rates.late == pytest.approx(0.02)
+    a = f.accounting
+    assert a.violations_total == 1 and a.violations_window == 1 and a.last_violation.batch_id == 7
+    assert f.batch_ms.count == 30 and f.batch_ms.p50 == 300
     # batches 2 s apart with a 1 s trigger: each started 1 s later than scheduled
-    assert f["scheduling_delay_ms"]["count"] == 29 and f["scheduling_delay_ms"]["max"] == 1000
+    assert f.scheduling_delay_ms.count == 29 and f.scheduling_delay_ms.max == 1000
 
 
 @pytest.mark.parametrize(
@@ -292,7 +293,7 @@ def test_runner_state_files(clock, tmp_path):
     m = monitor(clock)
     m.ingest(progress(clock))
     m.observe_runs(runs)
-    assert health(m) == "dead" and "runner's process is gone" in m.tracks["shop/enrich"].figures["health_reason"]
+    assert health(m) == "dead" and "runner's process is gone" in m.tracks["shop/enrich"].figures.health_reason
     assert health(m, "shop/done") == "stopped"
     assert m.checkpoints()["shop/enrich"] == "/cp/shop/enrich"
     (run / "shop.json").write_text(json.dumps({**body, "pid": os.getpid()}))

@@ -7,6 +7,7 @@ and serves a JSON API, Prometheus metrics and a dashboard (docs/monitor.md).
     compute.py    lag, rates, scheduling delay, retention left, health: pure functions
     freshness.py  completeness propagated through the topology: pure
     track.py      what it keeps of each processor and topic, and how records and polls change it
+    model.py      the typed records: ProcessorFigures (and its parts), outputs, broker, progress reader
     figures.py    a processor's figures at one moment
     state.py      the Monitor: what it knows, refreshed figures, the views
     alerts.py     rule evaluation with `for` durations, history, webhook

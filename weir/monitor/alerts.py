@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 from weir import units
 from weir.config import redact_text
 from weir.monitor.compute import BEHIND, DEAD, STALLED
-from weir.monitor.config import AlertRule
+from weir.monitor.config import KINDS, AlertRule
+from weir.monitor.model import ProcessorFigures
 
 log = logging.getLogger("weir.monitor")
 
@@ -40,36 +41,39 @@ def iso(ms: int) -> str:
 
 @dataclass
 class Facts:
-    """What rules are evaluated on: per-processor figures (keyed "pipeline/processor", each with at least
-    name, health and the fields of `VALUE`), freshness per output, and the broker's reachability."""
+    """What rules are evaluated on: per-processor figures (keyed "pipeline/processor"), freshness per
+    output, and the broker's reachability."""
 
-    processors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    processors: dict[str, ProcessorFigures] = field(default_factory=dict)
     outputs: dict[str, float | None] = field(default_factory=dict)
     broker_reachable: bool = True
 
 
-def _retention_left(f: dict) -> float | None:
+def _retention_left(f: ProcessorFigures) -> float | None:
     """Seconds before retention may delete an unprocessed record. With nothing pending nothing is at risk:
     +inf, so the rule does not hold (None would read as "not known", and a firing alert would never resolve)."""
-    left = f.get("retention_left_s")
-    return math.inf if left is None and f.get("lag") == 0 else left
+    left = f.retention.left_s
+    return math.inf if left is None and f.lag.records == 0 else left
 
 
-VALUE: dict[str, Callable[[dict], Any]] = {
-    "freshness": lambda f: f.get("freshness_s"),
-    "lag": lambda f: f.get("lag"),
-    "lag_seconds": lambda f: f.get("lag_seconds"),
-    "lag_growing": lambda f: f.get("lag_growing"),
-    "behind": lambda f: f.get("health") == BEHIND,
-    "stalled": lambda f: f.get("health") == STALLED,
-    "dead": lambda f: f.get("health") == DEAD,
-    "unhealthy": lambda f: f.get("health") in (BEHIND, STALLED, DEAD),
-    "dlq_rate": lambda f: f.get("dlq_rate"),
-    "late_rate": lambda f: f.get("late_rate"),
+# The figure each kind of rule (config.KINDS) reads; a kind is checked against KINDS when the config loads.
+VALUE: dict[str, Callable[[ProcessorFigures], Any]] = {
+    "freshness": lambda f: f.freshness.seconds,
+    "lag": lambda f: f.lag.records,
+    "lag_seconds": lambda f: f.lag.seconds,
+    "lag_growing": lambda f: f.lag.growing,
+    "behind": lambda f: f.health == BEHIND,
+    "stalled": lambda f: f.health == STALLED,
+    "dead": lambda f: f.health == DEAD,
+    "unhealthy": lambda f: f.health in (BEHIND, STALLED, DEAD),
+    "dlq_rate": lambda f: f.rates.dlq,
+    "late_rate": lambda f: f.rates.late,
     "retention_left": _retention_left,
-    "violations": lambda f: f.get("violations_window"),
-    "failures": lambda f: f.get("failures_window"),
+    "violations": lambda f: f.accounting.violations_window,
+    "failures": lambda f: f.run.failures_window,
 }
+if missing := {k for k, spec in KINDS.items() if spec[3] != "broker"} ^ set(VALUE):
+    raise RuntimeError(f"alert kinds without a figure, or figures without a kind: {sorted(missing)}")
 
 
 def holds(rule: AlertRule, value: Any) -> bool:
@@ -107,8 +111,8 @@ class AlertEngine:
                 return out
         about_health = rule.kind in ("behind", "stalled", "dead", "unhealthy")
         for key, f in facts.processors.items():
-            if rule.target in ("*", key, f.get("name")):
-                out.append((key, VALUE[rule.kind](f), (f.get("health_reason") or "") if about_health else ""))
+            if rule.target in ("*", key, f.name):
+                out.append((key, VALUE[rule.kind](f), f.health_reason if about_health else ""))
         return out
 
     # -- evaluation ------------------------------------------------------------------------------------

@@ -19,11 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 TP = tuple[str, int]
 
-HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN = "healthy", "behind", "stalled", "dead", "stopped", "unknown"
-HEALTH_STATES = (HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN)
+
+class Health(StrEnum):
+    """A processor's health state (see `health`); a str, so it is its own JSON."""
+
+    HEALTHY = "healthy"
+    BEHIND = "behind"
+    STALLED = "stalled"
+    DEAD = "dead"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+
+HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN = tuple(Health)
+HEALTH_STATES = tuple(Health)
 
 
 def lag_records(committed: dict[TP, int], bounds: dict[TP, tuple[int, int]], topics: Iterable[str]) -> dict[TP, int]:
@@ -157,7 +170,7 @@ class HealthInput:
     broker_ok: bool = True
 
 
-def health(h: HealthInput, rules: HealthRules) -> tuple[str, str]:
+def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
     """(state, reason), the first that applies:
 
     1. stopped: the runner stopped it (state stopped or finished) and no batch came since.

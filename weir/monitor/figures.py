@@ -1,18 +1,18 @@
-"""A processor's figures at one moment, from its `Track` (weir/monitor/track.py) and the last poll of the
-broker: lag, lag seconds, rates, health, retention left, and its `Stage` for freshness (weir/monitor/
-freshness.py). The definitions are docs/monitor.md's; the arithmetic is weir/monitor/compute.py's.
+"""A processor's figures at one moment (a `ProcessorFigures`, weir/monitor/model.py), from its `Track`
+(weir/monitor/track.py) and the last poll of the broker: lag, rates, health, retention left, and its `Stage`
+for freshness (weir/monitor/freshness.py). The definitions are docs/monitor.md's; the arithmetic is
+weir/monitor/compute.py's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from weir.monitor import compute
 from weir.monitor.compute import TP, HealthInput, HealthRules
 from weir.monitor.config import MonitorConfig
 from weir.monitor.freshness import Stage
-from weir.monitor.records import RetentionReport
+from weir.monitor.model import Accounting, Distribution, Lag, LastBatch, ProcessorFigures, Rates, Retention, Run
 from weir.monitor.track import Track
 
 
@@ -57,13 +57,10 @@ def _pending(t: Track, lag_by: dict[TP, int], stamps: dict[TP, int | None]) -> d
     return pending
 
 
-def _report(r: RetentionReport) -> dict:
-    return {"topic": r.topic, "partition": r.partition, "reason": r.reason, "time_left_ms": r.time_left_ms,
-            "at_ms": r.at_ms, "message": r.message}  # fmt: skip
-
-
-def figures(t: Track, m: Moment, config: MonitorConfig, rules: HealthRules, trigger: float) -> tuple[dict, Stage]:
-    """The processor's figures (the JSON of /api/processors) and its freshness stage; `trigger` in ms."""
+def figures(
+    t: Track, m: Moment, config: MonitorConfig, rules: HealthRules, trigger: float
+) -> tuple[ProcessorFigures, Stage]:
+    """The processor's figures (without freshness: see Monitor.refresh) and its freshness stage; `trigger` in ms."""
     now, bounds = m.now, m.bounds
     committed = t.committed_now()
     lag_by = compute.lag_records(committed, bounds, t.inputs)
@@ -107,32 +104,40 @@ def figures(t: Track, m: Moment, config: MonitorConfig, rules: HealthRules, trig
         event_max_ms=lp.event_max_ms if lp else None,
         last_batch_ms=lp.at_ms if lp else None,
     )
-    fig: dict[str, Any] = {
-        "key": t.key, "pipeline": t.pipeline, "name": t.name, "health": state, "health_reason": reason,
-        "stale": not m.broker_ok, "declared": t.declared, "inputs": sorted(t.inputs), "outputs": sorted(t.outputs),
-        "side_outputs": sorted(t.side_outputs), "trigger_ms": trigger, "checkpoint": t.checkpoint,
-        "lifecycle": t.lifecycle, "runner_alive": t.runner_alive, "note": t.note,
-        "restarts": t.restarts, "failures_total": t.failures_total,
-        "failures_window": sum(1 for at in t.failures if at >= now - rw),
-        "last_error": t.last_error, "failed_at_ms": t.failed_at_ms,
-        "first_seen_ms": t.first_seen_ms, "last_record_ms": t.last_record_ms, "last_advance_ms": t.last_advance_ms,
-        "lag": lag, "lag_by_partition": {f"{tp[0]}/{tp[1]}": n for tp, n in sorted(lag_by.items())},
-        "lag_seconds": lag_s, "lag_growing": growing, "pending_since_ms": t.pending_since_ms,
-        "input_rate": compute.rate(latest, now, w), "processing_rate": compute.rate(done, now, w),
-        "spark_input_rate": t.series["spark_input_rate"].last(),
-        "spark_processed_rate": t.series["spark_processed_rate"].last(),
-        "dlq_rate": compute.ratio(((b[0], b[2], b[1]) for b in t.batches), now, rw),
-        "late_rate": compute.ratio(((b[0], b[3], b[1]) for b in t.batches), now, rw),
-        "violations_window": sum(b[4] for b in t.batches if b[0] >= now - rw),
-        "violations_total": t.totals.get("violations", 0), "unbalanced_batches": t.unbalanced_batches,
-        "last_violation": t.last_violation, "totals": dict(t.totals),
-        "retention_left_s": left_s, "retention_partition": f"{left_tp[0]}/{left_tp[1]}" if left_tp else None,
-        "lost_offsets": left.lost_offsets, "retention_reports": [_report(r) for r in reports],
-        "last_batch": None if lp is None else {
-            "batch_id": lp.batch_id, "at_ms": lp.at_ms, "input_rows": lp.input_rows, "batch_ms": lp.batch_ms,
-            "watermark_ms": lp.watermark_ms, "event_max_ms": lp.event_max_ms, "state_rows": lp.state_rows,
-            "version": lp.version, "lake_fallback": lp.lake_fallback,
-        },
-        "batch_ms": t.batch_hist.to_json(), "scheduling_delay_ms": t.delay_hist.to_json(),
-    }  # fmt: skip
+    fig = ProcessorFigures(
+        key=t.key, pipeline=t.pipeline, name=t.name, health=state, health_reason=reason, stale=not m.broker_ok,
+        declared=t.declared, inputs=tuple(sorted(t.inputs)), outputs=tuple(sorted(t.outputs)),
+        side_outputs=tuple(sorted(t.side_outputs)), trigger_ms=trigger, checkpoint=t.checkpoint,
+        run=Run(
+            state=t.lifecycle, runner_alive=t.runner_alive, note=t.note, restarts=t.restarts,
+            failures_total=t.failures_total, failures_window=sum(1 for at in t.failures if at >= now - rw),
+            last_error=t.last_error, failed_at_ms=t.failed_at_ms,
+        ),
+        first_seen_ms=t.first_seen_ms, last_record_ms=t.last_record_ms, last_advance_ms=t.last_advance_ms,
+        lag=Lag(
+            records=lag, by_partition={f"{tp[0]}/{tp[1]}": n for tp, n in sorted(lag_by.items())}, seconds=lag_s,
+            growing=growing, pending_since_ms=t.pending_since_ms,
+        ),
+        rates=Rates(
+            input=compute.rate(latest, now, w), processing=compute.rate(done, now, w),
+            spark_input=t.series["spark_input_rate"].last(), spark_processed=t.series["spark_processed_rate"].last(),
+            dlq=compute.ratio(((b[0], b[2], b[1]) for b in t.batches), now, rw),
+            late=compute.ratio(((b[0], b[3], b[1]) for b in t.batches), now, rw),
+        ),
+        accounting=Accounting(
+            violations_window=sum(b[4] for b in t.batches if b[0] >= now - rw),
+            violations_total=t.totals.get("violations", 0), unbalanced_batches=t.unbalanced_batches,
+            last_violation=t.last_violation, totals=dict(t.totals),
+        ),
+        retention=Retention(
+            left_s=left_s, partition=f"{left_tp[0]}/{left_tp[1]}" if left_tp else None,
+            lost_offsets=left.lost_offsets, reports=tuple(reports),
+        ),
+        last_batch=None if lp is None else LastBatch(
+            batch_id=lp.batch_id, at_ms=lp.at_ms, input_rows=lp.input_rows, batch_ms=lp.batch_ms,
+            watermark_ms=lp.watermark_ms, event_max_ms=lp.event_max_ms, state_rows=lp.state_rows,
+            version=lp.version, lake_fallback=lp.lake_fallback,
+        ),
+        batch_ms=Distribution.of(t.batch_hist), scheduling_delay_ms=Distribution.of(t.delay_hist),
+    )  # fmt: skip
     return fig, stage

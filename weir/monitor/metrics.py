@@ -4,27 +4,30 @@ by a custom collector (no gauges to keep in step with the state). Names are list
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from weir.monitor.compute import HEALTH_STATES
+from weir.monitor.model import ProcessorFigures
 from weir.monitor.series import Histogram
 from weir.monitor.state import Monitor
 
 ACCOUNTING = ("in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted")
-GAUGES = (
-    ("lag_records", "lag", "Records not yet processed (latest - committed offsets of its inputs)."),
-    ("lag_seconds", "lag_seconds", "Age of the oldest unprocessed input record."),
-    ("input_rate", "input_rate", "Records per second appended to its inputs (broker offsets)."),
-    ("processing_rate", "processing_rate", "Records per second it committed (its offsets)."),
-    ("freshness_seconds", "freshness_s", "How far behind real time its output is complete."),
-    ("dlq_ratio", "dlq_rate", "Dead-lettered / input records over the rate window."),
-    ("late_ratio", "late_rate", "Late / input records over the rate window."),
-    ("retention_left_seconds", "retention_left_s", "Time before retention may delete an unprocessed record."),
-    ("restarts", "restarts", "Restarts of its query, as its runner counts them."),
-)
+# weir_processor_<name>: (name, the figure, help)
+GAUGES: tuple[tuple[str, Callable[[ProcessorFigures], object], str], ...] = (
+    ("lag_records", lambda f: f.lag.records, "Records not yet processed (latest - committed offsets of its inputs)."),
+    ("lag_seconds", lambda f: f.lag.seconds, "Age of the oldest unprocessed input record."),
+    ("input_rate", lambda f: f.rates.input, "Records per second appended to its inputs (broker offsets)."),
+    ("processing_rate", lambda f: f.rates.processing, "Records per second it committed (its offsets)."),
+    ("freshness_seconds", lambda f: f.freshness.seconds, "How far behind real time its output is complete."),
+    ("dlq_ratio", lambda f: f.rates.dlq, "Dead-lettered / input records over the rate window."),
+    ("late_ratio", lambda f: f.rates.late, "Late / input records over the rate window."),
+    ("retention_left_seconds", lambda f: f.retention.left_s, "Time before retention may delete an unprocessed "
+     "record."),
+    ("restarts", lambda f: f.run.restarts, "Restarts of its query, as its runner counts them."),
+)  # fmt: skip
 
 
 def _num(v: object) -> float | None:
@@ -50,7 +53,7 @@ class MonitorCollector:
         with m.lock:
             yield GaugeMetricFamily("weir_monitor_up", "1 while the monitor serves.", value=1)
             broker = GaugeMetricFamily("weir_monitor_broker_up", "1 when the last broker poll succeeded.")
-            broker.add_metric([], 1.0 if m.broker["reachable"] else 0.0)
+            broker.add_metric([], 1.0 if m.broker.reachable else 0.0)
             yield broker
             recs = CounterMetricFamily("weir_monitor_records", "Progress records read, by type.", labels=["type"])
             for kind in ("progress", "failure", "state", "retention_risk", "unknown_kind"):
@@ -79,9 +82,9 @@ class MonitorCollector:
             for t in m.tracks.values():
                 f, lv = t.figures, [t.pipeline, t.name]
                 for state in HEALTH_STATES:
-                    health.add_metric([*lv, state], 1.0 if f.get("health") == state else 0.0)
-                for n, key, _ in GAUGES:
-                    if (v := _num(f.get(key))) is not None:
+                    health.add_metric([*lv, state], 1.0 if f is not None and f.health == state else 0.0)
+                for n, value, _ in GAUGES:
+                    if f is not None and (v := _num(value(f))) is not None:
                         gauges[n].add_metric(lv, v)
                 if t.last_record_ms is not None:
                     last.add_metric(lv, t.last_record_ms / 1000)
@@ -98,7 +101,7 @@ class MonitorCollector:
             fresh = GaugeMetricFamily("weir_output_freshness_seconds", "How far behind real time an output "
                                       "topic or sink is complete.", labels=["output"])  # fmt: skip
             for name, o in m.outputs.items():
-                if (v := _num(o.get("freshness_s"))) is not None:
+                if (v := _num(o.freshness_s)) is not None:
                     fresh.add_metric([name], v)
             yield fresh
             lo = GaugeMetricFamily("weir_topic_earliest_offset", "Earliest offset.", labels=["topic", "partition"])

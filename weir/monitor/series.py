@@ -72,13 +72,3 @@ class Histogram:
             return None
         ordered = sorted(self.recent)
         return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-    def to_json(self) -> dict:
-        return {
-            "buckets": [["+Inf" if math.isinf(b) else b, n] for b, n in self.cumulative()],
-            "count": self.count,
-            "sum": self.sum,
-            "p50": self.quantile(0.5),
-            "p95": self.quantile(0.95),
-            "max": max(self.recent) if self.recent else None,
-        }

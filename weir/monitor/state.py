@@ -18,6 +18,7 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from threading import RLock
 from typing import Any
 
@@ -27,9 +28,10 @@ from weir.monitor.compute import TP, HealthRules
 from weir.monitor.config import MonitorConfig
 from weir.monitor.figures import Moment, figures
 from weir.monitor.freshness import Stage, propagate
+from weir.monitor.model import SAMPLED, BrokerState, Freshness, OutputFigures, ProcessorFigures, ProgressState
 from weir.monitor.records import BadRecord, Record, UnknownKind, time_ms
 from weir.monitor.series import Ring, arrivals
-from weir.monitor.track import SAMPLED_SERIES, BrokerSnapshot, TopicTrack, Track, finite
+from weir.monitor.track import BrokerSnapshot, TopicTrack, Track, finite
 
 __all__ = ["MAX_PROCESSORS", "BrokerSnapshot", "Monitor", "TopicTrack", "Track"]
 log = logging.getLogger("weir.monitor")
@@ -60,9 +62,9 @@ class Monitor:
         self.alerts = alerts or AlertEngine(config.alerts, config.history)
         self.counts: Counter = Counter()  # records by kind, "bad", "unknown_kind"
         self.bad_reasons: deque[dict] = deque(maxlen=20)
-        self.broker: dict[str, Any] = {"reachable": None, "error": None, "since_ms": None, "last_ok_ms": None}
-        self.progress: dict[str, Any] = {"topic": progress_topic, "error": None, "last_record_ms": None}
-        self.outputs: dict[str, dict[str, Any]] = {}
+        self.broker = BrokerState()
+        self.progress = ProgressState(progress_topic)
+        self.outputs: dict[str, OutputFigures] = {}
         self.output_series: dict[str, Ring] = {}  # freshness of each output topic or sink
         self.webhook: Any = None  # the Webhook, for its counters
 
@@ -121,7 +123,7 @@ class Monitor:
                                          "reason": f"more than {MAX_PROCESSORS} processors"})  # fmt: skip
                 return None
             self.counts[record.kind] += 1
-            self.progress["last_record_ms"] = max(self.progress["last_record_ms"] or 0, record.at_ms)
+            self.progress.last_record_ms = max(self.progress.last_record_ms or 0, record.at_ms)
             t.apply(record, self._trigger(t))
         return record
 
@@ -151,11 +153,12 @@ class Monitor:
 
     def observe_broker(self, snap: BrokerSnapshot) -> None:
         with self.lock:
-            if self.broker["reachable"] is not True:
-                self.broker["since_ms"] = snap.at_ms
-                if self.broker["reachable"] is False:
+            broker = self.broker
+            if broker.reachable is not True:
+                broker.since_ms = snap.at_ms
+                if broker.reachable is False:
                     log.info("weir monitor: the broker is reachable again")
-            self.broker.update(reachable=True, error=None, last_ok_ms=snap.at_ms)
+            broker.reachable, broker.error, broker.last_ok_ms = True, None, snap.at_ms
             by_topic: dict[str, dict[int, tuple[int, int]]] = {}
             for (topic, p), b in snap.bounds.items():
                 by_topic.setdefault(topic, {})[p] = b
@@ -177,14 +180,14 @@ class Monitor:
     def observe_broker_down(self, error: str, at_ms: int | None = None) -> None:
         with self.lock:
             at_ms = at_ms if at_ms is not None else self.now_ms()
-            if self.broker["reachable"] is not False:
+            if self.broker.reachable is not False:
                 log.warning("weir monitor: the broker is unreachable: %s", error)
-                self.broker["since_ms"] = at_ms
-            self.broker.update(reachable=False, error=error)
+                self.broker.since_ms = at_ms
+            self.broker.reachable, self.broker.error = False, error
 
     def observe_progress_error(self, error: str | None) -> None:
         with self.lock:
-            self.progress["error"] = error
+            self.progress.error = error
 
     def observe_runs(self, runs: list[dict]) -> None:
         """The runners' state files: [{"pipeline", "alive", "processors": {name: {state, checkpoint, ...}}}]."""
@@ -223,8 +226,8 @@ class Monitor:
 
     # -- figures ------------------------------------------------------------------------------------------
     def broker_ok(self, now_ms: int) -> bool:
-        last = self.broker["last_ok_ms"]
-        return bool(self.broker["reachable"]) and last is not None and now_ms - last <= self.config.stale_seconds * 1000
+        last = self.broker.last_ok_ms
+        return bool(self.broker.reachable) and last is not None and now_ms - last <= self.config.stale_seconds * 1000
 
     def _bounds(self) -> dict[TP, tuple[int, int]]:
         return {(name, p): b for name, tt in self.topics.items() for p, b in tt.partitions.items()}
@@ -236,34 +239,33 @@ class Monitor:
             retention = {name: tt.retention_ms for name, tt in self.topics.items()}
             m = Moment(now, self.start_ms, self._bounds(), self.timestamps, retention, self.broker_ok(now))
             stages: dict[str, Stage] = {}
+            computed: dict[str, ProcessorFigures] = {}
             for key, t in self.tracks.items():
-                t.figures, stages[key] = figures(t, m, self.config, self.rules, self._trigger(t))
+                computed[key], stages[key] = figures(t, m, self.config, self.rules, self._trigger(t))
             complete = propagate(stages, now)
             proc_fresh, topic_fresh = complete.freshness(now)
             self.outputs = {}
             for key, t in self.tracks.items():
-                f = t.figures
-                f["completeness_ms"] = complete.processors.get(key)
-                f["freshness_s"] = proc_fresh.get(key)
-                for name in SAMPLED_SERIES:
-                    t.series[name].add(now, finite(f.get(name)))
+                fresh = Freshness(seconds=proc_fresh.get(key), completeness_ms=complete.processors.get(key))
+                f = t.figures = replace(computed[key], freshness=fresh)
+                for name, value in SAMPLED.items():
+                    t.series[name].add(now, finite(value(f)))
                 for out in t.outputs:
-                    o = self.outputs.setdefault(out, {"name": out, "kind": "sink" if ":" in out else "topic",
-                                                      "writers": []})  # fmt: skip
-                    o["writers"].append(key)
+                    kind = "sink" if ":" in out else "topic"
+                    self.outputs.setdefault(out, OutputFigures(out, kind)).writers.append(key)
             for name, o in self.outputs.items():
-                o["freshness_s"] = topic_fresh.get(name)
-                o["completeness_ms"] = complete.topics.get(name)
+                o.freshness_s = topic_fresh.get(name)
+                o.completeness_ms = complete.topics.get(name)
                 ring = self.output_series.get(name) or self.output_series.setdefault(
                     name, Ring(self.config.series_points)
                 )
-                ring.add(now, finite(o["freshness_s"]))
+                ring.add(now, finite(o.freshness_s))
             for gone in set(self.output_series) - set(self.outputs):
                 del self.output_series[gone]
             facts = Facts(
-                {k: t.figures for k, t in self.tracks.items()},
-                {n: o["freshness_s"] for n, o in self.outputs.items()},
-                bool(self.broker["reachable"]) if self.broker["reachable"] is not None else True,
+                {k: t.figures for k, t in self.tracks.items() if t.figures is not None},
+                {n: o.freshness_s for n, o in self.outputs.items()},
+                bool(self.broker.reachable) if self.broker.reachable is not None else True,
             )
         return self.alerts.evaluate(now, facts)
 
@@ -278,8 +280,12 @@ class Monitor:
             "name": tt.name, "partitions": partitions, "records": sum(hi - lo for lo, hi in tt.partitions.values()),
             "retention_ms": tt.retention_ms, "append_rate": append_rate,
             "polled_ms": tt.polled_ms, "stale": stale, "readers": readers, "writers": writers,
-            "freshness_s": self.outputs.get(tt.name, {}).get("freshness_s"),
+            "freshness_s": self._freshness(tt.name),
         }  # fmt: skip
+
+    def _freshness(self, output: str) -> float | None:
+        o = self.outputs.get(output)
+        return o.freshness_s if o is not None else None
 
     def topics_view(self) -> dict:
         with self.lock:
@@ -292,7 +298,7 @@ class Monitor:
             nodes: dict[str, dict] = {}
             edges: list[dict] = []
             for key, t in sorted(self.tracks.items()):
-                health = t.figures.get("health", compute.UNKNOWN)
+                health = _health(t)
                 nodes[key] = {"id": key, "kind": "processor", "name": t.name, "pipeline": t.pipeline, "health": health}
                 for i in sorted(t.inputs):
                     nodes.setdefault(i, {"id": i, "kind": "topic", "name": i, "writers": []})
@@ -306,11 +312,11 @@ class Monitor:
             for node in nodes.values():
                 if node["kind"] == "processor":
                     continue
-                writers = [self.tracks[w].figures.get("health", compute.UNKNOWN) for w in node.pop("writers", [])]
+                writers = [_health(self.tracks[w]) for w in node.pop("writers", [])]
                 node["health"] = min(writers, key=order.index) if writers else compute.HEALTHY
-                if self.broker["reachable"] is False:
+                if self.broker.reachable is False:
                     node["health"] = compute.UNKNOWN
-                node["freshness_s"] = self.outputs.get(node["id"], {}).get("freshness_s")
+                node["freshness_s"] = self._freshness(node["id"])
             return {"nodes": list(nodes.values()), "edges": edges}
 
     def processor(self, name: str) -> dict | None:
@@ -322,7 +328,7 @@ class Monitor:
                 t = found[0] if len(found) == 1 else None
             if t is None:
                 return None
-            return {**t.figures, "series": {k: r.since() for k, r in t.series.items()}}
+            return {**_json(t), "series": {k: r.since() for k, r in t.series.items()}}
 
     def series(self, since_ms: int = 0, after: int = 0) -> dict:
         """Points stamped at or after since_ms that arrived after the cursor `after`, and the cursor to ask
@@ -350,23 +356,32 @@ class Monitor:
     def overview(self) -> dict:
         with self.lock:
             now = self.now_ms()
-            health = Counter(t.figures.get("health", compute.UNKNOWN) for t in self.tracks.values())
+            health = Counter(str(_health(t)) for t in self.tracks.values())
             processors = {
-                k: {n: v for n, v in t.figures.items() if n not in ("batch_ms", "scheduling_delay_ms")}
+                k: {n: v for n, v in _json(t).items() if n not in ("batch_ms", "scheduling_delay_ms")}
                 | {"batch_ms_p50": t.batch_hist.quantile(0.5), "batch_ms_p95": t.batch_hist.quantile(0.95)}
                 for k, t in sorted(self.tracks.items())
             }
-            broker = {**self.broker, "bootstrap": self.bootstrap, "stale": not self.broker_ok(now)}
+            broker = {**self.broker.to_json(), "bootstrap": self.bootstrap, "stale": not self.broker_ok(now)}
             return {
                 "monitor": self.monitor_view(),
                 "broker": broker,
-                "progress": dict(self.progress),
+                "progress": self.progress.to_json(),
                 "health": dict(health),
                 "processors": processors,
-                "outputs": {n: dict(o) for n, o in sorted(self.outputs.items())},
+                "outputs": {n: o.to_json() for n, o in sorted(self.outputs.items())},
                 "topology": self.topology(),
                 "alerts": {"active": self.alerts.firing()},
             }
+
+
+def _health(t: Track) -> compute.Health:
+    return t.figures.health if t.figures is not None else compute.UNKNOWN
+
+
+def _json(t: Track) -> dict[str, Any]:
+    """The processor's figures as JSON; before the first refresh, none."""
+    return t.figures.to_json() if t.figures is not None else {}
 
 
 def _updated_ms(value: Any) -> int:

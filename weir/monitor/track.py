@@ -13,12 +13,13 @@ from typing import Any
 
 from weir.monitor import compute
 from weir.monitor.compute import TP
+from weir.monitor.model import SAMPLED, ProcessorFigures, Violation
 from weir.monitor.records import Failure, Progress, Record, RetentionReport, StateChange
 from weir.monitor.series import Histogram, Ring
 
 BATCH_SERIES = ("input_rows", "spark_input_rate", "spark_processed_rate", "batch_ms", "scheduling_delay_ms", "dlq",
                 "late")  # fmt: skip
-SAMPLED_SERIES = ("lag", "lag_seconds", "input_rate", "processing_rate", "freshness_s", "retention_left_s")
+SAMPLED_SERIES = tuple(SAMPLED)  # sampled from the figures at each refresh
 
 
 def finite(v: Any) -> Any:
@@ -83,7 +84,7 @@ class Track:
     batches: deque = field(default_factory=lambda: deque(maxlen=20_000))  # (at_ms, in, dlq, late, violations)
     totals: Counter = field(default_factory=Counter)
     unbalanced_batches: int = 0
-    last_violation: dict | None = None
+    last_violation: Violation | None = None
     runner_alive: bool | None = None
     runner_state: str | None = None
     reports: dict[TP, RetentionReport] = field(default_factory=dict)
@@ -97,7 +98,7 @@ class Track:
     paced_run: str | None = None
     batch_hist: Histogram = field(default_factory=Histogram)
     delay_hist: Histogram = field(default_factory=Histogram)
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: ProcessorFigures | None = None  # of the last refresh (weir/monitor/figures.py)
 
     def __post_init__(self) -> None:
         self.series = {name: Ring(self.points) for name in (*BATCH_SERIES, *SAMPLED_SERIES)}
@@ -159,8 +160,7 @@ class Track:
             self.totals[k] += v
         if violations or not r.balanced:
             self.unbalanced_batches += 1
-            self.last_violation = {"batch_id": r.batch_id, "at_ms": r.at_ms, "unaccounted": r.unaccounted,
-                                   "accounting": dict(a)}  # fmt: skip
+            self.last_violation = Violation(r.batch_id, r.at_ms, r.unaccounted, dict(a))
         if r.input_rows <= 0:
             return  # an idle trigger: no batch to time
         s = self.series
