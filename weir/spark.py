@@ -9,14 +9,13 @@ import sys
 from pyspark.sql import SparkSession
 
 from weir.config import Settings, load
+from weir.kafka.source import KafkaDataSource
 
 log = logging.getLogger("weir")
 
 
 def register(spark: SparkSession) -> SparkSession:
     """Register weir's data sources (`weir-kafka`) on a session built by hand."""
-    from weir.kafka.source import KafkaDataSource
-
     spark.dataSource.register(KafkaDataSource)
     return spark
 

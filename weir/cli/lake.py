@@ -18,6 +18,9 @@ from rich.filesize import decimal
 from rich.markup import escape
 from rich.table import Table
 
+# The commands here import their machinery when they run: registering them must not load PySpark, pandas or
+# pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
+
 if TYPE_CHECKING:
     from weir.lake.inspect import TopicReport
     from weir.storage.lake import Lake

@@ -9,6 +9,7 @@ import typer
 
 from weir.cli.common import Spec, clean_errors, err, out
 from weir.config import load
+from weir.kafka import Admin
 
 
 @clean_errors
@@ -85,7 +86,7 @@ def archive(
     duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
 ) -> None:
     """Archive topics into the lake continuously, exactly once (the same archiver as `archived=True` topics)."""
-    from weir.kafka import Admin
+    # Imported when the command runs (see graph).
     from weir.pipeline import Pipeline
     from weir.runtime.runner import Runner
 

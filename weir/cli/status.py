@@ -11,6 +11,9 @@ from rich.table import Table
 from weir.cli.common import clean_errors, err, out
 from weir.config import load, redact
 
+# The commands here import their machinery when they run: registering them must not load PySpark, pandas or
+# pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
+
 
 @clean_errors
 def status(

@@ -10,6 +10,9 @@ from rich.table import Table
 
 from weir.cli.common import Bootstrap, admin, clean_errors, out
 
+# The commands here import their machinery when they run: registering them must not load PySpark, pandas or
+# pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
+
 topics_app = typer.Typer(help="Kafka topics: create, list, describe, delete.", no_args_is_help=True)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from weir.config import redact
+from weir.storage.lake import Lake, LakeError
 
 # Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
 _MANAGED_CLIENT_SETTINGS = {
@@ -250,8 +251,6 @@ def _lake(raw: str | None) -> str | None:
         return None
     if not raw.strip():
         raise OptionError("option lake must name a lake root (a path or URL), got an empty string")
-    from weir.storage.lake import Lake, LakeError
-
     try:
         # Resolved on the driver: a relative path means the driver's working directory, not a task's.
         return Lake(raw.strip()).url

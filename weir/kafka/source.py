@@ -31,6 +31,7 @@ from weir.kafka.log import TP, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
 from weir.kafka.read import DataLossError, read_range
+from weir.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
 log = logging.getLogger("weir.kafka")
 
@@ -478,11 +479,7 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(parse_source(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from weir.kafka.sink import KafkaBatchWriter
-
         return KafkaBatchWriter(parse_sink(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        from weir.kafka.sink import KafkaStreamWriter
-
         return KafkaStreamWriter(parse_sink(self.options), schema)

@@ -142,6 +142,7 @@ def narrowed(body: dict, pipeline: str | None) -> dict | None:
 def status_views(body: dict, url: str) -> list[Any]:
     """Rich renderables for `weir status` from the monitor's overview: one line saying where the figures come
     from (and whether the broker answers), a table per pipeline, the outputs' freshness, the firing alerts."""
+    # rich's tables are for `weir status` alone: the monitor's own process never loads them.
     from rich.markup import escape as e  # names, errors and URLs (IPv6: "[::1]") are text, never markup
     from rich.table import Table
 

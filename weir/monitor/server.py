@@ -191,6 +191,7 @@ def server(app: Starlette):
     """A uvicorn server for `app`: `server.run(sockets=[bind(...)])` blocks until Ctrl-C, SIGTERM or
     `should_exit = True`, then returns normally, so the caller's cleanup runs (uvicorn's own would re-raise
     the signal after shutdown, and SIGTERM's default action ends the process before any `finally`)."""
+    # Imported when a server is built: the API's tests and `weir status` use this module without one.
     import uvicorn
 
     class Server(uvicorn.Server):

@@ -258,7 +258,9 @@ def read_runs(home: str) -> list[dict]:
 
 
 def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
-    """Committed next offsets of a query from its checkpoint (pyarrow, imported only when asked for)."""
+    """Committed next offsets of a query from its checkpoint."""
+    # Imported when first asked: it loads pyarrow (tens of MB), which a monitor watching no checkpoint never
+    # needs (docs/monitor.md, its memory).
     from weir.kafka.checkpoint import CheckpointError, read_offsets
 
     try:

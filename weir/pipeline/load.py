@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark import cloudpickle
+
 from weir.pipeline.model import DeclarationError, Pipeline
 
 
@@ -36,8 +38,6 @@ def load(spec: str) -> Pipeline:
         sys.modules[module_name] = module
         module_spec.loader.exec_module(module)
         # Spark's workers cannot import a module loaded from a file path: ship its functions by value.
-        from pyspark import cloudpickle
-
         cloudpickle.register_pickle_by_value(module)
     else:
         try:

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from weir.blocks.common import col
-from weir.kafka.decode import ERROR_COLUMN
+from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.sink import SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, OUT, ROUTE
@@ -30,8 +30,6 @@ COORDINATES = ("topic", "partition", "offset")
 
 def declared_type(topic: Topic) -> T.StructType:
     """The topic's schema as a Spark struct (NOT NULL markers dropped: they are checked when decoding)."""
-    from weir.kafka.decode import parse_fields
-
     return T.StructType(
         [T.StructField(f.name, T._parse_datatype_string(f.type_ddl)) for f in parse_fields(topic.schema)]
     )

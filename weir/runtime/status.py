@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from weir.config import Settings
+from weir.kafka import Admin, BrokerUnavailable
+from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.process import process_alive
 
 
 def _lag(settings: Settings, checkpoint: str) -> int | None:
-    from weir.kafka import Admin, BrokerUnavailable
-    from weir.kafka.checkpoint import CheckpointError, read_offsets  # pyarrow, only when asked
-
     try:
         cp = read_offsets(checkpoint)
     except CheckpointError:
