@@ -19,7 +19,7 @@ _WHERE = {
     "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
     "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka",
-    "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres",
+    "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres", "Written": "weir.sinks.base",
 }  # fmt: skip
 __all__ = ["Settings", "load", *sorted(_WHERE)]
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from weir.lake.archive import ArchiveSink
+from weir.sinks.base import Written
 from weir.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
@@ -76,8 +77,7 @@ def seen(lake: Path, topic: str) -> list[tuple[int, int]]:
 
 def new_sink(lake: Path, topic: str, cp: str) -> ArchiveSink:
     sink = ArchiveSink(str(lake), topic)
-    sink.checkpoint = cp
-    sink.open(f"archive.{topic}")
+    sink.open(f"archive.{topic}", cp)
     return sink
 
 
@@ -102,7 +102,8 @@ def test_a_crash_at_any_rename_leaves_whole_files_and_the_restart_completes_the_
     restarted = new_sink(lake, topic, cp)  # open() completes a written plan before any batch
     if fail_at > 0:
         assert sorted(seen(lake, topic)) == sorted((i % 2, i // 2) for i in range(60))
-    assert restarted.write(df, 0) == (60 if fail_at == 0 else 0)  # Spark's replay of the batch
+    # Spark's replay of the batch: a plan the restart completed counts as delivered before.
+    assert restarted.write(df, 0) == (Written(60) if fail_at == 0 else Written(0, replayed=60))
     assert sorted(seen(lake, topic)) == sorted((i % 2, i // 2) for i in range(60))
     assert not list((lake / "_weir" / "staging").rglob("*.parquet"))
     assert not list((lake / "_weir" / "manifests").rglob("*.pending.json"))
@@ -114,13 +115,13 @@ def test_a_crash_while_spark_writes_leaves_an_orphan_that_the_restart_deletes(sp
     topic, lake = "orders", tmp_path / "lake"
     cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}, 1: {0: 60, 1: 60}})
     sink = new_sink(lake, topic, cp)
-    assert sink.write(batch(spark, topic, 60), 0) == 60
+    assert sink.write(batch(spark, topic, 60), 0) == Written(60)
     orphan = lake / "_weir" / "staging" / topic / "deadbeef-000000000001-0000"
     (orphan / "date=2026-11-21" / "hour=01").mkdir(parents=True)
     (orphan / "date=2026-11-21" / "hour=01" / "part-0.parquet").write_bytes(b"PAR1 half")  # a killed task
     sink = new_sink(lake, topic, cp)
     assert not orphan.exists()
-    assert sink.write(batch(spark, topic, 60, offset0=30), 1) == 60
+    assert sink.write(batch(spark, topic, 60, offset0=30), 1) == Written(60)
     assert len(seen(lake, topic)) == 120 == len(set(seen(lake, topic)))
     cov = Lake(str(lake)).coverage(topic)
     assert {p: [(r.start, r.end, r.rows) for r in rs] for p, rs in cov.items()} == {
@@ -131,8 +132,8 @@ def test_a_crash_while_spark_writes_leaves_an_orphan_that_the_restart_deletes(sp
 def test_a_reset_checkpoint_is_a_new_run_and_never_mistaken_for_a_replay(spark, tmp_path):
     topic, lake = "orders", tmp_path / "lake"
     first = new_sink(lake, topic, checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}}))
-    assert first.write(batch(spark, topic, 60), 0) == 60
+    assert first.write(batch(spark, topic, 60), 0) == Written(60)
     assert first.starting_offsets() == {topic: {"0": 30, "1": 30}}  # where a new checkpoint starts
     second = new_sink(lake, topic, checkpoint(tmp_path, topic, {0: {0: 60, 1: 60}}))
-    assert second.write(batch(spark, topic, 60, offset0=30), 0) == 60  # batch 0 again, of another run
+    assert second.write(batch(spark, topic, 60, offset0=30), 0) == Written(60)  # batch 0 again, of another run
     assert len(set(seen(lake, topic))) == 120

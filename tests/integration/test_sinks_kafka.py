@@ -6,7 +6,7 @@ import pytest
 from _pipe import source
 
 from weir.kafka import Admin
-from weir.sinks import Delivery, KafkaSink
+from weir.sinks import Delivery, KafkaSink, Written
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def test_kafka_sink_example(spark, bootstrap, topic_name) -> None:
     sink = KafkaSink(topic_name, bootstrap, linger_ms=5)
     sink.open("shop.notify")
     assert sink.guarantee is Delivery.AT_LEAST_ONCE
-    assert sink.write(rows, batch_id=0) == 300  # counted while writing, not by a second pass
+    assert sink.write(rows, batch_id=0) == Written(300)  # counted while writing, not by a second pass
 
     def topic_values():
         return source(spark, bootstrap, topic_name, stream=False).selectExpr("CAST(value AS STRING) AS value")
@@ -29,6 +29,6 @@ def test_kafka_sink_example(spark, bootstrap, topic_name) -> None:
 
     # A replayed batch is produced again: consumers see its records twice, which is what at-least-once
     # means. (Rows read from a weir-kafka source carry a weir.source header to drop such replays by.)
-    assert sink.write(rows, batch_id=0) == 300
+    assert sink.write(rows, batch_id=0) == Written(300)
     back = topic_values()
     assert back.count() == 600 and back.distinct().count() == 300

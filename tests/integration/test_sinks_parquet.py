@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from weir.sinks import ParquetSink, SinkError
+from weir.sinks import ParquetSink, SinkError, Written
 from weir.sinks import parquet as parquet_module
 
 pytestmark = pytest.mark.integration
@@ -49,8 +49,8 @@ def test_parquet_sink_example(spark, tmp_path) -> None:
     sink = ParquetSink(str(lake), partition_by=["bucket"])
     sink.open("shop.archive")
 
-    assert sink.write(batch(spark, 0, 100), batch_id=0) == 100
-    assert sink.write(batch(spark, 100, 250), batch_id=1) == 150
+    assert sink.write(batch(spark, 0, 100), batch_id=0) == Written(100)
+    assert sink.write(batch(spark, 100, 250), batch_id=1) == Written(150)
 
     # One directory per batch, named by writer and batch id, holding the partition directories.
     assert published(lake) == ["weir_batch=shop.archive-000000000000", "weir_batch=shop.archive-000000000001"]
@@ -73,8 +73,8 @@ def test_a_replayed_batch_id_writes_nothing(spark, tmp_path) -> None:
     out = tmp_path / "out"
     sink = ParquetSink(str(out))
     sink.open("q")
-    assert sink.write(batch(spark, 0, 500), 3) == 500
-    assert sink.write(batch(spark, 0, 500), 3) == 0
+    assert sink.write(batch(spark, 0, 500), 3) == Written(500)
+    assert sink.write(batch(spark, 0, 500), 3) == Written(0, replayed=500)  # already there: delivered
     assert ids_everywhere(out) == list(range(500))
 
 
@@ -87,7 +87,7 @@ def test_crash_between_staging_and_publish_then_replay(spark, tmp_path, monkeypa
     staging = tmp_path / "out.staging" / "q"
     sink = ParquetSink(str(out))
     sink.open("q")
-    assert sink.write(batch(spark, 0, 100), 0) == 100
+    assert sink.write(batch(spark, 0, 100), 0) == Written(100)
 
     def die(*args) -> bool:
         raise Crash
@@ -105,8 +105,17 @@ def test_crash_between_staging_and_publish_then_replay(spark, tmp_path, monkeypa
     restarted = ParquetSink(str(out))
     restarted.open("q")  # the restarted query; its open deletes the orphaned staging copy
     assert not staging.exists()
-    assert restarted.write(batch(spark, 100, 200), 1) == 100  # Spark replays batch 1
+    assert restarted.write(batch(spark, 100, 200), 1) == Written(100)  # Spark replays batch 1
     assert ids_everywhere(out) == list(range(200))
+
+
+def test_a_batch_another_attempt_published_first_counts_as_replayed(spark, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    sink = ParquetSink(str(out))
+    sink.open("q")
+    monkeypatch.setattr(parquet_module, "_publish", lambda *args: False)  # the rename found the directory there
+    assert sink.write(batch(spark, 0, 100), 0) == Written(0, replayed=100)
+    assert not any((tmp_path / "out.staging" / "q").iterdir())  # this attempt's copy is dropped
 
 
 def test_crash_mid_staging_leaves_nothing_for_readers(spark, tmp_path) -> None:
@@ -122,7 +131,7 @@ def test_crash_mid_staging_leaves_nothing_for_readers(spark, tmp_path) -> None:
     restarted = ParquetSink(str(out))
     restarted.open("q")
     assert not partial.exists()
-    assert restarted.write(batch(spark, 0, 100), 0) == 100
+    assert restarted.write(batch(spark, 0, 100), 0) == Written(100)
     assert ids_everywhere(out) == list(range(100))
 
 
@@ -130,12 +139,12 @@ def test_crash_after_publish_then_replay_writes_no_duplicates(spark, tmp_path) -
     out = tmp_path / "out"
     sink = ParquetSink(str(out), partition_by=["bucket"])
     sink.open("q")
-    assert sink.write(batch(spark, 0, 300), 0) == 300  # published; then the driver dies before Spark's commit
+    assert sink.write(batch(spark, 0, 300), 0) == Written(300)  # published; then the driver dies before Spark's commit
 
     restarted = ParquetSink(str(out), partition_by=["bucket"])
     restarted.open("q")
-    assert restarted.write(batch(spark, 0, 300), 0) == 0
-    assert restarted.write(batch(spark, 300, 400), 1) == 100
+    assert restarted.write(batch(spark, 0, 300), 0) == Written(0, replayed=300)
+    assert restarted.write(batch(spark, 300, 400), 1) == Written(100)
     assert ids_everywhere(out) == list(range(400))
     assert not (tmp_path / "out.staging" / "q").exists() or not any((tmp_path / "out.staging" / "q").iterdir())
 
@@ -155,8 +164,8 @@ def test_two_writers_share_an_output_without_colliding(spark, tmp_path) -> None:
     a, b = ParquetSink(str(out)), ParquetSink(str(out))
     a.open("shop.a")
     b.open("shop.b")
-    assert a.write(batch(spark, 0, 10), 0) == 10
-    assert b.write(batch(spark, 10, 30), 0) == 20  # same batch id, different writer: not a replay
+    assert a.write(batch(spark, 0, 10), 0) == Written(10)
+    assert b.write(batch(spark, 10, 30), 0) == Written(20)  # same batch id, different writer: not a replay
     assert ids_everywhere(out) == list(range(30))
 
 
@@ -164,7 +173,7 @@ def test_an_empty_batch_publishes_nothing(spark, tmp_path) -> None:
     out = tmp_path / "out"
     sink = ParquetSink(str(out))
     sink.open("q")
-    assert sink.write(batch(spark, 0, 0), 0) == 0
+    assert sink.write(batch(spark, 0, 0), 0) == Written(0)
     assert published(out) == []
     assert not any((tmp_path / "out.staging" / "q").iterdir())
 
@@ -180,7 +189,7 @@ def test_a_reset_checkpoint_is_refused_not_silently_skipped(spark, tmp_path) -> 
     fresh.open("q")  # same writer name, checkpoint deleted: Spark starts again at batch 0
     with pytest.raises(SinkError, match="checkpoint was reset"):
         fresh.write(batch(spark, 100, 110), 0)
-    assert fresh.write(batch(spark, 20, 30), 2) == 0  # the last batch is a legitimate replay
+    assert fresh.write(batch(spark, 20, 30), 2) == Written(0, replayed=10)  # the last batch: a legitimate replay
     assert ids_everywhere(out) == list(range(30))
 
 

@@ -19,6 +19,7 @@ import contextlib
 import glob
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -55,7 +56,8 @@ def main() -> int:
     sink.open(WRITER)
 
     def each(batch, batch_id: int) -> None:
-        print(f"batch {batch_id} wrote {sink.write(batch, batch_id)}", flush=True)
+        written = sink.write(batch, batch_id)
+        print(f"batch {batch_id} wrote {written.rows}, replayed {written.replayed}", flush=True)
         time.sleep(args.pause_after_write)
 
     rows = (
@@ -178,7 +180,7 @@ def test_sigkill_and_restart_publish_every_row_exactly_once(tmp_path) -> None:
     assert all(b >= batches for b in leftovers), leftovers
     ParquetSink(str(out)).open(WRITER)
     assert not staging.exists()
-    replays = sum(f.read_text(errors="replace").count(" wrote 0") for f in tmp_path.glob("run*.log"))
+    replays = sum(len(re.findall(r" replayed [1-9]", f.read_text(errors="replace"))) for f in tmp_path.glob("run*.log"))
     assert replays >= 1, f"the batch published before the second kill was not replayed\n{logs(tmp_path)}"
     print(f"{batches} batches, {expected} rows; {interrupted_staging} staging dirs left by kills; {replays} replays")
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from pyspark.sql import functions as F
 
-from weir.sinks import PostgresSink, SinkError
+from weir.sinks import PostgresSink, SinkError, Written
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +71,8 @@ def test_postgres_sink_example(spark, dsn, table) -> None:
     # (writer, batch id, partition) in weir_sink_commits. The table is created from the DataFrame's schema.
     sink = PostgresSink(dsn, table)
     sink.open(table)  # the runner passes the query's name; here the table name is unique enough
-    assert sink.write(orders(spark, 0, 1000), batch_id=0) == 1000
-    assert sink.write(orders(spark, 1000, 1500), batch_id=1) == 500
+    assert sink.write(orders(spark, 0, 1000), batch_id=0) == Written(1000)
+    assert sink.write(orders(spark, 1000, 1500), batch_id=1) == Written(500)
 
     assert sql(dsn, f'SELECT count(*), sum(amount) FROM "{table}"') == [(1500, Decimal("2810625.00"))]
     assert commits(dsn, table) == [(0, 0, 500), (0, 1, 500), (1, 0, 250), (1, 1, 250)]
@@ -87,8 +87,8 @@ def test_postgres_sink_example(spark, dsn, table) -> None:
 def test_a_replayed_batch_id_writes_nothing(spark, dsn, table) -> None:
     sink = PostgresSink(dsn, table)
     sink.open(table)
-    assert sink.write(orders(spark, 0, 100), 4) == 100
-    assert sink.write(orders(spark, 0, 100), 4) == 0
+    assert sink.write(orders(spark, 0, 100), 4) == Written(100)
+    assert sink.write(orders(spark, 0, 100), 4) == Written(0, replayed=100)  # committed before: delivered
     assert ids(dsn, table) == list(range(100))
 
 
@@ -103,7 +103,8 @@ def test_a_replay_writes_only_the_partitions_that_did_not_commit(spark, dsn, tab
 
     restarted = PostgresSink(dsn, table)
     restarted.open(table)
-    assert restarted.write(orders(spark, 0, 1000), 0) == 500  # partition 0 skipped, partition 1 written
+    # Partition 0 skipped (its committed rows count as replayed), partition 1 written.
+    assert restarted.write(orders(spark, 0, 1000), 0) == Written(500, replayed=500)
     assert ids(dsn, table) == list(range(1000))
     assert commits(dsn, table) == [(0, 0, 500), (0, 1, 500)]
 
@@ -143,9 +144,9 @@ def test_upserts_by_key_are_idempotent_and_the_last_row_of_a_key_wins(spark, dsn
     def batch(start: int, end: int, version: str):
         return spark.range(start, end, numPartitions=2).selectExpr("id", f"'{version}' AS version")
 
-    assert sink.write(batch(0, 10, "a"), 0) == 10
-    assert sink.write(batch(5, 15, "b"), 1) == 10
-    assert sink.write(batch(5, 15, "b"), 1) == 10  # a replay upserts again: same result
+    assert sink.write(batch(0, 10, "a"), 0) == Written(10)
+    assert sink.write(batch(5, 15, "b"), 1) == Written(10)
+    assert sink.write(batch(5, 15, "b"), 1) == Written(10)  # a replay upserts again: same result, nothing replayed
     assert sql(dsn, f'SELECT version, count(*) FROM "{table}" GROUP BY 1 ORDER BY 1') == [("a", 5), ("b", 10)]
 
     updates = spark.createDataFrame([(3, "first"), (3, "second"), (4, "only")], "id long, version string")
@@ -184,7 +185,7 @@ def test_table_is_created_from_the_schema_and_values_round_trip(spark, dsn, tabl
     df = spark.createDataFrame([row, empty], schema)
     sink = PostgresSink(dsn, table)
     sink.open(table)
-    assert sink.write(df, 0) == 2
+    assert sink.write(df, 0) == Written(2)
 
     types = sql(
         dsn,
@@ -206,7 +207,7 @@ def test_the_csv_fast_path_keeps_nulls_empty_strings_and_special_floats(spark, d
     rows = [(1, "", None), (2, None, float("nan")), (3, "\\.", float("inf")), (4, '"', -0.0), (5, "a,b\r\nc", 1e-300)]
     sink = PostgresSink(dsn, table)
     sink.open(table)
-    assert sink.write(spark.createDataFrame(rows, "id long, s string, x double"), 0) == 5
+    assert sink.write(spark.createDataFrame(rows, "id long, s string, x double"), 0) == Written(5)
     got = sql(dsn, f'SELECT id, s, x::text FROM "{table}" ORDER BY id')
     assert got == [(1, "", None), (2, None, "NaN"), (3, "\\.", "Infinity"), (4, '"', "-0"), (5, "a,b\r\nc", "1e-300")]
 

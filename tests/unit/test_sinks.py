@@ -2,14 +2,76 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql import types as T
 
-from weir.sinks import Delivery, KafkaSink, ParquetSink, PostgresSink, SinkError, check_writer_name
+from weir.config import Settings
+from weir.lake.archive import ArchiveSink, archiver
+from weir.pipeline import Pipeline
+from weir.pipeline.graph import text
+from weir.pipeline.validate import problems
+from weir.runtime.query import Ledger, ProcessorQuery
+from weir.sinks import Delivery, KafkaSink, ParquetSink, PostgresSink, Sink, SinkError, Written, check_writer_name
 from weir.sinks.parquet import batch_dir_name, check_atomic_rename, parse_batch_dir
 from weir.sinks.postgres import csv_safe, parse_table, pg_columns, pg_type, redact_dsn, scrub
 
 SECRET = "s3cr3t-Pa55"
+
+
+class Memory(Sink):
+    """The least a sink must say: how to write a batch. Everything else is the base class's default."""
+
+    def __init__(self, result: Written | None = None) -> None:
+        self.result = result or Written(0)
+        self.batches: list[tuple[object, int]] = []
+
+    def write(self, batch, batch_id: int) -> Written:
+        self.batches.append((batch, batch_id))
+        return self.result
+
+
+class Chain:
+    """Stands for Spark's reader and writer builders: records options, returns itself."""
+
+    def __init__(self) -> None:
+        self.opts: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    @property
+    def readStream(self) -> Chain:
+        return self
+
+    @property
+    def writeStream(self) -> Chain:
+        return self
+
+    def option(self, key: str, value) -> Chain:
+        self.opts[key] = value
+        return self
+
+    def options(self, **opts) -> Chain:
+        self.opts.update(opts)
+        return self
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs) -> Chain:
+            self.calls.append(name)
+            return self
+
+        return call
+
+
+def query(tmp_path, sink: Sink | None, inputs=("orders",), lake: str | None = None) -> tuple[ProcessorQuery, Chain]:
+    p = Pipeline("shop")
+    for name in inputs:
+        p.topic(name, schema="id BIGINT")
+    p.processor(inputs=list(inputs), name="store", sink=sink)(lambda *dfs: dfs[0])
+    [proc] = p.processors.values()
+    settings = Settings(home=str(tmp_path), lake=lake or str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"))
+    spark = Chain()
+    return ProcessorQuery(spark, p, proc, settings, Ledger(), str(tmp_path / "cp" / "q")), spark  # type: ignore[arg-type]
 
 
 # -- the contract ---------------------------------------------------------------------------------------
@@ -17,7 +79,107 @@ def test_each_sink_states_its_guarantee() -> None:
     assert ParquetSink.guarantee is Delivery.EXACTLY_ONCE
     assert PostgresSink.guarantee is Delivery.EXACTLY_ONCE
     assert KafkaSink.guarantee is Delivery.AT_LEAST_ONCE
+    assert ArchiveSink.guarantee is Delivery.EXACTLY_ONCE
     assert str(Delivery.EXACTLY_ONCE) == "exactly-once"
+
+
+def test_each_sink_declares_its_capabilities(tmp_path) -> None:
+    plain = [ParquetSink(str(tmp_path / "out")), PostgresSink("host=h", "t"), KafkaSink("out", "h:9092")]
+    for sink in plain:
+        assert sink.reads_raw is False and sink.starting_offsets() is None
+    archive = ArchiveSink(str(tmp_path / "lake"), "orders")
+    assert archive.reads_raw is True
+    assert archive.starting_offsets() is None  # an empty lake: the broker's earliest offset
+    archive.open("archive.orders", str(tmp_path / "cp"))  # the checkpoint comes with open, not by assignment
+    assert (archive.writer, archive.checkpoint) == ("archive.orders", str(tmp_path / "cp"))
+
+
+def test_a_sink_that_only_writes_gets_every_default() -> None:
+    sink = Memory()
+    assert sink.guarantee is Delivery.AT_LEAST_ONCE  # exactly-once is claimed, never assumed
+    assert sink.reads_raw is False
+    assert sink.starting_offsets() is None
+    assert sink.name == "Memory" and repr(sink) == "Memory('Memory', at-least-once)"
+    assert sink.writer is None
+    sink.open("shop.store")  # a backfill chunk: no checkpoint
+    sink.open("shop.store", "/checkpoints/shop/store")  # the runner: the query's checkpoint too
+    assert sink.writer == "shop.store"
+    with pytest.raises(SinkError, match="invalid writer name"):
+        sink.open("shop/store")
+    sink.name = "memory:test"
+    assert sink.name == "memory:test"
+
+
+def test_written_counts_rows_written_and_rows_a_replay_found_delivered() -> None:
+    assert Written(5) == Written(5, replayed=0) and Written(5).delivered == 5
+    replay = Written(0, replayed=500)  # an exactly-once sink skipped a replayed batch: its rows are there
+    assert (replay.rows, replay.replayed, replay.delivered) == (0, 500, 500)
+    assert Written(200, replayed=300).delivered == 500  # a replay that completed what a crash left undone
+    with pytest.raises(ValueError, match="never negative"):
+        Written(-1)
+    with pytest.raises(AttributeError):
+        replay.rows = 1  # type: ignore[misc]
+
+
+def test_a_pipeline_accepts_any_sink_subclass_and_refuses_anything_else() -> None:
+    p = Pipeline("shop")
+    orders = p.topic("orders", schema="id BIGINT")
+    p.processor(inputs=[orders], name="good", sink=Memory())(lambda df: df)
+    p.processor(inputs=[orders], name="bad", sink=object())(lambda df: df)  # type: ignore[arg-type]
+    found = problems(p)
+    assert len(found) == 1 and found[0].startswith("processor bad: sink <object object at")
+    assert found[0].endswith("is not a weir.sinks.Sink (subclass it and implement write(batch, batch_id))")
+    del p.processors["bad"]
+    assert "Memory [sink]" in text(p)
+
+
+def test_the_runtime_drives_a_minimal_sink_through_the_base_class(tmp_path) -> None:
+    sink = Memory()
+    q, spark = query(tmp_path, sink)
+    assert not q.archive  # not a raw reader: dead letters, the user function, a lake fallback
+    q.source(q.topics["orders"])
+    assert spark.opts["startingOffsets"] == "earliest" and spark.opts["lake"] == str(tmp_path / "lake")
+    q.start()
+    assert sink.writer == "shop.store"  # opened with the query's name
+    assert "foreachBatch" in spark.calls and spark.opts["checkpointLocation"] == q.checkpoint
+
+
+def test_each_input_starts_at_its_part_of_the_sinks_starting_offsets(tmp_path) -> None:
+    class Resuming(Memory):
+        def starting_offsets(self):
+            return {"orders": {"0": 7, "1": 9}, "elsewhere": {"0": 1}}
+
+    q, spark = query(tmp_path, Resuming(), inputs=("orders", "customers"))
+    q.source(q.topics["orders"])
+    assert json.loads(spark.opts["startingOffsets"]) == {"orders": {"0": 7, "1": 9}}  # not the other topics
+    q.source(q.topics["customers"])
+    assert spark.opts["startingOffsets"] == "earliest"  # a topic the sink does not name
+
+
+def test_a_raw_readers_replayed_batch_counts_as_delivered(tmp_path) -> None:
+    class Raw(Memory):
+        reads_raw = True
+
+    sink = Raw(Written(0, replayed=60))
+    q, spark = query(tmp_path, sink)
+    assert q.archive
+    q.source(q.topics["orders"])
+    assert "lake" not in spark.opts  # an archiver never reads the lake it writes
+    q._archive_batch("batch", 3)  # type: ignore[arg-type]
+    counts = q.ledger.take(q.name, 3)
+    assert sink.batches == [("batch", 3)]
+    assert counts.out == 60 and counts.outputs == {"Raw": 60}
+
+
+def test_the_archiver_takes_its_checkpoint_from_open(tmp_path) -> None:
+    proc = archiver(str(tmp_path / "lake"), "orders")
+    p = Pipeline("shop")
+    p.topic("orders", schema="id BIGINT")
+    p.processors[proc.name] = proc
+    settings = Settings(home=str(tmp_path), lake=str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"))
+    q = ProcessorQuery(Chain(), p, proc, settings, Ledger(), str(tmp_path / "cp" / "_archive" / "orders"))  # type: ignore[arg-type]
+    q.start()
+    assert proc.sink.checkpoint == q.checkpoint and proc.sink.writer == "shop.archive.orders"
 
 
 @pytest.mark.parametrize("name", ["shop.enrich", "a", "Q-1_x.y", "7up", "x" * 128])

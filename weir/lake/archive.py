@@ -18,7 +18,7 @@ from pyarrow import fs as pafs
 
 from weir import units
 from weir.kafka import offsets as off
-from weir.sinks.base import Delivery, Sink
+from weir.sinks.base import Delivery, Sink, Written
 from weir.storage import paths
 from weir.storage.lake import DataFile, Lake, LakeError, Manifest, Range
 
@@ -39,22 +39,24 @@ class ArchiveSink(Sink):
     """The archiver's sink: one topic into the lake, exactly once for any Parquet reader (module docstring)."""
 
     guarantee = Delivery.EXACTLY_ONCE
-    archives = True  # the query hands it every record as read, undecodable ones included
+    reads_raw = True  # the query hands it every record as read, undecodable ones included
 
     def __init__(self, lake: str | Lake, topic: str) -> None:
-        self.lake = lake if isinstance(lake, Lake) else Lake(lake)
+        self.lake: Lake = lake if isinstance(lake, Lake) else Lake(lake)
         self.lake.check_atomic("archiving")
-        self.topic = topic
+        self.topic: str = topic
         self.lake.topic_dir(topic)  # checks the name
         self.name = f"lake:{self.lake.url}/{topic}"
-        self.checkpoint: str | None = None  # set by the query before open(): the run id and offset log live there
+        self.checkpoint: str | None = None  # from open(): the run id and the offset log live there
         self.run: str | None = None
-        self.replayed_rows = 0  # rows of the last batch that write() skipped as a replay: in the lake already
 
     # -- lifecycle ----------------------------------------------------------------------------------------
-    def open(self, query_name: str) -> None:
-        """Complete any publish a crash interrupted, then delete staging leftovers no plan names."""
-        super().open(query_name)
+    def open(self, query_name: str, checkpoint: str | None = None) -> None:
+        """Driver, before the first batch: take the query's checkpoint (the run id and the offset log are read
+        from it when a batch is written), complete any publish a crash interrupted, then delete staging
+        leftovers no plan names."""
+        super().open(query_name, checkpoint)
+        self.checkpoint, self.run = checkpoint, None  # the run id is read again: the checkpoint may be new
         staging = self.lake.meta("staging", self.topic)
         keep = set()
         for info in self.lake.list(self.lake.manifests_dir(self.topic)):
@@ -65,24 +67,26 @@ class ArchiveSink(Sink):
                 log.info("%s: deleting staging leftovers %s of an interrupted batch", self.name, info.base_name)
                 self._delete(info)
 
-    def starting_offsets(self) -> dict | None:
-        """Where a new checkpoint starts: after the lake's coverage (None: the broker's earliest)."""
+    def starting_offsets(self) -> dict[str, dict[str, int]] | None:
+        """Driver: where a new checkpoint starts: after the lake's coverage (None: the broker's earliest)."""
         nxt = self.lake.next_offsets(self.topic)
         return {self.topic: {str(p): o for p, o in sorted(nxt.items())}} if nxt else None
 
     # -- one batch ----------------------------------------------------------------------------------------
-    def write(self, batch: DataFrame, batch_id: int) -> int:
+    def write(self, batch: DataFrame, batch_id: int) -> Written:
+        """Driver: the commit protocol of the module docstring; the rows move from the executors to the
+        staging directory, the driver lists, reads footers, renames and writes the manifests. A batch
+        committed before (or completed here from its pending plan) writes nothing and reports the rows its
+        manifest holds as replayed."""
         run = self._run_id()
         name = f"{run}-{batch_id:012d}"
         committed = f"{self.lake.manifests_dir(self.topic)}/{name}.json"
         pending = f"{self.lake.manifests_dir(self.topic)}/{name}.pending.json"
-        self.replayed_rows = 0
         if self.lake.exists(committed) or self.lake.exists(pending):  # step 1
             if self.lake.exists(pending):
                 self._complete(pending)
             log.info("%s: batch %s was committed before; replay skipped", self.name, name)
-            self.replayed_rows = sum(r.rows for r in Manifest.from_json(self.lake.read_json(committed)).ranges)
-            return 0
+            return Written(0, replayed=sum(r.rows for r in Manifest.from_json(self.lake.read_json(committed)).ranges))
         staging = self.lake.meta("staging", self.topic, f"{name}-{uuid.uuid4().hex[:8]}")
         # One job reads the batch, once: the offsets and rows of what it archived come from the files' footers.
         partitioned(batch).write.mode("error").partitionBy("date", "hour").parquet(self.lake.spark_url(staging))  # 2
@@ -92,7 +96,7 @@ class ArchiveSink(Sink):
         doc = manifest.to_json() | {"staging": staging, "moves": moves}
         self.lake.write_json(pending, doc)  # step 4
         self._complete(pending, doc)  # steps 5 and 6
-        return sum(f.rows for f in files)
+        return Written(sum(f.rows for f in files))
 
     def _plan(self, staging: str, run: str, batch_id: int) -> tuple[list[list[str]], list[DataFile]]:
         moves, files = [], []
@@ -143,7 +147,7 @@ class ArchiveSink(Sink):
     def _run_id(self) -> str:
         if self.run is None:
             if self.checkpoint is None:
-                raise LakeError(f"{self.name}: no checkpoint set; the archiver's query sets it before open()")
+                raise LakeError(f"{self.name}: no checkpoint; open(query_name, checkpoint) gives it before write()")
             fs, root = paths.resolve(self.checkpoint)
             with fs.open_input_stream(f"{root}/metadata") as f:
                 self.run = json.loads(f.read().decode("utf-8"))["id"].replace("-", "")[:8]

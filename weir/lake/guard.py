@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,10 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from weir.kafka.admin import Admin
 from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.log import client_log
+from weir.lake.archive import ArchiveSink
 
 if TYPE_CHECKING:
+    from weir.pipeline.model import Processor
     from weir.storage.lake import Lake
 
 log = logging.getLogger("weir.lake")
@@ -135,6 +138,16 @@ class Archiver:
     topic: str
     checkpoint: str
     lake: Lake
+
+
+def archivers(processors: Iterable[Processor], checkpoint: Callable[[Processor], str]) -> list[Archiver]:
+    """The archivers among `processors` (those whose sink is the lake's `ArchiveSink`), each with the
+    checkpoint location `checkpoint(processor)` its query uses."""
+    return [
+        Archiver(p.name, p.sink.topic, checkpoint(p), p.sink.lake)
+        for p in processors
+        if isinstance(p.sink, ArchiveSink)
+    ]
 
 
 class RetentionGuard:

@@ -75,7 +75,7 @@ def declare_pipeline(monitor: Monitor, pipeline: Any, settings: Settings) -> Non
     for proc in pipeline.processors.values():
         override = settings.processors.get(proc.name)
         trigger = (_ms(override.trigger) if override else None) or _ms(proc.trigger) or _ms(settings.trigger)
-        sink = getattr(proc.sink, "name", None) if proc.sink is not None else None
+        sink = proc.sink.name if proc.sink is not None else None
         monitor.declare(
             pipeline.name, proc.name, proc.inputs, [*proc.outputs, *([sink] if sink else [])], trigger,
             settings.checkpoint_root.rstrip("/") + "/" + proc.checkpoint,

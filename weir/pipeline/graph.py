@@ -30,8 +30,7 @@ def text(p: Pipeline) -> str:
 
 
 def _sink(proc: Processor) -> str:
-    name = getattr(proc.sink, "name", None) or type(proc.sink).__name__
-    return "(storage)" if proc.sink is None else f"{name} [sink]"
+    return "(storage)" if proc.sink is None else f"{proc.sink.name} [sink]"
 
 
 def _q(name: str) -> str:

@@ -16,10 +16,10 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from weir import units
 from weir.kafka.decode import SchemaError, parse_fields
+from weir.sinks.base import Sink
 
 
 class DeclarationError(ValueError):
@@ -82,7 +82,7 @@ class Processor:
     trigger: str | None = None
     max_offsets_per_trigger: int | None = None
     stateful: bool = False
-    sink: Any = None  # a weir.sinks.Sink for a sink processor
+    sink: Sink | None = None  # where a sink processor's rows go
 
     @property
     def kind(self) -> str:
@@ -157,7 +157,7 @@ class Pipeline:
         trigger: str | None = None,
         max_offsets_per_trigger: int | None = None,
         stateful: bool = False,
-        sink: Any = None,
+        sink: Sink | None = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator declaring `fn` as a processor; the function itself is returned unchanged.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from weir.pipeline.model import DeclarationError, Pipeline
+from weir.sinks.base import Sink
 
 
 def problems(p: Pipeline) -> list[str]:
@@ -20,8 +21,11 @@ def problems(p: Pipeline) -> list[str]:
             found.append(f"processor {proc.name} has neither inputs nor outputs")
         if proc.sink is not None and proc.outputs:
             found.append(f"processor {proc.name} has both a sink and output topics; split it in two processors")
-        if proc.sink is not None and not callable(getattr(proc.sink, "write", None)):
-            found.append(f"processor {proc.name}: sink {proc.sink!r} has no write(batch, batch_id) method")
+        if proc.sink is not None and not isinstance(proc.sink, Sink):
+            found.append(
+                f"processor {proc.name}: sink {proc.sink!r} is not a weir.sinks.Sink (subclass it and implement "
+                f"write(batch, batch_id))"
+            )
         if proc.stateful and not proc.inputs:
             found.append(f"processor {proc.name}: a source processor cannot be stateful")
     checkpoints: dict[str, str] = {}

@@ -96,8 +96,8 @@ class ProcessorQuery:
         self._override = settings.processors.get(proc.name, ProcessorSettings())
         self._poisoned = 0
         self._has_sources = False  # whether the function's result keeps its input coordinates
-        # The lake's archiver: every record, undecodable ones included, goes to its sink as read.
-        self.archive = getattr(proc.sink, "archives", False)
+        # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
+        self.archive = proc.sink is not None and proc.sink.reads_raw
         self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
 
     # -- inputs -----------------------------------------------------------------------------------------
@@ -109,7 +109,9 @@ class ProcessorQuery:
     def source(self, topic: Topic) -> DataFrame:
         given = (self._override.max_offsets_per_trigger, self.proc.max_offsets_per_trigger)
         limit = next((v for v in given if v is not None), self.settings.max_offsets_per_trigger)  # 0: no limit
-        starting = self.proc.sink.starting_offsets() if self.archive else None  # a new archiver: after the lake
+        # A new checkpoint starts where the sink says (the archiver: after the lake), else at the earliest offset.
+        wanted = self.proc.sink.starting_offsets() if self.proc.sink is not None else None
+        starting = {topic.name: wanted[topic.name]} if wanted and wanted.get(topic.name) else None
         reader = (
             self.spark.readStream.format("weir-kafka")
             .options(**self._kafka_options())
@@ -313,16 +315,15 @@ class ProcessorQuery:
             )
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
-            counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id)
+            counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
         return counts
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
         # No cache and no count: one job reads the batch and writes it. `in` is Spark's own input count, `out`
         # the rows in the published files' footers: two independent measurements.
         counts = Counts()
-        written = self.proc.sink.write(batch, batch_id)
-        # A replay the sink skipped wrote nothing this time, but its records are in the lake.
-        counts.out = written or self.proc.sink.replayed_rows
+        # A replay the sink skipped wrote nothing this time, but its records are in the lake: delivered.
+        counts.out = self.proc.sink.write(batch, batch_id).delivered
         counts.outputs[self.proc.sink.name] = counts.out
         self.ledger.put(self.name, batch_id, counts)
 
@@ -339,10 +340,9 @@ class ProcessorQuery:
 
     # -- start --------------------------------------------------------------------------------------------
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
-        if self.archive:
-            self.proc.sink.checkpoint = self.checkpoint
-        if self.proc.sink is not None and hasattr(self.proc.sink, "open"):
-            self.proc.sink.open(self.name)  # a stable writer name: replays of a batch id are recognised
+        if self.proc.sink is not None:
+            # A stable writer name: replays of a batch id are recognised.
+            self.proc.sink.open(self.name, self.checkpoint)
         if self.archive:
             stream, handler = self.inputs(), self._archive_batch
         elif self.proc.stateful or self.proc.kind == "source":

@@ -26,8 +26,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
-from weir.lake.archive import ArchiveSink, with_archivers
-from weir.lake.guard import Archiver, RetentionGuard
+from weir.lake.archive import with_archivers
+from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import versions
@@ -152,8 +152,8 @@ class Runner:
         for t in self.pipeline.topics.values():
             wanted[t.name] = (t.partitions, t.kafka_config())
         for proc in self.pipeline.processors.values():
-            if getattr(proc.sink, "archives", False):
-                continue  # an archiver keeps every record: no dead letters, nothing late
+            if proc.sink is not None and proc.sink.reads_raw:
+                continue  # its sink keeps every record as read (the archiver): no dead letters, nothing late
             for name in proc.inputs:
                 topic: Topic = self.pipeline.topics[name]
                 wanted.setdefault(f"{name}.dlq", (topic.partitions, SIDE_TOPIC_CONFIG))
@@ -280,19 +280,15 @@ class Runner:
 
     def _retention_guard(self) -> RetentionGuard:
         s = self.settings
-        archivers = [
-            Archiver(p.name, p.sink.topic, self.checkpoint(p), p.sink.lake)
-            for p in self.selected
-            if isinstance(p.sink, ArchiveSink)
-        ]
+        watched = archivers(self.selected, self.checkpoint)
 
         def publish(kind: str, processor: str, **fields: Any) -> None:
             if self.publisher is not None:
                 self.publisher.publish(kind, processor, **fields)
 
-        admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if archivers else None
+        admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if watched else None
         interval, threshold = s.retention_guard_interval, s.retention_guard_threshold
-        return RetentionGuard(archivers, admin, s.client_config(), publish, interval, threshold)
+        return RetentionGuard(watched, admin, s.client_config(), publish, interval, threshold)
 
     def _finish_batch(self, name: str, query: Any) -> None:
         """Let a running batch write and commit (Spark's stop() would interrupt it: written, not committed,

@@ -1,33 +1,15 @@
 """The sink contract: where a sink processor's rows go, and what a replayed batch does there.
 
-A runner drives a sink in this order, on the Spark driver:
-
-1. `open(query_name)` once when the query starts (again on every restart), before its first batch. The
-   name is the writer's identity in the target (commit-table keys, published directory names): stable
-   across restarts of one query, different for two queries that write the same target.
-2. `write(batch, batch_id)` inside `foreachBatch`, once per micro-batch, and again with the same batch id
-   when Spark replays a batch after a crash (Spark replays only the last batch: the one whose offsets are
-   logged in the checkpoint and whose commit is not). It returns the rows this call wrote: 0 for a replay
-   that an exactly-once sink skipped. It moves data from executors, never through the driver (no
-   `collect()` of rows); small metadata round trips on the driver are fine. An exception fails the batch:
-   the query stops, and a restart replays the batch.
-
-`guarantee` states what a replay does:
-
-- `Delivery.EXACTLY_ONCE`: idempotent per (writer, batch id). A replayed batch id changes nothing that
-  the first complete write of it did, and completes what a crashed write left undone; readers never see a
-  partial batch. A sink that recognises replays by batch id refuses a batch id below the last one the
-  writer wrote: the query's checkpoint was reset, and its new batches would otherwise be skipped as replays.
-- `Delivery.AT_LEAST_ONCE`: a replayed batch is written again. Readers drop duplicates themselves (the
-  weir-kafka sink stamps every record from a weir-kafka input with its source coordinates).
-
-One sink object serves one query at a time, from the thread that runs its batches.
+Every capability the runtime uses is a member of `Sink`, with a default; each one's docstring says where
+it runs and what it guarantees. The order in which a runner drives a sink, and what a replay means for
+each `Delivery`, are in docs/delivery.md ("Sinks").
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
@@ -57,20 +39,88 @@ def check_writer_name(name: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class Written:
+    """What one `Sink.write` call did with its batch.
+
+    `rows`: rows this call wrote to the target. `replayed`: rows of the batch that were already in the
+    target and that this call skipped (an exactly-once sink recognising a replayed batch id, or finding
+    that a concurrent attempt published it first); they count as delivered, not as lost. An at-least-once
+    sink writes a replay again: its `replayed` is always 0."""
+
+    rows: int
+    replayed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rows < 0 or self.replayed < 0:
+            raise ValueError(f"Written counts are never negative: {self}")
+
+    @property
+    def delivered(self) -> int:
+        """Rows of the batch that are in the target after this call: written now or before."""
+        return self.rows + self.replayed
+
+
 class Sink(ABC):
-    """Where a sink processor's output goes. See the module docstring for the contract."""
+    """Where a sink processor's output goes. A subclass implements `write`; every other member has a default
+    (docs/delivery.md, "Sinks", has the driving order and the replay semantics).
 
-    guarantee: ClassVar[Delivery]
-    name: str
+    One sink object serves one query at a time, from the thread that runs its batches."""
+
+    guarantee: ClassVar[Delivery] = Delivery.AT_LEAST_ONCE
+    """What a replayed batch does in the target (docs/delivery.md). A sink claims EXACTLY_ONCE only by
+    saying so: the default is the weaker AT_LEAST_ONCE."""
+
+    reads_raw: ClassVar[bool] = False
+    """False (the default): the sink gets the processor's result rows, decoded, after the user function,
+    with undecodable records dead-lettered and late ones routed to `<topic>.late`. True: the query hands
+    the sink every record of its input as read (the weir-kafka columns, undecodable ones included with
+    `_error`): no user function, no dead letters, no late topic; the runner creates no `.dlq`/`.late`
+    topics for it and its reader never falls back to the lake. The lake's archiver sets it."""
+
     writer: str | None = None
+    """The writer name `open` was given; None before the first `open`."""
 
-    def open(self, query_name: str) -> None:
-        """Called once per query start, before the first batch, with the query's stable name."""
+    @property
+    def name(self) -> str:
+        """The sink's name in progress records, the monitor, logs and errors: where it writes, never a
+        credential. Subclasses set it in `__init__`; the default is the class name."""
+        return self.__dict__.get("_name") or type(self).__name__
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+
+    def open(self, query_name: str, checkpoint: str | None = None) -> None:
+        """Driver, once per query start (again on every restart), before the query's first batch; `weir
+        backfill` calls it before each chunk, with the chunk's writer name and no checkpoint.
+
+        `query_name` is the writer's identity in the target (commit-table keys, published directory names):
+        stable across restarts of one query, different for two queries that write the same target; it is a
+        valid writer name (`check_writer_name`). `checkpoint` is the query's checkpoint location, for sinks
+        that keep their own state next to Spark's (None outside a streaming query). Exactly-once sinks
+        require `open` before `write` (`_opened_writer`) and do their recovery here: completing or deleting
+        what a crashed write left. The default records the writer name and ignores the checkpoint."""
         self.writer = check_writer_name(query_name)
 
+    def starting_offsets(self) -> dict[str, dict[str, int]] | None:
+        """Driver, whenever the query's readers are built (when the runner traces the processor, before
+        `open`, and at each start, after it); it depends on nothing `open` sets. It matters only for a NEW
+        checkpoint: Spark ignores it when the checkpoint has offsets.
+
+        Where the query starts reading, in weir-kafka's `startingOffsets` JSON ({topic: {partition:
+        offset}}); the runtime takes each input topic's part, and a topic or partition not named starts at
+        the broker's earliest offset. The default, None, starts every input at its earliest offset. The
+        archiver starts where the lake's coverage of its topic ends."""
+        return None
+
     @abstractmethod
-    def write(self, batch: DataFrame, batch_id: int) -> int:
-        """Write one micro-batch from the executors; return the number of rows this call wrote."""
+    def write(self, batch: DataFrame, batch_id: int) -> Written:
+        """Driver, inside `foreachBatch`: write one micro-batch, moving the rows from the executors (never
+        `collect()` rows to the driver; small metadata round trips are fine). Called once per batch id, and
+        again with the same batch id and the same rows when Spark replays a batch after a crash; `guarantee`
+        says what that replay does. Returns `Written`: the rows this call wrote, and the rows it skipped as
+        already delivered. An exception fails the batch: the query stops, and a restart replays it."""
 
     def _opened_writer(self) -> str:
         # Exactly-once sinks key published batches by writer: a default name would let two queries writing

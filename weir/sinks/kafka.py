@@ -17,7 +17,7 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from weir.config import redact
-from weir.sinks.base import Delivery, Sink
+from weir.sinks.base import Delivery, Sink, Written
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,9 +43,11 @@ class KafkaSink(Sink):
         """The writer's options, credentials redacted."""
         return redact(self._options)
 
-    def write(self, batch: DataFrame, batch_id: int) -> int:
+    def write(self, batch: DataFrame, batch_id: int) -> Written:
+        """Driver: one write job; the executors produce the rows, each task succeeding once the broker
+        acknowledged all its records. A replay is produced again (at-least-once): `replayed` is always 0."""
         # Counted while the write job runs: a separate count() would compute the batch a second time.
         seen = Observation(f"weir-kafka-sink-{uuid.uuid4().hex}")
         counted = batch.observe(seen, F.count(F.lit(1)).alias("rows"))
         counted.write.format("weir-kafka").options(**self._options).mode("append").save()
-        return int(seen.get["rows"])
+        return Written(int(seen.get["rows"]))

@@ -7,13 +7,15 @@ writer and batch that produced each row.
 
 Commit protocol of `write(batch, n)`, on the driver (writer `w` from `open`):
 
-1. If `<path>/weir_batch=w-n` exists, batch n was published before: return 0 (a replay).
+1. If `<path>/weir_batch=w-n` exists, batch n was published before (a replay): write nothing, and return
+   its rows (from the published files' footers) as replayed.
 2. Spark writes the batch from the executors into `<path>.staging/w/n-<uuid>/`, a sibling of `<path>`
    that no glob of `<path>` reaches.
 3. Delete everything in the staging directory that is not a `.parquet` file (`_SUCCESS`, `.crc`), and
    sum the rows in the Parquet footers (pyarrow reads footers only). An empty batch is dropped here.
 4. Publish: one rename of the staging directory to `<path>/weir_batch=w-n`. If the rename fails because
-   that directory now exists, another attempt published it first: drop the staging copy and return 0.
+   that directory now exists, another attempt published it first: drop the staging copy, and return its
+   rows as replayed.
 
 A crash, between each pair of steps:
 
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from weir.sinks.base import Delivery, Sink, SinkError
+from weir.sinks.base import Delivery, Sink, SinkError, Written
 from weir.storage import paths
 
 if TYPE_CHECKING:
@@ -94,9 +96,10 @@ class ParquetSink(Sink):
     def _exists(self, fs_path: str) -> bool:
         return self.fs.get_file_info(fs_path).type != pafs.FileType.NotFound
 
-    def open(self, query_name: str) -> None:
-        """Delete this writer's staging leftovers (no batch of it is in flight yet) and find its last batch."""
-        super().open(query_name)
+    def open(self, query_name: str, checkpoint: str | None = None) -> None:
+        """Driver: delete this writer's staging leftovers (no batch of it is in flight yet) and find its last
+        published batch. The checkpoint is not needed: the published directories are the commit log."""
+        super().open(query_name, checkpoint)
         writer = self._opened_writer()
         if self._exists(self._staging(writer)):
             log.info("%s: deleting staging leftovers of writer %s from an interrupted run", self.name, writer)
@@ -108,7 +111,10 @@ class ParquetSink(Sink):
                 if parsed and parsed[0] == writer:
                     self._last_published = max(self._last_published, parsed[1])
 
-    def write(self, batch: DataFrame, batch_id: int) -> int:
+    def write(self, batch: DataFrame, batch_id: int) -> Written:
+        """Driver: the commit protocol of the module docstring; the rows move from the executors to the
+        staging directory, the driver only lists, reads footers and renames. A replayed batch id writes
+        nothing and reports the published batch's rows as replayed."""
         writer = self._opened_writer()
         self._check_columns(batch.columns)
         final = f"{self.root}/{batch_dir_name(writer, batch_id)}"
@@ -120,7 +126,7 @@ class ParquetSink(Sink):
             )
         if self._exists(final):  # step 1
             log.info("%s: batch %d of %s was published before; replay skipped", self.name, batch_id, writer)
-            return 0
+            return Written(0, replayed=self._count(final))
         staging = self._staging(writer, f"{batch_id:012d}-{uuid.uuid4().hex}")
         out = batch.write.mode("error")  # step 2
         if self.partition_by:
@@ -129,14 +135,14 @@ class ParquetSink(Sink):
         rows = self._clean_and_count(staging)  # step 3
         if rows == 0:
             self.fs.delete_dir(staging)
-            return 0
+            return Written(0)
         self.fs.create_dir(self.root, recursive=True)
         if not _publish(self.fs, staging, final):  # step 4
             self.fs.delete_dir(staging)
             log.warning("%s: batch %d of %s was published concurrently; this copy dropped", self.name, batch_id, writer)
-            return 0
+            return Written(0, replayed=rows)
         self._last_published = batch_id
-        return rows
+        return Written(rows)
 
     def _check_columns(self, columns: list[str]) -> None:
         lowered = {c.lower() for c in columns}
@@ -147,15 +153,18 @@ class ParquetSink(Sink):
             raise SinkError(f"{self.name}: partition_by names missing column(s) {missing}; columns are {columns}")
 
     def _clean_and_count(self, staging: str) -> int:
-        rows = 0
         for info in self.fs.get_file_info(pafs.FileSelector(staging, recursive=True)):
-            if info.type != pafs.FileType.File:
-                continue
-            if not info.base_name.endswith(".parquet"):
+            if info.type == pafs.FileType.File and not info.base_name.endswith(".parquet"):
                 self.fs.delete_file(info.path)  # _SUCCESS, .crc: not data, and 0-byte files confuse readers
-                continue
-            with self.fs.open_input_file(info.path) as f:
-                rows += pq.ParquetFile(f).metadata.num_rows
+        return self._count(staging)
+
+    def _count(self, directory: str) -> int:
+        """Rows in the Parquet files under `directory`, from their footers only."""
+        rows = 0
+        for info in self.fs.get_file_info(pafs.FileSelector(directory, recursive=True)):
+            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet"):
+                with self.fs.open_input_file(info.path) as f:
+                    rows += pq.ParquetFile(f).metadata.num_rows
         return rows
 
 

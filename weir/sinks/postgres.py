@@ -6,9 +6,9 @@ that holds the rows. The driver only prepares the tables and sums the per-partit
 Append mode (no `key`), one partition p of batch n of writer w:
 
 1. BEGIN; `INSERT INTO weir_sink_commits (w, n, p, 0) ON CONFLICT DO NOTHING`. No row inserted means
-   (w, n, p) was committed before: ROLLBACK and skip the partition (a replay). The insert also locks the
-   key, so a concurrent attempt of the same partition (speculation, a zombie task) waits for this one and
-   then skips.
+   (w, n, p) was committed before: read its row count (reported as replayed), ROLLBACK and skip the
+   partition (a replay). The insert also locks the key, so a concurrent attempt of the same partition
+   (speculation, a zombie task) waits for this one and then skips.
 2. COPY the partition's rows into the table.
 3. UPDATE the commit row with the row count; COMMIT.
 
@@ -54,7 +54,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import types as T
 
 from weir.config import redact_text
-from weir.sinks.base import Delivery, Sink, SinkError
+from weir.sinks.base import Delivery, Sink, SinkError, Written
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -195,7 +195,11 @@ class PostgresSink(Sink):
         self.key = tuple(key or ())
         self.name = f"postgres:{table}"
 
-    def write(self, batch: DataFrame, batch_id: int) -> int:
+    def write(self, batch: DataFrame, batch_id: int) -> Written:
+        """Driver: prepare the tables, then one transaction per Spark partition on the executors (module
+        docstring); the driver collects one small row per partition. Append mode: the partitions of a
+        replayed batch committed before are skipped and their committed rows reported as replayed. Upsert
+        mode: a replay writes again (`replayed` is 0)."""
         job = _Job(
             self._dsn,
             self.schema,
@@ -213,10 +217,11 @@ class PostgresSink(Sink):
         _prepare(job, columns)
         results = batch.mapInArrow(functools.partial(_write_partition, job), RESULT_SCHEMA).collect()
         written = sum(r["rows"] for r in results if not r["skipped"])
+        replayed = sum(r["rows"] for r in results if r["skipped"])
         skipped = [r["spark_partition"] for r in results if r["skipped"]]
         if skipped:
             log.info("%s: batch %d: partitions %s were committed before; skipped", self.name, batch_id, skipped)
-        return written
+        return Written(written, replayed=replayed)
 
 
 def _connect(job: _Job) -> psycopg.Connection:
@@ -319,6 +324,7 @@ def _write_partition(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
 
 def _transaction(conn: psycopg.Connection, job: _Job, partition: int, batches: Iterable[pa.RecordBatch]) -> tuple:
+    """(rows, skipped): the rows written, or, for a partition committed before, its committed rows."""
     commits, target = job.ident(COMMITS), job.ident(job.table)
     key = [job.writer, job.batch_id, partition]
     with conn.cursor() as cur:
@@ -328,9 +334,16 @@ def _transaction(conn: psycopg.Connection, job: _Job, partition: int, batches: I
                         "ON CONFLICT DO NOTHING").format(commits),
                 key,
             )  # fmt: skip
-            if cur.rowcount == 0:
+            if cur.rowcount == 0:  # committed before: its rows are in the table already
+                cur.execute(
+                    sql.SQL("SELECT rows FROM {} WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(
+                        commits
+                    ),
+                    key,
+                )
+                found = cur.fetchone()
                 conn.rollback()
-                return 0, True
+                return (found[0] if found else 0), True
             rows = _copy(cur, target, job, batches, ordinal=False)
             cur.execute(
                 sql.SQL("UPDATE {} SET rows = %s WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(
