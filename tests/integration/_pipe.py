@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from weir.kafka import Admin
 
 QUERY_TIMEOUT_S = 120
 
@@ -154,3 +162,103 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -- `weir run` in a process of its own, for kill tests ------------------------------------------------------
+def weir_env(tmp: Path, bootstrap: str, **extra: str) -> dict[str, str]:
+    """The environment of a `weir run` under test: home, checkpoints and progress under `tmp`, small Spark."""
+    return {
+        **os.environ,
+        "WEIR_HOME": str(tmp / "home"),
+        "WEIR_BOOTSTRAP_SERVERS": bootstrap,
+        "WEIR_CHECKPOINT_ROOT": str(tmp / "checkpoints"),
+        "WEIR_SPARK_MASTER": "local[2]",
+        "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
+        "WEIR_TRIGGER": "100 milliseconds",
+        "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
+        "WEIR_RESTART_BACKOFF_MAX": "5",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **extra,
+    }
+
+
+def start_weir(spec: Path, env: dict[str, str], log: Path, *args: str, **extra: str) -> subprocess.Popen:
+    """`weir run spec *args` in a session of its own (see kill_tree); stdout and stderr appended to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "weir.cli", "run", str(spec), *args], env=env | extra, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            tree.setdefault(ppid, []).append(int(stat.parent.name))
+    return tree
+
+
+def _descendants(pid: int) -> list[int]:
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(tree.get(p, []))
+    return out
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc` and every process below it, as a crash of the machine would, and reap it.
+
+    The process group is not enough: PySpark's worker daemon makes a process group of its own, and its
+    Python workers outlive the JVM for a moment, long enough to finish a task the kill interrupted (a
+    zombie task). Everything is stopped first (a stopped process forks no more), then killed."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in _descendants(proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+    proc.wait(timeout=30)
+
+
+def logs_of(tmp: Path, tail: int = 4000) -> str:
+    """The tail of every `run*.log` under `tmp`, for assertion messages."""
+    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}" for f in sorted(tmp.glob("run*.log")))
+
+
+def wait_running(proc: subprocess.Popen, predicate, timeout: float, what: str, tmp: Path, interval: float = 0.05):
+    """wait_for, failing at once (with the logs) if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert proc.poll() is None, f"weir run exited with {proc.returncode} while waiting for {what}\n{logs_of(tmp)}"
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}\n{logs_of(tmp)}"
+        time.sleep(interval)
+
+
+def consume_all(bootstrap: str, topic: str, timeout: float = 60) -> list:
+    """Every record of `topic` up to its current end, as confluent-kafka Messages (no Spark needed)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique("read"), "enable.auto.commit": False}
+    )  # fmt: skip
+    try:
+        # Admin's latest offsets, not get_watermark_offsets: the embedded broker lists the base offset of the
+        # last record batch + 1 as a partition's end, which would end the read short (see weir.kafka.log).
+        ends = {p: hi for p, (_, hi) in Admin(bootstrap).offsets(topic).items()}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out, positions = [], dict.fromkeys(ends, 0)
+        deadline = time.monotonic() + timeout
+        while any(positions[p] < ends[p] for p in ends):
+            assert time.monotonic() < deadline, f"read {len(out)} records of {topic} in {timeout}s; ends {ends}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append(msg)
+            positions[msg.partition()] = msg.offset() + 1
+        return out
+    finally:
+        consumer.close()
