@@ -75,14 +75,6 @@ def query(tmp_path, sink: Sink | None, inputs=("orders",), lake: str | None = No
 
 
 # -- the contract ---------------------------------------------------------------------------------------
-def test_each_sink_states_its_guarantee() -> None:
-    assert ParquetSink.guarantee is Delivery.EXACTLY_ONCE
-    assert PostgresSink.guarantee is Delivery.EXACTLY_ONCE
-    assert KafkaSink.guarantee is Delivery.AT_LEAST_ONCE
-    assert ArchiveSink.guarantee is Delivery.EXACTLY_ONCE
-    assert str(Delivery.EXACTLY_ONCE) == "exactly-once"
-
-
 def test_each_sink_declares_its_capabilities(tmp_path) -> None:
     plain = [ParquetSink(str(tmp_path / "out")), PostgresSink("host=h", "t"), KafkaSink("out", "h:9092")]
     for sink in plain:
