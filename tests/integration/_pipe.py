@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from weir.kafka import Admin
@@ -262,3 +265,26 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 60) -> list:
         return out
     finally:
         consumer.close()
+
+
+def finish_once(spec: Path, env: dict[str, str], tmp: Path, timeout: float = 300) -> None:
+    """A last `weir run --once` after kills: it replays what they interrupted, reads the rest, and ends with 0."""
+    proc = start_weir(spec, env, tmp / "run-final.log", "--once")
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise AssertionError(f"weir run --once did not finish in {timeout} s\n{logs_of(tmp)}") from None
+    assert code == 0, logs_of(tmp)
+
+
+def postgres_dsn() -> str:
+    """The machine's PostgreSQL, trust auth on loopback: the `postgres` role, else one named after the user."""
+    for user in ("postgres", getpass.getuser()):
+        candidate = f"host=127.0.0.1 port=5432 dbname=test user={user}"
+        try:
+            psycopg.connect(candidate, connect_timeout=5).close()
+            return candidate
+        except psycopg.OperationalError:
+            continue
+    pytest.skip("no PostgreSQL at 127.0.0.1:5432 (database test) for user postgres or the current user")

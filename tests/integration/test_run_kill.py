@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-from _pipe import Rec, produce, source, wait_for
+from _pipe import Rec, produce, source, wait_for, weir_env
 
 from weir.kafka import Admin
 
@@ -65,17 +65,7 @@ def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, 
     Admin(bootstrap).create_topic(f"{prefix}.events", 2)
     records = [Rec(i % 2, str(i).encode(), json.dumps({"id": i, "amount": i / 4}).encode()) for i in range(N)]
     produce(bootstrap, f"{prefix}.events", records)
-    env = {
-        **os.environ,
-        "WEIR_HOME": str(home),
-        "WEIR_BOOTSTRAP_SERVERS": bootstrap,
-        "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
-        "WEIR_SPARK_MASTER": "local[2]",
-        "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
-        "WEIR_TRIGGER": "100 milliseconds",
-        "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
-        "WEIR_RESTART_BACKOFF_MAX": "5",
-    }
+    env = weir_env(tmp_path, bootstrap)
 
     def start(*args: str, **extra: str) -> subprocess.Popen:
         return subprocess.Popen(

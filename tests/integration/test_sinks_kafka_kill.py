@@ -18,7 +18,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from _pipe import Rec, consume_all, kill_tree, logs_of, produce, start_weir, wait_running, weir_env
+from _pipe import Rec, consume_all, finish_once, kill_tree, produce, start_weir, wait_running, weir_env
 
 from weir.kafka import Admin
 from weir.kafka.log import LogView
@@ -100,12 +100,7 @@ def test_kafka_sink_in_a_killed_pipeline_is_at_least_once_and_exact_by_weir_sour
         assert first_kill + BATCH < second_kill < N + first_kill, f"second kill at {second_kill} records"
 
         # The final run replays the second killed batch, then reads the rest in one batch, and stops.
-        proc = start_weir(spec, env, tmp_path / "run3.log", "--once")
-        try:
-            code = proc.wait(300)
-        except Exception:
-            raise AssertionError(f"weir run --once did not finish in 300 s\n{logs_of(tmp_path)}") from None
-        assert code == 0, logs_of(tmp_path)
+        finish_once(spec, env, tmp_path)
     finally:
         probe.close()
         if proc is not None and proc.poll() is None:

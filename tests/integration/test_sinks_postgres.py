@@ -4,13 +4,13 @@ append mode, idempotent upserts by key, tables created from the DataFrame schema
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 
 import psycopg
 import pytest
+from _pipe import postgres_dsn
 from pyspark.sql import functions as F
 
 from weir.sinks import PostgresSink, SinkError, Written
@@ -20,15 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def dsn() -> str:
-    """Trust auth on loopback: the `postgres` role, else one named after the current user."""
-    for user in ("postgres", getpass.getuser()):
-        candidate = f"host=127.0.0.1 port=5432 dbname=test user={user}"
-        try:
-            psycopg.connect(candidate, connect_timeout=5).close()
-            return candidate
-        except psycopg.OperationalError:
-            continue
-    pytest.skip("no PostgreSQL at 127.0.0.1:5432 (database test) for user postgres or the current user")
+    return postgres_dsn()
 
 
 def sql(dsn: str, query: str, params: tuple = ()) -> list[tuple]:

@@ -13,7 +13,6 @@ The kills are placed, not timed. PostgreSQL itself holds the sink mid-batch whil
 
 from __future__ import annotations
 
-import getpass
 import json
 import textwrap
 import time
@@ -21,7 +20,18 @@ import uuid
 
 import psycopg
 import pytest
-from _pipe import Rec, kill_tree, logs_of, produce, start_weir, wait_for, wait_running, weir_env
+from _pipe import (
+    Rec,
+    finish_once,
+    kill_tree,
+    logs_of,
+    postgres_dsn,
+    produce,
+    start_weir,
+    wait_for,
+    wait_running,
+    weir_env,
+)
 
 from weir.kafka import Admin
 
@@ -42,20 +52,8 @@ def store(df):
 """
 
 
-def find_dsn() -> str:
-    """Trust auth on loopback: the `postgres` role, else one named after the current user."""
-    for user in ("postgres", getpass.getuser()):
-        candidate = f"host=127.0.0.1 port=5432 dbname=test user={user}"
-        try:
-            psycopg.connect(candidate, connect_timeout=5).close()
-            return candidate
-        except psycopg.OperationalError:
-            continue
-    pytest.skip("no PostgreSQL at 127.0.0.1:5432 (database test) for user postgres or the current user")
-
-
 def test_postgres_sink_in_a_killed_pipeline_holds_every_record_exactly_once(bootstrap, tmp_path) -> None:
-    dsn = find_dsn()
+    dsn = postgres_dsn()
     prefix = uuid.uuid4().hex[:8]
     name, table = f"pgkill-{prefix}", f"pgkill_{prefix}"
     writer = f"{name}.store"  # the query's name: the sink's writer in weir_sink_commits
@@ -137,12 +135,7 @@ def test_postgres_sink_in_a_killed_pipeline_holds_every_record_exactly_once(boot
         assert committed(b, 0) and not committed(b, 1), f"batch {b} is not half written"
 
         # The final run replays batch b, then reads the rest in one batch (no limit), and stops at the end.
-        proc = start_weir(spec, env, tmp_path / "run3.log", "--once")
-        try:
-            code = proc.wait(300)
-        except Exception:
-            raise AssertionError(f"weir run --once did not finish in 300 s\n{logs_of(tmp_path)}") from None
-        assert code == 0, logs_of(tmp_path)
+        finish_once(spec, env, tmp_path)
 
         # Exactly once: append mode has no unique constraint, so a partition written twice (the replay of b
         # not skipping partition 0, or a killed transaction's rows surviving next to their replay) shows as
@@ -157,7 +150,7 @@ def test_postgres_sink_in_a_killed_pipeline_holds_every_record_exactly_once(boot
         written = one("SELECT sum(rows) FROM weir_sink_commits WHERE writer = %s", (writer,))
         assert written == N, f"the commit rows count {written} rows written, not {N}"
         assert committed(b, 1)
-        replay = (tmp_path / "run3.log").read_text(errors="replace")
+        replay = (tmp_path / "run-final.log").read_text(errors="replace")
         assert f"batch {b}: partitions [0] were committed before; skipped" in replay, logs_of(tmp_path)
         print(f"kills at {first_kill} and {second_kill} of {N} rows; batch {b} replayed with partition 0 skipped")
     finally:
