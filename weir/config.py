@@ -1,13 +1,7 @@
 """weir's settings: one pydantic model read from `weir.toml` and `WEIR_*` environment variables.
 
-Precedence, highest first: explicit keyword arguments, environment (`WEIR_SPARK_MASTER=...`; maps as
-JSON, e.g. `WEIR_KAFKA='{"security.protocol": "SASL_SSL"}'`, because librdkafka names hold dots), then
-`weir.toml` in the working directory (or the file named by `WEIR_CONFIG`), then the defaults below.
-Every path is a string so that it may name shared storage, not only a local directory. weir itself opens
-checkpoints and the lake through `pyarrow.fs.FileSystem.from_uri`: a local path, `file://`, `hdfs://` (with
-libhdfs and a JVM), `s3://`, `gs://`; not Hadoop's `s3a://`, which pyarrow refuses. Spark opens the same
-paths through Hadoop, which needs the connector of the scheme. The lake and the Parquet sink also need an
-atomic rename, which leaves a local or NFS path, `file://` or `hdfs://` (object stores are refused).
+Precedence, highest first: keyword arguments, environment, `weir.toml` (or `WEIR_CONFIG`), defaults.
+Every setting, and which filesystems paths may name: see README ("Configuration").
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """One grammar for durations and one for instants, used by every option, declaration, record and file of weir.
 
-Durations (`duration_ms`): a number with a unit, or several summed ("1 hour 30 minutes", "1h30m"), optionally
-after Spark's `interval` prefix; case and spaces do not matter; decimals are allowed ("1.5h"):
-
-    ms, msec, millisecond(s)        s, sec(s), second(s)        m, min(s), minute(s)
-    h, hr(s), hour(s)               d, day(s)                   w, week(s)
-
-A number without a unit (90, "90") is in the caller's `bare` unit (milliseconds for a topic's retention,
-seconds for the monitor's thresholds) or refused where a unit is required (`bare=None`: window sizes).
-A timedelta is taken as is. -1 means forever where Kafka's retention allows it (`forever=True`).
-
-Instants (`parse_instant`, `instant_ms`): ISO 8601, a date (`2026-11-20`: midnight UTC) or a datetime
-(`2026-11-20T14:30`, `2026-11-20 14:30:05.250Z`, `2026-11-20T16:30+02:00`); without an offset the time is
-UTC. A datetime (naive: UTC) or a date is taken as is, and a number is epoch milliseconds. `iso` writes an
-instant back as UTC with a `Z`.
-
+Durations (`duration_ms`): "90s", "1h30m", "1 hour 30 minutes", Spark's "interval 5 seconds"; instants
+(`parse_instant`, `instant_ms`): ISO 8601 dates and datetimes, UTC unless an offset is given; `iso` writes
+one back. The grammar: see docs/pipelines.md ("Durations and instants").
 Standard library only: the monitor and the command line import this without Spark or pandas.
 """
 

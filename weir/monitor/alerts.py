@@ -1,14 +1,8 @@
 """Alert rules evaluated over the monitor's figures, with `for` durations, a bounded history and a webhook.
 
-An alert is one rule on one target (a rule on `*` gives one alert per processor or output). It is
-*pending* while its condition holds for less than `for`, *firing* once it has held that long, and is
-*resolved* (logged, kept in the history, posted) when the condition stops holding or its target goes
-away. A value that is not known (no figures yet, or not for a moment) changes nothing: a pending alert
-stays pending, a firing one keeps firing, a quiet one stays quiet. A rule naming a target that does not
-exist (yet) is not an error: processors appear when their first progress record arrives, so the rule is
-reported as `unknown_target` on /api/alerts and in a warning, and starts working when the target shows up.
-
-The clock is the `now_ms` given to `evaluate`, so tests drive time by hand.
+An alert is pending, then firing, then resolved; a value not known changes nothing, and a rule on a target
+not seen yet waits for it. The clock is the `now_ms` given to `evaluate`, so tests drive time by hand.
+See docs/monitor.md ("Alerts").
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The monitor's per-processor figures: pure functions of offsets, timestamps and samples, no I/O.
 
-Times are epoch milliseconds; `now_ms` is always passed in, so every function is deterministic.
-The definitions are the ones docs/monitor.md states:
-
-- lag (records) of a partition = latest offset (high-water mark) - committed offset (the processor's next
-  offset to read), at least 0; a partition never read counts from the earliest offset.
-- lag (seconds) = now - timestamp of the oldest unprocessed record (the record at the committed offset),
-  the worst partition; 0 when nothing is pending.
-- rates over a window: (last - first) / elapsed of cumulative samples (offsets) inside the window.
-- scheduling delay of a batch = how much later than one trigger interval after the previous batch's start
-  it started: max(0, start - previous start - trigger).
-- retention left = retention.ms - (now - timestamp of the oldest unprocessed record); "lost" when the
-  broker's earliest offset is already past the committed offset.
-- health: see `health`.
+Times are epoch milliseconds; `now_ms` is always passed in, so every function is deterministic. The
+definitions (lag, rates, scheduling delay, retention left, health): see docs/monitor.md ("Definitions").
 """
 
 from __future__ import annotations

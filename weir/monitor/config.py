@@ -1,24 +1,9 @@
 """The monitor's settings and alert rules: the `[monitor]` table of weir.toml (or a file named with
 `weir monitor --config FILE`), checked as a whole at start.
 
-    [monitor]
-    port = 8642
-    interval = "2s"                     # broker polls
-    webhook = "http://127.0.0.1:9000/hook"
-
-    [[monitor.alerts]]
-    expr = "freshness(orders.enriched) > 2m for 1m"
-
-    [[monitor.alerts]]
-    name = "enrich lags"
-    kind = "lag_growing"
-    target = "enrich"
-    for = "5m"
-
-A rule is `kind(target) [op threshold] [for duration]`, or the same as fields. Every kind has one
-comparison (see KINDS); a rule with another, an unknown kind or a threshold that does not parse is a
-`MonitorConfigError` naming the rule, before anything starts. Durations are "500ms", "90s", "2m", "1h",
-"1d" or plain seconds; ratios "1%" or 0.01.
+A rule is `kind(target) [op threshold] [for duration]`, or the same as fields; every kind has one comparison
+(KINDS). A malformed rule is a `MonitorConfigError` naming it, before anything starts. Settings, kinds and
+examples: see docs/monitor.md ("Alerts", "Settings").
 """
 
 from __future__ import annotations

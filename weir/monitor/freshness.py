@@ -1,21 +1,8 @@
 """Freshness: how far behind real time the content of each output is complete, through the topology.
 
-Every topic and processor gets a completeness time C (epoch ms): the output holds everything whose event
-time is before C. Freshness = now - C. C propagates from the sources downstream:
-
-- a topic that no known processor writes (fed from outside) is complete up to now: the monitor cannot see
-  its producers, so it takes them as current;
-- a topic written by processors is complete up to the least complete of them: C(topic) = min C(writer);
-- a processor P with inputs: for each input topic i, C(P, i) = C(i) when P has processed all of i, else
-  min(C(i), pending[i]), where pending[i] is the event time of the oldest record of i that P has not
-  processed yet (record timestamps carry event time through weir's topics). Then
-  C(P) = min over its inputs of C(P, i), and also min with P's own event-time watermark when it has one
-  (a window or join emits only up to its watermark). One unknown input makes C(P) unknown: an output is
-  only as fresh as its least fresh path;
-- a processor without inputs (a source processor) is complete up to its watermark, else the newest event
-  time of its last batch, else the time of its last batch.
-
-`propagate` is pure: topology plus per-processor figures in, completeness times out.
+Every topic and processor gets a completeness time C (epoch ms), propagated from the sources downstream;
+freshness = now - C. `propagate` is pure: topology plus per-processor figures in, completeness times out.
+The propagation rules: see docs/monitor.md ("Definitions", under Freshness).
 """
 
 from __future__ import annotations

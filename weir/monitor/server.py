@@ -1,19 +1,7 @@
 """The monitor's HTTP server (Starlette on uvicorn): JSON API, Prometheus metrics, the dashboard.
 
-    GET /                        the dashboard (weir/monitor/dashboard.py)
-    GET /api/overview            broker, progress reader, every processor's figures, outputs, topology, alerts
-    GET /api/processors          every processor's figures
-    GET /api/processors/<name>   one processor (`pipeline/name`, or `name` when unique), with its series
-    GET /api/topics              partitions, offsets, retention, append rate, readers and writers per topic
-    GET /api/topology            nodes and edges with health
-    GET /api/alerts              rules with their status, firing alerts, the fired/resolved history
-    GET /api/series?since=MS&after=N  time series of every processor and output: points stamped since MS
-                                 (epoch ms) that arrived after N (the `arrival` of the previous answer)
-    GET /metrics                 Prometheus text format
-    GET /healthz                 {"ok": true}, without a token: for liveness probes
-
-With a token configured every route but /healthz needs `Authorization: Bearer <token>` or `?token=<token>`;
-anything else is a 401 with a JSON message. The token is compared in constant time and never logged.
+With a token configured, every route but /healthz needs it (a 401 with a JSON message otherwise). Routes
+and the token's handling: see docs/monitor.md ("HTTP API", "Security").
 """
 
 from __future__ import annotations

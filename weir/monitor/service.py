@@ -1,14 +1,7 @@
 """The running monitor: a `Monitor` fed by its collectors on background threads, its state file kept.
 
-    service = MonitorService(settings, config, pipelines=[...])
-    service.start()          # progress reader, broker poller, evaluator
-    ...                      # serve service.monitor over HTTP (weir/monitor/server.py)
-    service.stop()
-
-Three threads, each independent of the others: the progress reader (blocks on the progress topic), the
-poller (broker offsets every `interval`, the runners' state files, checkpoints when asked), and the
-evaluator (figures and alerts every second, the state file every few seconds). A broker that is down slows
-only the poller, whose polls time out; the evaluator keeps judging what is known, the server keeps serving.
+Three independent threads (progress reader, broker poller, evaluator), so a broker that is down slows only
+the poller. See docs/monitor.md ("Inside the monitor").
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The monitor's state: what it has heard of every processor and topic, and the figures computed from it.
 
-Inputs arrive from the collectors (weir/monitor/sources.py) through `ingest` (a message of the progress
-topic), `observe_broker` / `observe_broker_down` (a poll of the broker), `observe_runs` (the runners' state
-files) and `observe_checkpoint`; each processor's and topic's part is kept in its `Track` / `TopicTrack`
-(weir/monitor/track.py). `refresh` recomputes every figure (weir/monitor/figures.py, on compute.py and
-freshness.py), samples the time series and evaluates the alert rules. The views (`overview`,
-`processor`, `topics`, `series`) are plain JSON for the HTTP API. Everything is bounded: series are rings,
-windows are pruned, and at most `MAX_PROCESSORS` processors are tracked.
-
-All methods are thread-safe (one lock); time comes from the injected `clock` (seconds, like time.time).
+The collectors feed it (`ingest`, `observe_*`); `refresh` recomputes the figures, samples the series and
+evaluates the alerts; the views are plain JSON for the HTTP API. Thread-safe (one lock), bounded, on an
+injected clock. See docs/monitor.md ("Inside the monitor").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What the monitor keeps across its own restarts: `<home>/monitor/state.json`.
 
-- its read positions in the progress topic, per bootstrap servers and topic (so a monitor pointed at
-  another cluster does not take this one's positions), and
-- its alerts: those firing (they are not posted again after a restart, and resolve normally) and the
-  history of fired and resolved alerts.
-
-Figures, series and histograms are not kept: they are rebuilt by re-reading the last `replay` records of
-the progress topic at start. The file is rewritten by rename, so a crash leaves the previous one whole; a
-file that cannot be read is set aside as `state.json.bad` with a warning, and the monitor starts afresh.
+Its read positions in the progress topic and its alerts (firing ones and the history); figures are rebuilt
+from the progress topic instead. Rewritten by rename. See docs/monitor.md ("What survives a restart of the
+monitor").
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Per-batch accounting: where every input record of a micro-batch went, and whether the books balance.
 
-Every record a processor consumes ends up in exactly one place:
-
     in = out + filtered + dead-lettered + late + duplicate + absorbed
 
-`out` counts output records that each stand for one input record; `absorbed` counts records folded into
-state without an output of their own (a table update, a record added to an open window). Results made
-from state (a closed window) are `emitted`: they are outputs, but not input records, so they stay out of
-the equation. `in` is Spark's own count of the rows its source read for the batch (numInputRows), so the
-check compares two independent measurements. A batch that does not balance is a violation: it is
-published with the difference, never ignored.
+`in` is Spark's own count (numInputRows), the rest is counted by weir; a batch that does not balance is a
+published violation. What each term counts: see docs/pipelines.md ("Accounting").
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """One processor as one Structured Streaming query: read and decode its inputs, apply it, route, deliver, count.
 
-Stateless processors (the default) run inside foreachBatch: each micro-batch is persisted, its undecodable
-records are dead-lettered, and the function is applied to the batch's clean rows, one DataFrame per input
-topic. Because the function sees a static batch, a record on which user code raises can be isolated: when
-computing the result fails, the batch is split in halves (by topic-partition, then by offset range) until
-the failing records are single; those are dead-lettered with the error and the rest goes on. More than
-`max_poison` such records in one batch is not bad data but broken code: the batch fails and the runner
-restarts the processor with backoff.
-
-Stateful processors are applied once to the streaming inputs (their state lives in Spark's state store),
-undecodable records included: weir's stateful blocks route every record (`_route`), those with `_error`
-to "dlq". Source processors return a streaming DataFrame of their own.
-
-Delivery of a batch, in order: the result is persisted and counted by route and destination; records for
-topics (outputs, `<topic>.dlq`, `<topic>.late`) are written in one job from the executors through the
-weir-kafka sink; a sink processor's rows go to its sink with the batch id; the counts are handed to the
-runner's ledger, where the progress listener checks them against Spark's own input count. Kafka delivery is
-at-least-once (a batch replayed after a crash is written again, with the same `weir.source` headers);
-exactly-once sinks are idempotent per batch id.
+Stateless processors run in foreachBatch on each micro-batch's decoded rows, isolating records on which the
+function raises by bisecting the batch; stateful ones are applied once to the streams; source processors
+return a stream of their own. Dead letters and poison records, and the order in which a batch is delivered
+and counted: see docs/pipelines.md ("Dead letters, late records, filtered records", "What happens in one batch").
 """
 
 from __future__ import annotations

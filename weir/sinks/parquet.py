@@ -1,36 +1,9 @@
 """Parquet files that every reader sees exactly once: Spark, DuckDB and pandas reading `<path>/**/*.parquet`.
 
-Layout: each batch of each writer is one directory, `<path>/weir_batch=<writer>-<batch id, 12 digits>/`,
-holding Spark's part files (inside `<column>=<value>/` directories with `partition_by`). Readers that
-discover Hive partitions (Spark, DuckDB, pyarrow/pandas) get a string column `weir_batch` naming the
-writer and batch that produced each row.
-
-Commit protocol of `write(batch, n)`, on the driver (writer `w` from `open`):
-
-1. If `<path>/weir_batch=w-n` exists, batch n was published before (a replay): write nothing, and return
-   its rows (from the published files' footers) as replayed.
-2. Spark writes the batch from the executors into `<path>.staging/w/n-<uuid>/`, a sibling of `<path>`
-   that no glob of `<path>` reaches.
-3. Delete everything in the staging directory that is not a `.parquet` file (`_SUCCESS`, `.crc`), and
-   sum the rows in the Parquet footers (pyarrow reads footers only). An empty batch is dropped here.
-4. Publish: one rename of the staging directory to `<path>/weir_batch=w-n`. If the rename fails because
-   that directory now exists, another attempt published it first: drop the staging copy, and return its
-   rows as replayed.
-
-A crash, between each pair of steps:
-
-- during 2 or 3, or between 3 and 4: readers saw nothing; the staging directory is an orphan that
-  `open()` deletes on restart, and the replay writes the batch afresh;
-- during 4: the rename is atomic, so the batch directory exists completely or not at all;
-- after 4 (before Spark logs the batch's commit): the replay finds the batch directory at step 1.
-
-Atomic means a POSIX rename (local disks, NFS) or HDFS: the sink refuses other filesystems. On S3, GCS or
-Azure Blob a "rename" is copy-then-delete, so a crash mid-publish would leave a partial batch that the
-replay then skips. There, write a table format with an atomic commit (Delta Lake, Iceberg) or use Spark's
-file sink with readers that honour its `_spark_metadata` log. `<path>.staging` must be on the same
-filesystem as `<path>` (not so when `<path>` itself is a mount point: the rename then fails loudly).
-
-A path without a scheme is local (for Spark too); on a cluster give a URL every node reaches.
+Each batch of each writer is staged beside `<path>` and published by one atomic rename as
+`<path>/weir_batch=<writer>-<batch id>/`; a replay finds that directory and writes nothing. Object stores
+are refused (no atomic rename). Layout, commit protocol, crash cases, filesystems: see docs/delivery.md
+("ParquetSink").
 """
 
 from __future__ import annotations

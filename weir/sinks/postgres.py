@@ -1,41 +1,9 @@
 """Rows into a PostgreSQL table, written from the executors with psycopg, exactly once per batch id.
 
-Each Spark partition of a batch is one PostgreSQL transaction on its own connection, opened by the task
-that holds the rows. The driver only prepares the tables and sums the per-partition counts.
-
-Append mode (no `key`), one partition p of batch n of writer w:
-
-1. BEGIN; `INSERT INTO weir_sink_commits (w, n, p, 0) ON CONFLICT DO NOTHING`. No row inserted means
-   (w, n, p) was committed before: read its row count (reported as replayed), ROLLBACK and skip the
-   partition (a replay). The insert also locks the key, so a concurrent attempt of the same partition
-   (speculation, a zombie task) waits for this one and then skips.
-2. COPY the partition's rows into the table.
-3. UPDATE the commit row with the row count; COMMIT.
-
-A crash before the COMMIT of step 3 rolls the whole transaction back (rows and commit row together); the
-replay writes the partition again. A crash after it leaves a commit row; the replay skips the partition.
-
-This assumes a replayed batch id puts the same rows in the same partition: it reads the same offsets
-(weir-kafka plans partitions deterministically from a batch's offsets) and partitions them the same way.
-A nondeterministic step before the sink breaks that (`repartition(n)` without columns over unordered
-input, `rand()`, a source whose batch content varies between attempts): a replay could then skip rows
-it never wrote and write others twice. For such pipelines give `key`.
-
-Upsert mode (`key` given): the partition's rows are COPYed into a temporary table and merged with
-`INSERT ... ON CONFLICT (key) DO UPDATE` (the last row of a key within a partition wins), in one
-transaction. Upserts are idempotent whatever the partitioning, so a replay writes again rather than
-skipping; the commit row is still recorded for monitoring. The table needs a unique index on `key`
-(created as the primary key when weir creates the table). Rows with one key in two partitions of one
-batch are applied in no fixed order: partition by key upstream if the winner matters.
-
-The driver, per batch: creates `weir_sink_commits` (in the target's schema) and the target table when
-missing (types mapped from the DataFrame schema), checks the table has every column, refuses a batch id
-below the writer's last committed one (a reset checkpoint, append mode only), and prunes commit rows
-older than `KEEP_BATCHES` batches (Spark never replays a batch before the last).
-
-Identifiers are used exactly as given (quoted, so case-sensitive); `table` may be `schema.table`. The DSN
-may carry a password: it never appears in names, logs or exceptions raised here. Each concurrently
-running task holds one connection.
+Each Spark partition of a batch is one transaction on its own connection. Append mode records (writer,
+batch, partition) in `weir_sink_commits` in the same transaction and skips it on replay; upsert mode (`key`)
+merges with ON CONFLICT. Commit protocol, crash cases, the determinism append mode assumes: see
+docs/delivery.md ("PostgresSink").
 """
 
 from __future__ import annotations
