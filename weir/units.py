@@ -47,7 +47,7 @@ def duration_ms(
     forever: bool = False,
     positive: bool = False,
 ) -> int:
-    """Milliseconds of a duration (see the module's grammar), rounded to the millisecond.
+    """Milliseconds of a duration (the grammar: docs/pipelines.md, durations and instants), rounded to the millisecond.
 
     `bare`: the unit of a number without one (None: a unit is required); `forever`: -1 is allowed and
     returned as -1; `positive`: 0 is refused. DurationError (a ValueError) names `what` and the value."""

@@ -300,7 +300,7 @@ def plan_windows(
             value_cols.append(col(source).cast("double"))
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
-    # Spark does not filter late rows before the processor (see the module docstring).
+    # Spark does not filter late rows before the processor (docs/blocks.md).
     wire_in = stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
         wire(col(key), key_type).alias("__weir_key"),
         F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
@@ -369,7 +369,7 @@ def sliding_window(
     """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" or
     "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
 
-    See the module docstring for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
+    See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions,
     non-numeric aggregate columns and names that collide with the output columns."""
     return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates)

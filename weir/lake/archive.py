@@ -36,7 +36,7 @@ def archiver_name(topic: str) -> str:
 
 
 class ArchiveSink(Sink):
-    """The archiver's sink: one topic into the lake, exactly once for any Parquet reader (module docstring)."""
+    """The archiver's sink: one topic into the lake, exactly once for any Parquet reader (docs/lake.md)."""
 
     guarantee = Delivery.EXACTLY_ONCE
     reads_raw = True  # the query hands it every record as read, undecodable ones included
@@ -74,7 +74,7 @@ class ArchiveSink(Sink):
 
     # -- one batch ----------------------------------------------------------------------------------------
     def write(self, batch: DataFrame, batch_id: int) -> Written:
-        """Driver: the commit protocol of the module docstring; the rows move from the executors to the
+        """Driver: the commit protocol of docs/lake.md; the rows move from the executors to the
         staging directory, the driver lists, reads footers, renames and writes the manifests. A batch
         committed before (or completed here from its pending plan) writes nothing and reports the rows its
         manifest holds as replayed."""

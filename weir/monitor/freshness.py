@@ -44,7 +44,7 @@ def _min(values: list[int | None]) -> int | None:
 
 
 def propagate(stages: Mapping[str, Stage], now_ms: int) -> Completeness:
-    """C of every processor and topic (see the module docstring). A cycle makes its members unknown."""
+    """C of every processor and topic (docs/monitor.md, freshness). A cycle makes its members unknown."""
     writers: dict[str, list[str]] = {}
     for name, s in stages.items():
         for t in s.outputs:

@@ -205,7 +205,7 @@ class ProcessorQuery:
     ) -> tuple[DataFrame, DataFrame, list | None]:
         """(result, routed result, counts by route) of the function over `inputs` (restricted to offset
         `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
-        in a task are isolated by bisection and dead-lettered (module docstring)."""
+        in a task are isolated by bisection and dead-lettered (docs/pipelines.md, poison records)."""
         sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
         result = self.proc.fn(*sub)  # a driver-side error (bad column, bad code) is not a record's fault
         routing.check_outputs(self.proc, result, self.topics)

@@ -109,7 +109,7 @@ def _record(df: DataFrame, topic: Topic) -> tuple[Column, Column]:
 
 
 def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame:
-    """The routed form of a processor's result (see the module docstring)."""
+    """The routed form of a processor's result (docs/pipelines.md, routing)."""
     route_col = col(ROUTE) if ROUTE in df.columns else F.lit(OUT)
     outputs = [topics[t] for t in proc.outputs if t in topics]
     if OUTPUT in df.columns:

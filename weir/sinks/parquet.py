@@ -85,7 +85,7 @@ class ParquetSink(Sink):
                     self._last_published = max(self._last_published, parsed[1])
 
     def write(self, batch: DataFrame, batch_id: int) -> Written:
-        """Driver: the commit protocol of the module docstring; the rows move from the executors to the
+        """Driver: the commit protocol of docs/delivery.md (ParquetSink); the rows move from the executors to the
         staging directory, the driver only lists, reads footers and renames. A replayed batch id writes
         nothing and reports the published batch's rows as replayed."""
         writer = self._opened_writer()

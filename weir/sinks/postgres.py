@@ -269,7 +269,7 @@ def _check_existing(cur: psycopg.Cursor, target: sql.Composable, job: _Job, exis
 
 
 def _write_partition(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Executor side: the whole partition in one transaction (see the module docstring)."""
+    """Executor side: the whole partition in one transaction (docs/delivery.md, PostgresSink)."""
     import pyarrow as pa
     from pyspark import TaskContext
 
