@@ -124,3 +124,16 @@ def test_run_of_an_invalid_pipeline_lists_its_problems(tmp_path):
     result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 2
     assert "unknown output topic 'nowhere'" in result.output
+
+
+def test_a_commands_own_exit_code_passes_through_the_error_handler(tmp_path, monkeypatch):
+    """`weir broker status` exits 1 when no broker runs; the handler of known errors used to catch click's
+    Exit (a RuntimeError), print `error: 1` and exit 2."""
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = runner.invoke(app, ["broker", "status", "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert f"broker not running on port {port}" in result.output
+    assert "error" not in result.output

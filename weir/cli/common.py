@@ -6,8 +6,10 @@ import functools
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from weir.config import load
 from weir.kafka import Admin, BrokerError, BrokerUnavailable, TopicError
@@ -23,14 +25,18 @@ Spec = Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.mod
 
 
 def clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Known failures become one red line and exit code 2, never a stack trace."""
+    """Known failures become one red line and exit code 2, never a stack trace. A command's own exit code
+    passes through: click's Exit is a RuntimeError, and catching it printed `error: 1` and exited 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (BrokerError, BrokerUnavailable, TopicError, ValueError, RuntimeError) as exc:  # CheckpointError too
-            err.print(f"[red]error:[/red] {exc}")
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        # LakeError, CheckpointError and SinkError are RuntimeErrors; a file that cannot be read an OSError.
+        except (BrokerError, BrokerUnavailable, TopicError, ValueError, RuntimeError, OSError) as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper

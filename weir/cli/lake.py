@@ -6,17 +6,16 @@ files, row counts that disagree with the manifests, interrupted work) go to stde
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.filesize import decimal
 from rich.markup import escape
 from rich.table import Table
+
+from weir.cli.common import clean_errors, err, out
 
 # The commands here import their machinery when they run: registering them must not load PySpark, pandas or
 # pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
@@ -26,25 +25,9 @@ if TYPE_CHECKING:
     from weir.storage.lake import Lake
 
 lake_app = typer.Typer(help="The lake: inspect and compact archived topics.", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
 
 LakeRoot = Annotated[str | None, typer.Option("--lake", help="Lake root, a path or URL (default: config lake).")]
 Topic = Annotated[str, typer.Argument(help="An archived topic.")]
-
-
-def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Known failures become one red line and exit code 2, never a stack trace (as in weir.cli)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (ValueError, RuntimeError, OSError) as exc:  # LakeError is a RuntimeError
-            err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def _inspect() -> Any:
@@ -70,7 +53,7 @@ def _warn(reports: list[TopicReport]) -> None:
 
 
 @lake_app.command("ls")
-@_clean_errors
+@clean_errors
 def ls(
     topic: Annotated[str | None, typer.Argument(help="A topic: list its hours (default: list the topics).")] = None,
     lake: LakeRoot = None,
@@ -96,7 +79,7 @@ def ls(
 
 
 @lake_app.command("stats")
-@_clean_errors
+@clean_errors
 def stats(
     topic: Topic,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -133,7 +116,7 @@ def stats(
 
 
 @lake_app.command("compact")
-@_clean_errors
+@clean_errors
 def compact(
     topic: Topic,
     before: Annotated[
