@@ -381,7 +381,9 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             # a catches up on src (the 35 records above, then the trickle): its lag alert resolves.
             a.wait_for(lambda: env.history("lag(a) > 20", "resolved", began_ms), 180, "a to catch up")
             a.wait_for(lambda: len(env.batches("a", began_ms)) >= 3, 60, "a's third batch")
-            a.wait_for(lambda: env.proc("a")["health"] == "healthy" and env.active("unhealthy(a)") is None, 10,
+            # On a loaded machine a's batches may run over its one-second trigger for a while: it is then
+            # rightly "behind", and healthy again once they fit (seen failing at 10 s under a load of 8).
+            a.wait_for(lambda: env.proc("a")["health"] == "healthy" and env.active("unhealthy(a)") is None, 60,
                        "a healthy")  # fmt: skip
             assert env.proc("a")["runner_alive"] is True and env.active("dead(a)") is None
 
