@@ -4,8 +4,10 @@
                             slide="10 seconds", watermark="10 seconds", aggregates={"orders": ("count", "*")})
 
 Every input record gets one `_route`: "dlq", "late", or "absorbed" into its windows; each closed window is
-emitted once as an "emit" row. Session windows (weir.blocks.sessions) share this module's input rules, routes,
-aggregates and output columns. Semantics, output columns and state: docs/blocks.md.
+emitted once as an "emit" row. The stateful operator runs per bucket of keys (`_Bucketed`), the work of a
+bucket vectorized in weir.blocks.windowing. Session windows (weir.blocks.sessions) share this module's input
+checks, aggregates and output columns, on the per-key path (`WindowProcessor`). Semantics, output columns and
+state: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -193,7 +195,8 @@ class _Bucketed(StatefulProcessor):
 
     def _load(self) -> tuple[pd.DataFrame, int | None, bool]:
         """(the open windows, the registered timer, whether state existed)."""
-        stored = self.state.get()
+        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
+        stored = self.state.get() if self.state.exists() else None
         if stored is None:
             return windowing.empty(self.spec), None, False
         shape, timer, data = stored
@@ -536,8 +539,9 @@ def sliding_window(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
-    """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" or
-    "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
+    """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" row
+    per record whose windows are all closed, one "dlq" row per undecodable record, one "absorbed" row per
+    bucket of keys and micro-batch with the count of on-time records.
 
     See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions,
