@@ -336,6 +336,32 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
     }
 
 
+def test_a_checkpoint_refuses_other_buckets_or_windows(spark, bootstrap, topic_name, tmp_path) -> None:
+    """The state records its number of buckets (from spark.sql.shuffle.partitions), size, slide and aggregates:
+    a query that differs fails, naming both, instead of reading state it would misplace."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    aggs = {"n": ("count", "*")}
+
+    def run(ts: int, size: str = SIZE) -> None:
+        rec = json.dumps({"customer_id": "c1", "ts_ms": BASE_MS + ts}).encode()
+        produce(bootstrap, topic_name, [Rec(0, None, rec, None, None)])
+        stream = orders(spark, bootstrap, topic_name)
+        run_routed(tumbling_window(stream, "customer_id", "event_time", size, DELAY, aggs), checkpoint)
+
+    run(1000)  # [0 s, 10 s) stays open in the state of c1's bucket
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(int(partitions) * 4))
+    try:
+        # c1 may hash to another bucket now; the old bucket's timer fires once 30 s moves the watermark.
+        with pytest.raises(Exception, match=r"window state was built as \[buckets=\d+ size_us=10000000"):
+            run(30_000)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    with pytest.raises(Exception, match=r"this query is \[buckets=\d+ size_us=20000000"):
+        run(2000, size="20 seconds")
+
+
 def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:
     stream = orders(spark, bootstrap, topic_name)
     ok = {"orders": ("count", "*")}
