@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from weir.blocks import windowing as w
 
@@ -97,3 +98,14 @@ def test_shape_names_what_the_state_depends_on() -> None:
     assert spec(10, 5).shape(8) != spec(10, 5).shape(16)
     assert spec(10, 5).shape(8) != spec(10, 10).shape(8)
     assert "buckets=8" in spec(10, 5).shape(8)
+
+
+def test_an_integer_sum_that_leaves_bigint_range_is_refused_not_wrapped():
+    spec = w.Spec(10_000_000, 10_000_000, ("sum",), (True,))
+    big = 2**62
+    keys = np.array(["u", "u", "u"], dtype=object)
+    ts = np.array([1, 2, 3], dtype=np.int64)
+    with pytest.raises(OverflowError, match="leaves the BIGINT range"):
+        w.absorb(w.empty(spec), keys, ts, [[big, big, big]], 0, spec)
+    fine = w.absorb(w.empty(spec), keys[:1], ts[:1], [[big]], 0, spec)
+    assert int(fine["a0"].iloc[0]) == big

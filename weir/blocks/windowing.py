@@ -20,6 +20,7 @@ import pandas as pd
 
 NULL_TS = -(2**63)  # a null event time: below any TIMESTAMP Spark holds (year 1 is about -6.2e16 µs)
 FORMAT = 1  # of the state value written by `dumps`
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ def absorb(
             frame[c] = pd.array(v, dtype=spec.dtype(i))[idx]
     rows = pd.DataFrame(frame)
     both = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+    for i, (fn, c) in enumerate(zip(spec.functions, spec.columns, strict=True)):
+        if fn == "sum" and spec.dtype(i) == "Int64":
+            _check_range(both, c, i)
     g = both.groupby(["key", "start"], sort=False, dropna=False)
     out = {"n": g["n"].sum()}
     for fn, c in zip(spec.functions, spec.columns, strict=True):
@@ -110,6 +114,18 @@ def absorb(
     for i, c in enumerate(spec.columns):
         merged[c] = merged[c].astype(spec.dtype(i))
     return merged
+
+
+def _check_range(both: pd.DataFrame, c: str, i: int) -> None:
+    """Refuse, loudly, an integer sum that would leave BIGINT's range: numpy's int64 would wrap it silently."""
+    bound = both[c].abs().max()
+    if pd.isna(bound) or int(bound) * len(both) <= _INT64_MAX:  # no sum of these values can reach the limit
+        return
+    approx = both[c].astype("float64").groupby([both["key"], both["start"]], sort=False, dropna=False).sum()
+    if (approx.abs() >= 2.0**63).any():
+        raise OverflowError(
+            f"window aggregate {i} (sum): a window's total leaves the BIGINT range; sum a DOUBLE column instead"
+        )
 
 
 def close(table: pd.DataFrame, watermark_us: int, spec: Spec) -> tuple[pd.DataFrame, pd.DataFrame]:
