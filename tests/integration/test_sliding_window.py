@@ -4,14 +4,20 @@ every micro-batch's input rows are accounted for."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from _pipe import produce
+from _pipe import Rec, produce
 from test_window import (
     AGGREGATES,
+    BASE_MS,
+    BIG,
     DELAY,
     PER_TRIGGER,
+    check_accounting,
     check_windows,
     events,
+    ms,
     orders,
     reference,
     run_routed,
@@ -20,6 +26,7 @@ from test_window import (
 
 from weir.blocks.window import sliding_window
 from weir.kafka import Admin
+from weir.pipeline.routes import ABSORB, EMIT, LATE
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +60,45 @@ def test_invalid_sliding_arguments_raise_value_error(spark, bootstrap, topic_nam
         sliding_window(stream, size="10 seconds", slide="often", **args)
     with pytest.raises(ValueError, match="sliding_window: aggregate 'n'"):
         sliding_window(stream, size="10 seconds", slide="5 seconds", **{**args, "aggregates": {"n": ("avg", "qty")}})
+
+
+def test_a_record_behind_the_watermark_with_open_windows_is_on_time(spark, bootstrap, topic_name, tmp_path) -> None:
+    """Late means every window of the record is closed, not event time < watermark (as Spark and Flink)."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    aggs = {"n": ("count", "*"), "q": ("sum", "qty")}
+
+    def run(evts: list[tuple[int, int]]) -> list:
+        recs = [
+            Rec(0, None, json.dumps({"customer_id": "c1", "qty": q, "ts_ms": BASE_MS + s}).encode(), None, None)
+            for q, s in evts
+        ]
+        produce(bootstrap, topic_name, recs)
+        w = sliding_window(orders(spark, bootstrap, topic_name), "customer_id", "event_time", "1 minute",
+                           "10 seconds", DELAY, aggs)  # fmt: skip
+        got = run_routed(w, checkpoint)
+        check_accounting(got)
+        return got.rows
+
+    def windows(rows) -> dict:
+        return {(ms(r.window_start) - BASE_MS) // 1000: (r.n, r.q) for r in rows if r._route == EMIT}
+
+    # 0 s and 60 s; the watermark moves to 55 s, closing the windows of 0 s that end by then: [-50 s, 10 s) ..
+    # [-10 s, 50 s).
+    first = run([(1, 0), (BIG, 60_000)])
+    assert windows(first) == {s: (1, 1) for s in range(-50, -9, 10)}
+    # 30 s is behind the watermark (55 s), but 4 of its 6 windows are open: on time, added to those only.
+    # -5 s is late: its latest window [-10 s, 50 s) is closed.
+    second = run([(2, 30_000), (4, -5_000)])
+    assert [(r._route, r._absorbed) for r in second if r._route == ABSORB] == [(ABSORB, 1)]
+    (late,) = [r for r in second if r._route == LATE]
+    assert (ms(late.window_start) - BASE_MS, ms(late.window_end) - BASE_MS, late.offset) == (-10_000, 50_000, 3)
+    assert windows(second) == {}
+    # 200 s closes the rest: 0 s's [0 s, 60 s) now holds 30 s too; [10 s, 70 s) .. [30 s, 90 s) hold 30 s and
+    # 60 s; [40 s, 100 s) .. [60 s, 120 s) only 60 s.
+    third = run([(8, 200_000)])
+    assert windows(third) == {
+        0: (2, 3),
+        **{s: (2, BIG + 2) for s in (10, 20, 30)},
+        **{s: (1, BIG) for s in (40, 50, 60)},
+    }

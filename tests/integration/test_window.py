@@ -1,5 +1,5 @@
 """Tumbling windows (weir.blocks.window): closed windows equal pandas on the on-time records, every record
-behind the watermark comes out as a "late" row instead of being dropped, and every micro-batch's input rows
+whose windows are all closed comes out as a "late" row instead of being dropped, and every micro-batch's input rows
 are accounted for. Also home of the helpers the other stateful-block tests share (run_routed, check_accounting,
 judged)."""
 
@@ -130,7 +130,7 @@ def judged(evts: list[dict], partitions: list[int], ends: list[dict[str, int]], 
         if len(in_batch):
             seen = max(seen or 0, int(in_batch.max()))
     df["wm"] = [wms[b] for b in df.batch]
-    df["late"] = df.ts_ms.isna() | (df.ts_ms < df.wm)
+    df["late"] = df.ts_ms.isna() | (df.ts_ms < df.wm)  # sessions' rule; windows' in `reference`
     spark_drops = int((df.ts_ms < [wms[b - 1] if b else 0 for b in df.batch]).sum())
     return df, wms, spark_drops
 
@@ -155,14 +155,17 @@ def reference(
     slide_ms = slide_ms or size_ms
     df, wms, spark_drops = judged(evts, partitions, ends)
     df["start"] = df.ts_ms - df.ts_ms % slide_ms  # the latest window of the record
+    # Late when every window of the record is closed: its latest window's end <= its batch's watermark.
+    df["late"] = df.ts_ms.isna() | (df.start + size_ms <= df.wm)
     late = late_set(df, size_ms)
     on_time = df[~df.late]
-    # One row per (record, window): the windows start at the latest start and every slide back within size.
+    # One row per (record, window): the windows start at the latest start and every slide back within size;
+    # an on-time record joins only its windows still open (end > watermark) in its batch.
     exploded = pd.concat(
         [on_time.assign(start=on_time.start - k * slide_ms) for k in range(-(-size_ms // slide_ms))],
         ignore_index=True,
     )
-    exploded = exploded[exploded.start + size_ms > exploded.ts_ms]
+    exploded = exploded[(exploded.start + size_ms > exploded.ts_ms) & (exploded.start + size_ms > exploded.wm)]
     g = exploded.groupby(["customer_id", "start"], dropna=False)
     agg = pd.DataFrame(aggregated(g)).reset_index()
     agg["end"] = agg.start + size_ms
@@ -320,12 +323,43 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
     # The first run leaves [0 s, 10 s) open: its watermark stops at 9 s - 5 s.
     first = run([("c1", BIG, 1000), ("c1", 1, 9000)])
     assert first == []
-    # The second run only knows the open window from the checkpointed state; 2 s is now late.
+    # The second run only knows the open window from the checkpointed state. 2 s is behind the watermark
+    # (4 s) but its window is open: on time.
     second = run([("c1", 1, 9500), ("c1", 5, 30_000), ("c1", 7, 2000)])
     assert {(r.customer_id, ms(r.window_start), r.n, r.q, r._route, r.offset) for r in second} == {
-        ("c1", BASE_MS, 3, BIG + 2, "emit", None),
-        ("c1", BASE_MS, None, None, "late", 4),
+        ("c1", BASE_MS, 4, BIG + 9, "emit", None),
     }
+    # [0 s, 10 s) closed (watermark 25 s): 3 s is late now, reported with its window.
+    third = run([("c1", 3, 3000), ("c1", 1, 31_000)])
+    assert {(r.customer_id, ms(r.window_start), r.n, r.q, r._route, r.offset) for r in third} == {
+        ("c1", BASE_MS, None, None, "late", 5),
+    }
+
+
+def test_a_checkpoint_refuses_other_buckets_or_windows(spark, bootstrap, topic_name, tmp_path) -> None:
+    """The state records its number of buckets (from spark.sql.shuffle.partitions), size, slide and aggregates:
+    a query that differs fails, naming both, instead of reading state it would misplace."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    aggs = {"n": ("count", "*")}
+
+    def run(ts: int, size: str = SIZE) -> None:
+        rec = json.dumps({"customer_id": "c1", "ts_ms": BASE_MS + ts}).encode()
+        produce(bootstrap, topic_name, [Rec(0, None, rec, None, None)])
+        stream = orders(spark, bootstrap, topic_name)
+        run_routed(tumbling_window(stream, "customer_id", "event_time", size, DELAY, aggs), checkpoint)
+
+    run(1000)  # [0 s, 10 s) stays open in the state of c1's bucket
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(int(partitions) * 4))
+    try:
+        # c1 may hash to another bucket now; the old bucket's timer fires once 30 s moves the watermark.
+        with pytest.raises(Exception, match=r"window state was built as \[buckets=\d+ size_us=10000000"):
+            run(30_000)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    with pytest.raises(Exception, match=r"this query is \[buckets=\d+ size_us=20000000"):
+        run(2000, size="20 seconds")
 
 
 def test_invalid_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:

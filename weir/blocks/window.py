@@ -4,8 +4,10 @@
                             slide="10 seconds", watermark="10 seconds", aggregates={"orders": ("count", "*")})
 
 Every input record gets one `_route`: "dlq", "late", or "absorbed" into its windows; each closed window is
-emitted once as an "emit" row. Session windows (weir.blocks.sessions) share this module's input rules, routes,
-aggregates and output columns. Semantics, output columns and state: docs/blocks.md.
+emitted once as an "emit" row. The stateful operator runs per bucket of keys (`_Bucketed`), the work of a
+bucket vectorized in weir.blocks.windowing. Session windows (weir.blocks.sessions) share this module's input
+checks, aggregates and output columns, on the per-key path (`WindowProcessor`). Semantics, output columns and
+state: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -39,6 +42,7 @@ from pyspark.sql.types import (
 )
 
 from weir import units
+from weir.blocks import windowing
 from weir.blocks.common import col, missing, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
@@ -170,54 +174,167 @@ class WindowProcessor(StatefulProcessor):
         return self.row(key_out, start_us, end_us, aggs, _NO_KAFKA, EMIT)
 
 
-class _Sliding(WindowProcessor):
-    """Per key: the open windows in a MapState (start in µs -> count, accumulators), one timer per window end."""
+class _Bucketed(StatefulProcessor):
+    """Per bucket of keys: the bucket's open windows as one table in one ValueState (windowing.dumps), read
+    and written once per call, and one event-time timer at the earliest open window's end.
 
-    def __init__(self, size_us: int, slide_us: int, *args: Any) -> None:
-        super().__init__(*args)
-        self.size_us = size_us
-        self.slide_us = slide_us
+    Input columns: __weir_bucket, __weir_key, __weir_ts_us (windowing.NULL_TS for null), __weir_error, per
+    aggregate __weir_v{i} (and __weir_m{i}, null flags, for integer sums, minima and maxima), the Kafka
+    columns as text and bytes. Output: `WindowPlan.wire_out`, BIGINT as text."""
 
-    def late_window(self, ts: int) -> tuple[int, int]:
-        start = ts - ts % self.slide_us
-        return start, start + self.size_us
+    def __init__(self, spec: windowing.Spec, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
+        self.spec = spec
+        self.shape = spec.shape(buckets)
+        self.fn = fn
+        self.inputs = inputs  # of the input columns, in order: Spark renames them (_0, _1, ...) on the way
+        self.names = names  # of the output columns, in order
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("bucket", _BUCKET_STATE)
+
+    def _load(self) -> tuple[pd.DataFrame, int | None, bool]:
+        """(the open windows, the registered timer, whether state existed)."""
+        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
+        stored = self.state.get() if self.state.exists() else None
+        if stored is None:
+            return windowing.empty(self.spec), None, False
+        shape, timer, data = stored
+        if shape != self.shape:
+            raise ValueError(
+                f"{self.fn}: the checkpoint's window state was built as [{shape}], this query is [{self.shape}]: "
+                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), size, slide "
+                "and aggregates from the code. Restore them, or start a new checkpoint "
+                "(`weir run --reset <processor>`)."
+            )
+        return windowing.loads(bytes(data), self.spec), (None if timer is None else int(timer)), True
+
+    def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
+        """Store the open windows and move the bucket's one timer to the earliest open end; `timer` is the
+        one registered now (None when there is none, or the one firing, which Spark deletes itself)."""
+        end = windowing.next_end(table, self.spec)
+        want = None if end is None else timer_ms(end)
+        if want != timer:
+            if timer is not None:
+                self.handle.deleteTimer(timer)
+            if want is not None:
+                self.handle.registerTimer(want)
+        if table.empty:
+            if existed:
+                self.state.clear()
+        else:
+            self.state.update((self.shape, want, windowing.dumps(table, self.spec)))
+
+    def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
+        """Output rows: the named columns given, every other one null."""
+        return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
+
+    def _records(self, rows: pd.DataFrame, route: str, window: np.ndarray | None, error: Any = None) -> pd.DataFrame:
+        """One output row per input record (late, dlq): key, window, Kafka coordinates and bytes."""
+        n = len(rows)
+        cols: dict[str, Any] = {
+            self.names[0]: rows["__weir_key"].to_numpy(dtype=object),
+            "topic": rows["__weir_topic"].to_numpy(dtype=object),
+            "partition": rows["__weir_partition"].to_numpy(dtype=object),
+            "offset": rows["__weir_offset"].to_numpy(dtype=object),
+            "key": rows["__weir_kkey"].to_numpy(dtype=object),
+            "value": rows["__weir_kvalue"].to_numpy(dtype=object),
+            ROUTE: np.full(n, route, dtype=object),
+        }
+        if window is not None:
+            null = window == windowing.NULL_TS
+            cols["window_start"] = _texts(window, null)
+            cols["window_end"] = _texts(window + self.spec.size_us, null)
+        if error is not None:
+            cols[ERROR_COLUMN] = error
+        return self._frame(n, **cols)
+
+    def _emits(self, closed: pd.DataFrame) -> pd.DataFrame:
+        start = closed["start"].to_numpy(dtype=np.int64)
+        cols: dict[str, Any] = {
+            self.names[0]: windowing.keys_out(closed["key"]),
+            "window_start": start.astype(str).astype(object),
+            "window_end": (start + self.spec.size_us).astype(str).astype(object),
+            ROUTE: np.full(len(closed), EMIT, dtype=object),
+        }
+        for i, c in enumerate(self.spec.columns):
+            s = closed[c]
+            if self.spec.integral[i]:
+                cols[f"__weir_a{i}"] = s.astype("string").to_numpy(dtype=object, na_value=None)
+            else:
+                cols[f"__weir_a{i}"] = s.to_numpy(dtype=np.float64)
+        return self._frame(len(closed), **cols)
+
+    def _values(self, rows: pd.DataFrame) -> list:
+        values = []
+        for i, fn in enumerate(self.spec.functions):
+            v = rows[f"__weir_v{i}"]
+            if fn == "count":
+                values.append(v.to_numpy(dtype=bool))
+            elif self.spec.integral[i]:
+                data = v.to_numpy(dtype=np.int64)
+                values.append(pd.arrays.IntegerArray(data, rows[f"__weir_m{i}"].to_numpy(dtype=bool)))
+            else:
+                values.append(v.to_numpy(dtype=np.float64))
+        return values
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        key_out = self.key_out(key)
-        out, on_time = self.split(key_out, rows, timerValues.getCurrentWatermarkInMs() * 1000)
-        opened: dict[int, list[Any]] = {}
-        for ts, values in on_time:
-            # Every start that is a multiple of the slide with start <= ts < start + size, latest first.
-            for start in range(ts - ts % self.slide_us, ts - self.size_us, -self.slide_us):
-                acc = opened.get(start)
-                if acc is None:
-                    stored = self.windows.getValue((start,))
-                    acc = opened[start] = list(stored) if stored is not None else self.empty()
-                self.add(acc, values)
-        for start, acc in opened.items():
-            self.windows.updateValue((start,), tuple(acc))
-            self.handle.registerTimer(timer_ms(start + self.size_us))  # one timer per window end; idempotent
-        if on_time:
-            out.append(self.absorbed(len(on_time)))
+        chunks = list(rows)
+        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+        df.columns = self.inputs
+        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
+        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
+        error = df["__weir_error"]
+        dlq = error.notna().to_numpy()
+        late = ~dlq & windowing.judge(ts, watermark_us, self.spec)
+        on_time = ~(dlq | late)
+        out = []
+        if dlq.any():
+            out.append(self._records(df[dlq], DLQ, None, error[dlq].to_numpy(dtype=object)))
+        if late.any():
+            late_ts = ts[late]
+            null = late_ts == windowing.NULL_TS
+            window = np.where(null, windowing.NULL_TS, windowing.latest_start(late_ts, self.spec))
+            out.append(self._records(df[late], LATE, window))
+        table, timer, existed = self._load()
+        n = int(on_time.sum())
+        if n:
+            on = df[on_time]
+            keys = on["__weir_key"].to_numpy(dtype=object)
+            table = windowing.absorb(table, keys, ts[on_time], self._values(on), watermark_us, self.spec)
+            summary = {ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)}
+            out.append(self._frame(1, **summary))
+        closed, table = windowing.close(table, watermark_us, self.spec)
+        if len(closed):
+            out.append(self._emits(closed))
+        if n or len(closed):
+            self._save(table, timer, existed)
         if out:
-            yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
+            yield pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        key_out = self.key_out(key)
-        out, closed = [], []
-        for (start,), acc in self.windows.iterator():
-            if start + self.size_us <= watermark_us:
-                out.append(self.emit(key_out, start, start + self.size_us, list(acc[1:])))
-                closed.append(start)
-        for start in closed:
-            self.windows.removeKey((start,))
-        if out:
-            yield pd.DataFrame(out)
+        table, timer, existed = self._load()
+        if timer == expiredTimerInfo.getExpiryTimeInMs():
+            timer = None  # Spark deletes the timer that fired once this returns
+        closed, table = windowing.close(table, timerValues.getCurrentWatermarkInMs() * 1000, self.spec)
+        self._save(table, timer, existed)
+        if len(closed):
+            yield self._emits(closed)
+
+
+def _texts(us: np.ndarray, null: np.ndarray) -> np.ndarray:
+    out = us.astype(str).astype(object)
+    out[null] = None
+    return out
+
+
+_BUCKET_STATE = StructType(
+    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("windows", BinaryType())]
+)
 
 
 @dataclass(frozen=True)
@@ -283,13 +400,25 @@ def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: di
 
 
 def plan_windows(
-    fn: str, stream: DataFrame, key: str, event_time: str, watermark: str, aggregates: dict[str, tuple[str, str]]
+    fn: str,
+    stream: DataFrame,
+    key: str,
+    event_time: str,
+    watermark: str,
+    aggregates: dict[str, tuple[str, str]],
+    buckets: int | None = None,
 ) -> WindowPlan:
-    """Check the arguments (ValueError, prefixed `fn`) and build the processor's input and output schema."""
+    """Check the arguments (ValueError, prefixed `fn`) and build the processor's input and output schema:
+    per key (sessions) or, with `buckets`, per bucket of keys (`_Bucketed`'s input)."""
     specs = _check(fn, stream, key, event_time, aggregates)
     key_type = stream.schema[key].dataType
     # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
     integral = [func == "count" or isinstance(t, _INTEGRAL) for _, func, _, t in specs]
+    if buckets is not None:
+        wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, specs, integral, buckets)
+        return WindowPlan(
+            [s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, _wire_out(key_type, integral)
+        )
     value_cols = []
     for (_, func, source, _), integ in zip(specs, integral, strict=True):
         if func == "count":  # only whether there is a value matters
@@ -312,7 +441,52 @@ def plan_windows(
         F.col("key").cast("binary").alias("__weir_kkey"),
         F.col("value").cast("binary").alias("__weir_kvalue"),
     )
-    wire_out = StructType(
+    wire_out = _wire_out(key_type, integral)
+    return WindowPlan([s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, wire_out)
+
+
+def _bucketed_input(
+    fn: str,
+    stream: DataFrame,
+    key: str,
+    key_type: DataType,
+    event_time: str,
+    watermark: str,
+    specs: list,
+    integral: list[bool],
+    buckets: int,
+) -> DataFrame:
+    """The input of `_Bucketed`: numbers that pandas reads exactly (no nulls in BIGINT columns, which pandas
+    would turn into float64): the event time with a sentinel for null, integer values with a null flag."""
+    values = []
+    for i, ((_, func, source, _), integ) in enumerate(zip(specs, integral, strict=True)):
+        if func == "count":  # only whether there is a value matters
+            values.append((F.lit(True) if source == "*" else col(source).isNotNull()).alias(f"__weir_v{i}"))
+        elif integ:
+            values.append(F.coalesce(col(source).cast("long"), F.lit(0).cast("long")).alias(f"__weir_v{i}"))
+            values.append(col(source).isNull().alias(f"__weir_m{i}"))
+        else:
+            values.append(col(source).cast("double").alias(f"__weir_v{i}"))
+    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
+    # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
+    # Spark does not filter late rows before the processor (docs/blocks.md).
+    ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
+    return stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
+        F.pmod(F.xxhash64(col(key)), F.lit(buckets)).cast("int").alias("__weir_bucket"),
+        wire(col(key), key_type).alias("__weir_key"),
+        ts.alias("__weir_ts_us"),
+        error.cast("string").alias("__weir_error"),
+        *values,
+        F.col("topic").cast("string").alias("__weir_topic"),
+        F.col("partition").cast("string").alias("__weir_partition"),
+        F.col("offset").cast("string").alias("__weir_offset"),
+        F.col("key").cast("binary").alias("__weir_kkey"),
+        F.col("value").cast("binary").alias("__weir_kvalue"),
+    )
+
+
+def _wire_out(key_type: DataType, integral: list[bool]) -> StructType:
+    return StructType(
         [
             StructField("__weir_key", wire_type(key_type)),
             StructField("window_start", StringType()),
@@ -328,13 +502,12 @@ def plan_windows(
             StructField(ERROR_COLUMN, StringType()),
         ]
     )
-    return WindowPlan([s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, wire_out)
 
 
-def run_windows(plan: WindowPlan, key: str, processor: WindowProcessor) -> DataFrame:
-    """The processor applied per key, its output cast back to the documented columns."""
+def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor, by: str = "__weir_key") -> DataFrame:
+    """The processor applied per key (or per `by`), its output cast back to the documented columns."""
     # The key's type in the processor is its wire type; group by the wire column, cast back afterwards.
-    out = plan.wire_in.groupBy("__weir_key").transformWithStateInPandas(
+    out = plan.wire_in.groupBy(by).transformWithStateInPandas(
         processor, plan.wire_out, outputMode="Append", timeMode="EventTime"
     )
     long_key = isinstance(plan.key_type, LongType)
@@ -366,8 +539,9 @@ def sliding_window(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
-    """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" or
-    "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
+    """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" row
+    per record whose windows are all closed, one "dlq" row per undecodable record, one "absorbed" row per
+    bucket of keys and micro-batch with the count of on-time records.
 
     See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions,
@@ -385,14 +559,21 @@ def _windows(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
-    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates)
+    buckets = bucket_count(stream)
+    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000
     if slide_us > size_us:
         raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
-    acc_schema = StructType([StructField("n", LongType()), *plan.acc_fields()])
-    long_key = isinstance(plan.key_type, LongType)
-    processor = _Sliding(size_us, slide_us, plan.functions, plan.integral, long_key, acc_schema)
-    return run_windows(plan, key, processor)
+    spec = windowing.Spec(size_us, slide_us, tuple(plan.functions), tuple(plan.integral))
+    processor = _Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
+    return run_windows(plan, key, processor, by="__weir_bucket")
+
+
+def bucket_count(stream: DataFrame) -> int:
+    """How many buckets the keys are hashed into: spark.sql.shuffle.partitions x 4, at least 8. Stored in each
+    bucket's state, so a checkpoint refuses another number (`_Bucketed._load`)."""
+    partitions = int(stream.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+    return max(8, 4 * partitions)
 
 
 def tumbling_window(
