@@ -137,3 +137,12 @@ def test_a_commands_own_exit_code_passes_through_the_error_handler(tmp_path, mon
     assert result.exit_code == 1, result.output
     assert f"broker not running on port {port}" in result.output
     assert "error" not in result.output
+
+
+def test_a_pipeline_file_that_does_not_parse_is_one_line_with_its_file_and_line(tmp_path):
+    spec = tmp_path / "broken.py"
+    spec.write_text("from weir.pipeline import Pipeline\n\np = Pipeline('x'\nq = 1\n")
+    result = runner.invoke(app, ["graph", str(spec)])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"{spec}:3" in lines[0] and "Traceback" not in result.output, result.output

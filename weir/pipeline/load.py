@@ -24,6 +24,12 @@ def _importable_here() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *[p for p in paths if p]])
 
 
+def _syntax(exc: SyntaxError, where: str) -> str:
+    """One line for a pipeline file that does not parse: the file, the line, the column and what is wrong."""
+    column = f":{exc.offset}" if exc.offset else ""
+    return f"{exc.filename or where}:{exc.lineno}{column}: {exc.msg}"
+
+
 def load(spec: str) -> Pipeline:
     """The Pipeline named by `spec`; without `:name`, the only Pipeline the module defines."""
     target, _, attr = spec.partition(":")
@@ -36,7 +42,10 @@ def load(spec: str) -> Pipeline:
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise DeclarationError(_syntax(exc, str(path))) from None
         # Spark's workers cannot import a module loaded from a file path: ship its functions by value.
         cloudpickle.register_pickle_by_value(module)
     else:
@@ -44,6 +53,8 @@ def load(spec: str) -> Pipeline:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
             raise DeclarationError(f"cannot import pipeline module {target!r}: {exc}") from None
+        except SyntaxError as exc:
+            raise DeclarationError(_syntax(exc, target)) from None
     if attr:
         found = getattr(module, attr, None)
         if not isinstance(found, Pipeline):
