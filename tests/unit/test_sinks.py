@@ -340,3 +340,16 @@ def test_kafka_sink_options_redact_credentials_and_spell_settings_with_dots() ->
         "kafka.enable.idempotence": "true",
     }
     assert SECRET not in repr(sink)
+
+
+def test_opening_after_a_clean_run_says_nothing_of_leftovers_and_removes_the_empty_staging(tmp_path, caplog):
+    sink = ParquetSink(str(tmp_path / "out"))
+    staging = tmp_path / "out.staging" / "w"
+    staging.mkdir(parents=True)  # what a clean run used to leave behind
+    with caplog.at_level("INFO", logger="weir"):
+        sink.open("w")
+    assert not staging.exists() and "leftover" not in caplog.text
+    (staging / "000000000003-abc").mkdir(parents=True)  # a batch a crash interrupted before its publish
+    with caplog.at_level("INFO", logger="weir"):
+        sink.open("w")
+    assert not staging.exists() and "deleting 1 staging leftover(s) of writer w" in caplog.text

@@ -75,7 +75,12 @@ class ParquetSink(Sink):
         super().open(query_name, checkpoint)
         writer = self._opened_writer()
         if self._exists(self._staging(writer)):
-            log.info("%s: deleting staging leftovers of writer %s from an interrupted run", self.name, writer)
+            leftovers = self.fs.get_file_info(pafs.FileSelector(self._staging(writer)))
+            if leftovers:  # a batch that a crash interrupted before its publish; an empty directory is no news
+                log.info(
+                    "%s: deleting %d staging leftover(s) of writer %s from an interrupted run",
+                    self.name, len(leftovers), writer,
+                )  # fmt: skip
             self.fs.delete_dir(self._staging(writer))
         self._last_published = -1
         if self._exists(self.root):
@@ -115,6 +120,7 @@ class ParquetSink(Sink):
             log.warning("%s: batch %d of %s was published concurrently; this copy dropped", self.name, batch_id, writer)
             return Written(0, replayed=rows)
         self._last_published = batch_id
+        self.fs.delete_dir(self._staging(writer))  # empty now: this writer has one batch in flight at a time
         return Written(rows)
 
     def _check_columns(self, columns: list[str]) -> None:
