@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from weir.backfill.plan import (
     BackfillError,
@@ -31,8 +34,18 @@ from weir.backfill.plan import (
 from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
+from weir.kafka.admin import Admin
+from weir.kafka.options import parse_source
+from weir.kafka.source import KAFKA_COLUMNS, value_ddl
+from weir.lake.inspect import check_clean
+from weir.pipeline import validate
+from weir.pipeline.load import load as load_pipeline
 from weir.pipeline.model import Pipeline, Processor
 from weir.runtime.accounting import Counts
+from weir.runtime.query import Ledger, ProcessorQuery, union
+from weir.runtime.runner import SIDE_TOPIC_CONFIG
+from weir.spark import spark_session
+from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -144,11 +157,9 @@ def find_processor(pipeline: Pipeline, name: str) -> Processor:
 
 
 def _pipeline(spec: Pipeline | str) -> Pipeline:
-    from weir.pipeline import validate
 
     if isinstance(spec, Pipeline):
         return validate(spec)
-    from weir.pipeline.load import load as load_pipeline
 
     return validate(load_pipeline(spec))
 
@@ -174,7 +185,6 @@ def plan(
 ) -> Planned:
     """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError, or the
     LakeError of foreign files), the target, the lake's files in the range's hours, the chunks."""
-    from weir.storage.lake import Lake
 
     began = time.monotonic()
     settings = settings or load()
@@ -217,15 +227,12 @@ def execute(
     """Run a plan, chunk after chunk (oldest first); `on_chunk(chunk, counts)` after each (counts None for a
     chunk without rows in the range). An error stops the backfill at that chunk: the chunks before it are
     delivered, and a rerun repeats them (exactly-once sinks skip them)."""
-    from weir.storage.lake import Lake
 
     began = time.monotonic()
     report, target, settings = planned.report, planned.target, planned.settings
     report.dry_run = False
     _ensure_topics(settings, planned.pipeline, target)
     if spark is None:
-        from weir.spark import spark_session
-
         spark = spark_session(f"weir-backfill-{planned.pipeline.name}", settings=settings)
     run = _Run(spark, Lake(settings.lake), planned.pipeline, target, report, settings)
     for chunk in report.plan:
@@ -266,22 +273,18 @@ def backfill(
 
 # -- execution ------------------------------------------------------------------------------------------------
 def _check_clean(lake: Any, topic: str) -> None:
-    from weir.lake.inspect import check_clean
 
     if lake.exists(lake.topic_dir(topic)):
         check_clean(lake, topic)
 
 
 def _kafka_topics(settings: Settings) -> dict[str, int]:
-    from weir.kafka.admin import Admin
 
     return Admin(settings.bootstrap_servers, settings.kafka).topics()
 
 
 def _ensure_topics(settings: Settings, p: Pipeline, target: Target) -> None:
     """Create missing output topics and the inputs' `.dlq` topics, as the runner does before streaming."""
-    from weir.kafka.admin import Admin
-    from weir.runtime.runner import SIDE_TOPIC_CONFIG
 
     admin = Admin(settings.bootstrap_servers, settings.kafka)
     existing = set(admin.topics())
@@ -295,10 +298,6 @@ def _ensure_topics(settings: Settings, p: Pipeline, target: Target) -> None:
 
 def input_schema(p: Pipeline, topic: str):
     """The columns the weir-kafka source gives the topic's stream (and the archiver gave its lake files)."""
-    from pyspark.sql import types as T
-
-    from weir.kafka.options import parse_source
-    from weir.kafka.source import KAFKA_COLUMNS, value_ddl
 
     schema = p.topics[topic].schema
     options = {"subscribe": topic, "kafka.bootstrap.servers": "-"}  # parsed for the schema only: no client
@@ -312,9 +311,6 @@ class _Run:
     def __init__(
         self, spark: SparkSession, lake: Any, p: Pipeline, target: Target, report: BackfillReport, settings: Settings
     ) -> None:
-        from dataclasses import replace
-
-        from weir.runtime.query import Ledger, ProcessorQuery
 
         self.spark, self.lake, self.target, self.report = spark, lake, target, report
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
@@ -324,19 +320,11 @@ class _Run:
         self.query.headers = {BACKFILL_HEADER: report.id}
         # The function traced on an empty batch first: a result that does not fit the target fails here,
         # with the runner's message, before any chunk is written.
-        self.query.trace_batch(self._union([spark.createDataFrame([], s) for s in self.schemas.values()]).schema)
-
-    @staticmethod
-    def _union(frames: list[DataFrame]) -> DataFrame:
-        out = frames[0]
-        for f in frames[1:]:
-            out = out.unionByName(f, allowMissingColumns=True)
-        return out
+        self.query.trace_batch(union([spark.createDataFrame([], s) for s in self.schemas.values()]).schema)
 
     def read(self, chunk: Chunk) -> DataFrame | None:
         """The chunk's rows of every input topic with timestamps in [chunk.start, chunk.end), as one batch
         with the columns of the inputs' streams; None when its hour has no files."""
-        from pyspark.sql import functions as F
 
         lo, hi = epoch_micros(chunk.start), epoch_micros(chunk.end)
         frames = []
@@ -346,11 +334,10 @@ class _Run:
                 df = self.spark.read.schema(self.schemas[topic]).parquet(*[self.lake.spark_url(f.path) for f in files])
                 micros = F.unix_micros(F.col("timestamp"))
                 frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))
-        return self._union(frames) if frames else None
+        return union(frames) if frames else None
 
     def chunk(self, planned: ChunkPlan) -> Counts | None:
         """Run one chunk as one batch; its settled counts, or None when it held no row of the range."""
-        from pyspark.sql import functions as F
 
         chunk, report = planned.chunk, self.report
         batch = self.read(chunk) if planned.files else None

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from weir.backfill.plan import BackfillError
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.sinks.base import Sink
+from weir.sinks.parquet import ParquetSink
+from weir.sinks.postgres import PostgresSink
 
 DSN_ENV = "WEIR_POSTGRES_DSN"
 
@@ -69,15 +71,11 @@ def resolve(
     if isinstance(into, Sink):
         sink = into
     elif into.startswith("parquet:"):
-        from weir.sinks.parquet import ParquetSink
-
         path = into.removeprefix("parquet:")
         if not path:
             raise BackfillError("--into parquet:<path>: the path is missing")
         sink = ParquetSink(path)
     elif into.startswith("postgres:"):
-        from weir.sinks.postgres import PostgresSink
-
         table = into.removeprefix("postgres:")
         if not table:
             raise BackfillError("--into postgres:<table>: the table is missing")

@@ -22,9 +22,9 @@ def graph(
     # them, about 100 MB (docs/monitor.md).
     from weir.pipeline import graph as g
     from weir.pipeline import validate
-    from weir.pipeline.load import load
+    from weir.pipeline.load import load as load_pipeline
 
-    p = validate(load(pipeline))
+    p = validate(load_pipeline(pipeline))
     if not as_dot:
         out.print(g.text(p), highlight=False, markup=False)
         out.print()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyarrow import fs
 
 from weir.kafka.offsets import DataLoss, Positions, from_json
+from weir.storage import paths
 
 
 class CheckpointError(RuntimeError):
@@ -55,7 +56,6 @@ def _kafka_positions(filesystem: fs.FileSystem, path: str) -> tuple[Positions, D
 
 
 def read_offsets(checkpoint: str) -> CheckpointOffsets:
-    from weir.storage import paths
 
     try:
         filesystem, root = paths.resolve(checkpoint)

@@ -11,21 +11,22 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
+from pyspark.sql import functions as F
 
 from weir import units
 from weir.kafka import offsets as off
+from weir.pipeline.model import Pipeline, Processor
 from weir.sinks.base import Delivery, Sink, Written
 from weir.storage import paths
 from weir.storage.lake import DataFile, Lake, LakeError, Manifest, Range
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from weir.pipeline.model import Pipeline, Processor
 
 log = logging.getLogger("weir.lake")
 ARCHIVER_PREFIX = "archive."
@@ -195,7 +196,6 @@ class ArchiveSink(Sink):
 def partitioned(batch: DataFrame) -> DataFrame:
     """The batch with `date` and `hour` (UTC) of each record's timestamp, computed without the session time
     zone (a date has none), so the layout is the same whatever the Spark session says."""
-    from pyspark.sql import functions as F
 
     micros = F.coalesce(F.unix_micros(F.col("timestamp")), F.lit(0))
     days = F.floor(micros / F.lit(86_400_000_000)).cast("int")
@@ -251,7 +251,6 @@ def _as_archived(batch: DataFrame) -> DataFrame:
 def archiver(lake: str | Lake, topic: str) -> Processor:
     """The archive processor of one topic. Its checkpoint is the topic's, `_archive/<topic>`, whatever
     pipeline runs it: one archiver per topic and lake, so two pipelines never archive a topic twice."""
-    from weir.pipeline.model import Processor
 
     return Processor(
         name=archiver_name(topic), fn=_as_archived, inputs=(topic,), outputs=(), version="weir-archive-1",
@@ -261,7 +260,6 @@ def archiver(lake: str | Lake, topic: str) -> Processor:
 
 def with_archivers(pipeline: Pipeline, lake: str, extra: list[str] | None = None) -> Pipeline:
     """A copy of `pipeline` with an archiver for every topic declared `archived=True` and each of `extra`."""
-    from dataclasses import replace
 
     wanted = [t.name for t in pipeline.topics.values() if t.archived] + [t for t in extra or [] if t]
     if not wanted:

@@ -23,10 +23,12 @@ from pyspark.sql.types import StructType
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka.decode import ERROR_COLUMN
+from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import routing
 from weir.runtime.accounting import Counts, from_routes
+from weir.units import spark_trigger
 
 log = logging.getLogger("weir.pipeline")
 _INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT)
@@ -117,11 +119,7 @@ class ProcessorQuery:
 
     def inputs(self) -> DataFrame:
         """Every input topic's decoded stream, unioned by column name (fields of other topics are null)."""
-        streams = [self.source(self.topics[t]) for t in self.proc.inputs]
-        out = streams[0]
-        for s in streams[1:]:
-            out = out.unionByName(s, allowMissingColumns=True)
-        return out
+        return union([self.source(self.topics[t]) for t in self.proc.inputs])
 
     def _split(self, batch: DataFrame) -> list[DataFrame]:
         """The clean rows of a batch, one DataFrame per input topic with that topic's columns."""
@@ -133,8 +131,6 @@ class ProcessorQuery:
 
     @staticmethod
     def _kafka_columns(df: DataFrame) -> list[str]:
-        from weir.kafka.source import KAFKA_COLUMN_NAMES
-
         return [c for c in df.columns if c.lower() in KAFKA_COLUMN_NAMES]
 
     # -- the result ---------------------------------------------------------------------------------------
@@ -191,7 +187,7 @@ class ProcessorQuery:
             inputs = self._split(batch)
             # The records the function is handed, counted in a job without user code: it also fills the cache,
             # so later jobs that fail (a poison record) re-read the cache, not Kafka.
-            handed = _count(inputs)
+            handed = union(inputs).count()
             dead = routing.dead_letters(batch, self.proc)
             frame, routed, groups = self._attempt(inputs, None, dead)
             counts = self._deliver(frame, routed, groups, batch_id)
@@ -356,25 +352,20 @@ class ProcessorQuery:
             writer = writer.trigger(availableNow=True)
         else:
             interval = self._override.trigger or self.proc.trigger or self.settings.trigger
-            from weir.units import spark_trigger  # one grammar: "5s", "5 seconds", 5 (s)
-
             writer = writer.trigger(processingTime=spark_trigger(interval, f"{self.name}: trigger"))
         return writer.start()
 
 
-def _with_output(result: dict[str, DataFrame]) -> DataFrame:
-    frames = [df.withColumn(routing.OUTPUT, F.lit(t)) for t, df in result.items()]
+def union(frames: list[DataFrame]) -> DataFrame:
+    """Frames unioned by column name; a column some of them lack is null in their rows."""
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f, allowMissingColumns=True)
     return out
 
 
-def _count(frames: list[DataFrame]) -> int:
-    union = frames[0]
-    for f in frames[1:]:
-        union = union.unionByName(f, allowMissingColumns=True)
-    return union.count()
+def _with_output(result: dict[str, DataFrame]) -> DataFrame:
+    return union([df.withColumn(routing.OUTPUT, F.lit(t)) for t, df in result.items()])
 
 
 def _groups(routed: DataFrame) -> list:

@@ -17,15 +17,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from pyspark import TaskContext
 from pyspark.sql import types as T
 
 from weir.config import redact_text
 from weir.sinks.base import Delivery, Sink, SinkError, Written
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("weir.sinks")
@@ -270,8 +272,6 @@ def _check_existing(cur: psycopg.Cursor, target: sql.Composable, job: _Job, exis
 
 def _write_partition(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Executor side: the whole partition in one transaction (docs/delivery.md, PostgresSink)."""
-    import pyarrow as pa
-    from pyspark import TaskContext
 
     partition = TaskContext.get().partitionId()
     pending = (b for b in batches if b.num_rows)
@@ -360,8 +360,6 @@ def _upsert(job: _Job, target: sql.Composable, stage: sql.Composable) -> sql.Com
 def _copy(
     cur: psycopg.Cursor, into: sql.Composable, job: _Job, batches: Iterable[pa.RecordBatch], *, ordinal: bool
 ) -> int:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     rows = 0
     names = sql.SQL(", ").join(map(sql.Identifier, (*job.columns, _ORDINAL) if ordinal else job.columns))
