@@ -11,7 +11,9 @@ from _pipe import Rec, produce, source
 from pyspark.sql import functions as F
 from test_window import check_accounting, run_routed
 
+from weir.blocks import deduping
 from weir.blocks.dedup import deduplicate
+from weir.blocks.window import bucket_count
 from weir.kafka import Admin
 from weir.pipeline.routes import DLQ, DUPLICATE, LATE, OUT
 
@@ -117,8 +119,31 @@ def test_replays_are_duplicates_and_keys_come_back_after_the_horizon(spark, boot
     assert rows[16]._error and rows[16].id is None
 
     # The state holds only the keys whose horizon the watermark has not passed: d (last seen 31 s) and h.
-    state = spark.read.format("statestore").option("stateVarName", "last_seen").load(checkpoint)
-    assert sorted(r.key.id for r in state.collect()) == ["d", "h"]
+    # Per bucket of keys, one value: the keys and their last sightings.
+    state = spark.read.format("statestore").option("stateVarName", "bucket").load(checkpoint).collect()
+    kept = {k: last for r in state for k, last in deduping.loads(bytes(r.value.keys)).itertuples(index=False)}
+    assert kept == {"d": (BASE_MS + 31_000) * 1000, "h": (BASE_MS + 40_000) * 1000}
+    assert all(r.value.shape == f"buckets={bucket_count(spark.range(1))}" for r in state)
+
+
+def test_a_checkpoint_refuses_another_number_of_buckets(spark, bootstrap, topic_name, tmp_path) -> None:
+    """The state records its number of buckets: a query hashing keys into another number fails, naming both,
+    instead of missing the keys' earlier sightings."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    produce(bootstrap, topic_name, records([("a", 0, OUT)]))
+    run_routed(deduplicate(stream(spark, bootstrap, topic_name), "id", "event_time", HORIZON, DELAY), checkpoint)
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(int(partitions) * 4))
+    try:
+        # Every bucket is read again: "a" lands in some bucket, and the old one's timer is not due yet.
+        produce(bootstrap, topic_name, records([(f"k{i}", 1, OUT) for i in range(64)], 1))
+        with pytest.raises(Exception, match=r"deduplicate: the checkpoint's state was built as \[buckets=\d+\]"):
+            run_routed(
+                deduplicate(stream(spark, bootstrap, topic_name), "id", "event_time", HORIZON, DELAY), checkpoint
+            )
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
 
 def test_invalid_dedup_arguments_raise_value_error(spark, bootstrap, topic_name) -> None:

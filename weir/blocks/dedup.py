@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -20,80 +21,131 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from weir.blocks.common import col, missing, wire, wire_type
-from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms, watermark_delay
+from weir.blocks import deduping
+from weir.blocks.common import col, wire, wire_type
+from weir.blocks.window import bucket_count, check_keyed_stream, interval_ms, timer_ms, watermark_delay
+from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
 
 
-def _int(v: Any) -> int:
-    return -1 if missing(v) else int(v)
-
-
 class _Dedup(StatefulProcessor):
-    """Per key: the last-seen event time in a ValueState, one timer at last-seen + horizon."""
+    """Per bucket of keys: the bucket's keys and their last sightings as one table in one ValueState
+    (deduping.dumps), read and written once per call, and one event-time timer at the earliest expiry.
 
-    def __init__(self, n: int, ts_at: int, order_at: tuple[int, int, int], horizon_us: int, null_key: str) -> None:
-        self.n = n  # passthrough columns; then the error
-        self.ts_at = ts_at
-        self.order_at = order_at  # topic, partition, offset
+    Input columns: the stream's own (wire form, the event time as text µs), then __weir_error,
+    __weir_bucket, __weir_key (the key as text, its identity here), __weir_ts_us (windowing.NULL_TS for
+    null), __weir_topic/__weir_partition/__weir_offset (the tie-breakers, never null). Output: the stream's
+    columns, then the route columns."""
+
+    def __init__(self, inputs: list[str], passthrough: list[str], buckets: int, horizon_us: int, null_key: str):
+        self.inputs = inputs  # of the input columns, in order: Spark renames them (_0, _1, ...) on the way
+        self.passthrough = passthrough
+        self.shape = f"buckets={buckets}"  # the horizon is not in it: a restart may change it (docs/blocks.md)
         self.horizon_us = horizon_us
         self.null_key = null_key
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.seen = handle.getValueState("last_seen", StructType([StructField("last_seen_us", LongType())]))
+        self.state = handle.getValueState("bucket", _BUCKET_STATE)
+
+    def _load(self) -> tuple[pd.DataFrame, int | None, bool]:
+        """(the keys in state, the registered timer, whether state existed)."""
+        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
+        stored = self.state.get() if self.state.exists() else None
+        if stored is None:
+            return deduping.empty(), None, False
+        shape, timer, data = stored
+        if shape != self.shape:
+            raise ValueError(
+                f"deduplicate: the checkpoint's state was built as [{shape}], this query is [{self.shape}]: the "
+                "number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8). Restore it, or start "
+                "a new checkpoint (`weir run --reset <processor>`)."
+            )
+        return deduping.loads(bytes(data)), (None if timer is None else int(timer)), True
+
+    def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
+        """Store the keys and move the bucket's one timer to the earliest expiry; `timer` is the one registered
+        now (None when there is none, or the one firing, which Spark deletes itself)."""
+        expiry = deduping.next_expiry(table, self.horizon_us)
+        want = None if expiry is None else timer_ms(expiry)
+        if want != timer:
+            if timer is not None:
+                self.handle.deleteTimer(timer)
+            if want is not None:
+                self.handle.registerTimer(want)
+        if table.empty:
+            if existed:
+                self.state.clear()
+        else:
+            self.state.update((self.shape, want, deduping.dumps(table)))
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
+        chunks = list(rows)
+        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+        df.columns = self.inputs
         watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        n, keyed = self.n, not missing(key[0])
-        out, on_time = [], []
-        for chunk in rows:
-            # Spark hands the rows over through namedtuples, which rename columns such as `_error`: use positions.
-            for row in chunk.itertuples(index=False, name=None):
-                ts = None if missing(row[self.ts_at]) else int(row[self.ts_at])
-                if not missing(row[n]):
-                    out.append((*row[:n], DLQ, None, row[n]))
-                elif not keyed:
-                    out.append((*row[:n], DLQ, None, self.null_key))
-                elif ts is None or ts < watermark_us:
-                    out.append((*row[:n], LATE, None, None))
-                else:
-                    t, p, o = self.order_at
-                    on_time.append(((ts, str(row[t]), _int(row[p]), _int(row[o])), row))
-        if on_time:
-            on_time.sort(key=lambda r: r[0])
-            stored = self.seen.get()
-            before = last = None if stored is None else int(stored[0])
-            for (ts, *_), row in on_time:
-                if last is None or ts >= last + self.horizon_us:
-                    route, last = OUT, ts
-                else:
-                    route, last = DUPLICATE, max(last, ts)
-                out.append((*row[:n], route, None, None))
-            self.seen.update((last,))
-            if before is None or timer_ms(before + self.horizon_us) != timer_ms(last + self.horizon_us):
-                if before is not None:
-                    self.handle.deleteTimer(timer_ms(before + self.horizon_us))
-                self.handle.registerTimer(timer_ms(last + self.horizon_us))
-        if out:
-            yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
+        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
+        error = df["__weir_error"].to_numpy(dtype=object)
+        dlq = df["__weir_error"].notna().to_numpy()
+        keyless = ~dlq & df["__weir_key"].isna().to_numpy()
+        late = ~(dlq | keyless) & ((ts == NULL_TS) | (ts < watermark_us))
+        on_time = ~(dlq | keyless | late)
+        routes = np.full(len(df), LATE, dtype=object)
+        routes[dlq | keyless] = DLQ
+        error = np.where(keyless, self.null_key, error)
+        table, timer, existed = self._load()
+        table = deduping.expire(table, watermark_us, self.horizon_us)
+        if on_time.any():
+            on = df[on_time]
+            order = [on[c].to_numpy() for c in ("__weir_topic", "__weir_partition", "__weir_offset")]
+            first, table = deduping.route(
+                table, on["__weir_key"].to_numpy(dtype=object), ts[on_time], order, self.horizon_us
+            )
+            routes[on_time] = np.where(first, OUT, DUPLICATE)
+        self._save(table, timer, existed)
+        out = {c: df[c] for c in self.passthrough}
+        out |= {ROUTE: routes, ABSORBED: np.full(len(df), None, dtype=object), ERROR_COLUMN: error}
+        yield pd.DataFrame(out)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        stored = self.seen.get()
-        if stored is not None:
-            expiry = int(stored[0]) + self.horizon_us
-            if expiry <= timerValues.getCurrentWatermarkInMs() * 1000:
-                self.seen.clear()
-            else:  # a timer set under another horizon (a restart changed it): wait for the right time
-                self.handle.registerTimer(timer_ms(expiry))
+        table, timer, existed = self._load()
+        if timer == expiredTimerInfo.getExpiryTimeInMs():
+            timer = None  # Spark deletes the timer that fired once this returns
+        self._save(
+            deduping.expire(table, timerValues.getCurrentWatermarkInMs() * 1000, self.horizon_us), timer, existed
+        )
         return iter(())
+
+
+_BUCKET_STATE = StructType(
+    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("keys", BinaryType())]
+)
+
+
+def _identity(c: Column, t: DataType) -> Column:
+    """The key as text that tells keys apart as Spark's grouping does: binary as hex (a cast would decode it),
+    nested types as JSON."""
+    if isinstance(t, BinaryType):
+        return F.hex(c)
+    if isinstance(t, (StructType, ArrayType, MapType)):
+        return F.to_json(F.struct(c.alias("k")))
+    return c.cast("string")
 
 
 def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, watermark: str) -> DataFrame:
@@ -114,26 +166,30 @@ def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, wate
     horizon_us = interval_ms(horizon, fn) * 1000
 
     fields = [f for f in stream.schema.fields if f.name != ERROR_COLUMN]
-    names = [f.name for f in fields]
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
+    buckets = bucket_count(stream)
     # The event time crosses as microseconds: an expression, not the watermarked attribute, so Spark does not
     # drop late rows before the processor.
+    micros = F.unix_micros(col(event_time))
     wire_in = stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
         *[
-            (
-                F.unix_micros(col(f.name)).cast("string") if f.name == event_time else wire(col(f.name), f.dataType)
-            ).alias(f.name)
+            (micros.cast("string") if f.name == event_time else wire(col(f.name), f.dataType)).alias(f.name)
             for f in fields
         ],
         error.cast("string").alias("__weir_error"),
+        F.pmod(F.xxhash64(col(key)), F.lit(buckets)).cast("int").alias("__weir_bucket"),
+        _identity(col(key), stream.schema[key].dataType).alias("__weir_key"),
+        F.coalesce(micros, F.lit(NULL_TS).cast("long")).alias("__weir_ts_us"),
+        F.coalesce(F.col("topic").cast("string"), F.lit("")).alias("__weir_topic"),
+        F.coalesce(F.col("partition").cast("long"), F.lit(-1).cast("long")).alias("__weir_partition"),
+        F.coalesce(F.col("offset").cast("long"), F.lit(-1).cast("long")).alias("__weir_offset"),
     )
     wire_out = StructType(
         [StructField(f.name, StringType() if f.name == event_time else wire_type(f.dataType)) for f in fields]
         + [StructField(c, StringType()) for c in (ROUTE, ABSORBED, ERROR_COLUMN)]
     )
-    order_at = (names.index("topic"), names.index("partition"), names.index("offset"))
-    processor = _Dedup(len(fields), names.index(event_time), order_at, horizon_us, f"{fn}: key {key} is null")
-    out = wire_in.groupBy(col(key)).transformWithStateInPandas(
+    processor = _Dedup(wire_in.columns, [f.name for f in fields], buckets, horizon_us, f"{fn}: key {key} is null")
+    out = wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
         processor, wire_out, outputMode="Append", timeMode="EventTime"
     )
     return out.select(
