@@ -4,12 +4,15 @@ every input record of every micro-batch accounted for (out, filtered, absorbed i
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pandas as pd
 import pytest
 from _pipe import Rec, produce, source
+from pyspark.sql import functions as F
 from test_window import check_accounting, run_routed
 
+from weir.blocks.common import bucket, bucket_count
 from weir.blocks.join import join_table
 from weir.kafka import Admin
 from weir.pipeline.routes import ABSORB, DLQ, FILTERED, OUT
@@ -19,7 +22,8 @@ pytestmark = pytest.mark.integration
 BASE_MS = 1_700_000_000_000
 BIG = 2**62 + 1  # not a float64: BIGINT must cross pandas exactly
 ORDERS = "order_id STRING, customer_id STRING, amount DOUBLE"
-CUSTOMERS = "customer_id STRING, tier STRING, name STRING, since BIGINT"
+CUSTOMERS = "customer_id STRING, tier STRING, name STRING, since BIGINT, level INT, seen TIMESTAMP, tags ARRAY<STRING>"
+SEEN = "2024-01-02T03:04:05.123456Z"
 
 # (customer_id, value or None for a tombstone, timestamp offset in ms), in production order.
 CUSTOMER_LOG = [
@@ -126,6 +130,16 @@ def reference(how: str) -> set[tuple]:
     return out
 
 
+def per_bucket(spark, stream, counts: dict[str, int]) -> list[int]:
+    """The absorbed counts to expect from table records per key: summed over the keys of each bucket."""
+    buckets = bucket_count(stream)
+    keys = spark.createDataFrame([(k,) for k in counts], "k STRING")
+    sums = Counter()
+    for r in keys.select("k", bucket(F.col("k"), buckets).alias("b")).collect():
+        sums[r.b] += counts[r.k]
+    return sorted(sums.values())
+
+
 def result(rows) -> set[tuple]:
     return {(r.order_id, r.customer_id, r.amount, r.tier, r.name, r._route) for r in rows}
 
@@ -145,6 +159,9 @@ def test_join_is_as_of_with_updates_and_tombstones(spark, bootstrap, topic_name,
         "tier",
         "name",
         "since",
+        "level",
+        "seen",
+        "tags",
         "_route",
         "_absorbed",
         "_error",
@@ -157,9 +174,10 @@ def test_join_is_as_of_with_updates_and_tombstones(spark, bootstrap, topic_name,
     got = [r for r in everything if r._route in (OUT, FILTERED)]
     assert len(got) == len(ORDER_LOG)  # one row per clean order
     assert result(got) == reference(how)
-    # One absorbed row per table key (all in one micro-batch here) counting its records: c1 2, c2 3, c3 1, c5 1.
+    # One absorbed row per bucket of table keys (all in one micro-batch here) counting its records: the sum of
+    # c1 2, c2 3, c3 1, c5 1 over the keys of each bucket (with the tests' 8 buckets, c1 and c3 share one).
     absorbed = [r for r in everything if r._route == ABSORB]
-    assert sorted(r._absorbed for r in absorbed) == [1, 1, 2, 3]
+    assert sorted(r._absorbed for r in absorbed) == per_bucket(spark, stream, {"c1": 2, "c2": 3, "c3": 1, "c5": 1})
     assert all(r.customer_id is None and r.order_id is None and r.tier is None for r in absorbed)
     (bad,) = [r for r in everything if r._route == DLQ]  # the order that did not decode
     assert (bad.topic, bytes(bad.value), bad.order_id) == (orders, b"not json", None) and bad._error
@@ -177,10 +195,14 @@ def test_table_state_survives_a_restart(spark, bootstrap, topic_name, tmp_path) 
         customer_recs(
             [
                 ("c1", {"tier": "silver", "name": "Ann"}, 1000),
-                ("c1", {"tier": "gold", "name": "Ann", "since": BIG}, 2000),
+                (
+                    "c1",
+                    {"tier": "gold", "name": "Ann", "since": BIG, "level": 7, "seen": SEEN, "tags": ["a", "b"]},
+                    2000,
+                ),
                 ("c2", {"tier": "gold", "name": "Bob"}, 1000),
                 ("c2", None, 3000),
-                ("c3", {"tier": "bronze", "name": "Cy", "since": -BIG}, 1000),
+                ("c3", {"tier": "bronze", "name": "Cy", "since": -BIG, "tags": []}, 1000),
             ]
         ),
     )
@@ -196,11 +218,17 @@ def test_table_state_survives_a_restart(spark, bootstrap, topic_name, tmp_path) 
     produce(bootstrap, orders, order_recs(later))
     second = run_routed(join_table(*inputs(spark, bootstrap, customers, orders), "customer_id"), checkpoint)
     check_accounting(second)
-    assert {(r.order_id, r.tier, r.name, r.since, r._route) for r in second.rows} == {
-        ("o2", "gold", "Ann", BIG, "out"),
-        ("o3", None, None, None, "filtered"),  # deleted by the tombstone before the restart
-        ("o4", "bronze", "Cy", -BIG, "out"),
-        ("o5", None, None, None, "filtered"),
+    # Values come back from the state exactly: BIGINT, an INT with and without a value, a timestamp, arrays.
+    seen = spark.sql(f"SELECT TIMESTAMP '{SEEN}' AS t").first().t
+    got = {
+        (r.order_id, r.tier, r.name, r.since, r.level, r.seen, None if r.tags is None else tuple(r.tags), r._route)
+        for r in second.rows
+    }
+    assert got == {
+        ("o2", "gold", "Ann", BIG, 7, seen, ("a", "b"), "out"),
+        ("o3", None, None, None, None, None, None, "filtered"),  # deleted by the tombstone before the restart
+        ("o4", "bronze", "Cy", -BIG, None, None, (), "out"),
+        ("o5", None, None, None, None, None, None, "filtered"),
     }
     assert sum(p["numInputRows"] for p in second.progress) == len(later)  # nothing re-read from the table
 

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType
 
@@ -35,3 +35,15 @@ def wire(c: Column, t: DataType) -> Column:
 def missing(v: Any) -> bool:
     """True for a value pandas uses for null: None, NaT, or a float NaN."""
     return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
+def bucket_count(stream: DataFrame) -> int:
+    """How many buckets the keys are hashed into: spark.sql.shuffle.partitions x 4, at least 8. Stored in each
+    bucket's state, so a checkpoint refuses another number (the window's and the join's `_load`)."""
+    partitions = int(stream.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+    return max(8, 4 * partitions)
+
+
+def bucket(key: Column, buckets: int) -> Column:
+    """A key's bucket, 0 <= bucket < `buckets`: the column a bucketed block groups by (`__weir_bucket`)."""
+    return F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int")

@@ -2,9 +2,11 @@
 
     enriched = join_table(orders, customers, key="customer_id", how="left", table_name="customers")
 
-The table (upserts, tombstones delete) lives in keyed state, one value per key, never in a remote store. Every
-input record gets one `_route`: stream records "out" or "filtered", applied table records one "absorbed" row
-per key and batch, bad records "dlq". Order of events, routes, output columns and state: docs/blocks.md.
+The table (upserts, tombstones delete) lives in keyed state, never in a remote store: keys are hashed into
+buckets, and each bucket keeps its part of the table as one value (`_Bucketed`), the work of a bucket vectorized
+in weir.blocks.joining. Every input record gets one `_route`: stream records "out" or "filtered", applied table
+records one "absorbed" row per bucket and batch, bad records "dlq". Order of events, routes, output columns
+and state: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -29,87 +31,122 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from weir.blocks.common import col, missing, wire, wire_type
+from weir.blocks import joining
+from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE
 
 HOWS = ("inner", "left")
-_TABLE, _STREAM = 0, 1  # the table sorts first among rows with the same timestamp
-_META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone", "__weir_error")
+_META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone", "__weir_error", "__weir_bucket")
 _KAFKA_NEEDED = ("key", "value", "topic", "partition", "offset", "timestamp")
-_SMALL_INTS = (ByteType, ShortType, IntegerType)
+_NULLABLE = {ByteType: "Int8", ShortType: "Int16", IntegerType: "Int32"}
+_NO_TS = 2**63 - 1  # a record without a Kafka timestamp sorts after every other one of its key
+_BUCKET_STATE = StructType([StructField("shape", StringType()), StructField("table", BinaryType())])
 
 
 def _null(t: DataType) -> Column:
     return F.lit(None).cast(wire_type(t))
 
 
-def _plain(v: Any) -> Any:
-    """A value from pandas as the plain Python value the state store accepts (NaN/NaT -> None)."""
-    if isinstance(v, np.ndarray):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if missing(v):
-        return None
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, pd.Timestamp):
-        return v.to_pydatetime()
-    return v
+class _Bucketed(StatefulProcessor):
+    """Per bucket of keys: the bucket's table (key -> current row) as one value in a ValueState
+    (joining.dumps), read once per call and written once when a table record changed it.
 
+    Input row, by position (Spark's namedtuples rename some columns): the stream columns, the table columns
+    (wire types), then _META. Output: the columns `names`, one DataFrame per kind of row."""
 
-class _TableJoin(StatefulProcessor):
-    """Per key: the table's current row in a ValueState; see docs/blocks.md for the order of events."""
-
-    def __init__(self, n_stream: int, table_types: list[DataType], state_schema: StructType, left: bool) -> None:
+    def __init__(self, shape: str, names: list[str], n_stream: int, key_at: int, types: list[DataType], left: bool):
+        self.shape = shape
+        self.names = names
         self.n_stream = n_stream
-        self.table_types = table_types
-        self.state_schema = state_schema
+        self.key_at = key_at  # the key's position among the stream columns
+        self.key_type = types[key_at]
+        self.table_types = types[n_stream:]
+        self.columns = [f"t{i}" for i in range(len(self.table_types))]  # the table's columns in the core
         self.left = left
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.table = handle.getValueState("table", self.state_schema)
+        self.state = handle.getValueState("bucket", _BUCKET_STATE)
 
-    def _row(self, values: tuple) -> tuple:
-        # Integer columns arrive as float64 when the pandas chunk holds nulls; the state wants ints.
-        return tuple(
-            None if missing(v) else int(v) if isinstance(t, _SMALL_INTS) else _plain(v)
-            for v, t in zip(values, self.table_types, strict=True)
-        )
+    def _load(self) -> tuple[pd.DataFrame, bool]:
+        """(the bucket's table, whether state existed)."""
+        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
+        stored = self.state.get() if self.state.exists() else None
+        if stored is None:
+            return joining.empty(self.columns), False
+        shape, data = stored
+        if shape != self.shape:
+            raise ValueError(
+                f"join_table: the checkpoint's table state was built as [{shape}], this query is [{self.shape}]: "
+                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the key and "
+                "table columns from the code and the table's schema. Restore them, or start a new checkpoint "
+                "(`weir run --reset <processor>`), which re-reads the table topic."
+            )
+        return joining.loads(bytes(data)), True
+
+    def _keys(self, s: pd.Series) -> np.ndarray:
+        # A chunk holding a null turns an integer key into float64: as Python ints, keys hash alike in every batch.
+        if type(self.key_type) in _NULLABLE:
+            return pd.array(s, dtype="Int64").to_numpy(dtype=object, na_value=None)
+        return s.to_numpy(dtype=object)
+
+    def _values(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The table columns in the core's dtypes: integers nullable (exact, never float64), the rest as given."""
+        cols = {}
+        for i, (c, t) in enumerate(zip(self.columns, self.table_types, strict=True)):
+            v = rows[self.n_stream + i]
+            cols[c] = pd.array(v, dtype=_NULLABLE[type(t)]) if type(t) in _NULLABLE else v.to_numpy()
+        return pd.DataFrame(cols)
+
+    def _frame(self, rows: pd.DataFrame, seen: pd.DataFrame | None, route: Any, error: Any = None) -> pd.DataFrame:
+        """Output rows for input `rows`: their stream columns, the table row `seen` (null when None)."""
+        n = len(rows)
+        cols: dict[str, Any] = {self.names[i]: rows[i].to_numpy() for i in range(self.n_stream)}
+        for i, c in enumerate(self.columns):
+            cols[self.names[self.n_stream + i]] = _nulls(n) if seen is None else seen[c].array
+        cols |= {ROUTE: route, ABSORBED: _nulls(n), ERROR_COLUMN: _nulls(n) if error is None else error}
+        return pd.DataFrame(cols)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        ns, nt = self.n_stream, len(self.table_types)
-        side, ts, off, tomb, err = range(ns + nt, ns + nt + len(_META))
-        df = pd.concat(list(rows), ignore_index=True)
-        # Spark hands the rows over through namedtuples, which rename columns such as `_error`: use positions.
+        chunks = list(rows)
+        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
         df.columns = range(df.shape[1])
-        df = df.sort_values([ts, side, off], kind="stable", na_position="last")
-        keyed = not missing(key[0])
-        current = self.table.get() if keyed else None
-        applied = 0
-        nulls = (None,) * nt
-        out = []
-        for row in df.itertuples(index=False, name=None):
-            if not missing(row[err]):
-                out.append((*row[:ns], *nulls, DLQ, None, row[err]))
-            elif row[side] == _TABLE:  # has a key: keyless table records carry an error
-                current = None if row[tomb] else self._row(row[ns : ns + nt])
-                applied += 1
-            else:
-                route = OUT if current is not None or self.left else FILTERED
-                out.append((*row[:ns], *(current or nulls), route, None, None))
-        if applied and keyed:
-            if current is None:
-                self.table.clear()
-            else:
-                self.table.update(current)
-            out.append(((None,) * (ns + nt)) + (ABSORB, str(applied), None))
-        if out:
-            yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
+        side_at, ts_at, offset_at, tomb_at, error_at, _ = range(self.n_stream + len(self.columns), df.shape[1])
+        side = df[side_at].to_numpy(dtype=np.int8)
+        error = df[error_at]
+        dlq = error.notna().to_numpy()  # keyless table records carry an error (computed in Spark)
+        used, stream = ~dlq, ~dlq & (side == joining.STREAM)
+        if used.any():
+            table, existed = self._load()
+            usable = df[used]
+            joined = joining.join(
+                table,
+                self._keys(usable[self.key_at]),
+                usable[ts_at].to_numpy(dtype=np.int64),
+                side[used],
+                usable[offset_at].to_numpy(dtype=np.int64),
+                usable[tomb_at].to_numpy(dtype=bool),
+                self._values(usable),
+            )
+            if stream.any():
+                route = np.where(joined.found | self.left, OUT, FILTERED).astype(object)
+                yield self._frame(df[stream], joined.seen, route)
+            if joined.applied:
+                if len(joined.table):
+                    self.state.update((self.shape, joining.dumps(joined.table)))
+                elif existed:
+                    self.state.clear()
+                absorbed = {ROUTE: ABSORB, ABSORBED: str(joined.applied)}
+                yield pd.DataFrame({c: [absorbed.get(c)] for c in self.names})
+        if dlq.any():
+            yield self._frame(df[dlq], None, np.full(int(dlq.sum()), DLQ, dtype=object), error[dlq].to_numpy())
+
+
+def _nulls(n: int) -> np.ndarray:
+    return np.full(n, None, dtype=object)
 
 
 def _check(stream: DataFrame, table: DataFrame, key: str, how: str, table_columns: list[str] | None) -> list[str]:
@@ -165,7 +202,7 @@ def join_table(
     table_name: str | None = None,
 ) -> DataFrame:
     """The stream's rows with the table's latest values for their `key`, routed "out" or "filtered"; one
-    "absorbed" row per key and micro-batch for the table records applied; "dlq" rows for records that
+    "absorbed" row per bucket of keys and micro-batch for the table records applied; "dlq" rows for records that
     cannot be used. `table_name` names the table in dlq errors ("table" when None).
 
     `stream` and `table` are streaming `weir-kafka` DataFrames with decoded values; see docs/blocks.md
@@ -176,16 +213,20 @@ def join_table(
     s_fields = [f for f in stream.schema.fields if f.name != ERROR_COLUMN]
     t_fields = [table.schema[c] for c in table_columns]
     key_type = stream.schema[key].dataType
-    side, ts, off, tomb, err = _META
+    buckets = bucket_count(stream)
+    side, ts, off, tomb, err, by = _META
+    # Kafka's timestamp as µs: a column pandas reads exactly (never float64: no null).
+    kafka_ts = F.coalesce(F.unix_micros(F.col("timestamp")), F.lit(_NO_TS)).alias(ts)
 
     from_stream = stream.select(
         *[wire(col(f.name), f.dataType).alias(f.name) for f in s_fields],
         *[_null(f.dataType).alias(f.name) for f in t_fields],
-        F.lit(_STREAM).alias(side),
-        F.col("timestamp").alias(ts),
+        F.lit(joining.STREAM).alias(side),
+        kafka_ts,
         F.col("offset").alias(off),
         F.lit(False).alias(tomb),
         _error(stream).alias(err),
+        bucket(col(key), buckets).alias(by),
     )
     # A tombstone has no decoded fields: its key is the Kafka key, as text cast to the key's type.
     kafka_key = F.col("key") if isinstance(key_type, BinaryType) else F.col("key").cast("string").try_cast(key_type)
@@ -215,21 +256,28 @@ def join_table(
     from_table = table.select(
         *[table_slot(f).alias(f.name) for f in s_fields],
         *[wire(col(f.name), f.dataType).alias(f.name) for f in t_fields],
-        F.lit(_TABLE).alias(side),
-        F.col("timestamp").alias(ts),
+        F.lit(joining.TABLE).alias(side),
+        kafka_ts,
         F.col("offset").alias(off),
         is_tomb.alias(tomb),
         table_error.alias(err),
+        bucket(table_key, buckets).alias(by),
     )
     wire_out = StructType(
         [StructField(f.name, wire_type(f.dataType)) for f in [*s_fields, *t_fields]]
         + [StructField(c, StringType()) for c in (ROUTE, ABSORBED, ERROR_COLUMN)]
     )
-    state_schema = StructType([StructField(f.name, wire_type(f.dataType)) for f in t_fields])
-    processor = _TableJoin(len(s_fields), [f.dataType for f in t_fields], state_schema, left=how == "left")
+    processor = _Bucketed(
+        _shape(buckets, key, key_type, t_fields),
+        wire_out.fieldNames(),
+        len(s_fields),
+        [f.name for f in s_fields].index(key),
+        [f.dataType for f in [*s_fields, *t_fields]],
+        left=how == "left",
+    )
     joined = (
         from_stream.union(from_table)
-        .groupBy(col(key))
+        .groupBy(by)
         .transformWithStateInPandas(processor, wire_out, outputMode="Append", timeMode="None")
     )
     return joined.select(
@@ -241,3 +289,9 @@ def join_table(
         col(ABSORBED).cast("long").alias(ABSORBED),
         col(ERROR_COLUMN),
     )
+
+
+def _shape(buckets: int, key: str, key_type: DataType, t_fields: list[StructField]) -> str:
+    """What the state of a bucket depends on: another shape cannot read it."""
+    columns = ",".join(f"{f.name}:{f.dataType.simpleString()}" for f in t_fields)
+    return f"buckets={buckets} key={key}:{key_type.simpleString()} table_columns={columns}"

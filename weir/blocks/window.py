@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import windowing
-from weir.blocks.common import col, missing, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, missing, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
@@ -472,7 +472,7 @@ def _bucketed_input(
     # Spark does not filter late rows before the processor (docs/blocks.md).
     ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
     return stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
-        F.pmod(F.xxhash64(col(key)), F.lit(buckets)).cast("int").alias("__weir_bucket"),
+        bucket(col(key), buckets).alias("__weir_bucket"),
         wire(col(key), key_type).alias("__weir_key"),
         ts.alias("__weir_ts_us"),
         error.cast("string").alias("__weir_error"),
@@ -567,13 +567,6 @@ def _windows(
     spec = windowing.Spec(size_us, slide_us, tuple(plan.functions), tuple(plan.integral))
     processor = _Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
     return run_windows(plan, key, processor, by="__weir_bucket")
-
-
-def bucket_count(stream: DataFrame) -> int:
-    """How many buckets the keys are hashed into: spark.sql.shuffle.partitions x 4, at least 8. Stored in each
-    bucket's state, so a checkpoint refuses another number (`_Bucketed._load`)."""
-    partitions = int(stream.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
-    return max(8, 4 * partitions)
 
 
 def tumbling_window(
