@@ -259,6 +259,22 @@ def _proc_stat(pid: int) -> tuple[int, int, int] | None:
     return int(rest[1]), int(rest[11]) + int(rest[12]), rss
 
 
+def _kind(pid: int) -> str:
+    """A process's kind for the RSS breakdown: the JVM, a Python worker by its module, or the program."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "gone"
+    if args and args[0].endswith("java"):
+        return "JVM"
+    if "pyspark.daemon" in args:
+        return args[-2] if args[-1] == "" else args[-1]  # the worker's module: pyspark.worker, ...
+    if "-m" in args:
+        return args[args.index("-m") + 1]
+    return os.path.basename(args[0]) if args else "?"
+
+
 class TreeSampler(threading.Thread):
     """Every 100 ms: the RSS sum of `root` and its descendants (peak kept), and each one's CPU ticks."""
 
@@ -266,6 +282,7 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root = root
         self.peak = 0
+        self.parts: Counter = Counter()  # RSS by kind of process at the peak
         self.ticks: dict[int, int] = {}
         self.stopped = threading.Event()
 
@@ -290,7 +307,16 @@ class TreeSampler(threading.Thread):
             if pid in procs:
                 rss += procs[pid][2]
                 self.ticks[pid] = max(self.ticks.get(pid, 0), procs[pid][1])
-        self.peak = max(self.peak, rss)
+        if rss > self.peak:
+            self.peak = rss
+            self.parts = Counter()
+            for pid in tree:
+                if pid in procs:
+                    self.parts[_kind(pid)] += procs[pid][2]
+
+    def breakdown(self) -> str:
+        """Where the peak RSS was, by kind of process: "JVM 1,003 MB, pyspark.worker 4x 980 MB, ..."."""
+        return ", ".join(f"{kind} {v / 2**20:,.0f} MB" for kind, v in self.parts.most_common())
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -310,6 +336,7 @@ class Launch:
     peak_rss: int
     cpu: float
     log: Path
+    memory: str = ""  # the peak RSS by kind of process
 
     @property
     def timed_out(self) -> bool:
@@ -340,7 +367,7 @@ def launch(cmd: list[str], env: dict[str, str], log: Path, timeout: float, cwd: 
         sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rusage = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Launch(t0, ended, rc, sampler.peak, max(rusage, sampler.cpu), log)
+    return Launch(t0, ended, rc, sampler.peak, max(rusage, sampler.cpu), log, sampler.breakdown())
 
 
 def tail(path: Path, lines: int = 6) -> str:
@@ -360,6 +387,7 @@ class Row:
     steady: float | None = None
     whole: float | None = None
     rss_mb: float | None = None
+    memory: str = ""  # the peak RSS by kind of process
     cpu: float | None = None
     correct: bool | None = None
     detail: str = ""
@@ -392,6 +420,8 @@ class Bench:
         )
         verdict = "" if row.correct is None else " [green]correct[/]" if row.correct else " [red]WRONG[/]"
         console.print(f"  {row.system}: {figures}{verdict} {row.detail}", highlight=False)
+        if row.memory:
+            console.print(f"    peak RSS by process: {row.memory}", highlight=False)
         return row
 
 
@@ -462,7 +492,7 @@ def run_spark(bench: Bench, name: str, label: str, mode: str, output: str, block
     env["PYTHONPATH"] = os.pathsep.join((str(PEERS), str(ROOT)))
     run = launch([sys.executable, str(PEERS / "spark_query.py"), mode], env, bench.scratch / f"{name}.log", 3600)
     stats = read_stats(stats_file)
-    row = Row(label, rss_mb=run.peak_rss / 2**20, cpu=run.cpu)
+    row = Row(label, rss_mb=run.peak_rss / 2**20, cpu=run.cpu, memory=run.memory)
     if run.rc != 0 or not stats:
         row.detail = f"failed (exit {run.rc}): {tail(run.log)}"
         return bench.add(row, blocks)
@@ -503,13 +533,14 @@ def run_weir(
     env = bench.env(
         WEIR_HOME=str(home), WEIR_BOOTSTRAP_SERVERS=bench.bootstrap, WEIR_CHECKPOINT_ROOT=str(home / "checkpoints"),
         WEIR_LAKE=str(home / "lake"), WEIR_SPARK_MASTER="local[2]", WEIR_MAX_RESTARTS="0", PEER_SUFFIX=suffix,
+        **dict(e.split("=", 1) for e in bench.args.weir_env),
         **env_extra,
     )  # fmt: skip
     env["PYTHONPATH"] = str(ROOT)
     cmd = [sys.executable, "-m", "weir.cli", "run", f"bench/peers/weir_pipelines.py:{name}", "--once"]
     run = launch(cmd, env, home / "run.log", timeout)
     progress = [r for r in weir_progress(home, f"peers_{name}") if r.get("type") == "progress"]
-    row = Row(label, rss_mb=run.peak_rss / 2**20, cpu=run.cpu)
+    row = Row(label, rss_mb=run.peak_rss / 2**20, cpu=run.cpu, memory=run.memory)
     by_proc: dict[str, list[tuple[int, float]]] = {}
     for r in progress:
         ms = (r.get("duration_ms") or {}).get("triggerExecution", 0)
@@ -650,6 +681,10 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=900.0, help="seconds before any other peer is stopped")
     parser.add_argument("--weir-unlimited", action="store_true", help="weir again with WEIR_MAX_OFFSETS_PER_TRIGGER=0")
     parser.add_argument("--blocks", action="store_true", help="then weir's other blocks and a stateless processor")
+    parser.add_argument(
+        "--weir-env", action="append", default=[], metavar="KEY=VALUE",
+        help="an environment variable for every weir run, e.g. WEIR_SPARK_CONF='{\"spark.eventLog.enabled\":\"true\"}'",
+    )  # fmt: skip
     parser.add_argument("--only", default=",".join(SYSTEMS), help=f"comma-separated systems among {','.join(SYSTEMS)}")
     args = parser.parse_args()
     rate = args.event_rate or min(10_000.0, max(args.records / 100, 1.0))

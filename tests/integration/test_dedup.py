@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from test_window import check_accounting, run_routed
 
 from weir.blocks import deduping
+from weir.blocks.common import bucket_count
 from weir.blocks.dedup import deduplicate
-from weir.blocks.window import bucket_count
 from weir.kafka import Admin
 from weir.pipeline.routes import DLQ, DUPLICATE, LATE, OUT
 

@@ -293,3 +293,27 @@ def test_a_killed_process_not_yet_reaped_is_not_alive():
         child.kill()
         child.wait()
     assert not process_alive(child.pid)
+
+
+def test_state_file_totals_say_since_when_they_count(home):
+    """The totals in a runner's state file count from that runner's start: the table says so, with the time,
+    and the JSON carries it per processor (issue 17, item 9)."""
+    run_dir = home / "run"
+    run_dir.mkdir()
+    totals = {"in": 7, "out": 5, "filtered": 1, "dlq": 1, "late": 0, "violations": 0}
+    body = {
+        "pipeline": "shop",
+        "pid": 1 << 22,  # above pid_max: no such process
+        "updated": "2026-11-22T07:00:00Z",
+        "started": "2026-11-22T06:59:00Z",
+        "stopping": False,
+        "processors": {"enrich": {"state": "finished", "checkpoint": str(home / "none"), "totals": totals}},
+    }
+    (run_dir / "shop.json").write_text(json.dumps(body))
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    assert "totals since the runner's start (2026-11-22T06:59:00Z), not all time" in result.output
+    row = next(line for line in result.output.splitlines() if "enrich" in line)
+    assert [c.strip() for c in row.split("│")[6:10]] == ["7", "5", "1", "1"]
+    as_json = CliRunner().invoke(app, ["status", "--json"])
+    assert json.loads(as_json.output)["shop"]["processors"]["enrich"]["totals_since"] == "2026-11-22T06:59:00Z"

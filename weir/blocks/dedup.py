@@ -33,8 +33,8 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import col, wire, wire_type
-from weir.blocks.window import bucket_count, check_keyed_stream, interval_ms, timer_ms, watermark_delay
+from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
+from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms, watermark_delay
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
@@ -177,7 +177,7 @@ def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, wate
             for f in fields
         ],
         error.cast("string").alias("__weir_error"),
-        F.pmod(F.xxhash64(col(key)), F.lit(buckets)).cast("int").alias("__weir_bucket"),
+        bucket(col(key), buckets).alias("__weir_bucket"),
         _identity(col(key), stream.schema[key].dataType).alias("__weir_key"),
         F.coalesce(micros, F.lit(NULL_TS).cast("long")).alias("__weir_ts_us"),
         F.coalesce(F.col("topic").cast("string"), F.lit("")).alias("__weir_topic"),

@@ -65,6 +65,8 @@ def status(
                 ("in", "out", "filtered", "dlq", "late", "violations")), str(st.get("restarts", 0)),
                 (st.get("last_error") or "")[:60],
             )  # fmt: skip
+        starts = sorted({st.get("totals_since") or "an unrecorded start" for st in body["processors"].values()})
+        table.caption = f"in to violations: totals since the runner's start ({', '.join(starts)}), not all time"
         out.print(table)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pyarrow import fs as pafs
 from pyspark.sql.datasource import InputPartition
 
@@ -23,6 +23,9 @@ from weir.kafka.decode import JsonDecoder
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
 from weir.storage.lake import Lake, Manifest, Range, is_data_file, merge
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 log = logging.getLogger("weir.lake")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -141,6 +144,8 @@ def _data_files(lake: Lake, base: str, recursive: bool) -> list[str]:
 
 
 def _where(partition: int, start: int, end: int) -> ds.Expression:
+    import pyarrow.dataset as ds  # here, not at the top: see _verified
+
     return (ds.field("partition") == partition) & (ds.field("offset") >= start) & (ds.field("offset") < end)
 
 
@@ -167,6 +172,10 @@ def _verified(lake: Lake, part: LakePartition) -> ds.Dataset | None:
         ("the hour directories the batches were published in", part.dirs),
         ("every file of the topic", None),
     ]
+    # pyarrow.dataset loads pandas (~90 MB): imported here, only when the lake is read, not in every Python
+    # worker that loads this module (Spark's planning, commit and source workers, the streaming source runner).
+    import pyarrow.dataset as ds
+
     problem = ""
     for what, dirs in attempts:
         if dirs is None:

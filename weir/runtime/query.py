@@ -313,8 +313,10 @@ class ProcessorQuery:
         self._cache(batch)
         try:
             frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
-            routed = self._cache(routing.route(frame, self.proc, self.topics))
-            counts = self._deliver(frame, routed, None, batch_id)
+            # Not cached: a projection of the cached batch (see _attempt). A block's routes are the accounting,
+            # so the groups need no count of distinct sources, which costs a shuffle.
+            routed = routing.route(frame, self.proc, self.topics)
+            counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
             self.ledger.put(self.name, batch_id, counts)
         finally:
@@ -368,16 +370,13 @@ def _with_output(result: dict[str, DataFrame]) -> DataFrame:
     return union([df.withColumn(routing.OUTPUT, F.lit(t)) for t, df in result.items()])
 
 
-def _groups(routed: DataFrame) -> list:
-    """Rows and absorbed records per route and destination, and the distinct input records behind them:
-    one small row per group, the action that computes (and caches) the batch."""
+def _groups(routed: DataFrame, sources: bool = True) -> list:
+    """Rows and absorbed records per route and destination, and (with `sources`, else 0) the distinct input
+    records behind them: one small row per group, the action that computes (and caches) the batch."""
+    distinct = F.count_distinct(routing.SOURCE) if sources else F.lit(0)
     return (
         routed.groupBy(ROUTE, routing.DEST)
-        .agg(
-            F.count("*").alias("n"),
-            F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("a"),
-            F.count_distinct(routing.SOURCE).alias("sources"),
-        )
+        .agg(F.count("*").alias("n"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("a"), distinct.alias("sources"))
         .collect()
     )
 

@@ -132,6 +132,7 @@ class Runner:
         self._spark = spark
         self.ledger = Ledger()
         self.status = {p.name: ProcessorStatus(p.name) for p in self.selected}
+        self.started = now_iso()  # the processors' totals count from here (`weir status` says so)
         self._queries: dict[str, Any] = {}
         self._builders: dict[str, ProcessorQuery] = {}
         self._stop = threading.Event()
@@ -419,6 +420,7 @@ class Runner:
             "pipeline": self.pipeline.name,
             "pid": os.getpid(),
             "updated": now_iso(),
+            "started": self.started,
             "stopping": self._stop.is_set(),
             "processors": {
                 n: {**st.to_json(), "checkpoint": self.checkpoint(self.pipeline.processors[n])}

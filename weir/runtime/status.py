@@ -52,6 +52,8 @@ def collect(settings: Settings, pipeline: str | None = None) -> dict[str, Any]:
         entry["updated"] = max(entry["updated"], updated)
         for name, st in body["processors"].items():
             st = dict(st)
+            # The totals are the runner's own, from its start: a state file names no earlier run.
+            st["totals_since"] = body.get("started")
             if not alive and st["state"] in ("running", "starting", "restarting", "pending"):
                 st["state"] = f"not running (was {st['state']})"
             entry["processors"][name] = st
