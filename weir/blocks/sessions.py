@@ -3,83 +3,39 @@
     visits = session_window(clicks, key="user_id", event_time="timestamp", gap="30 minutes",
                             watermark="5 minutes", aggregates={"clicks": ("count", "*")})
 
-Routes, aggregates, accounting and output columns are those of weir.blocks.window; a session is the records of
-a key less than `gap` apart, emitted once when the watermark passes its end. Semantics: docs/blocks.md.
+Routes, aggregates, accounting, output columns and the per-bucket state are those of weir.blocks.window; a
+session is the records of a key less than `gap` apart, emitted once when the watermark passes its end. The work
+of a bucket is vectorized in weir.blocks.sessioning. Semantics: docs/blocks.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
-from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-from pyspark.sql.types import LongType, StructField, StructType
 
-from weir.blocks.window import WindowProcessor, interval_ms, plan_windows, run_windows, timer_ms
+from weir.blocks import sessioning
+from weir.blocks.common import bucket_count
+from weir.blocks.window import Bucketed, interval_ms, plan_windows, run_windows
 
 
-class _Sessions(WindowProcessor):
-    """Per key: the open sessions in a MapState (start in µs -> end in µs, count, accumulators), one timer
-    per session end."""
+class _Sessions(Bucketed):
+    """Per bucket of keys: the open sessions of all its keys as one table (sessioning), one event-time timer at
+    the earliest session end. Runs on Spark's Python workers, one call per bucket and micro-batch (or timer)."""
 
-    def __init__(self, gap_us: int, *args: Any) -> None:
-        super().__init__(*args)
-        self.gap_us = gap_us
+    spec: sessioning.Spec
 
-    def late_window(self, ts: int) -> tuple[int, int]:
-        return ts, ts + self.gap_us
+    def late(self, ts: np.ndarray, watermark_us: int) -> np.ndarray:
+        return sessioning.judge(ts, watermark_us, self.spec)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        key_out = self.key_out(key)
-        out, on_time = self.split(key_out, rows, timerValues.getCurrentWatermarkInMs() * 1000)
-        if on_time:
-            sessions = {start: (end, acc) for (start,), (end, *acc) in self.windows.iterator()}
-            stored = {start: end for start, (end, _) in sessions.items()}  # as before this micro-batch
-            touched = set()
-            for ts, values in on_time:
-                start, end = ts, ts + self.gap_us
-                acc = self.empty()
-                self.add(acc, values)
-                for s in [s for s, (e, _) in sessions.items() if s < end and start < e]:
-                    e, other = sessions.pop(s)
-                    start, end = min(start, s), max(end, e)
-                    self.merge(acc, other)
-                sessions[start] = (end, acc)
-                touched.add(start)
-            for start in stored.keys() - sessions.keys():
-                self.windows.removeKey((start,))
-            # Session ends are at least `gap` apart, so a timer belongs to one session: drop those whose
-            # session grew or merged away, so they do not fire for nothing.
-            ends = {timer_ms(end) for end, _ in sessions.values()}
-            for end in stored.values():
-                if timer_ms(end) not in ends:
-                    self.handle.deleteTimer(timer_ms(end))
-            for start in touched & sessions.keys():
-                end, acc = sessions[start]
-                self.windows.updateValue((start,), (end, *acc))
-                self.handle.registerTimer(timer_ms(end))
-            out.append(self.absorbed(len(on_time)))
-        if out:
-            yield pd.DataFrame(out)  # integer column labels: matched to the output schema by position
+    def late_spans(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A late record is reported with the span it would have opened, [t, t + gap)."""
+        return ts, ts + self.spec.gap_us
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        key_out = self.key_out(key)
-        out, closed = [], []
-        for (start,), (end, *acc) in self.windows.iterator():
-            if end <= watermark_us:
-                out.append(self.emit(key_out, start, end, acc[1:]))
-                closed.append(start)
-        for start in closed:
-            self.windows.removeKey((start,))
-        if out:
-            yield pd.DataFrame(out)
+    def absorb(
+        self, table: pd.DataFrame, keys: np.ndarray, ts: np.ndarray, values: list, watermark_us: int
+    ) -> pd.DataFrame:
+        return sessioning.absorb(table, keys, ts, values, watermark_us, self.spec)
 
 
 def session_window(
@@ -90,13 +46,14 @@ def session_window(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
-    """Per `key`, sessions of records less than `gap` apart: one "emit" row per closed session, one "late" or
-    "dlq" row per such record, one "absorbed" row per key and micro-batch with the count of on-time records.
+    """Per `key`, sessions of records less than `gap` apart: one "emit" row per closed session, one "late" row
+    per record whose span [t, t + gap) is already closed (or whose event time is null), one "dlq" row per
+    undecodable record, one "absorbed" row per bucket of keys and micro-batch with the count of on-time records.
 
     See docs/blocks.md for the exact semantics. Raises ValueError as `sliding_window` does."""
     fn = "session_window"
-    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates)
-    gap_us = interval_ms(gap, fn) * 1000
-    acc_schema = StructType([StructField("end_us", LongType()), StructField("n", LongType()), *plan.acc_fields()])
-    long_key = isinstance(plan.key_type, LongType)
-    return run_windows(plan, key, _Sessions(gap_us, plan.functions, plan.integral, long_key, acc_schema))
+    buckets = bucket_count(stream)
+    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
+    spec = sessioning.Spec(interval_ms(gap, fn) * 1000, tuple(plan.functions), tuple(plan.integral))
+    processor = _Sessions(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
+    return run_windows(plan, key, processor)

@@ -4,10 +4,10 @@
                             slide="10 seconds", watermark="10 seconds", aggregates={"orders": ("count", "*")})
 
 Every input record gets one `_route`: "dlq", "late", or "absorbed" into its windows; each closed window is
-emitted once as an "emit" row. The stateful operator runs per bucket of keys (`_Bucketed`), the work of a
+emitted once as an "emit" row. The stateful operator runs per bucket of keys (`Bucketed`), the work of a
 bucket vectorized in weir.blocks.windowing. Session windows (weir.blocks.sessions) share this module's input
-checks, aggregates and output columns, on the per-key path (`WindowProcessor`). Semantics, output columns and
-state: docs/blocks.md.
+checks, aggregates, output columns and processor, their core in weir.blocks.sessioning. Semantics, output
+columns and state: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import windowing
-from weir.blocks.common import bucket, bucket_count, col, missing, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
@@ -51,11 +51,6 @@ FUNCTIONS = ("count", "sum", "min", "max")
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
-_NO_KAFKA = (None,) * len(OUTPUT_KAFKA)
-
-
-def _text(v: Any) -> str | None:
-    return None if missing(v) else str(v)
 
 
 def interval_ms(text: str, fn: str = "window") -> int:
@@ -74,115 +69,19 @@ def timer_ms(us: int) -> int:
     return -(-us // 1000)
 
 
-class WindowProcessor(StatefulProcessor):
-    """What the window processors share: the input row layout, the accumulators and the rows they output.
-
-    Input row (by position, as Spark's namedtuples rename some columns): (key, ts_us, error, *values,
-    topic, partition, offset, kafka key, kafka value). Output row: (key, start_us, end_us, *aggregates,
-    *kafka, route, absorbed, error), numbers as text where the output column is BIGINT."""
-
-    def __init__(self, functions: list[str], integral: list[bool], key_long: bool, acc_schema: StructType) -> None:
-        self.functions = functions
-        self.integral = integral
-        self.key_long = key_long
-        self.acc_schema = acc_schema
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.windows = handle.getMapState("windows", StructType([StructField("start_us", LongType())]), self.acc_schema)
-
-    def late_window(self, ts: int) -> tuple[int, int]:
-        """The window a late record at `ts` is reported with."""
-        raise NotImplementedError
-
-    def key_out(self, key: Any) -> Any:
-        k = key[0]
-        if missing(k):
-            return None
-        k = k.item() if hasattr(k, "item") else k
-        return str(k) if self.key_long else k
-
-    def empty(self) -> list[Any]:
-        return [0, *(0 if f == "count" else None for f in self.functions)]
-
-    def add(self, acc: list[Any], values: list[Any]) -> None:
-        acc[0] += 1
-        for i, (fn, x) in enumerate(zip(self.functions, values, strict=True)):
-            if fn == "count":
-                acc[i + 1] += 0 if x is None else 1
-            elif x is not None:
-                acc[i + 1] = x if acc[i + 1] is None else self._combine(fn, acc[i + 1], x)
-
-    def merge(self, acc: list[Any], other: list[Any]) -> None:
-        acc[0] += other[0]
-        for i, fn in enumerate(self.functions):
-            a, b = acc[i + 1], other[i + 1]
-            if fn == "count":
-                acc[i + 1] = a + b
-            elif a is None or b is None:
-                acc[i + 1] = b if a is None else a
-            else:
-                acc[i + 1] = self._combine(fn, a, b)
-
-    @staticmethod
-    def _combine(fn: str, a: Any, b: Any) -> Any:
-        return a + b if fn == "sum" else min(a, b) if fn == "min" else max(a, b)
-
-    def split(self, key_out: Any, rows: Iterator[pd.DataFrame], watermark_us: int) -> tuple[list, list]:
-        """(output rows for the dlq and late records, [(ts_us, values)] of the on-time records)."""
-        n = len(self.functions)
-        out, on_time = [], []
-        for chunk in rows:
-            for row in chunk.itertuples(index=False, name=None):
-                error = None if missing(row[2]) else row[2]
-                ts = None if missing(row[1]) else int(row[1])
-                if error is not None or ts is None or ts < watermark_us:
-                    t, p, o, k, v = row[n + 3 : n + 8]
-                    kafka = (_text(t), _text(p), _text(o), k, v)
-                    if error is not None:
-                        out.append(self.row(key_out, None, None, [None] * n, kafka, DLQ, error=error))
-                    else:
-                        start, end = (None, None) if ts is None else self.late_window(ts)
-                        out.append(self.row(key_out, start, end, [None] * n, kafka, LATE))
-                    continue
-                values = [
-                    None if missing(v) else int(v) if integ else float(v)
-                    for v, integ in zip(row[3 : n + 3], self.integral, strict=True)
-                ]
-                on_time.append((ts, values))
-        return out, on_time
-
-    def row(
-        self,
-        key: Any,
-        start_us: int | None,
-        end_us: int | None,
-        aggs: list[Any],
-        kafka: tuple,
-        route: str,
-        absorbed: int | None = None,
-        error: str | None = None,
-    ) -> tuple:
-        wire_aggs = [None if a is None else str(a) if self.integral[i] else a for i, a in enumerate(aggs)]
-        window = (_text(start_us), _text(end_us))
-        return (key, *window, *wire_aggs, *kafka, route, _text(absorbed), error)
-
-    def absorbed(self, n: int) -> tuple:
-        return self.row(None, None, None, [None] * len(self.functions), _NO_KAFKA, ABSORB, absorbed=n)
-
-    def emit(self, key_out: Any, start_us: int, end_us: int, aggs: list[Any]) -> tuple:
-        return self.row(key_out, start_us, end_us, aggs, _NO_KAFKA, EMIT)
-
-
-class _Bucketed(StatefulProcessor):
+class Bucketed(StatefulProcessor):
     """Per bucket of keys: the bucket's open windows as one table in one ValueState (windowing.dumps), read
-    and written once per call, and one event-time timer at the earliest open window's end.
+    and written once per call, and one event-time timer at the earliest open window's end. Runs on Spark's
+    Python workers, one call per bucket and micro-batch (or timer).
 
     Input columns: __weir_bucket, __weir_key, __weir_ts_us (windowing.NULL_TS for null), __weir_error, per
     aggregate __weir_v{i} (and __weir_m{i}, null flags, for integer sums, minima and maxima), the Kafka
-    columns as text and bytes. Output: `WindowPlan.wire_out`, BIGINT as text."""
+    columns as text and bytes. Output: `WindowPlan.wire_out`, BIGINT as text.
 
-    def __init__(self, spec: windowing.Spec, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
+    Tumbling and sliding windows as is; session windows override `late`, `late_spans` and `absorb`
+    (weir.blocks.sessions), the rest of the table's handling is shared (windowing.Table)."""
+
+    def __init__(self, spec: windowing.Table, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
         self.spec = spec
         self.shape = spec.shape(buckets)
         self.fn = fn
@@ -203,8 +102,8 @@ class _Bucketed(StatefulProcessor):
         if shape != self.shape:
             raise ValueError(
                 f"{self.fn}: the checkpoint's window state was built as [{shape}], this query is [{self.shape}]: "
-                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), size, slide "
-                "and aggregates from the code. Restore them, or start a new checkpoint "
+                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the rest from "
+                "the block's arguments in the code. Restore them, or start a new checkpoint "
                 "(`weir run --reset <processor>`)."
             )
         return windowing.loads(bytes(data), self.spec), (None if timer is None else int(timer)), True
@@ -229,8 +128,24 @@ class _Bucketed(StatefulProcessor):
         """Output rows: the named columns given, every other one null."""
         return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
 
-    def _records(self, rows: pd.DataFrame, route: str, window: np.ndarray | None, error: Any = None) -> pd.DataFrame:
-        """One output row per input record (late, dlq): key, window, Kafka coordinates and bytes."""
+    def late(self, ts: np.ndarray, watermark_us: int) -> np.ndarray:
+        """Which records (not dlq) are late: null event time, or every window they fall in closed."""
+        return windowing.judge(ts, watermark_us, self.spec)
+
+    def late_spans(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of the window each late record (non-null `ts`) is reported with: its latest one."""
+        start = windowing.latest_start(ts, self.spec)
+        return start, start + self.spec.size_us
+
+    def absorb(
+        self, table: pd.DataFrame, keys: np.ndarray, ts: np.ndarray, values: list, watermark_us: int
+    ) -> pd.DataFrame:
+        """The table with on-time records added to their open windows; closed ones left for `windowing.close`."""
+        return windowing.absorb(table, keys, ts, values, watermark_us, self.spec)
+
+    def _records(self, rows: pd.DataFrame, route: str, ts: np.ndarray | None, error: Any = None) -> pd.DataFrame:
+        """One output row per input record (late, dlq): key, window (for late, from the event times `ts`),
+        Kafka coordinates and bytes."""
         n = len(rows)
         cols: dict[str, Any] = {
             self.names[0]: rows["__weir_key"].to_numpy(dtype=object),
@@ -241,10 +156,11 @@ class _Bucketed(StatefulProcessor):
             "value": rows["__weir_kvalue"].to_numpy(dtype=object),
             ROUTE: np.full(n, route, dtype=object),
         }
-        if window is not None:
-            null = window == windowing.NULL_TS
-            cols["window_start"] = _texts(window, null)
-            cols["window_end"] = _texts(window + self.spec.size_us, null)
+        if ts is not None:
+            null = ts == windowing.NULL_TS
+            start, end = self.late_spans(np.where(null, 0, ts))
+            cols["window_start"] = _texts(start, null)
+            cols["window_end"] = _texts(end, null)
         if error is not None:
             cols[ERROR_COLUMN] = error
         return self._frame(n, **cols)
@@ -254,7 +170,7 @@ class _Bucketed(StatefulProcessor):
         cols: dict[str, Any] = {
             self.names[0]: windowing.keys_out(closed["key"]),
             "window_start": start.astype(str).astype(object),
-            "window_end": (start + self.spec.size_us).astype(str).astype(object),
+            "window_end": self.spec.ends(closed).astype(str).astype(object),
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
         for i, c in enumerate(self.spec.columns):
@@ -288,22 +204,19 @@ class _Bucketed(StatefulProcessor):
         ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
         error = df["__weir_error"]
         dlq = error.notna().to_numpy()
-        late = ~dlq & windowing.judge(ts, watermark_us, self.spec)
+        late = ~dlq & self.late(ts, watermark_us)
         on_time = ~(dlq | late)
         out = []
         if dlq.any():
             out.append(self._records(df[dlq], DLQ, None, error[dlq].to_numpy(dtype=object)))
         if late.any():
-            late_ts = ts[late]
-            null = late_ts == windowing.NULL_TS
-            window = np.where(null, windowing.NULL_TS, windowing.latest_start(late_ts, self.spec))
-            out.append(self._records(df[late], LATE, window))
+            out.append(self._records(df[late], LATE, ts[late]))
         table, timer, existed = self._load()
         n = int(on_time.sum())
         if n:
             on = df[on_time]
             keys = on["__weir_key"].to_numpy(dtype=object)
-            table = windowing.absorb(table, keys, ts[on_time], self._values(on), watermark_us, self.spec)
+            table = self.absorb(table, keys, ts[on_time], self._values(on), watermark_us)
             summary = {ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)}
             out.append(self._frame(1, **summary))
         closed, table = windowing.close(table, watermark_us, self.spec)
@@ -347,9 +260,6 @@ class WindowPlan:
     key_type: DataType
     wire_in: DataFrame
     wire_out: StructType
-
-    def acc_fields(self) -> list[StructField]:
-        return [StructField(f"a{i}", LongType() if integ else DoubleType()) for i, integ in enumerate(self.integral)]
 
 
 def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) -> None:
@@ -406,43 +316,18 @@ def plan_windows(
     event_time: str,
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
-    buckets: int | None = None,
+    buckets: int,
 ) -> WindowPlan:
-    """Check the arguments (ValueError, prefixed `fn`) and build the processor's input and output schema:
-    per key (sessions) or, with `buckets`, per bucket of keys (`_Bucketed`'s input)."""
+    """Check the arguments (ValueError, prefixed `fn`) and build the processor's input (`Bucketed`'s, keys
+    hashed into `buckets`) and output schema."""
     specs = _check(fn, stream, key, event_time, aggregates)
     key_type = stream.schema[key].dataType
     # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
     integral = [func == "count" or isinstance(t, _INTEGRAL) for _, func, _, t in specs]
-    if buckets is not None:
-        wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, specs, integral, buckets)
-        return WindowPlan(
-            [s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, _wire_out(key_type, integral)
-        )
-    value_cols = []
-    for (_, func, source, _), integ in zip(specs, integral, strict=True):
-        if func == "count":  # only whether there is a value matters
-            value_cols.append(F.lit("1") if source == "*" else F.when(col(source).isNotNull(), F.lit("1")))
-        elif integ:
-            value_cols.append(col(source).cast("string"))  # text keeps BIGINT exact through pandas
-        else:
-            value_cols.append(col(source).cast("double"))
-    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
-    # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
-    # Spark does not filter late rows before the processor (docs/blocks.md).
-    wire_in = stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
-        wire(col(key), key_type).alias("__weir_key"),
-        F.unix_micros(col(event_time)).cast("string").alias("__weir_ts_us"),
-        error.cast("string").alias("__weir_error"),
-        *[c.alias(f"__weir_v{i}") for i, c in enumerate(value_cols)],
-        F.col("topic").cast("string").alias("__weir_topic"),
-        F.col("partition").cast("string").alias("__weir_partition"),
-        F.col("offset").cast("string").alias("__weir_offset"),
-        F.col("key").cast("binary").alias("__weir_kkey"),
-        F.col("value").cast("binary").alias("__weir_kvalue"),
+    wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, specs, integral, buckets)
+    return WindowPlan(
+        [s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, _wire_out(key_type, integral)
     )
-    wire_out = _wire_out(key_type, integral)
-    return WindowPlan([s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, wire_out)
 
 
 def _bucketed_input(
@@ -456,7 +341,7 @@ def _bucketed_input(
     integral: list[bool],
     buckets: int,
 ) -> DataFrame:
-    """The input of `_Bucketed`: numbers that pandas reads exactly (no nulls in BIGINT columns, which pandas
+    """The input of `Bucketed`: numbers that pandas reads exactly (no nulls in BIGINT columns, which pandas
     would turn into float64): the event time with a sentinel for null, integer values with a null flag."""
     values = []
     for i, ((_, func, source, _), integ) in enumerate(zip(specs, integral, strict=True)):
@@ -504,10 +389,10 @@ def _wire_out(key_type: DataType, integral: list[bool]) -> StructType:
     )
 
 
-def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor, by: str = "__weir_key") -> DataFrame:
-    """The processor applied per key (or per `by`), its output cast back to the documented columns."""
-    # The key's type in the processor is its wire type; group by the wire column, cast back afterwards.
-    out = plan.wire_in.groupBy(by).transformWithStateInPandas(
+def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> DataFrame:
+    """The processor applied per bucket of keys, its output cast back to the documented columns."""
+    # The key's type in the processor is its wire type (cast back afterwards); the state is per bucket.
+    out = plan.wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
         processor, plan.wire_out, outputMode="Append", timeMode="EventTime"
     )
     long_key = isinstance(plan.key_type, LongType)
@@ -565,8 +450,8 @@ def _windows(
     if slide_us > size_us:
         raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
     spec = windowing.Spec(size_us, slide_us, tuple(plan.functions), tuple(plan.integral))
-    processor = _Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
-    return run_windows(plan, key, processor, by="__weir_bucket")
+    processor = Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
+    return run_windows(plan, key, processor)
 
 
 def tumbling_window(
