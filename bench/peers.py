@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/peers.py [--records 1000000] [--weir-timeout 900] [--weir-unlimited] [--blocks]
                                     [--only raw,loop,spark,weir,bytewax,quix] [--max-per-trigger 100000]
+                                    [--weir-env KEY=VALUE ...]
 
 Workload (shared/FACTS.md, "Peers on the same work"): N JSON events of about 140 B, keyed by user (997 users),
 on 4 partitions of one embedded broker that this script starts on a free port and stops at the end, produced
@@ -43,7 +44,8 @@ Figures, each system a subprocess (its whole process tree measured):
                     batches when there is only one), from the query's progress (weir: <WEIR_HOME>/progress)
   whole-run rows/s  N / (done - launch of the subprocess); done is the program's own end of work (weir: its
                     last progress record), so JVM and interpreter shutdown are left out; start-up is in
-  peak RSS MB       the largest sum of RSS over the process tree, sampled from /proc every 100 ms
+  peak RSS MB       the largest sum of RSS over the process tree, sampled from /proc every 100 ms; for Spark
+                    and weir also printed by kind of process at that peak (the JVM, each Python worker module)
   CPU s             user + system CPU of the tree: the larger of getrusage(RUSAGE_CHILDREN) over the run and
                     the sum of the last /proc/<pid>/stat sample of every process seen in the tree
   output correct    the check above; a timed-out run shows its figures so far
