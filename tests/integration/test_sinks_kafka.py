@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _pipe import source
+from _pipe import consume_all, source
 
 from weir.kafka import Admin
 from weir.sinks import Delivery, KafkaSink, Written
@@ -32,3 +32,30 @@ def test_kafka_sink_example(spark, bootstrap, topic_name) -> None:
     assert sink.write(rows, batch_id=0) == Written(300)
     back = topic_values()
     assert back.count() == 600 and back.distinct().count() == 300
+
+
+def test_a_python_worker_keeps_one_producer_across_writes_and_drops_it_after_a_failure(bootstrap, topic_name) -> None:
+    """The writer's producer outlives a task (a new idempotent producer waits for its producer id before its
+    first delivery, which every micro-batch paid); a write that fails does not hand it to the next one."""
+    import pyarrow as pa
+
+    from weir.kafka import sink as ks
+    from weir.kafka.options import parse_sink
+
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    opts = parse_sink({"kafka.bootstrap.servers": bootstrap, "topic": topic_name, "kafka.message.max.bytes": "2000"})
+    lay = ks.Layout(topic_name, False, False, False, False, False, False)
+
+    def write(*values: bytes) -> ks.SinkCommit:
+        return ks.write_batches(opts, lay, iter([pa.RecordBatch.from_pydict({"value": list(values)})]))
+
+    assert write(b"a", b"b").records == 2
+    pooled = ks._pooled(opts.producer_settings())
+    assert write(b"c").records == 1
+    assert ks._pooled(opts.producer_settings()) is pooled  # the same producer, its producer id kept
+    with pytest.raises(ks.DeliveryError, match="produce failed"):
+        write(b"d", b"x" * 5000)  # larger than message.max.bytes: refused by the client
+    assert ks._pooled(opts.producer_settings()) is not pooled
+    assert write(b"e").records == 1  # by the new producer
+    values = [m.value() for m in consume_all(bootstrap, topic_name)]
+    assert b"a" in values and b"e" in values and len(values) in (4, 5)  # "d" may or may not have gone out

@@ -8,6 +8,7 @@ drop replays. Columns and options: README "Sink options"; the commit order and f
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -93,14 +94,60 @@ def _columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
     return {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
 
 
-def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
-    failures: list[str] = []
+class _Pooled:
+    """A producer kept by a Python worker across tasks and micro-batches, with the failures of the write using
+    it. A new idempotent producer cannot deliver before it has a producer id, which librdkafka asks for on a
+    500 ms timer once a connection is up: a producer per task cost every micro-batch 0.5-1 s of waiting."""
 
-    def on_delivery(err, msg) -> None:  # called only for failures (delivery.report.only.error)
+    def __init__(self, settings: dict) -> None:
+        self.failures: list[str] = []
+        self.lock = threading.Lock()  # one write at a time: the failures belong to it
+        self.producer = Producer({**settings, "on_delivery": self._on_delivery, "logger": client_log})
+
+    def _on_delivery(self, err, msg) -> None:  # called only for failures (delivery.report.only.error)
         if err is not None:
-            failures.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+            self.failures.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
 
-    producer = Producer({**opts.producer_settings(), "on_delivery": on_delivery, "logger": client_log})
+
+_POOL: dict[tuple, _Pooled] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _pooled(settings: dict) -> _Pooled:
+    key = tuple(sorted((k, repr(v)) for k, v in settings.items()))
+    with _POOL_LOCK:
+        if key not in _POOL:
+            _POOL[key] = _Pooled(settings)
+        return _POOL[key]
+
+
+def _discard(pooled: _Pooled) -> None:
+    """Drop a producer after a failed write: what it still holds (queued records, a fatal idempotence error)
+    must not reach the next write."""
+    with _POOL_LOCK:
+        for key, p in list(_POOL.items()):
+            if p is pooled:
+                del _POOL[key]
+    # Not delivered later behind Spark's retry of the task: what is queued or in flight is dropped (the retry
+    # writes it again; what was acknowledged stays, at-least-once, as docs/delivery.md says).
+    pooled.producer.purge()
+    pooled.producer.flush(0)
+
+
+def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+    """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
+    on an executor's Python worker, with that worker's pooled producer."""
+    pooled = _pooled(opts.producer_settings())
+    with pooled.lock:
+        pooled.failures = []
+        try:
+            return _produce(pooled.producer, pooled.failures, lay, batches)
+        except BaseException:
+            _discard(pooled)
+            raise
+
+
+def _produce(producer: Producer, failures: list[str], lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
     commit = SinkCommit()
     try:
         for batch in batches:
