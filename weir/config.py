@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import (
@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     broker_port: int = Field(9092, description="Port of the embedded broker (`weir broker start`).")
     spark_master: str = Field("local[*]", description="Spark master URL: local[*], spark://host:7077, ...")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark confs.")
+    spark_log_level: Literal["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = Field(
+        "WARN", description="Level of the Spark driver's log (weir/log4j2.properties), set at the JVM's start."
+    )
     checkpoint_root: str = Field(
         default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
         description=(

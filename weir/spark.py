@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -62,6 +63,20 @@ def redaction_confs(confs: dict[str, str]) -> dict[str, str]:
     }
 
 
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def log_confs(confs: dict[str, str], level: str) -> dict[str, str]:
+    """`spark.driver.extraJavaOptions` with weir's log4j2 file (weir/log4j2.properties) at `level`, after any
+    options already given; unchanged when they name a log4j2 configuration of their own. Read when the driver
+    JVM starts: a session that is running keeps its logging."""
+    given = confs.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" in given or "log4j.configurationFile" in given:
+        return {}
+    ours = f"-Dlog4j2.configurationFile={LOG4J.as_uri()} -Dweir.spark.log.level={level}"
+    return {"spark.driver.extraJavaOptions": f"{given} {ours}".strip()}
+
+
 def spark_session(
     app_name: str = "weir",
     master: str | None = None,
@@ -95,7 +110,7 @@ def spark_session(
             "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         }
     confs = {**defaults, **settings.spark_conf, **(conf or {})}
-    confs |= redaction_confs(confs)
+    confs |= redaction_confs(confs) | log_confs(confs, settings.spark_log_level)
     for key, value in confs.items():
         builder = builder.config(key, value)
     return register(builder.getOrCreate())

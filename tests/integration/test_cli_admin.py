@@ -25,6 +25,14 @@ def test_topics_create_describe_list_delete(bootstrap, topic_name) -> None:
     assert f"{topic_name}: 30 records" in described.output and "3600000" in described.output
     listed = runner.invoke(app, ["topics", "list", "-b", bootstrap])
     assert topic_name in listed.output
+    # --json everywhere (issue 17, item 8); and at 80 columns a table wraps its cells, it never cuts them to "…".
+    as_json = json.loads(runner.invoke(app, ["topics", "list", "--json", "-b", bootstrap]).output)
+    assert as_json["topics"][topic_name] == 3
+    body = json.loads(runner.invoke(app, ["topics", "describe", topic_name, "--json", "-b", bootstrap]).output)
+    assert body["records"] == 30 and body["config"]["retention.ms"] == "3600000"
+    assert sum(p["latest"] - p["earliest"] for p in body["partitions"].values()) == 30
+    narrow = runner.invoke(app, ["topics", "describe", topic_name, "-b", bootstrap], env={"COLUMNS": "40"})
+    assert "…" not in narrow.output and "3600000" in narrow.output
     gone = runner.invoke(app, ["topics", "delete", topic_name, "--yes", "-b", bootstrap])
     assert gone.exit_code == 0
     missing = runner.invoke(app, ["topics", "describe", topic_name, "-b", bootstrap])

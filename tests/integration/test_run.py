@@ -5,6 +5,7 @@ failures are restarted with backoff, and every batch's accounting is published a
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -176,6 +177,8 @@ def test_outputs_that_do_not_match_the_declared_schema_are_refused(spark, bootst
     message = str(info.value)
     assert "lacks field(s) note" in message
     assert "amount is double, the topic declares bigint" in message
+    # Refused before anything was created (issue 17, item 2): no topic, no dead-letter topic.
+    assert not [t for t in Admin(bootstrap).topics() if t.startswith(prefix)]
 
 
 def test_a_stateful_processor_must_route_every_record(spark, bootstrap, tmp_path):
@@ -352,3 +355,37 @@ def test_a_record_lost_or_doubled_inside_weir_is_a_published_violation(
     assert books["in"] == 21 and books["dlq"] == 1  # Spark's count: every record read, the bad one included
     assert not books["balanced"] and books["unaccounted"] == unaccounted, books
     assert runner.snapshot()["bigger"].totals.violations == 1
+
+
+def test_an_idle_pipeline_stops_within_seconds(spark, bootstrap, tmp_path):
+    """Five idle processors (issue 17, item 10: a stop took 53 s, stopping one query after the other): the
+    queries stop side by side, each batch-free one at once, so the whole stop takes a few seconds."""
+    prefix = uuid.uuid4().hex[:8]
+    p = Pipeline(f"idle-{prefix}")
+    topics = [p.topic(f"{prefix}.t{i}", schema="id STRING", key="id") for i in range(6)]
+    for i in range(5):
+        p.processor(name=f"step{i}", inputs=[topics[i]], outputs=[topics[i + 1]])(lambda df: df)
+    r = Runner(p, settings(tmp_path, bootstrap, trigger="1 second"), spark=spark).start()
+    try:
+        produce(bootstrap, f"{prefix}.t0", [Rec(0, b"a", json.dumps({"id": "a"}).encode())])
+        # The record passes down the chain, so every processor has run a batch and is idle after it.
+        wait_for(lambda: all(st.batches >= 1 for st in r.snapshot().values()), 240, "a batch in every processor")
+        time.sleep(2)
+    finally:
+        began = time.monotonic()
+        r.stop()
+        took = time.monotonic() - began
+    assert {st.state for st in r.snapshot().values()} == {"stopped"}
+    assert not [q for q in spark.streams.active if q.name and q.name.startswith(f"idle-{prefix}")]
+    assert took < 8, f"stopping 5 idle processors took {took:.1f}s"
+
+
+def test_the_session_logs_through_weirs_log4j2_file(spark):
+    """The driver JVM read weir/log4j2.properties (the tests' session then lowers the root to ERROR): the line
+    every start printed ("Unable to load native-hadoop library") is below its logger's level, which Spark's
+    own defaults do not set, and the system property carries the setting's level."""
+    jvm = spark.sparkContext._jvm
+    assert jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.hadoop.util.NativeCodeLoader").getLevel(
+    ).toString() == "ERROR"  # fmt: skip
+    assert jvm.java.lang.System.getProperty("weir.spark.log.level") == "WARN"
+    assert jvm.java.lang.System.getProperty("log4j2.configurationFile").endswith("/weir/log4j2.properties")

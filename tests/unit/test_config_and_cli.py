@@ -137,6 +137,11 @@ def test_a_commands_own_exit_code_passes_through_the_error_handler(tmp_path, mon
     assert result.exit_code == 1, result.output
     assert f"broker not running on port {port}" in result.output
     assert "error" not in result.output
+    as_json = runner.invoke(app, ["broker", "status", "--port", str(port), "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.output) == {
+        "running": False, "pid": None, "port": port, "bootstrap": f"127.0.0.1:{port}",
+        "log": json.loads(as_json.output)["log"],
+    }  # fmt: skip
 
 
 def test_a_pipeline_file_that_does_not_parse_is_one_line_with_its_file_and_line(tmp_path):
@@ -146,3 +151,22 @@ def test_a_pipeline_file_that_does_not_parse_is_one_line_with_its_file_and_line(
     assert result.exit_code == 2, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"{spec}:3" in lines[0] and "Traceback" not in result.output, result.output
+
+
+def test_spark_logging_goes_through_weirs_log4j2_file():
+    """weir.spark_session hands the driver JVM weir/log4j2.properties at the configured level (issue 17,
+    item 6), after the user's own JVM options, and steps aside when they name a log4j2 file of their own."""
+    import pydantic
+
+    from weir.config import Settings
+    from weir.spark import LOG4J, log_confs
+
+    ours = f"-Dlog4j2.configurationFile={LOG4J.as_uri()}"
+    assert LOG4J.is_file() and "spark %p %c{1}" in LOG4J.read_text()
+    assert log_confs({}, "WARN") == {"spark.driver.extraJavaOptions": f"{ours} -Dweir.spark.log.level=WARN"}
+    given = log_confs({"spark.driver.extraJavaOptions": "-Xss4m"}, "ERROR")["spark.driver.extraJavaOptions"]
+    assert given == f"-Xss4m {ours} -Dweir.spark.log.level=ERROR"
+    assert log_confs({"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=/mine.xml"}, "WARN") == {}
+    assert Settings(spark_log_level="ERROR").spark_log_level == "ERROR"
+    with pytest.raises(pydantic.ValidationError, match="spark_log_level"):
+        Settings(spark_log_level="LOUD")

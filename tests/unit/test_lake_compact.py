@@ -411,6 +411,11 @@ def test_cli_compact(lake: Lake, monkeypatch: pytest.MonkeyPatch):
     assert "would compact 2 hour(s) of events ended by 2026-11-21T00:00+00:00" in dry.output
     assert "date=2026-11-20/hour=22" in dry.output and "date=2026-11-21/hour=00" not in dry.output
     assert compaction_records(lake, "events") == []
+    planned = json.loads(runner.invoke(lake_app, ["compact", "events", "--before", "2026-11-21", "--dry-run",
+                                                  "--json"]).stdout)  # fmt: skip
+    assert planned["dry_run"] is True and [h["rel"] for h in planned["planned"]] == [
+        "date=2026-11-20/hour=22", "date=2026-11-20/hour=23",
+    ]  # fmt: skip
 
     done = runner.invoke(lake_app, ["compact", "events", "--before", "2026-11-21"])
     assert done.exit_code == 0, done.output

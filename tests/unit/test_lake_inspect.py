@@ -209,6 +209,10 @@ def test_cli_ls(cli_env: Lake):
         [" 2026-11-20 ", " 23   ", " 4     ", " 120  "],
         [" 2026-11-21 ", " 00   ", " 2     ", " 60   "],
     ]
+    as_json = json.loads(runner.invoke(lake_app, ["ls", "--json"]).stdout)
+    assert {d["topic"]: d["rows"] for d in as_json} == {"events": 300, "other": 5}
+    one = json.loads(runner.invoke(lake_app, ["ls", "events", "--json"]).stdout)
+    assert [d["rows"] for d in one] == [300]
 
 
 def test_cli_stats(cli_env: Lake):

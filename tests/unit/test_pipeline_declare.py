@@ -128,3 +128,34 @@ def test_weir_graph_loads_a_file_and_reports_bad_ones(tmp_path):
     assert result.exit_code == 2 and "unknown output topic 'nowhere'" in result.output
     missing = CliRunner().invoke(app, ["graph", str(tmp_path / "none.py")])
     assert missing.exit_code == 2 and "no pipeline file" in missing.output
+
+
+def test_bad_field_types_are_refused_before_anything_starts(tmp_path):
+    """`weir graph` (and `weir run`, through the same validation) refuses a schema with a misspelt or
+    unsupported type in one line naming the topic and the field (issue 17, item 2)."""
+    from weir.kafka.decode import type_problem
+
+    p = Pipeline("shop")
+    orders = p.topic("orders", schema="id STRNG NOT NULL, amount DUBLE, tags ARRAY<STRING>, at TIMESTAMP")
+    out = p.topic("out", schema="id STRING, attrs MAP<STRING, STRING>, price DECIMAL(10, 2), s STRUCT<a: INT")
+    p.processor(inputs=[orders], outputs=[out])(lambda df: df)
+    assert problems(p) == [
+        "topic orders: field id: unknown type STRNG (did you mean STRING?) (in 'STRNG')",
+        "topic orders: field amount: unknown type DUBLE (did you mean DOUBLE?) (in 'DUBLE')",
+        "topic out: field attrs: JSON decoding does not support MAP types; use a STRUCT (in 'MAP<STRING, STRING>')",
+        "topic out: field s: STRUCT<...> is not closed with '>' (in 'STRUCT<a: INT')",
+    ]
+    spec = tmp_path / "shop.py"
+    spec.write_text(
+        "from weir.pipeline import Pipeline\np = Pipeline('shop')\n"
+        "t = p.topic('orders', schema='id STRNG NOT NULL')\nu = p.topic('out', schema='id STRING')\n"
+        "p.processor(inputs=[t], outputs=[u])(lambda df: df)\n"
+    )
+    result = CliRunner().invoke(app, ["graph", f"{spec}:p"])
+    assert result.exit_code == 2
+    assert "topic orders: field id: unknown type STRNG (did you mean STRING?)" in result.output
+    assert "Traceback" not in result.output
+    for fine in ("BIGINT", "decimal(38, 0)", "ARRAY<STRUCT<a: INT NOT NULL COMMENT 'x, y', `b c` DATE>>", "CHAR(3)"):
+        assert type_problem(fine) is None, fine
+    for bad, says in (("VARCHAR", "needs a length"), ("ARRAY<>", "expected a type"), ("INT NOT", "unexpected")):
+        assert says in (type_problem(bad) or ""), bad

@@ -317,3 +317,7 @@ def test_state_file_totals_say_since_when_they_count(home):
     assert [c.strip() for c in row.split("│")[6:10]] == ["7", "5", "1", "1"]
     as_json = CliRunner().invoke(app, ["status", "--json"])
     assert json.loads(as_json.output)["shop"]["processors"]["enrich"]["totals_since"] == "2026-11-22T06:59:00Z"
+    # At 80 columns (or in a pipe) the 13 columns wrap their cells instead of cutting them to "pro…" (item 8).
+    narrow = CliRunner().invoke(app, ["status"], env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0 and "…" not in narrow.output
+    assert max(len(line) for line in narrow.output.splitlines()) <= 80

@@ -224,8 +224,9 @@ class Bucketed(StatefulProcessor):
             out.append(self._emits(closed))
         if n or len(closed):
             self._save(table, timer, existed)
-        if out:
-            yield pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
+        # One frame at a time: concatenating frames whose columns are null in some of them costs a copy and
+        # makes pandas warn (FutureWarning) in every worker.
+        yield from out
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from weir.tables import new_table
 from weir.units import iso
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def _print_plan(report: BackfillReport, dry_run: bool) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    table = Table("batch", "from", "to", "files", "rows", title="chunks" + (" (dry run)" if dry_run else ""))
+    table = new_table("batch", "from", "to", "files", "rows", title="chunks" + (" (dry run)" if dry_run else ""))
     shown = report.plan
     if len(shown) > SHOWN_CHUNKS:
         shown = [*shown[: SHOWN_CHUNKS // 2], None, *shown[-SHOWN_CHUNKS // 2 :]]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
-from weir.cli.common import clean_errors, out
+from weir.cli.common import AsJson, clean_errors, out
 from weir.config import load
 from weir.kafka import EmbeddedBroker
 
@@ -37,9 +38,13 @@ def broker_stop(port: Port = None) -> None:
 
 @broker_app.command("status")
 @clean_errors
-def broker_status(port: Port = None) -> None:
+def broker_status(port: Port = None, as_json: AsJson = False) -> None:
     """Show whether the embedded broker runs; exit code 1 when it does not."""
     s = _broker(port).status()
+    if as_json:
+        body = {"running": s.running, "pid": s.pid, "port": s.port, "bootstrap": s.bootstrap, "log": str(s.log_file)}
+        typer.echo(json.dumps(body, indent=2))
+        raise typer.Exit(0 if s.running else 1)
     if not s.running:
         out.print(f"broker not running on port {s.port}")
         raise typer.Exit(1)

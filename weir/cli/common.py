@@ -22,6 +22,7 @@ Bootstrap = Annotated[
     typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config bootstrap_servers)."),
 ]
 Spec = Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 def clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

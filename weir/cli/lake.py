@@ -6,6 +6,7 @@ files, row counts that disagree with the manifests, interrupted work) go to stde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,7 +16,8 @@ from rich.filesize import decimal
 from rich.markup import escape
 from rich.table import Table
 
-from weir.cli.common import clean_errors, err, out
+from weir.cli.common import AsJson, clean_errors, err, out
+from weir.tables import new_table
 
 # The commands here import their machinery when they run: registering them must not load PySpark, pandas or
 # pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
@@ -57,15 +59,22 @@ def _warn(reports: list[TopicReport]) -> None:
 def ls(
     topic: Annotated[str | None, typer.Argument(help="A topic: list its hours (default: list the topics).")] = None,
     lake: LakeRoot = None,
+    as_json: AsJson = False,
 ) -> None:
     """List the lake's topics with totals, or one topic's date/hour partitions with files, rows and size."""
     lk = _lake(lake)
+    if as_json:  # every topic's report, or the one's, as `weir lake stats --json` prints it
+        names = lk.topics() if topic is None else [topic]
+        if topic is not None:
+            _inspect().check_known_topic(lk, topic)
+        typer.echo(json.dumps([_inspect().inspect_topic(lk, t).to_json() for t in names], indent=2))
+        return
     if topic is None:
         reports = [_inspect().inspect_topic(lk, t) for t in lk.topics()]
         if not reports:
             out.print(f"no archived topic in {escape(lk.url)}", soft_wrap=True)
             return
-        table = Table("topic", "hours", "files", "rows", "size", "partitions", "gaps", "foreign", title=lk.url)
+        table = new_table("topic", "hours", "files", "rows", "size", "partitions", "gaps", "foreign", title=lk.url)
         for r in reports:
             table.add_row(r.topic, str(len(r.hours)), str(r.files), str(r.rows), decimal(r.bytes),
                           str(len(r.coverage)), str(len(r.gaps)), str(len(r.foreign)))  # fmt: skip
@@ -82,7 +91,7 @@ def ls(
 @clean_errors
 def stats(
     topic: Topic,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: AsJson = False,
     lake: LakeRoot = None,
 ) -> None:
     """A topic's full report: partitions, offset coverage per Kafka partition, gaps, foreign files."""
@@ -98,13 +107,13 @@ def stats(
         soft_wrap=True,
     )
     out.print(_hours_table(r))
-    cov = Table("partition", "first offset", "next offset", "rows", "ranges", title="offset coverage (manifests)")
+    cov = new_table("partition", "first offset", "next offset", "rows", "ranges", title="offset coverage (manifests)")
     for p, ranges in r.coverage.items():
         spans = ", ".join(f"{x.start}-{x.end}" for x in ranges)
         cov.add_row(str(p), str(ranges[0].start), str(ranges[-1].end), str(sum(x.rows for x in ranges)), spans)
     out.print(cov)
     if r.gaps:
-        gaps = Table("partition", "from", "to", "missing offsets", title="gaps: offsets no archive batch covered")
+        gaps = new_table("partition", "from", "to", "missing offsets", title="gaps: offsets no archive batch covered")
         for g in r.gaps:
             gaps.add_row(str(g.partition), str(g.start), str(g.end), str(g.end - g.start))
         out.print(gaps)
@@ -133,6 +142,7 @@ def compact(
         float, typer.Option("--trash-grace", min=0, help="Minutes replaced hours stay in _weir/trash.")
     ] = 60,
     lake: LakeRoot = None,
+    as_json: AsJson = False,
 ) -> None:
     """Rewrite each old hour of a topic that has several files as one file (or a few of --target-mb), sorted
     by (partition, offset), swapped in atomically for readers. Refuses topics with foreign files."""
@@ -143,6 +153,9 @@ def compact(
     _inspect().check_known_topic(lk, topic)
     result = c.compact(lk, topic, when, dry_run=dry_run, target_bytes=target_mb * 1024 * 1024,
                        trash_grace=timedelta(minutes=trash_grace))  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(result), indent=2, default=str))
+        return
     for line in result.recovered:
         out.print(f"interrupted compaction {line}", soft_wrap=True)
     if result.purged:
@@ -151,11 +164,11 @@ def compact(
         out.print(f"moved back into its hour: {escape(path)}", soft_wrap=True)
     cutoff = result.before.isoformat(timespec="minutes")
     if dry_run:
-        table = Table("hour", "files", "size", title="would compact")
+        table = new_table("hour", "files", "size", title="would compact")
         for h in result.planned:
             table.add_row(h.rel, str(len(h.files)), decimal(h.bytes))
     else:
-        table = Table("hour", "files", "rows", "size", "id", title="compacted")
+        table = new_table("hour", "files", "rows", "size", "id", title="compacted")
         for x in result.compacted:
             table.add_row(x.hour, f"{x.inputs} -> {x.outputs}", str(x.rows),
                           f"{decimal(x.bytes_before)} -> {decimal(x.bytes_after)}", x.id)  # fmt: skip
@@ -175,7 +188,7 @@ def compact(
 
 
 def _hours_table(r: TopicReport) -> Table:
-    table = Table("date", "hour", "files", "rows", "size", title=f"{r.topic}: {len(r.hours)} hours, {r.rows} rows")
+    table = new_table("date", "hour", "files", "rows", "size", title=f"{r.topic}: {len(r.hours)} hours, {r.rows} rows")
     for h in r.hours:
         table.add_row(h.date, h.hour, str(h.files), str(h.rows), decimal(h.bytes))
     return table

@@ -6,10 +6,10 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from weir.cli.common import clean_errors, err, out
 from weir.config import load, redact
+from weir.tables import new_table
 
 # The commands here import their machinery when they run: registering them must not load PySpark, pandas or
 # pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
@@ -53,7 +53,7 @@ def status(
     if not report:
         out.print("no pipeline has run here (nothing under " + settings.home + "/run)")
     for name, body in report.items():
-        table = Table(
+        table = new_table(
             "processor", "state", "last batch", "at", "lag", "in", "out", "filtered", "dlq", "late", "violations",
             "restarts", "last error", title=f"pipeline {name} ({body['runner']})",
         )  # fmt: skip

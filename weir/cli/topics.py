@@ -6,9 +6,9 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from weir.cli.common import Bootstrap, admin, clean_errors, out
+from weir.cli.common import AsJson, Bootstrap, admin, clean_errors, out
+from weir.tables import new_table
 
 # The commands here import their machinery when they run: registering them must not load PySpark, pandas or
 # pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
@@ -49,24 +49,33 @@ def topics_create(
 
 @topics_app.command("list")
 @clean_errors
-def topics_list(bootstrap: Bootstrap = None) -> None:
+def topics_list(bootstrap: Bootstrap = None, as_json: AsJson = False) -> None:
     """List topics and their partition counts."""
-    table = Table("topic", "partitions")
-    for name, n in admin(bootstrap).topics().items():
+    topics = admin(bootstrap).topics()
+    if as_json:
+        typer.echo(json.dumps({"topics": topics}, indent=2))
+        return
+    table = new_table("topic", "partitions")
+    for name, n in topics.items():
         table.add_row(name, str(n))
     out.print(table)
 
 
 @topics_app.command("describe")
 @clean_errors
-def topics_describe(name: str, bootstrap: Bootstrap = None) -> None:
+def topics_describe(name: str, bootstrap: Bootstrap = None, as_json: AsJson = False) -> None:
     """Show a topic's partitions with earliest and latest offsets, and its configs."""
     info = admin(bootstrap).describe(name)
-    table = Table("partition", "earliest", "latest", "records", title=f"{name}: {info.records} records")
+    if as_json:
+        partitions = {str(p): {"earliest": lo, "latest": hi} for p, (lo, hi) in info.partitions.items()}
+        body = {"topic": name, "records": info.records, "partitions": partitions, "config": info.config}
+        typer.echo(json.dumps(body, indent=2))
+        return
+    table = new_table("partition", "earliest", "latest", "records", title=f"{name}: {info.records} records")
     for p, (lo, hi) in info.partitions.items():
         table.add_row(str(p), str(lo), str(hi), str(hi - lo))
     out.print(table)
-    configs = Table("config", "value")
+    configs = new_table("config", "value")
     for k, v in info.config.items():
         configs.add_row(k, v)
     out.print(configs)
@@ -90,7 +99,7 @@ def topics_delete(
 def offsets(
     checkpoint: Annotated[str, typer.Argument(help="The query's checkpoint directory (path or URL).")],
     bootstrap: Bootstrap = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Show a query's committed offsets per topic-partition and its lag against the topic."""
     from weir.kafka.checkpoint import read_offsets
@@ -127,7 +136,7 @@ def offsets(
         )
         return
     title = f"committed batch {cp.committed_batch}, planned batch {cp.planned_batch}"
-    table = Table("topic", "partition", "committed", "planned", "earliest", "latest", "lag", title=title)
+    table = new_table("topic", "partition", "committed", "planned", "earliest", "latest", "lag", title=title)
     for r in rows:
         table.add_row(*("-" if r[k] is None else str(r[k]) for k in r))
     out.print(table)

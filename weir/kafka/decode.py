@@ -10,7 +10,9 @@ records pay per-record parsing, and every error names what was wrong.
 
 from __future__ import annotations
 
+import difflib
 import io
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -83,6 +85,69 @@ def parse_fields(ddl: str) -> list[FieldSpec]:
     if dupes:
         raise SchemaError(f"valueSchema names field(s) {', '.join(dupes)} more than once")
     return fields
+
+
+_PRIMITIVES = {
+    "BOOLEAN", "TINYINT", "BYTE", "SMALLINT", "SHORT", "INT", "INTEGER", "BIGINT", "LONG", "FLOAT", "REAL",
+    "DOUBLE", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "TIMESTAMP_LTZ", "STRING", "BINARY",
+}  # fmt: skip
+_SIZED = {"DECIMAL": 2, "DEC": 2, "NUMERIC": 2, "CHAR": 1, "CHARACTER": 1, "VARCHAR": 1}  # most arguments
+_TYPE = re.compile(r"\s*([A-Za-z_]+)\s*")
+
+
+def type_problem(ddl: str) -> str | None:
+    """What is wrong with a field type as Spark's DDL writes it ("STRING", "DECIMAL(10,2)",
+    "ARRAY<STRUCT<a: INT>>"), for JSON decoding; None when it is fine. Checked without Spark, so that a
+    declaration is refused before anything starts; Spark's own parser reads the type later."""
+    try:
+        rest = _check_type(ddl)
+    except ValueError as exc:
+        return str(exc)
+    return None if not rest.strip() else f"unexpected {rest.strip()!r} after the type"
+
+
+def _check_type(text: str) -> str:
+    """Check the type at the start of `text`; the text after it."""
+    m = _TYPE.match(text)
+    if not m:
+        raise ValueError(f"expected a type at {text.strip()!r}" if text.strip() else "a type is missing")
+    name, rest = m.group(1).upper(), text[m.end() :]
+    if name in _PRIMITIVES:
+        return rest
+    if name in _SIZED:
+        if rest.startswith("("):
+            args, _, rest = rest[1:].partition(")")
+            numbers = [a.strip() for a in args.split(",")]
+            if not all(a.isdigit() for a in numbers) or len(numbers) > _SIZED[name]:
+                raise ValueError(f"{name}({args}): expected at most {_SIZED[name]} whole number(s)")
+        elif name != "DECIMAL" and name not in ("DEC", "NUMERIC"):
+            raise ValueError(f"{name} needs a length, e.g. {name}(20)")
+        return rest
+    if name == "MAP":
+        raise ValueError("JSON decoding does not support MAP types; use a STRUCT")
+    if name in ("ARRAY", "STRUCT"):
+        if not rest.lstrip().startswith("<"):
+            raise ValueError(f"{name} needs <...>, e.g. {name}<{'STRING' if name == 'ARRAY' else 'a: STRING'}>")
+        rest = rest.lstrip()[1:]
+        if name == "ARRAY":
+            rest = _check_type(rest)
+        else:
+            while True:
+                field = re.match(r"\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?", rest)
+                if not field:
+                    raise ValueError(f"STRUCT: expected '<name>: <type>' at {rest.strip()!r}")
+                rest = _check_type(rest[field.end() :])
+                rest = re.sub(r"^\s*NOT\s+NULL", "", rest, flags=re.I)
+                rest = re.sub(r"^\s*COMMENT\s+'(?:[^'\\]|\\.)*'", "", rest, flags=re.I)
+                if not rest.lstrip().startswith(","):
+                    break
+                rest = rest.lstrip()[1:]
+        if not rest.lstrip().startswith(">"):
+            raise ValueError(f"{name}<...> is not closed with '>'")
+        return rest.lstrip()[1:]
+    known = sorted(_PRIMITIVES | set(_SIZED) | {"ARRAY", "STRUCT"})
+    close = difflib.get_close_matches(name, known, n=1)
+    raise ValueError(f"unknown type {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else ""))
 
 
 def _reader_type(t: pa.DataType) -> pa.DataType:

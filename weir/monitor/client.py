@@ -144,7 +144,8 @@ def status_views(body: dict, url: str) -> list[Any]:
     from (and whether the broker answers), a table per pipeline, the outputs' freshness, the firing alerts."""
     # rich's tables are for `weir status` alone: the monitor's own process never loads them.
     from rich.markup import escape as e  # names, errors and URLs (IPv6: "[::1]") are text, never markup
-    from rich.table import Table
+
+    from weir.tables import new_table
 
     views: list[Any] = []
     broker = body.get("broker") or {}
@@ -162,7 +163,7 @@ def status_views(body: dict, url: str) -> list[Any]:
     if not by_pipeline:
         views.append("the monitor has heard of no processor yet")
     for name, procs in by_pipeline.items():
-        table = Table(
+        table = new_table(
             "processor", "health", "lag", "lag age", "in/s", "processed/s", "freshness", "dlq", "late", "restarts",
             "why", title=f"pipeline {e(name)}",
         )  # fmt: skip
@@ -180,7 +181,7 @@ def status_views(body: dict, url: str) -> list[Any]:
         views.append(table)
     outputs = body.get("outputs") or {}
     if outputs:
-        table = Table("output", "kind", "freshness", "written by", title="outputs: how far behind real time")
+        table = new_table("output", "kind", "freshness", "written by", title="outputs: how far behind real time")
         for name, o in outputs.items():
             writers = ", ".join(o.get("writers") or [])
             table.add_row(e(name), e(str(o.get("kind", ""))), duration(o.get("freshness_s")), e(writers))

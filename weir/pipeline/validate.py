@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 
-from weir.pipeline.model import DeclarationError, Pipeline
+from weir.kafka.decode import SchemaError, parse_fields, type_problem
+from weir.pipeline.model import DeclarationError, Pipeline, Topic
 from weir.sinks.base import Sink
 
 
 def problems(p: Pipeline) -> list[str]:
     """Everything wrong with the declaration; empty when it may run."""
     found = list(p._duplicates)
+    for t in p.topics.values():
+        found += _schema_problems(t)
     for proc in p.processors.values():
         for role, names in (("input", proc.inputs), ("output", proc.outputs)):
             for t in names:
@@ -37,6 +40,22 @@ def problems(p: Pipeline) -> list[str]:
     if cycle:
         found.append("cycle: " + " -> ".join(cycle))
     return found
+
+
+def _schema_problems(t: Topic) -> list[str]:
+    """One line per bad field of a topic's schema, naming the topic and the field."""
+    if not t.schema.strip():
+        return []  # a raw topic: bytes weir does not decode
+    try:
+        fields = parse_fields(t.schema)
+    except SchemaError as exc:
+        return [f"topic {t.name}: schema {t.schema!r}: {exc}"]
+    out = []
+    for f in fields:
+        problem = type_problem(f.type_ddl)
+        if problem:
+            out.append(f"topic {t.name}: field {f.name}: {problem} (in {f.type_ddl!r})")
+    return out
 
 
 def validate(p: Pipeline) -> Pipeline:

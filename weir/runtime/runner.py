@@ -175,6 +175,8 @@ class Runner:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> Runner:
+        # Every processor traced and checked before anything is created: a refused pipeline leaves no topic.
+        notes = self._prepare()
         created = self.create_topics()
         if created:
             log.info("weir: created topics %s", ", ".join(created))
@@ -186,17 +188,16 @@ class Runner:
         )
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener)
-        try:
-            self._prepare()
-        except BaseException:
-            self.stop()  # no listener or producer left behind by a refused start
-            raise
+        for name, note in notes.items():
+            self.publisher.publish("state", name, state="code_changed", note=note)
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
         self._supervisor.start()
         return self
 
-    def _prepare(self) -> None:
-        """Trace every processor and check its version before any query starts: fail fast, all at once."""
+    def _prepare(self) -> dict[str, str]:
+        """Trace every processor and check its version before anything starts: fail fast, all at once. The
+        notes of changed code by processor, to publish once the progress topic exists."""
+        notes = {}
         for proc in self.selected:
             b = ProcessorQuery(
                 self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc),
@@ -210,10 +211,10 @@ class Runner:
             )
             note = versions.check(proc, self.checkpoint(proc), shape)
             if note:
-                self.status[proc.name].note = note
-                self.publisher.publish("state", proc.name, state="code_changed", note=note)
+                self.status[proc.name].note = notes[proc.name] = note
                 log.warning("weir: %s", note)
             self._builders[proc.name] = b
+        return notes
 
     def _start_query(self, name: str) -> None:
         self.status[name].restart_at = None
@@ -339,14 +340,19 @@ class Runner:
         with self._lock:
             for b in self._builders.values():
                 b.stopping.set()  # no new batch starts from here
-            for name, q in list(self._queries.items()):
-                self._finish_batch(name, q)
-                try:
-                    q.stop()
-                except Exception as exc:  # stopping the others matters more
-                    log.warning("weir: stopping %s: %s", name, exc)
-                self._await_listener(name, q)
-                self._set_state(name, "stopped")
+            queries = list(self._queries.items())
+        # Side by side: one after the other, a pipeline of idle processors took the sum of their stops.
+        stopping = [threading.Thread(target=self._stop_query, args=q, name=f"weir-stop-{q[0]}") for q in queries]
+        for t in stopping:
+            t.start()
+        deadline = time.monotonic() + self.settings.stop_timeout + 30  # a batch's own wait, then Spark's stop
+        for t in stopping:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name.removeprefix("weir-stop-") for t in stopping if t.is_alive()]
+        if stuck:
+            log.error("weir: processor(s) %s did not stop within %.0fs; leaving them", ", ".join(stuck),
+                      self.settings.stop_timeout + 30)  # fmt: skip
+        with self._lock:
             self._queries.clear()
         if getattr(self, "_listener", None) is not None:
             self.spark.streams.removeListener(self._listener)
@@ -355,6 +361,17 @@ class Runner:
             self.publisher.close()
             self.publisher = None
         self._write_state()
+
+    def _stop_query(self, name: str, query: Any) -> None:
+        """Let the running batch finish (up to stop_timeout), stop the query, and record its last progress."""
+        self._finish_batch(name, query)
+        try:
+            query.stop()
+        except Exception as exc:  # stopping the others matters more
+            log.warning("weir: stopping %s: %s", name, exc)
+        with self._lock:
+            self._await_listener(name, query)
+            self._set_state(name, "stopped")
 
     def run(self, duration: float | None = None) -> None:
         """Start, then block until Ctrl-C, SIGTERM, `duration` seconds, or (available_now) the end."""
