@@ -47,3 +47,28 @@ def bucket_count(stream: DataFrame) -> int:
 def bucket(key: Column, buckets: int) -> Column:
     """A key's bucket, 0 <= bucket < `buckets`: the column a bucketed block groups by (`__weir_bucket`)."""
     return F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int")
+
+
+def timer_ms(us: int) -> int:
+    """An event-time timer for time `us`: rounded up, so it never fires before the watermark reaches `us`."""
+    return -(-us // 1000)
+
+
+def store_bucket(
+    handle: Any, state: Any, shape: str, timer: int | None, due_us: int | None, data: bytes | None, existed: bool
+) -> None:
+    """What a bucketed block keeps per bucket: one ValueState (shape, timer_ms, data) and one event-time timer.
+
+    Moves the timer to `due_us` (None: no timer); `timer` is the one registered now (None when there is none,
+    or the one firing, which Spark deletes itself). Stores `data`, or clears the state when it is None."""
+    want = None if due_us is None else timer_ms(due_us)
+    if want != timer:
+        if timer is not None:
+            handle.deleteTimer(timer)
+        if want is not None:
+            handle.registerTimer(want)
+    if data is None:
+        if existed:
+            state.clear()
+    else:
+        state.update((shape, want, data))

@@ -33,8 +33,8 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
-from weir.blocks.window import check_keyed_stream, interval_ms, timer_ms, watermark_delay
+from weir.blocks.common import bucket, bucket_count, col, store_bucket, wire, wire_type
+from weir.blocks.window import check_keyed_stream, interval_ms, watermark_delay
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
@@ -76,20 +76,10 @@ class _Dedup(StatefulProcessor):
         return deduping.loads(bytes(data)), (None if timer is None else int(timer)), True
 
     def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        """Store the keys and move the bucket's one timer to the earliest expiry; `timer` is the one registered
-        now (None when there is none, or the one firing, which Spark deletes itself)."""
-        expiry = deduping.next_expiry(table, self.horizon_us)
-        want = None if expiry is None else timer_ms(expiry)
-        if want != timer:
-            if timer is not None:
-                self.handle.deleteTimer(timer)
-            if want is not None:
-                self.handle.registerTimer(want)
-        if table.empty:
-            if existed:
-                self.state.clear()
-        else:
-            self.state.update((self.shape, want, deduping.dumps(table)))
+        """Store the keys, the bucket's one timer at the earliest expiry (common.store_bucket)."""
+        data = None if table.empty else deduping.dumps(table)
+        due = deduping.next_expiry(table, self.horizon_us)
+        store_bucket(self.handle, self.state, self.shape, timer, due, data, existed)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues

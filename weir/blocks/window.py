@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import windowing
-from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, store_bucket, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
@@ -62,11 +62,6 @@ def interval_ms(text: str, fn: str = "window") -> int:
 def watermark_delay(text: str, fn: str = "window") -> str:
     """The watermark delay as Spark reads it ("10 seconds"), from any duration weir.units reads ("10s")."""
     return units.spark_interval(units.duration_ms(text, f"{fn}: watermark", bare=None))
-
-
-def timer_ms(us: int) -> int:
-    """An event-time timer for time `us`: rounded up, so it never fires before the watermark reaches `us`."""
-    return -(-us // 1000)
 
 
 class Bucketed(StatefulProcessor):
@@ -109,20 +104,9 @@ class Bucketed(StatefulProcessor):
         return windowing.loads(bytes(data), self.spec), (None if timer is None else int(timer)), True
 
     def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        """Store the open windows and move the bucket's one timer to the earliest open end; `timer` is the
-        one registered now (None when there is none, or the one firing, which Spark deletes itself)."""
-        end = windowing.next_end(table, self.spec)
-        want = None if end is None else timer_ms(end)
-        if want != timer:
-            if timer is not None:
-                self.handle.deleteTimer(timer)
-            if want is not None:
-                self.handle.registerTimer(want)
-        if table.empty:
-            if existed:
-                self.state.clear()
-        else:
-            self.state.update((self.shape, want, windowing.dumps(table, self.spec)))
+        """Store the open windows, the bucket's one timer at the earliest open end (common.store_bucket)."""
+        data = None if table.empty else windowing.dumps(table, self.spec)
+        store_bucket(self.handle, self.state, self.shape, timer, windowing.next_end(table, self.spec), data, existed)
 
     def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
         """Output rows: the named columns given, every other one null."""
