@@ -12,11 +12,12 @@ import json
 import logging
 import re
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -25,7 +26,7 @@ from weir.config import ProcessorSettings, Settings
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.model import Pipeline, Processor, Topic
-from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import routing
 from weir.runtime.accounting import Counts, from_routes
 from weir.units import spark_trigger
@@ -283,21 +284,52 @@ class ProcessorQuery:
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned
         if any(g[routing.DEST] is not None for g in groups):
-            (
-                routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
-                # Each task writes oldest first: a reader that cuts through this batch (its own batch limit,
-                # or reading while it is written) sees the older records, not a scatter whose newest event
-                # times would push its watermark past the rest (a stateful result comes grouped by key).
-                .sortWithinPartitions("timestamp")
-                .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
-                .write.format("weir-kafka")
-                .options(**self._kafka_options())
-                .mode("append")
-                .save()
-            )
+            self._write_topics(routed)
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
             counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
+        return counts
+
+    def _write_topics(self, routed: DataFrame) -> None:
+        """Write the routed rows that have a destination topic to it (one Spark job)."""
+        (
+            routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
+            # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
+            # reading while it is written) sees the older records, not a scatter whose newest event times
+            # would push its watermark past the rest (a stateful result comes grouped by key).
+            .sortWithinPartitions("timestamp")
+            .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
+            .write.format("weir-kafka")
+            .options(**self._kafka_options())
+            .mode("append")
+            .save()
+        )
+
+    def _observed_delivery(self, routed: DataFrame, batch_id: int) -> Counts:
+        """A stateful batch without a sink in one Spark job: the Kafka write counts every route on its way
+        (an Observation of all rows, taken before the filter on a destination), so the batch is neither cached
+        nor computed twice. A route or destination outside the processor's own shows as a violation."""
+        combos = routing.destinations(self.proc)
+        is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
+        metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
+        metrics += [
+            F.count_if((col(ROUTE) == r) & c).alias(f"n{i}")
+            for i, ((r, _), c) in enumerate(zip(combos, is_dest, strict=True))
+        ]
+        seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
+        self._write_topics(routed.observe(seen, *metrics))
+        got = seen.get
+        groups = []
+        for i, (r, d) in enumerate(combos):
+            n = int(got[f"n{i}"])
+            if n:
+                groups.append((r, d, n, int(got["absorbed"]) if r == ABSORB else 0))
+        stray = int(got["rows"]) - sum(n for _, _, n, _ in groups)
+        if stray:
+            groups.append((None, None, stray, 0))  # counted as violations by from_routes
+        counts = from_routes(groups)
+        counts.has_sources = self._has_sources
+        counts.poison = self._poisoned
         return counts
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -310,9 +342,15 @@ class ProcessorQuery:
         self.ledger.put(self.name, batch_id, counts)
 
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
+        frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
+        if self.proc.sink is None:
+            counts = self._observed_delivery(routing.route(frame, self.proc, self.topics), batch_id)
+            counts.passed = None  # the blocks' routes are the accounting: nothing to settle
+            self.ledger.put(self.name, batch_id, counts)
+            return
+        # With a sink, the batch feeds two writes: cached, so the stateful operator runs once.
         self._cache(batch)
         try:
-            frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
             # Not cached: a projection of the cached batch (see _attempt). A block's routes are the accounting,
             # so the groups need no count of distinct sources, which costs a shuffle.
             routed = routing.route(frame, self.proc, self.topics)

@@ -17,7 +17,7 @@ from weir.blocks.common import col
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.sink import SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
 
 DEST = "_dest"
 SOURCE = "_src"  # (topic, partition, offset) of the input record behind an output row, when the row has it
@@ -154,6 +154,17 @@ def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame
         stamp.alias("timestamp"),
         source.alias(SOURCE),
     )
+
+
+def destinations(proc: Processor) -> list[tuple[str, str | None]]:
+    """Every (route, destination topic) that `route` gives a processor's rows: its outputs for "out" and
+    "emit" (none for a sink processor), `<input>.late` and `<input>.dlq`, no topic for the rest (and for late
+    and dead-letter rows without a source topic)."""
+    outs: list[str | None] = [*proc.outputs] if proc.sink is None and proc.outputs else [None]
+    combos = [(r, t) for r in (OUT, EMIT) for t in outs]
+    for r, suffix in ((LATE, ".late"), (DLQ, ".dlq")):
+        combos += [(r, f"{t}{suffix}") for t in proc.inputs] + [(r, None)]
+    return combos + [(r, None) for r in (ABSORB, DUPLICATE, FILTERED)]
 
 
 def dead_letters(batch: DataFrame, proc: Processor) -> DataFrame:
