@@ -166,3 +166,19 @@ def test_outputs_naming_records_never_handed_are_a_violation():
     c.passed, c.has_sources, c.handed = 5, True, 4
     c.settle(4)
     assert c.violations == 1
+
+
+def test_destinations_list_every_route_and_topic_a_processor_can_route_to():
+    """What the one-job stateful batch counts (query._observed_delivery): anything else is a violation."""
+    from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
+    from weir.runtime.routing import destinations
+
+    p = Pipeline("d")
+    a, b, out = p.topic("a", schema="id STRING"), p.topic("b", schema="id STRING"), p.topic("o", schema="id STRING")
+    p.processor(name="join", inputs=[a, b], outputs=[out], stateful=True)(lambda x, y: x)
+    got = destinations(p.processors["join"])
+    assert got == [
+        (OUT, "o"), (EMIT, "o"),
+        (LATE, "a.late"), (LATE, "b.late"), (LATE, None), (DLQ, "a.dlq"), (DLQ, "b.dlq"), (DLQ, None),
+        (ABSORB, None), (DUPLICATE, None), (FILTERED, None),
+    ]  # fmt: skip
