@@ -53,8 +53,8 @@ Figures, each system a subprocess (its whole process tree measured):
 --blocks then runs weir's other blocks on the same input, each by `weir run --once`, against the tumbling
 window's steady rate: sliding_window (1 min, slide 10 s), session_window (gap 30 s), deduplicate (on id),
 join_table (a 100k-key changelog topic); and a stateless processor (filter + map) against the same query
-written by hand over weir-kafka (no routing, no accounting). deduplicate (one key per event) costs per key:
-give it a small N or a long --weir-timeout (join_table runs per bucket of keys, as the windows do).
+written by hand over weir-kafka (no routing, no accounting). Every block runs per bucket of keys; deduplicate
+keeps one key per event, so its state (and each call's cost) grows with N.
 This machine's speed varies from day to day and under other load: compare ratios measured in the same run; the
 load average is printed at start and end.
 """
