@@ -345,13 +345,13 @@ class Runner:
         stopping = [threading.Thread(target=self._stop_query, args=q, name=f"weir-stop-{q[0]}") for q in queries]
         for t in stopping:
             t.start()
-        deadline = time.monotonic() + self.settings.stop_timeout + 30  # a batch's own wait, then Spark's stop
+        limit = self.settings.stop_timeout + 30  # a batch's own wait, then Spark's stop of the query
+        deadline = time.monotonic() + limit
         for t in stopping:
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name.removeprefix("weir-stop-") for t in stopping if t.is_alive()]
         if stuck:
-            log.error("weir: processor(s) %s did not stop within %.0fs; leaving them", ", ".join(stuck),
-                      self.settings.stop_timeout + 30)  # fmt: skip
+            log.error("weir: processor(s) %s did not stop within %.0fs; leaving them", ", ".join(stuck), limit)
         with self._lock:
             self._queries.clear()
         if getattr(self, "_listener", None) is not None:
