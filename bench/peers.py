@@ -102,6 +102,7 @@ PEER_PACKAGES = {
     "quix": ("quixstreams-3.28.1", ["quixstreams==3.28.1"]),
 }
 SYSTEMS = ("raw", "loop", "spark", "weir", "bytewax", "quix")
+BLOCKS = ("sliding", "session", "dedup", "join", "stateless")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -682,7 +683,10 @@ def main() -> int:
     parser.add_argument("--weir-timeout", type=float, default=900.0, help="seconds before a weir run is stopped")
     parser.add_argument("--peer-timeout", type=float, default=900.0, help="seconds before any other peer is stopped")
     parser.add_argument("--weir-unlimited", action="store_true", help="weir again with WEIR_MAX_OFFSETS_PER_TRIGGER=0")
-    parser.add_argument("--blocks", action="store_true", help="then weir's other blocks and a stateless processor")
+    parser.add_argument(
+        "--blocks", nargs="?", const=",".join(BLOCKS), default="", metavar="NAMES",
+        help=f"then weir's other blocks and a stateless processor (all, or some of {','.join(BLOCKS)})",
+    )  # fmt: skip
     parser.add_argument(
         "--weir-env", action="append", default=[], metavar="KEY=VALUE",
         help="an environment variable for every weir run, e.g. WEIR_SPARK_CONF='{\"spark.eventLog.enabled\":\"true\"}'",
@@ -691,6 +695,10 @@ def main() -> int:
     args = parser.parse_args()
     rate = args.event_rate or min(10_000.0, max(args.records / 100, 1.0))
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    chosen = [b.strip() for b in args.blocks.split(",") if b.strip()]
+    unknown = sorted(set(chosen) - set(BLOCKS))
+    if unknown:
+        parser.error(f"--blocks: unknown block(s) {', '.join(unknown)}; choose among {','.join(BLOCKS)}")
     load_start = os.getloadavg()
     console.print(f"[bold]load average[/] {load_start} on {os.cpu_count()} cores")
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-peers-"))
@@ -750,11 +758,12 @@ def main() -> int:
             console.print("[bold]7. weir's other blocks[/]")
             create_topic(bootstrap, "peers.users", {"cleanup.policy": "compact"})
             produce_table(bootstrap, "peers.users")
-            for name in ("sliding", "session", "dedup", "join", "stateless"):
+            for name in chosen:
                 run_weir(bench, name, f"weir {name}", args.weir_timeout, blocks=True)
-            run_spark(
-                bench, "hand-stateless", "hand-written stateless query", "stateless", "peers.hand.stateless", True
-            )
+            if "stateless" in chosen:
+                run_spark(
+                    bench, "hand-stateless", "hand-written stateless query", "stateless", "peers.hand.stateless", True
+                )
     finally:
         broker.stop()
         shutil.rmtree(scratch / "broker-home", ignore_errors=True)  # the topics; the logs and stats stay

@@ -93,6 +93,7 @@ class ProcessorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     trigger: str | None = None
     max_offsets_per_trigger: int | None = None
+    flow: Literal["auto", "static"] | None = None
 
 
 class Settings(BaseSettings):
@@ -136,7 +137,30 @@ class Settings(BaseSettings):
     )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     max_offsets_per_trigger: int | None = Field(
-        100_000, description="Records per input topic per micro-batch (backlog catch-up in bounded steps); 0: no limit."
+        None,
+        description=(
+            "A static limit of records per input topic per micro-batch (0: none); set, it wins over flow = auto."
+        ),
+    )
+    flow: Literal["auto", "static"] = Field(
+        "auto",
+        description=(
+            "auto: each batch is sized from the last ones' durations, within a memory budget (docs/flow.md); "
+            "static: max_offsets_per_trigger, 100000 when unset."
+        ),
+    )
+    flow_target: str | None = Field(
+        None, description="flow = auto: the duration a batch with a backlog aims at (default: the trigger, >= 10 s)."
+    )
+    flow_memory: str | None = Field(
+        None,
+        description=(
+            "flow = auto: what one batch may hold in memory, e.g. '256m' (default: a quarter of the memory of the"
+            " JVMs that run tasks)."
+        ),
+    )
+    flow_start_records: int = Field(
+        10_000, gt=0, description="flow = auto: records of the first batch after a start, before anything is measured."
     )
     restart_backoff: float = Field(1.0, description="Seconds before restarting a failed processor the first time.")
     restart_backoff_max: float = Field(60.0, description="Ceiling of the doubling restart backoff, in seconds.")

@@ -1,12 +1,13 @@
 """Rate limits and parallelism of the weir-kafka source: maxOffsetsPerTrigger, maxBytesPerTrigger,
-minPartitions."""
+minPartitions, and adaptive admission (flow=auto)."""
 
 from __future__ import annotations
 
 import pytest
-from _pipe import Rec, end_offsets, produce, run_available_now, source
+from _pipe import Collected, Rec, end_offsets, produce, run_available_now, run_to_end, source
 
 from weir.kafka import Admin
+from weir.kafka.admission import ADMISSION_KEY, EXPANSION, GROWING, MEMORY_CAP, WARMING_UP, write_measurement
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +100,54 @@ def test_min_partitions_stream(spark, bootstrap, topic_name, tmp_path) -> None:
     assert got.num_partitions[0] >= 4, got.num_partitions
     assert coordinates(got.rows) == [(0, o) for o in range(400)]
     assert {bytes(r["value"])[:6] for r in got.rows if r["offset"] == 123} == {b"0:123:"}
+
+
+def run_measured(df, checkpoint: str, measurements, seconds: float) -> Collected:
+    """Like run_available_now, but each batch reports `seconds` as its measured duration, as the runner does."""
+    out = Collected()
+
+    def each(batch_df, batch_id: int) -> None:
+        out.num_partitions.append(batch_df.rdd.getNumPartitions())
+        out.batches.append(batch_df.select("partition", "offset").collect())
+        write_measurement(measurements, batch_id, seconds)
+
+    out.progress = run_to_end(df, checkpoint, each)
+    return out
+
+
+def test_flow_auto_warms_up_grows_and_reads_a_backlog_with_every_core(spark, bootstrap, topic_name, tmp_path) -> None:
+    fill(bootstrap, topic_name, partitions=1, per_partition=3000)
+    measurements = tmp_path / "flow.json"
+    df = source(
+        spark, bootstrap, topic_name, stream=True, startingOffsets="earliest", flow="auto", flowStartRecords=100,
+        flowTargetMs=10_000, flowCores=3, flowMeasurements=measurements,
+    )  # fmt: skip
+    got = run_measured(df, str(tmp_path / "ckpt"), measurements, seconds=1.0)  # every batch: 10x under target
+
+    assert [p["numInputRows"] for p in got.progress] == [100, 400, 1600, 900]
+    decisions = [e[ADMISSION_KEY] for e in end_offsets(got.progress)]
+    assert [(d["limit"], d["reason"], d["waiting"]) for d in decisions] == [
+        (100, WARMING_UP, 3000),
+        (400, WARMING_UP, 2900),
+        (1600, WARMING_UP, 2500),
+        (16000, GROWING, 900),  # 10x the headroom; the batch takes the 900 left
+    ]
+    assert [d.get("measuredMs") for d in decisions] == [None, 1000, 1000, 1000]
+    # One Kafka partition, read by a task per core while records were left waiting; by one when caught up.
+    assert got.num_partitions == [3, 3, 3, 1]
+    assert coordinates(got.rows) == [(0, o) for o in range(3000)]
+
+
+def test_flow_auto_never_admits_more_than_the_memory_budget(spark, bootstrap, topic_name, tmp_path) -> None:
+    fill(bootstrap, topic_name, partitions=2, per_partition=500)
+    record = KEY_BYTES + VALUE_BYTES
+    measurements = tmp_path / "flow.json"
+    df = source(
+        spark, bootstrap, topic_name, stream=True, startingOffsets="earliest", flow="auto", flowStartRecords=5000,
+        flowMemoryBytes=record * EXPANSION * 250, flowMeasurements=measurements,
+    )  # fmt: skip
+    got = run_measured(df, str(tmp_path / "ckpt"), measurements, seconds=0.01)
+
+    assert [p["numInputRows"] for p in got.progress] == [250, 250, 250, 250]
+    assert {e[ADMISSION_KEY]["reason"] for e in end_offsets(got.progress)} == {MEMORY_CAP}
+    assert coordinates(got.rows) == [(p, o) for p in range(2) for o in range(500)]

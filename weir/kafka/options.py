@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from weir.config import redact
+from weir.kafka.admission import FlowOptions
 from weir.storage.lake import Lake, LakeError
 
 # Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
@@ -37,6 +38,13 @@ SOURCE_OPTIONS = {
     "maxoffsetspertrigger": "streams: at most this many records per micro-batch",
     "maxbytespertrigger": "streams: about this many bytes (key+value) per micro-batch",
     "minpartitions": "split offset ranges so at least this many Spark tasks read in parallel",
+    "flow": "streams: static (default: maxOffsetsPerTrigger, maxBytesPerTrigger) or auto (adaptive admission, "
+    "docs/flow.md)",
+    "flowtargetms": "flow=auto: the duration a batch with a backlog aims at (default 10000)",
+    "flowmemorybytes": "flow=auto: what one batch may hold in memory, all tasks together (default 256 MiB)",
+    "flowstartrecords": "flow=auto: records of the first batch after a start (default 10000)",
+    "flowcores": "flow=auto: read tasks while catching up (default: minPartitions)",
+    "flowmeasurements": "flow=auto: a file where the query's runner writes each batch's measured duration",
     "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
     "lake": "a lake root (path or URL): offsets retention deleted are read from its archive of the topic",
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
@@ -152,6 +160,7 @@ class SourceOptions:
     value_prefix: str = ""
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
+    flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -243,6 +252,34 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         value_prefix=opts.get("valuefieldprefix", ""),
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
+        flow=_flow(opts),
+    )
+
+
+def _flow(opts: dict[str, str]) -> FlowOptions | None:
+    mode = opts.get("flow", "static").lower()
+    if mode not in ("static", "auto"):
+        raise OptionError(f"option flow must be static or auto, got {mode!r}")
+    given = [
+        n for n in ("flowtargetms", "flowmemorybytes", "flowstartrecords", "flowcores", "flowmeasurements") if n in opts
+    ]
+    if mode == "static":
+        if given:
+            raise OptionError(f"option(s) {', '.join(given)} need flow=auto")
+        return None
+    static = [n for n in ("maxoffsetspertrigger", "maxbytespertrigger") if n in opts]
+    if static:
+        raise OptionError(
+            f"flow=auto sizes each batch itself; drop {', '.join(static)} (a static limit), or set flow=static"
+        )
+    default = FlowOptions()
+    target = _positive_int(opts, "flowtargetms")
+    return FlowOptions(
+        target_s=target / 1000 if target is not None else default.target_s,
+        memory_bytes=_positive_int(opts, "flowmemorybytes") or default.memory_bytes,
+        start_records=_positive_int(opts, "flowstartrecords") or default.start_records,
+        cores=_positive_int(opts, "flowcores"),
+        measurements=opts.get("flowmeasurements") or None,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from weir.kafka import offsets as off
+from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
 from weir.kafka.log import TP, LogView
@@ -214,6 +216,12 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._uncounted = LakeFallback()
         self._uncounted_loss = DataLoss()
         self._replay_counted: str | None = None  # the end offset of the batch last counted so (planned once or more)
+        # flow=auto: the admission controller, the last batch planned (end, records, when) until it is measured,
+        # the last measurement used, and whether the planned batch left records waiting (a backlog).
+        self._admission = Controller(opts.flow) if opts.flow is not None else None
+        self._planned: tuple[Positions, int, float] | None = None
+        self._measurement_seq: int | None = None
+        self._catching_up = False
 
     @property
     def view(self) -> LogView:
@@ -230,6 +238,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return off.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        if self._admission is not None:
+            return ReadAllAvailable()  # the controller caps each batch itself (latestOffset)
         if self.opts.max_offsets is not None:
             return ReadMaxRows(self.opts.max_offsets)
         if self.opts.max_bytes is not None:
@@ -310,7 +320,11 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 hi = min(hi, self._target.get((t, p), eff[t][p]))
             latest.setdefault(t, {})[p] = max(hi, eff[t][p])
         end = latest
-        if not isinstance(limit, ReadAllAvailable):
+        decision = None
+        if self._admission is not None:
+            decision = self._admit(positions)
+            end = off.cap(eff, latest, decision.limit)
+        elif not isinstance(limit, ReadAllAvailable):
             max_rows = self._max_rows(limit)
             if max_rows is not None:
                 end = off.cap(eff, latest, max_rows)
@@ -319,7 +333,32 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._uncounted_loss.events:
             loss = DataLoss(loss.skipped_offsets + self._uncounted_loss.skipped_offsets, loss.events + 1)
             self._uncounted_loss = DataLoss()
-        return off.to_json(end, loss, fallback)
+        out = off.to_json(end, loss, fallback)
+        if decision is not None:
+            admitted, waiting = _records(eff, end), _records(eff, latest)
+            self._catching_up = waiting > admitted
+            if admitted > 0:
+                self._planned = (end, admitted, time.monotonic())
+                out[ADMISSION_KEY] = decision.to_json(self._admission.opts.target_s) | {"waiting": waiting}
+            elif ADMISSION_KEY in start:
+                # No batch: the offset must equal the start's, or Spark would run an empty batch for it.
+                out[ADMISSION_KEY] = start[ADMISSION_KEY]
+        return out
+
+    def _admit(self, start: Positions) -> Decision:
+        """The controller's decision for the batch after the one that ended at `start`, measured by the
+        runner's file when it has a newer measurement, else by the time since that batch was planned (which
+        includes any wait for the trigger: an over-estimate when the batch finished early)."""
+        rows = seconds = None
+        if self._planned is not None and self._planned[0] == start:
+            _, rows, planned_at = self._planned
+            seconds = time.monotonic() - planned_at
+            got = read_measurement(self._admission.opts.measurements) if self._admission.opts.measurements else None
+            if got is not None and got[0] != self._measurement_seq:
+                self._measurement_seq, seconds = got
+        self._planned = None
+        cap = memory_cap(self._admission.opts, self.view.average_record_bytes())
+        return self._admission.decide(rows, seconds, cap)
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
         rows = [limit.max_rows] if isinstance(limit, ReadMaxRows) else []
@@ -379,7 +418,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                     s = lo  # new partition, or a loss counted in @dataLoss when the batch was planned
                 ranges.append(OffsetRange(t, p, s, e))
         self._count_replayed(start, end, lake, skipped)
-        return [*lake, *(KafkaPartition(r) for r in off.split(ranges, self.opts.min_partitions))]
+        tasks = self.opts.min_partitions
+        if self._catching_up and self.opts.flow is not None and self.opts.flow.cores:
+            tasks = max(tasks or 0, self.opts.flow.cores)  # a backlog: a read task for every core
+        return [*lake, *(KafkaPartition(r) for r in off.split(ranges, tasks))]
 
     def _count_replayed(self, start: dict, end: dict, lake: list[LakePartition], skipped: int) -> None:
         """A batch planned before retention passed it and replayed after (a restart after a crash mid-batch)
@@ -419,6 +461,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._view is not None:
             self._view.close()
             self._view = None
+
+
+def _records(start: Positions, end: Positions) -> int:
+    return sum(max(e - start.get(t, {}).get(p, e), 0) for t, parts in end.items() for p, e in parts.items())
 
 
 class KafkaBatchReader(_RangeReading, DataSourceReader):

@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from weir import units
+from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.pipeline")
@@ -101,6 +102,7 @@ def spark_figures(progress: Any) -> dict:
         "state_memory_bytes": sum(s.get("memoryUsedBytes", 0) for s in state),
         "rows_dropped_by_watermark": sum(s.get("numRowsDroppedByWatermark", 0) for s in state),
         "lake_fallback": lake_fallback(p.get("sources") or []),
+        "admission": admission(p.get("sources") or []),
         "sources": [
             {
                 "description": s.get("description"),
@@ -108,6 +110,7 @@ def spark_figures(progress: Any) -> dict:
                 "end_offset": s.get("endOffset"),
                 "latest_offset": s.get("latestOffset"),
                 "input_rows": s.get("numInputRows"),
+                "admission": _offset(s.get("endOffset")).get(ADMISSION_KEY),
             }
             for s in p.get("sources") or []
         ],
@@ -139,3 +142,19 @@ def lake_fallback(sources: list[dict]) -> dict | None:
         total["batch_offsets"] += int(end.get("offsets", 0)) - int(start.get("offsets", 0))
         total["last"] = [*total["last"], *(end.get("last") or [])][-10:]
     return total
+
+
+def admission(sources: list[dict]) -> dict | None:
+    """The batch's adaptive admission (None when every source has a static limit): the limits summed over
+    the sources, the records that were waiting, and the reason of the most constrained one (docs/flow.md)."""
+    decided = [d for d in (_offset(s.get("endOffset")).get(ADMISSION_KEY) for s in sources) if isinstance(d, dict)]
+    if not decided:
+        return None
+    tight = min(decided, key=lambda d: int(d.get("limit", 0)))
+    return {
+        "limit": sum(int(d.get("limit", 0)) for d in decided),
+        "waiting": sum(int(d.get("waiting", 0)) for d in decided),
+        "reason": tight.get("reason"),
+        "target_ms": tight.get("targetMs"),
+        "measured_ms": tight.get("measuredMs"),
+    }

@@ -12,26 +12,33 @@ import json
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
+from weir.kafka import admission
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import routing
 from weir.runtime.accounting import Counts, from_routes
-from weir.units import spark_trigger
 
 log = logging.getLogger("weir.pipeline")
+STATIC_LIMIT = 100_000  # records per input topic per batch with flow = static and no limit set
+# A batch with a backlog aims at the trigger interval, but at least this: each batch has a fixed cost of
+# planning and commits (about 0.5-1 s), which shorter catch-up batches would spend most of their time on.
+MIN_TARGET_MS = 10_000
 _INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT)
 
 
@@ -96,8 +103,6 @@ class ProcessorQuery:
         }
 
     def source(self, topic: Topic) -> DataFrame:
-        given = (self._override.max_offsets_per_trigger, self.proc.max_offsets_per_trigger)
-        limit = next((v for v in given if v is not None), self.settings.max_offsets_per_trigger)  # 0: no limit
         # A new checkpoint starts where the sink says (the archiver: after the lake), else at the earliest offset.
         wanted = self.proc.sink.starting_offsets() if self.proc.sink is not None else None
         starting = {topic.name: wanted[topic.name]} if wanted and wanted.get(topic.name) else None
@@ -109,14 +114,60 @@ class ProcessorQuery:
         )
         if topic.fields():
             reader = reader.option("valueFormat", "json").option("valueSchema", topic.schema)
-        if limit:
-            reader = reader.option("maxOffsetsPerTrigger", str(limit))
+        reader = reader.options(**self.admission_options())
         if self.settings.lake and not self.archive:
             # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
             # passed: the source consults the lake only then, and the archiver may run in another pipeline.
             # Never for the archiver itself: it would copy the lake into the lake.
             reader = reader.option("lake", self.settings.lake)
         return reader.load()
+
+    def static_limit(self) -> int | None:
+        """The static records-per-batch limit when admission is static (0: none), else None (flow = auto). A
+        limit set anywhere wins over auto: the processor's override, its declaration, then the settings."""
+        given = (self._override.max_offsets_per_trigger, self.proc.max_offsets_per_trigger)
+        limit = next((v for v in given if v is not None), self.settings.max_offsets_per_trigger)
+        flow = self._override.flow or self.settings.flow
+        if limit is None and flow == "static":
+            return STATIC_LIMIT
+        return limit
+
+    @property
+    def measurements(self) -> str:
+        """The file where each batch's measured duration is written for the sources' admission control."""
+        return str(Path(self.settings.home) / "run" / "flow" / f"{self.name}.json")
+
+    def admission_options(self) -> dict[str, str]:
+        """The weir-kafka options of this processor's admission: a static limit, or flow=auto (docs/flow.md)."""
+        limit = self.static_limit()
+        if limit is not None:
+            return {"maxOffsetsPerTrigger": str(limit)} if limit else {}
+        interval = self._override.trigger or self.proc.trigger or self.settings.trigger
+        if self.settings.flow_target is not None:
+            target_ms = units.duration_ms(self.settings.flow_target, "flow_target", bare=None, positive=True)
+        else:
+            target_ms = max(units.duration_ms(interval, f"{self.name}: trigger", bare="s"), MIN_TARGET_MS)
+        return {
+            "flow": "auto",
+            "flowTargetMs": str(target_ms),
+            "flowMemoryBytes": str(self._memory_budget()),
+            "flowStartRecords": str(self.settings.flow_start_records),
+            "flowCores": str(self.spark.sparkContext.defaultParallelism),
+            "flowMeasurements": self.measurements,
+        }
+
+    def _memory_budget(self) -> int:
+        """flow_memory, else a quarter of the heap of the JVMs that run tasks: the driver's in local mode,
+        every executor's otherwise."""
+        jvm = self.spark.sparkContext._jvm
+        to_bytes = jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes
+        if self.settings.flow_memory is not None:
+            return int(to_bytes(self.settings.flow_memory))
+        conf = self.spark.sparkContext.getConf()
+        if self.spark.sparkContext.master.startswith("local"):
+            return int(to_bytes(conf.get("spark.driver.memory", "1g"))) // 4
+        executors = int(conf.get("spark.executor.instances", "1"))
+        return int(to_bytes(conf.get("spark.executor.memory", "1g"))) * max(executors, 1) // 4
 
     def inputs(self) -> DataFrame:
         """Every input topic's decoded stream, unioned by column name (fields of other topics are null)."""
@@ -380,19 +431,23 @@ class ProcessorQuery:
             self.in_batch = batch_id
             try:
                 self._poisoned = 0
+                began = time.monotonic()
                 handler(batch, batch_id)
+                # The sources' admission control sizes the next batch from this one's duration (docs/flow.md).
+                admission.write_measurement(self.measurements, batch_id, time.monotonic() - began)
                 if on_batch:
                     on_batch(batch, batch_id)
             finally:
                 self.in_batch = None
 
+        Path(self.measurements).unlink(missing_ok=True)  # a previous run's measurements are not this one's
         writer = stream.writeStream.queryName(self.name).option("checkpointLocation", self.checkpoint)
         writer = writer.foreachBatch(each)
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
             interval = self._override.trigger or self.proc.trigger or self.settings.trigger
-            writer = writer.trigger(processingTime=spark_trigger(interval, f"{self.name}: trigger"))
+            writer = writer.trigger(processingTime=units.spark_trigger(interval, f"{self.name}: trigger"))
         return writer.start()
 
 
