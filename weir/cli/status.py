@@ -54,20 +54,26 @@ def status(
         out.print("no pipeline has run here (nothing under " + settings.home + "/run)")
     for name, body in report.items():
         table = new_table(
-            "processor", "state", "last batch", "at", "lag", "in", "out", "filtered", "dlq", "late", "violations",
-            "restarts", "last error", title=f"pipeline {name} ({body['runner']})",
+            "processor", "state", "last batch", "at", "lag", "admission", "in", "out", "filtered", "dlq", "late",
+            "violations", "restarts", "last error", title=f"pipeline {name} ({body['runner']})",
         )  # fmt: skip
         for proc, st in body["processors"].items():
             t = st.get("totals", {})
             table.add_row(
                 proc, st["state"], str(st.get("last_batch_id", "-")), str(st.get("last_batch_at") or "-"),
-                "-" if st.get("lag") is None else str(st["lag"]), *(str(t.get(k, 0)) for k in
+                "-" if st.get("lag") is None else str(st["lag"]), _admission(st.get("admission")),
+                *(str(t.get(k, 0)) for k in
                 ("in", "out", "filtered", "dlq", "late", "violations")), str(st.get("restarts", 0)),
                 (st.get("last_error") or "")[:60],
             )  # fmt: skip
         starts = sorted({st.get("totals_since") or "an unrecorded start" for st in body["processors"].values()})
         table.caption = f"in to violations: totals since the runner's start ({', '.join(starts)}), not all time"
         out.print(table)
+
+
+def _admission(a: dict | None) -> str:
+    """flow = auto: the last batch's limit and why, "226,719 (memory cap)"; "-" for a static limit."""
+    return "-" if not a else f"{a.get('limit', 0):,} ({a.get('reason', '?')})"
 
 
 def show_config() -> None:

@@ -127,6 +127,12 @@ function dur(s) {
   if (a < 172800) return sign + (a / 3600).toFixed(1) + "h";
   return sign + (a / 86400).toFixed(1) + "d";
 }
+function admission(b) {  // flow = auto: the last batch's limit and why (docs/flow.md)
+  const a = b && b.admission;
+  if (!a) return "";
+  return `admission: ${fmt(a.limit)} records per batch (${a.reason}); ${fmt(a.waiting)} waiting; ` +
+    `last batch ${fmt(a.measured_ms)} ms of a ${fmt(a.target_ms)} ms target`;
+}
 async function get(path) {
   const r = await fetch(path, {headers: HEADERS, cache: "no-store"});
   if (!r.ok) throw new Error(path + ": HTTP " + r.status);
@@ -322,6 +328,7 @@ function drawTables() {
       `inputs: ${p.inputs.join(", ") || "–"}   outputs: ${p.outputs.join(", ") || "–"}`,
       `trigger ${fmt(p.trigger_ms)} ms; last batch ${p.last_batch ? p.last_batch.batch_id : "–"}; batch p50 ` +
         `${fmt(p.batch_ms_p50)} ms, p95 ${fmt(p.batch_ms_p95)} ms`,
+      admission(p.last_batch),
       `violations ${p.violations_total} (in window ${p.violations_window}); lost offsets ${p.lost_offsets}`,
       p.last_error ? "last error: " + p.last_error : ""];
     detail.appendChild(el("pre", {}, lines.filter(Boolean).join("\n")));

@@ -126,12 +126,13 @@ class LastBatch:
     state_rows: int | None = None
     version: str | None = None
     lake_fallback: dict | None = None
+    admission: dict | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "batch_id": self.batch_id, "at_ms": self.at_ms, "input_rows": self.input_rows, "batch_ms": self.batch_ms,
             "watermark_ms": self.watermark_ms, "event_max_ms": self.event_max_ms, "state_rows": self.state_rows,
-            "version": self.version, "lake_fallback": self.lake_fallback,
+            "version": self.version, "lake_fallback": self.lake_fallback, "admission": self.admission,
         }  # fmt: skip
 
 

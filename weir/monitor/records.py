@@ -62,6 +62,7 @@ class Progress(Record):
     restarts: int
     version: str | None
     lake_fallback: dict | None = None
+    admission: dict | None = None  # flow = auto: the batch's limit and why (docs/flow.md)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def _progress(d: dict, base: dict) -> Progress:
         restarts=_get(d, "restarts", int, "", required=False, default=0),
         version=_get(d, "version", str, "", required=False),
         lake_fallback=_get(d, "lake_fallback", dict, "", required=False),
+        admission=_get(d, "admission", dict, "", required=False),
     )
 
 

@@ -55,6 +55,7 @@ class ProcessorStatus:
     input_rate: float = 0.0
     processed_rate: float = 0.0
     watermark: str | None = None
+    admission: dict | None = None  # flow = auto: the last batch's limit and why (docs/flow.md)
     totals: Counts = field(default_factory=Counts)
     restart_at: float | None = None
     note: str | None = None
@@ -417,6 +418,7 @@ class Runner:
             st.input_rate = figures["input_rows_per_second"] or 0.0
             st.processed_rate = figures["processed_rows_per_second"] or 0.0
             st.watermark = figures["watermark"]
+            st.admission = figures["admission"]
             st.totals.add(counts)
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
