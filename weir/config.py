@@ -162,6 +162,13 @@ class Settings(BaseSettings):
     flow_start_records: int = Field(
         10_000, gt=0, description="flow = auto: records of the first batch after a start, before anything is measured."
     )
+    broker_unavailable_timeout: str = Field(
+        "10 minutes",
+        description=(
+            "How long sources and sinks wait out an unreachable broker (the query stays up), before the processor"
+            " fails naming the broker."
+        ),
+    )
     restart_backoff: float = Field(1.0, description="Seconds before restarting a failed processor the first time.")
     restart_backoff_max: float = Field(60.0, description="Ceiling of the doubling restart backoff, in seconds.")
     processors: dict[str, ProcessorSettings] = Field(

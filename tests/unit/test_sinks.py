@@ -69,7 +69,10 @@ def query(tmp_path, sink: Sink | None, inputs=("orders",), lake: str | None = No
         p.topic(name, schema="id BIGINT")
     p.processor(inputs=list(inputs), name="store", sink=sink)(lambda *dfs: dfs[0])
     [proc] = p.processors.values()
-    settings = Settings(home=str(tmp_path), lake=lake or str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"))
+    # flow = static: adaptive admission reads Spark's conf (memory, parallelism), which this chain of calls lacks.
+    settings = Settings(
+        home=str(tmp_path), lake=lake or str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"), flow="static"
+    )
     spark = Chain()
     return ProcessorQuery(spark, p, proc, settings, Ledger(), str(tmp_path / "cp" / "q")), spark  # type: ignore[arg-type]
 

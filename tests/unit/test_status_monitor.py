@@ -314,10 +314,12 @@ def test_state_file_totals_say_since_when_they_count(home):
     assert result.exit_code == 0, result.output
     assert "totals since the runner's start (2026-11-22T06:59:00Z), not all time" in result.output
     row = next(line for line in result.output.splitlines() if "enrich" in line)
-    assert [c.strip() for c in row.split("│")[6:10]] == ["7", "5", "1", "1"]
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[6] == "-"  # admission: none recorded (a static limit, or no batch yet)
+    assert cells[7:11] == ["7", "5", "1", "1"]
     as_json = CliRunner().invoke(app, ["status", "--json"])
     assert json.loads(as_json.output)["shop"]["processors"]["enrich"]["totals_since"] == "2026-11-22T06:59:00Z"
-    # At 80 columns (or in a pipe) the 13 columns wrap their cells instead of cutting them to "pro…" (item 8).
+    # At 80 columns (or in a pipe) the 14 columns wrap their cells instead of cutting them to "pro…" (item 8).
     narrow = CliRunner().invoke(app, ["status"], env={"COLUMNS": "80"})
     assert narrow.exit_code == 0 and "…" not in narrow.output
     assert max(len(line) for line in narrow.output.splitlines()) <= 80

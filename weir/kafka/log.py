@@ -47,6 +47,14 @@ class BrokerUnavailable(RuntimeError):
     """Kafka could not be reached or did not answer in time."""
 
 
+_OUTAGE_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+
+
+def is_outage(err: KafkaError) -> bool:
+    """Whether a client error means Kafka is (for now) out of reach, rather than a bad request or bad data."""
+    return err.code() in _OUTAGE_CODES or bool(err.retriable())
+
+
 def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: float) -> BrokerUnavailable:
     servers = redact(client).get("bootstrap.servers")
     reason = f": {redact_text(str(exc))}" if exc else ""
@@ -138,6 +146,8 @@ class LogView:
                             # Retention moved past the probe offset meanwhile: the listing stands.
                             pending.discard((msg.topic(), msg.partition()))
                             continue
+                        if is_outage(err):
+                            raise _unreachable(self.settings, "fetch the high-water marks", KafkaException(err), 0)
                         raise KafkaException(err)
                     if err is None:
                         self._sample(len(msg.key() or b"") + len(msg.value() or b""))

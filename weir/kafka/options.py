@@ -38,6 +38,7 @@ SOURCE_OPTIONS = {
     "maxoffsetspertrigger": "streams: at most this many records per micro-batch",
     "maxbytespertrigger": "streams: about this many bytes (key+value) per micro-batch",
     "minpartitions": "split offset ranges so at least this many Spark tasks read in parallel",
+    "brokerunavailabletimeoutms": "how long reads wait for an unreachable broker before failing (default 600000)",
     "flow": "streams: static (default: maxOffsetsPerTrigger, maxBytesPerTrigger) or auto (adaptive admission, "
     "docs/flow.md)",
     "flowtargetms": "flow=auto: the duration a batch with a backlog aims at (default 10000)",
@@ -62,6 +63,7 @@ SINK_OPTIONS = {
     "kafka.bootstrap.servers": "Kafka bootstrap servers (required)",
     "kafka.*": "any librdkafka producer setting, e.g. kafka.compression.type, kafka.sasl.mechanism",
     "topic": "destination topic; overrides a `topic` column",
+    "brokerunavailabletimeoutms": "how long a write waits for an unreachable broker before failing (default 600000)",
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
@@ -161,6 +163,11 @@ class SourceOptions:
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
+    broker_timeout_s: float = 600.0  # how long a read waits out an unreachable broker
+
+    @property
+    def servers(self) -> str:
+        return str(redact(self.client).get("bootstrap.servers"))
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -253,7 +260,13 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
         flow=_flow(opts),
+        broker_timeout_s=_broker_timeout(opts),
     )
+
+
+def _broker_timeout(opts: dict[str, str]) -> float:
+    ms = _positive_int(opts, "brokerunavailabletimeoutms")
+    return ms / 1000 if ms is not None else 600.0
 
 
 def _flow(opts: dict[str, str]) -> FlowOptions | None:
@@ -299,6 +312,7 @@ def _lake(raw: str | None) -> str | None:
 class SinkOptions:
     client: dict[str, str]
     topic: str | None
+    broker_timeout_s: float = 600.0  # how long a write waits out an unreachable broker
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {
@@ -309,6 +323,8 @@ class SinkOptions:
             "compression.type": "lz4",
             # Only failures produce delivery reports: the hot path pays no per-record callback.
             "delivery.report.only.error": True,
+            # librdkafka retries a record until this runs out: the write rides out an outage this long.
+            "message.timeout.ms": int(self.broker_timeout_s * 1000),
             **self.client,
         }
 
@@ -322,4 +338,4 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
             raise OptionError(f"option kafka.{name} is not supported: key and value columns are sent as bytes")
     if client.get("enable.idempotence", "true").lower() == "false":
         log.warning("weir-kafka sink: kafka.enable.idempotence=false allows reordering and duplicates on retry")
-    return SinkOptions(client=client, topic=opts.get("topic"))
+    return SinkOptions(client=client, topic=opts.get("topic"), broker_timeout_s=_broker_timeout(opts))

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from weir.kafka.decode import JsonDecoder
-from weir.kafka.log import client_log
+from weir.kafka.log import BrokerUnavailable, client_log, is_outage
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import SourceOptions
 
@@ -86,12 +86,31 @@ def read_range(
     try:
         pos = r.start
         idle_since = time.monotonic()
+        unreachable_since: float | None = None  # the broker has been out of reach since (librdkafka reconnects)
+        last_outage: KafkaError | None = None
         while pos < r.end:
             with _gc_paused():
-                batch, pos, received = _chunk(opts, consumer, r, pos, schema, decoder)
+                batch, pos, received, outage = _chunk(opts, consumer, r, pos, schema, decoder)
+            now = time.monotonic()
             if received:
-                idle_since = time.monotonic()
-            elif (time.monotonic() - idle_since) * 1000 > opts.poll_timeout_ms:
+                idle_since, unreachable_since, last_outage = now, None, None
+            elif outage is not None or (
+                unreachable_since is None
+                and (now - idle_since) * 1000 > opts.poll_timeout_ms
+                and not _answers(consumer)
+            ):
+                # librdkafka reports an outage once and then reconnects quietly: it lasts until records come.
+                unreachable_since, last_outage = unreachable_since or now, outage or last_outage
+            if unreachable_since is not None:
+                if now - unreachable_since > opts.broker_timeout_s:
+                    raise BrokerUnavailable(
+                        f"weir-kafka: gave up reading {r.topic}/{r.partition} at offset {pos}: Kafka at "
+                        f"{opts.servers} was unreachable for {now - unreachable_since:.0f} s "
+                        f"(brokerUnavailableTimeoutMs={opts.broker_timeout_s * 1000:.0f}); last error: {last_outage}"
+                    )
+                idle_since = now  # waiting for the broker, not for records: pollTimeoutMs does not run
+                continue
+            if not received and (now - idle_since) * 1000 > opts.poll_timeout_ms:
                 raise TimeoutError(
                     f"weir-kafka: no record of {r.topic}/{r.partition} at offset {pos} arrived within "
                     f"pollTimeoutMs={opts.poll_timeout_ms}, though the broker advertised offsets up to {r.end}"
@@ -100,6 +119,15 @@ def read_range(
                 yield batch
     finally:
         consumer.close()
+
+
+def _answers(consumer: Consumer) -> bool:
+    """Whether the broker answers a metadata request now (a reader idle for long asks before failing)."""
+    try:
+        consumer.list_topics(timeout=5)
+        return True
+    except KafkaException:
+        return False
 
 
 @contextmanager
@@ -118,11 +146,12 @@ def _gc_paused() -> Iterator[None]:
 
 def _chunk(
     opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int, schema: pa.Schema, decoder: JsonDecoder | None
-) -> tuple[pa.RecordBatch | None, int, bool]:
-    """One consume call: (the batch or None, the next position, whether anything arrived)."""
+) -> tuple[pa.RecordBatch | None, int, bool, KafkaError | None]:
+    """One consume call: (the batch or None, the next position, whether anything arrived, the error that says
+    the broker is out of reach, if one came)."""
     msgs = consumer.consume(num_messages=min(CHUNK, r.end - pos), timeout=1.0)
     if not msgs:
-        return None, pos, False
+        return None, pos, False, None
     records = msgs
     if any(m.error() is not None for m in msgs):
         records = []
@@ -135,14 +164,17 @@ def _chunk(
                     pos = r.end
             elif err.code() == KafkaError._AUTO_OFFSET_RESET:
                 pos = _skip_lost(opts, consumer, r, pos)
+            elif is_outage(err):
+                if not records:
+                    return None, pos, False, err
             else:
                 raise KafkaException(err)
     if records and records[-1].offset() >= r.end:
         records = [m for m in records if m.offset() < r.end]
     if not records:
-        return None, pos, True
+        return None, pos, True, None
     pos = max(pos, records[-1].offset() + 1)
-    return to_batch(records, r.topic, r.partition, schema, decoder), pos, True
+    return to_batch(records, r.topic, r.partition, schema, decoder), pos, True, None
 
 
 def _skip_lost(opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int) -> int:

@@ -27,7 +27,9 @@ from weir.kafka.options import OptionError, SinkOptions
 log = logging.getLogger("weir.kafka")
 SOURCE_HEADER = "weir.source"
 ALLOWED = {"key", "value", "topic", "partition", "offset", "timestamp", "timestamptype", "headers"}
-FLUSH_TIMEOUT_S = 300
+# The flush waits for acknowledgements a little longer than librdkafka retries a record (message.timeout.ms,
+# the broker-unavailable timeout): a record is then either delivered or reported failed, never left unknown.
+FLUSH_MARGIN_S = 30
 
 
 class DeliveryError(RuntimeError):
@@ -141,13 +143,15 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     with pooled.lock:
         pooled.failures = []
         try:
-            return _produce(pooled.producer, pooled.failures, lay, batches)
+            return _produce(pooled.producer, pooled.failures, lay, batches, opts.broker_timeout_s + FLUSH_MARGIN_S)
         except BaseException:
             _discard(pooled)
             raise
 
 
-def _produce(producer: Producer, failures: list[str], lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+def _produce(
+    producer: Producer, failures: list[str], lay: Layout, batches: Iterator[pa.RecordBatch], flush_s: float
+) -> SinkCommit:
     commit = SinkCommit()
     try:
         for batch in batches:
@@ -182,7 +186,7 @@ def _produce(producer: Producer, failures: list[str], lay: Layout, batches: Iter
             producer.poll(0)
             if failures:
                 break
-        remaining = producer.flush(FLUSH_TIMEOUT_S)
+        remaining = producer.flush(flush_s)
     except KafkaException as exc:
         raise DeliveryError(f"weir-kafka sink: produce failed: {exc}") from exc
     if failures:
@@ -191,7 +195,7 @@ def _produce(producer: Producer, failures: list[str], lay: Layout, batches: Iter
             f"and Spark retries it"
         )
     if remaining:
-        raise DeliveryError(f"weir-kafka sink: {remaining} record(s) unacknowledged after {FLUSH_TIMEOUT_S}s")
+        raise DeliveryError(f"weir-kafka sink: {remaining} record(s) unacknowledged after {flush_s:.0f}s")
     commit.records = sum(commit.per_topic.values())
     return commit
 

@@ -32,6 +32,7 @@ from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
 from weir.kafka.log import TP, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
+from weir.kafka.outage import ride_out
 from weir.kafka.read import DataLossError, read_range
 from weir.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
@@ -230,8 +231,16 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return self._view
 
     def _discover(self, *, must_exist: bool = False) -> dict[TP, tuple[int, int]]:
-        self._bounds = _bounds(self.opts, self.view, _subscribed(self.opts, self.view, must_exist=must_exist))
+        def look() -> dict[TP, tuple[int, int]]:
+            return _bounds(self.opts, self.view, _subscribed(self.opts, self.view, must_exist=must_exist))
+
+        # An unreachable broker is waited out here, in the planning of a batch: the query stays up.
+        self._bounds = ride_out(look, f"plan a batch of {self._what}", self.opts.servers, self.opts.broker_timeout_s)
         return self._bounds
+
+    @property
+    def _what(self) -> str:
+        return ", ".join(self.opts.topics) if self.opts.topics else f"topics matching {self.opts.pattern}"
 
     def initialOffset(self) -> dict:
         bounds = self._discover(must_exist=bool(self.opts.topics))
@@ -384,7 +393,11 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
-            self._bounds.update(_bounds(self.opts, self.view, wanted))
+            found = ride_out(
+                lambda: _bounds(self.opts, self.view, wanted), f"replay a batch of {self._what}", self.opts.servers,
+                self.opts.broker_timeout_s,
+            )  # fmt: skip
+            self._bounds.update(found)
             self._lake = {}
         ranges = []
         lake: list[LakePartition] = []

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from weir import units
 from weir.config import redact_text
-from weir.monitor.compute import BEHIND, DEAD, STALLED
+from weir.monitor.compute import BEHIND, DEAD, STALLED, WAITING
 from weir.monitor.config import KINDS, AlertRule
 from weir.monitor.model import ProcessorFigures
 
@@ -59,7 +59,8 @@ VALUE: dict[str, Callable[[ProcessorFigures], Any]] = {
     "behind": lambda f: f.health == BEHIND,
     "stalled": lambda f: f.health == STALLED,
     "dead": lambda f: f.health == DEAD,
-    "unhealthy": lambda f: f.health in (BEHIND, STALLED, DEAD),
+    "waiting": lambda f: f.health == WAITING,
+    "unhealthy": lambda f: f.health in (BEHIND, STALLED, DEAD, WAITING),
     "dlq_rate": lambda f: f.rates.dlq,
     "late_rate": lambda f: f.rates.late,
     "retention_left": _retention_left,
@@ -103,7 +104,7 @@ class AlertEngine:
             out += [(o, facts.outputs[o], "") for o in names]
             if out or rule.target == "*":
                 return out
-        about_health = rule.kind in ("behind", "stalled", "dead", "unhealthy")
+        about_health = rule.kind in ("behind", "stalled", "dead", "waiting", "unhealthy")
         for key, f in facts.processors.items():
             if rule.target in ("*", key, f.name):
                 out.append((key, VALUE[rule.kind](f), f.health_reason if about_health else ""))

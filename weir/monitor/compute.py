@@ -22,9 +22,10 @@ class Health(StrEnum):
     DEAD = "dead"
     STOPPED = "stopped"
     UNKNOWN = "unknown"
+    WAITING = "waiting"  # on an unreachable broker: its sources and sinks wait it out
 
 
-HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN = tuple(Health)
+HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN, WAITING = tuple(Health)
 HEALTH_STATES = tuple(Health)
 
 
@@ -147,6 +148,7 @@ class HealthInput:
     failed_at_ms: int | None = None  # a failure not followed by a batch or a "running" state
     last_error: str | None = None
     runner_alive: bool | None = None  # from <home>/run/<pipeline>.json; None when not known
+    runner_state: str | None = None  # its state in that file ("waiting" while the broker is unreachable)
     has_inputs: bool = True
     lag: int | None = None
     pending_since_ms: int | None = None  # since when the monitor has seen input pending without a break
@@ -157,6 +159,7 @@ class HealthInput:
     input_rate: float | None = None
     processing_rate: float | None = None
     broker_ok: bool = True
+    broker_down: bool = False  # the monitor found the broker unreachable (not merely no news of it yet)
 
 
 def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
@@ -164,13 +167,16 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
 
     1. stopped: the runner stopped it (state stopped or finished) and no batch came since.
     2. dead: given up (state failed); or its runner's process is gone; or a failure with no batch and no
-       restart since; or no record at all for dead_after, or two trigger intervals and a batch if that is
-       longer (counted from the monitor's start for a processor only declared).
-    3. stalled: input is pending and no batch has read it for stall_triggers x max(trigger, longest recent
+       restart since.
+    3. waiting: its runner says it waits for the broker, or the monitor cannot reach the broker while the
+       runner is alive: its sources and sinks wait the outage out, up to broker_unavailable_timeout.
+    then dead: no record at all for dead_after, or two trigger intervals and a batch if that is longer
+       (counted from the monitor's start for a processor only declared).
+    4. stalled: input is pending and no batch has read it for stall_triggers x max(trigger, longest recent
        batch), counted from when the input was first seen pending or the last batch, whichever is later.
-    4. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
+    5. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
        faster than it commits them (input rate > processing rate x (1 + rate_tolerance)).
-    5. healthy; unknown before its first record while dead_after has not passed.
+    6. healthy; unknown before its first record while dead_after has not passed.
 
     With the broker unreachable, silence and stalls are not judged (the monitor cannot hear either way):
     the rest stands, and the figures are flagged stale by the caller.
@@ -183,6 +189,10 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
         return DEAD, "its runner's process is gone"
     if h.failed_at_ms is not None:
         return DEAD, f"failed {(h.now_ms - h.failed_at_ms) / 1000:.0f}s ago, not running since: {h.last_error}"
+    if h.lifecycle == "waiting" or h.runner_state == "waiting":
+        return WAITING, "its runner cannot reach the broker: its sources and sinks wait (broker_unavailable_timeout)"
+    if h.broker_down and h.runner_alive and h.lifecycle in (None, "starting", "running"):
+        return WAITING, "the broker is unreachable: its sources and sinks wait (broker_unavailable_timeout)"
     if h.broker_ok:
         if h.last_record_ms is None:
             silent = h.now_ms - h.monitor_start_ms

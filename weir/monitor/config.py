@@ -58,7 +58,8 @@ KINDS: dict[str, tuple[str | None, Any, float | None, str]] = {
     "behind": (None, None, None, "processor"),
     "stalled": (None, None, None, "processor"),
     "dead": (None, None, None, "processor"),
-    "unhealthy": (None, None, None, "processor"),  # behind, stalled or dead
+    "waiting": (None, None, None, "processor"),  # on an unreachable broker
+    "unhealthy": (None, None, None, "processor"),  # behind, stalled, dead or waiting
     "dlq_rate": (">", parse_ratio, None, "processor"),  # dead letters / input records over rate_window
     "late_rate": (">", parse_ratio, None, "processor"),  # late records / input records over rate_window
     "retention_left": ("<", parse_duration, None, "processor"),  # before retention deletes unprocessed records

@@ -231,7 +231,10 @@ class Monitor:
         with self.lock:
             now = self.now_ms()
             retention = {name: tt.retention_ms for name, tt in self.topics.items()}
-            m = Moment(now, self.start_ms, self._bounds(), self.timestamps, retention, self.broker_ok(now))
+            m = Moment(
+                now, self.start_ms, self._bounds(), self.timestamps, retention, self.broker_ok(now),
+                self.broker.reachable is False,
+            )  # fmt: skip
             stages: dict[str, Stage] = {}
             computed: dict[str, ProcessorFigures] = {}
             for key, t in self.tracks.items():
@@ -302,7 +305,8 @@ class Monitor:
                                                 "writers": []})  # fmt: skip
                     node.setdefault("writers", []).append(key)
                     edges.append({"from": key, "to": o})
-            order = [compute.DEAD, compute.STALLED, compute.BEHIND, compute.UNKNOWN, compute.STOPPED, compute.HEALTHY]
+            order = [compute.DEAD, compute.STALLED, compute.WAITING, compute.BEHIND, compute.UNKNOWN, compute.STOPPED,
+                     compute.HEALTHY]  # fmt: skip
             for node in nodes.values():
                 if node["kind"] == "processor":
                     continue

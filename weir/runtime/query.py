@@ -98,7 +98,9 @@ class ProcessorQuery:
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
-        return {"kafka.bootstrap.servers": self.settings.bootstrap_servers} | {
+        """The client options of every weir-kafka source and sink of this processor."""
+        wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+        return {"kafka.bootstrap.servers": self.settings.bootstrap_servers, "brokerUnavailableTimeoutMs": str(wait)} | {
             f"kafka.{k}": v for k, v in self.settings.kafka.items()
         }
 

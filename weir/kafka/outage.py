@@ -1,0 +1,59 @@
+"""Riding out a broker outage: a call that needs Kafka is retried with a backoff, for a bounded time.
+
+A source or sink that waits keeps its Spark query alive, so an outage costs no restart loop of queries; the
+wait ends when Kafka answers again, or after `broker_unavailable_timeout` in a BrokerUnavailable that names
+the broker, what was waited for, and for how long (docs/delivery.md, "Broker outages").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from weir.kafka.log import BrokerUnavailable
+
+log = logging.getLogger("weir.kafka")
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 600.0
+FIRST_DELAY_S, MAX_DELAY_S = 0.5, 10.0
+LOG_EVERY_S = 30.0  # one warning per half minute of waiting: the wait is visible, not a flood
+
+
+def ride_out(
+    call: Callable[[], T],
+    what: str,
+    servers: str,
+    timeout_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """`call()`, retried while it raises BrokerUnavailable, for at most `timeout_s` seconds of waiting."""
+    began = clock()
+    delay, logged = FIRST_DELAY_S, None
+    while True:
+        try:
+            result = call()
+        except BrokerUnavailable as exc:
+            waited = clock() - began
+            if waited >= timeout_s:
+                raise BrokerUnavailable(
+                    f"gave up waiting to {what}: Kafka at {servers} was unreachable for {waited:.0f} s "
+                    f"(broker_unavailable_timeout {timeout_s:.0f} s); last error: {exc}"
+                ) from exc
+            if logged is None or clock() - logged >= LOG_EVERY_S:
+                log.warning(
+                    "weir-kafka: Kafka at %s is unreachable (%s); waiting to %s, %.0f s so far, at most %.0f s",
+                    servers, exc, what, waited, timeout_s,
+                )  # fmt: skip
+                logged = clock()
+            sleep(min(delay, max(timeout_s - waited, 0.0)))
+            delay = min(delay * 2, MAX_DELAY_S)
+            continue
+        if logged is not None:
+            log.warning(
+                "weir-kafka: Kafka at %s answers again after %.0f s; %s goes on", servers, clock() - began, what
+            )
+        return result
