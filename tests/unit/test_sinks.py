@@ -171,7 +171,9 @@ def test_the_archiver_takes_its_checkpoint_from_open(tmp_path) -> None:
     p = Pipeline("shop")
     p.topic("orders", schema="id BIGINT")
     p.processors[proc.name] = proc
-    settings = Settings(home=str(tmp_path), lake=str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"))
+    settings = Settings(
+        home=str(tmp_path), lake=str(tmp_path / "lake"), checkpoint_root=str(tmp_path / "cp"), flow="static"
+    )
     q = ProcessorQuery(Chain(), p, proc, settings, Ledger(), str(tmp_path / "cp" / "_archive" / "orders"))  # type: ignore[arg-type]
     q.start()
     assert proc.sink.checkpoint == q.checkpoint and proc.sink.writer == "shop.archive.orders"
