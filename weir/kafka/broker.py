@@ -76,8 +76,11 @@ def answers_metadata(bootstrap: str, timeout: float = 2.0) -> bool:
 class EmbeddedBroker:
     """One Tansu process per port, tracked by a pid file under `<home>/broker/`."""
 
-    def __init__(self, home: str | Path, port: int = 9092) -> None:
+    def __init__(self, home: str | Path, port: int = 9092, advertised_port: int | None = None) -> None:
+        """`advertised_port`: the port clients are told to connect to, when it is not `port` (a proxy in
+        front of the broker, as the outage tests put there)."""
         self.port = port
+        self.advertised_port = advertised_port or port
         self.dir = Path(home) / "broker"
         self.pid_file = self.dir / f"tansu-{port}.pid"
         self.log_file = self.dir / f"tansu-{port}.log"
@@ -121,6 +124,7 @@ class EmbeddedBroker:
         exe = binary()
         self.dir.mkdir(parents=True, exist_ok=True)
         url = f"tcp://{HOST}:{self.port}"
+        advertised = f"tcp://{HOST}:{self.advertised_port}"
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 [
@@ -129,7 +133,7 @@ class EmbeddedBroker:
                     "--listener-url",
                     url,
                     "--advertised-listener-url",
-                    url,
+                    advertised,
                     "--storage-engine",
                     "memory://tansu/",
                 ],

@@ -227,7 +227,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
     @property
     def view(self) -> LogView:
         if self._view is None:
-            self._view = LogView(self.opts.client)
+            # One request never outlasts the broker-unavailable limit: the wait ends near it, not a timeout later.
+            self._view = LogView(self.opts.client, timeout=min(30.0, self.opts.broker_timeout_s))
         return self._view
 
     def _discover(self, *, must_exist: bool = False) -> dict[TP, tuple[int, int]]:

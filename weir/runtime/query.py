@@ -488,7 +488,10 @@ def _covering(ranges: list[tuple]) -> Column:
 def _brief(exc: BaseException | str) -> str:
     """The error itself, out of a Spark error that wraps a Python traceback, a plan and a JVM stack trace."""
     text = str(exc)
-    errors = re.findall(r"^\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception)\b: .+)$", text, flags=re.M)
+    # Python's own names end in Error or Exception; others are known by their module path (weir.kafka.log.X).
+    errors = re.findall(
+        r"^\s*((?:(?:[A-Za-z_][\w.]*)?(?:Error|Exception)|[a-z_]\w*(?:\.\w+)*\.[A-Z]\w*)\b: .+)$", text, flags=re.M
+    )
     python = [e for e in errors if not e.lstrip().startswith(("org.", "java.", "scala.", "py4j."))]
     if python:
         return python[-1].strip()[:500]

@@ -24,7 +24,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from weir.config import Settings, load
+from weir import units
+from weir.config import Settings, load, redact
 from weir.kafka.admin import Admin
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
@@ -34,6 +35,7 @@ from weir.runtime import versions
 from weir.runtime.accounting import Counts
 from weir.runtime.progress import ProgressPublisher, now_iso, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
+from weir.runtime.watch import BrokerWatch, metadata_probe
 from weir.spark import spark_session
 
 log = logging.getLogger("weir.pipeline")
@@ -139,6 +141,7 @@ class Runner:
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
+        self._watch: BrokerWatch | None = None
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
 
@@ -191,6 +194,8 @@ class Runner:
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():
             self.publisher.publish("state", name, state="code_changed", note=note)
+        self._watch = BrokerWatch(metadata_probe(self.settings.client_config(), timeout=5.0))
+        self._watch.start()
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
         self._supervisor.start()
         return self
@@ -276,10 +281,29 @@ class Runner:
                         self._start_query(name)
                 if not pending and self._stage_done():
                     break
+                self._mark_waiting()
             self._write_state()
             guard.tick()
             self._stop.wait(0.25)
         self._write_state()
+
+    def _mark_waiting(self) -> None:
+        """Running processors are "waiting" while the broker is unreachable, "running" again when it answers:
+        their sources and sinks wait, and the state records say why nothing moves (docs/delivery.md)."""
+        if self._watch is None:
+            return
+        down = self._watch.down_since
+        for name, st in self.status.items():
+            if down is not None and st.state == "running":
+                self._set_state(
+                    name, "waiting", note=f"waiting for Kafka at {self._servers()} since {units.iso(down)}, at most "
+                    f"broker_unavailable_timeout ({self.settings.broker_unavailable_timeout})",
+                )  # fmt: skip
+            elif down is None and st.state == "waiting":
+                self._set_state(name, "running")
+
+    def _servers(self) -> str:
+        return str(redact(self.settings.client_config()).get("bootstrap.servers"))
 
     def _retention_guard(self) -> RetentionGuard:
         s = self.settings
@@ -338,6 +362,8 @@ class Runner:
         self._stop.set()
         if self._supervisor:
             self._supervisor.join(10)  # it leaves its loop within a quarter second
+        if self._watch is not None:
+            self._watch.stop()
         with self._lock:
             for b in self._builders.values():
                 b.stopping.set()  # no new batch starts from here

@@ -1,0 +1,68 @@
+"""Riding out a broker outage (weir.kafka.outage): the call is retried until it answers, and the wait is bounded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from weir.kafka.log import BrokerUnavailable
+from weir.kafka.outage import ride_out
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def failing(times: int, clock: Clock):
+    calls = {"n": 0}
+
+    def call() -> str:
+        calls["n"] += 1
+        if calls["n"] <= times:
+            clock.now += 1.0  # each attempt takes a second to time out
+            raise BrokerUnavailable("cannot list offsets from Kafka at 10.0.0.1:9092 within 1s")
+        return "offsets"
+
+    return call, calls
+
+
+def test_the_call_is_retried_with_a_growing_backoff_until_kafka_answers(caplog) -> None:
+    clock = Clock()
+    call, calls = failing(5, clock)
+    with caplog.at_level(logging.WARNING, "weir.kafka"):
+        got = ride_out(call, "plan a batch of orders", "10.0.0.1:9092", 600, sleep=clock.sleep, clock=clock)
+    assert got == "offsets" and calls["n"] == 6
+    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0]
+    text = caplog.text
+    assert "Kafka at 10.0.0.1:9092 is unreachable" in text and "waiting to plan a batch of orders" in text
+    assert "answers again after" in text  # the end of the wait is logged too
+
+
+def test_the_wait_is_bounded_and_the_error_names_the_broker_and_the_wait() -> None:
+    clock = Clock()
+    call, _ = failing(10**6, clock)
+    with pytest.raises(BrokerUnavailable) as info:
+        ride_out(call, "write to orders.enriched", "10.0.0.1:9092", 60, sleep=clock.sleep, clock=clock)
+    message = str(info.value)
+    assert "gave up waiting to write to orders.enriched" in message
+    assert "Kafka at 10.0.0.1:9092 was unreachable for 6" in message and "broker_unavailable_timeout 60 s" in message
+    assert 60 <= clock.now <= 72  # the last sleep is cut to the limit; the last attempt may take its second
+    assert max(clock.sleeps) <= 10.0  # the backoff stops doubling at 10 s
+
+
+def test_other_errors_are_not_waited_out() -> None:
+    def call() -> None:
+        raise ValueError("topic orders does not exist")
+
+    with pytest.raises(ValueError, match="does not exist"):
+        ride_out(call, "plan", "x:1", 600, sleep=lambda s: pytest.fail("slept on a non-outage error"))

@@ -1,0 +1,61 @@
+"""The runner's watch on the broker: is Kafka reachable, and since when is it not.
+
+While it is not, every running processor's state is "waiting": its sources and sinks wait the outage out
+(weir/kafka/outage.py) and the state records and `weir status` say so, where a query failure would only
+show once the wait runs out (docs/delivery.md, "Broker outages").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from weir.kafka.log import client_log
+
+
+def metadata_probe(client_config: dict[str, str], timeout: float) -> Callable[[], bool]:
+    """A check that the broker answers a metadata request within `timeout` seconds, with the pipeline's own
+    client settings (a secured cluster needs its SASL/TLS settings to answer at all)."""
+    admin = AdminClient({**client_config, "logger": client_log})
+
+    def probe() -> bool:
+        try:
+            admin.list_topics(timeout=timeout)
+            return True
+        except KafkaException:
+            return False
+
+    return probe
+
+
+class BrokerWatch(threading.Thread):
+    """Probes the broker every `interval` seconds on a thread of its own, so that a probe that hangs until its
+    timeout never holds up the runner's supervision."""
+
+    def __init__(self, probe: Callable[[], bool], interval: float = 5.0) -> None:
+        super().__init__(name="weir-broker-watch", daemon=True)
+        self.probe, self.interval = probe, interval
+        self.down_since: float | None = None  # epoch seconds of the first failed probe of the current outage
+        self._stop = threading.Event()
+
+    @property
+    def reachable(self) -> bool:
+        return self.down_since is None
+
+    def check(self) -> None:
+        if self.probe():
+            self.down_since = None
+        elif self.down_since is None:
+            self.down_since = time.time()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.check()
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
