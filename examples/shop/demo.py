@@ -62,8 +62,8 @@ def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = Tru
     """One row per processor, then the totals. The counts cover finished batches only."""
     hint = " (Ctrl-C stops)" if live else ""
     table = Table(title=f"weir shop demo: {elapsed:.0f}s of {duration:.0f}s{hint}")
-    for h in ("processor", "state", "in/s", *HEADERS, "violations", "restarts"):
-        table.add_column(h, justify="left" if h in ("processor", "state") else "right")
+    for h in ("processor", "state", "in/s", "admission", *HEADERS, "violations", "restarts"):
+        table.add_column(h, justify="left" if h in ("processor", "state", "admission") else "right")
     total = Counts()
     rate = 0.0
     for name, st in snapshot.items():
@@ -73,15 +73,21 @@ def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = Tru
         state = st.state if st.state in ("running", "finished") else f"[yellow]{st.state}[/]"
         violations = f"[red]{t.violations}[/]" if t.violations else "0"
         table.add_row(
-            name, state, _n(st.input_rate), *[_n(getattr(t, f)) for f in FIGURES], violations, str(st.restarts)
-        )
+            name, state, _n(st.input_rate), _admission(st.admission), *[_n(getattr(t, f)) for f in FIGURES],
+            violations, str(st.restarts),
+        )  # fmt: skip
     table.add_section()
     violations = f"[red]{total.violations}[/]" if total.violations else "0"
-    table.add_row("total", "", _n(rate), *[_n(getattr(total, f)) for f in FIGURES], violations, "")
+    table.add_row("total", "", _n(rate), "", *[_n(getattr(total, f)) for f in FIGURES], violations, "")
     errors = [f"{n}: {st.last_error}" for n, st in snapshot.items() if st.last_error and st.state != "running"]
     if errors:
         table.caption = "last errors:\n" + "\n".join(errors)
     return table
+
+
+def _admission(a: dict | None) -> str:
+    """flow = auto (docs/flow.md): the last batch's limit and why, e.g. "40,000 warming up"."""
+    return "-" if not a else f"{_n(a.get('limit') or 0)} {a.get('reason', '')}"
 
 
 def balance_table(snapshot: dict) -> Table:
