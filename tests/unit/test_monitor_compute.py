@@ -135,3 +135,28 @@ def test_health_with_the_broker_unreachable_judges_no_silence_and_no_stall():
     assert h(last_record_ms=NOW - 600_000, broker_ok=False)[0] == "healthy"
     assert h(lag=5, pending_since_ms=NOW - 60_000, broker_ok=False)[0] == "healthy"
     assert h(lifecycle="failed", broker_ok=False)[0] == "dead"  # what is known stands
+
+
+def test_a_stuck_partition_is_told_apart_from_an_idle_one_and_from_a_stalled_processor():
+    lag = {("orders", 0): 0, ("orders", 1): 700, ("orders", 2): 40}
+    committed = {("orders", 0): 900, ("orders", 1): 300, ("orders", 2): 880}
+    moved = {("orders", 0): NOW - 60_000, ("orders", 1): NOW - 30_000, ("orders", 2): NOW - 1000}
+    # Partition 0 is idle (nothing pending), 2 moved a second ago: only 1 is stuck, since the processor advanced.
+    stuck = compute.stuck_partitions(lag, committed, moved, NOW - 1000, NOW, 10_000)
+    assert stuck == ("orders/1 at offset 300, 700 pending, frozen for 30s",)
+    state, reason = h(lag=740, stuck=stuck, last_advance_ms=NOW - 1000, pending_since_ms=NOW - 60_000)
+    assert state == "stalled" and reason.startswith("partition orders/1 at offset 300") and "other partitions" in reason
+    # The whole processor standing still is a processor stall, not a partition's.
+    assert compute.stuck_partitions(lag, committed, moved, NOW - 30_000, NOW, 10_000) == ()
+    # Within the limit nothing is stuck yet.
+    assert compute.stuck_partitions(lag, committed, moved, NOW - 1000, NOW, 40_000) == ()
+
+
+def test_health_waiting_on_the_broker():
+    state, reason = h(lifecycle="waiting")
+    assert state == "waiting" and "cannot reach the broker" in reason
+    assert h(runner_state="waiting")[0] == "waiting"  # the runner's state file says so
+    # The monitor's own probe found the broker gone while the runner lives: waiting, not dead or stalled.
+    assert h(broker_down=True, broker_ok=False, runner_alive=True, lifecycle="running")[0] == "waiting"
+    assert h(broker_down=True, broker_ok=False, runner_alive=None)[0] == "healthy"  # no runner known to wait
+    assert h(lifecycle="failed", runner_state="waiting")[0] == "dead"  # given up is given up

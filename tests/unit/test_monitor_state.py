@@ -375,3 +375,30 @@ def test_a_live_runners_file_speaks_for_its_processors_over_a_stale_one(clock, t
     for _ in range(3):  # every poll alike: no flicker between the two files
         m.observe_runs(read_runs(str(tmp_path)))
         assert health(m) == "healthy" and m.tracks["shop/enrich"].runner_alive is True
+
+
+def test_a_partition_left_behind_while_the_others_advance_is_stuck_not_idle(clock):
+    """Quix Streams #1124: a consumer silently stopped fetching one partition while its lag grew. Here partition
+    1 of orders never moves while partition 0's batches go on: stalled, naming the partition (issue 12)."""
+    m = monitor(clock)
+    m.declare("shop", "enrich", ["orders"], ["orders.enriched"], trigger_ms=1000)
+
+    def batch(i: int, p0: int) -> bytes:
+        ends = {"orders": {"0": p0, "1": 50}}
+        return progress(clock, batch_id=i, rows=10, sources=[{"end_offset": ends, "latest_offset": ends}])
+
+    def broker(p0: int) -> BrokerSnapshot:
+        return BrokerSnapshot(clock.ms(), {("orders", 0): (0, p0), ("orders", 1): (0, 400)}, {}, {})
+
+    for i in range(1, 6):
+        m.ingest(batch(i, 100 * i))
+        m.observe_broker(broker(100 * i))
+        clock.t += 1.0
+        if i == 2:
+            assert health(m) == "healthy"  # frozen for 2 s only: within the stall limit (2 triggers)
+    f = (m.refresh(), m.tracks["shop/enrich"].figures)[1]
+    assert f.health == "stalled"
+    assert f.health_reason.startswith("partition orders/1 at offset 50, 350 pending, frozen for")
+    # An idle partition (nothing pending on it) is never stuck, however long it stays put.
+    m.observe_broker(BrokerSnapshot(clock.ms(), {("orders", 0): (0, 500), ("orders", 1): (0, 50)}, {}, {}))
+    assert health(m) == "healthy"

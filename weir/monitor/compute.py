@@ -160,6 +160,32 @@ class HealthInput:
     processing_rate: float | None = None
     broker_ok: bool = True
     broker_down: bool = False  # the monitor found the broker unreachable (not merely no news of it yet)
+    # Input partitions with records pending whose offset has not moved for the stall limit while the
+    # processor's batches go on: "topic/partition at offset N, M pending, frozen for S s" (see stuck_partitions).
+    stuck: tuple[str, ...] = ()
+
+
+def stuck_partitions(
+    lag_by: dict[TP, int],
+    committed: dict[TP, int],
+    moved_ms: dict[TP, int],
+    last_advance_ms: int | None,
+    now_ms: int,
+    limit_ms: float,
+) -> tuple[str, ...]:
+    """Input partitions that are stuck, not idle: records are pending on them, their offset has not moved for
+    `limit_ms`, and yet the processor advanced within that time (so its batches run, and skip them)."""
+    if last_advance_ms is None or now_ms - last_advance_ms > limit_ms:
+        return ()  # the whole processor stands still: a stall of the processor, told apart by `health`
+    out = []
+    for (topic, partition), n in sorted(lag_by.items()):
+        since = moved_ms.get((topic, partition))
+        if n > 0 and since is not None and now_ms - since > limit_ms:
+            out.append(
+                f"{topic}/{partition} at offset {committed.get((topic, partition), '?')}, {n} pending, frozen for "
+                f"{(now_ms - since) / 1000:.0f}s"
+            )
+    return tuple(out)
 
 
 def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
@@ -172,8 +198,10 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
        runner is alive: its sources and sinks wait the outage out, up to broker_unavailable_timeout.
     then dead: no record at all for dead_after, or two trigger intervals and a batch if that is longer
        (counted from the monitor's start for a processor only declared).
-    4. stalled: input is pending and no batch has read it for stall_triggers x max(trigger, longest recent
-       batch), counted from when the input was first seen pending or the last batch, whichever is later.
+    4. stalled: a partition is stuck (records pending on it, its offset frozen for the stall limit, while the
+       processor's other partitions advance); or input is pending and no batch has read it for
+       stall_triggers x max(trigger, longest recent batch), counted from when the input was first seen
+       pending or the last batch, whichever is later.
     5. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
        faster than it commits them (input rate > processing rate x (1 + rate_tolerance)).
     6. healthy; unknown before its first record while dead_after has not passed.
@@ -207,6 +235,9 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
     if h.last_record_ms is None:
         return UNKNOWN, "no progress record yet"
     pending = h.has_inputs and (h.lag or 0) > 0
+    if h.stuck and h.broker_ok:
+        more = f" (and {len(h.stuck) - 1} more)" if len(h.stuck) > 1 else ""
+        return STALLED, f"partition {h.stuck[0]}{more}, while its other partitions advance"
     if pending and h.broker_ok and h.pending_since_ms is not None:
         since = max(h.pending_since_ms, h.last_advance_ms or 0)
         limit = rules.stall_triggers * max(h.trigger_ms, h.batch_ms or 0.0)

@@ -72,6 +72,7 @@ class Track:
     last_advance_ms: int | None = None
     caught_up_ms: int | None = None
     committed: dict[TP, int] = field(default_factory=dict)
+    moved_ms: dict[TP, int] = field(default_factory=dict)  # when each input partition's offset last advanced
     checkpoint_committed: dict[TP, int] = field(default_factory=dict)
     lifecycle: str | None = None
     lifecycle_ms: int | None = None
@@ -141,6 +142,9 @@ class Track:
         for dest in r.outputs:
             (self.side_outputs if side_topic(dest, self.inputs) else self.outputs).add(dest)
         moved = prev is None or r.end_offsets != prev.end_offsets
+        for tp, off in r.end_offsets.items():
+            if prev is None or prev.end_offsets.get(tp) != off or tp not in self.moved_ms:
+                self.moved_ms[tp] = r.at_ms
         if r.input_rows > 0 or moved:
             self.last_advance_ms = r.at_ms
         if r.end_offsets:
