@@ -28,7 +28,8 @@ MAX_STEP = 4.0  # at most this factor per batch while warming up, and down: one 
 MAX_GROWTH = 10.0
 BAND = 0.1  # within ±10% of the target the limit holds
 # A decoded record costs several times its size in memory while a batch runs (Arrow batches from the Python
-# source, Spark's rows, shuffle buffers, the result before the write); measured on bench/backlog.py's events.
+# source, Spark's rows, shuffle buffers, a state operator's pandas frames, the result before the write): a
+# cautious estimate, not a measurement per part (docs/flow.md).
 EXPANSION = 8
 
 
