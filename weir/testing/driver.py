@@ -14,6 +14,7 @@ checkpoints stay between calls, so a second call is a restart. docs/testing.md.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -184,7 +185,7 @@ class PipelineTest:
             raise RunFailed("run_once: " + "; ".join(
                 f"processor {n} {st.state} after {st.restarts} restarts: {st.last_error}" for n, st in failed.items()
             ))  # fmt: skip
-        counts = {self._declared_proc(n): st.totals for n, st in status.items()}
+        counts = {self._declared_proc(n): self._named(st.totals) for n, st in status.items()}
         for n, c in counts.items():
             self._totals.setdefault(n, Counts()).add(c)
         unbalanced = {n: c.to_json() for n, c in counts.items() if c.violations or not c.balanced}
@@ -217,12 +218,17 @@ class PipelineTest:
             tables[name] = rec.table(messages, declared, declared.name)
             self._outbox.add(declared.name, tables[name], declared, name)  # the input topic holds them too
         counts, routed = fast.run(tables)
+        counts = self._named(counts)
         for part in routed:
             for dest in sorted(set(part.column(DEST).to_pylist())):
                 logical, topic = self._logical(dest)
                 self._outbox.add(dest, part.filter(pc.equal(part.column(DEST), dest)), topic, logical)
         self._totals.setdefault(processor, Counts()).add(counts)
         return counts
+
+    def _named(self, counts: Counts) -> Counts:
+        """`counts` with its destinations by the pipeline's topic names."""
+        return replace(counts, outputs={self.declared_name(d): n for d, n in counts.outputs.items()})
 
     def _single_input(self, fast: FastBatch, processor: str) -> str:
         inputs = [self.declared_name(t) for t in fast.proc.inputs]
