@@ -14,8 +14,8 @@ checkpoints stay between calls, so a second call is a restart. docs/testing.md.
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
