@@ -30,7 +30,7 @@ from weir.pipeline.model import Pipeline, Topic
 from weir.pipeline.validate import validate
 from weir.runtime.accounting import Counts
 from weir.runtime.routing import DEST
-from weir.runtime.runner import Runner
+from weir.runtime.runner import ProcessorStatus, Runner
 from weir.testing import records as rec
 from weir.testing.batch import FastBatch, Outbox
 from weir.testing.environment import Environment
@@ -77,6 +77,7 @@ class PipelineTest:
         self._fast: dict[str, FastBatch] = {}
         self._outbox = Outbox()
         self._totals: dict[str, Counts] = {}
+        self.status: dict[str, ProcessorStatus] = {}  # the last run's processors: state, batches, restarts
 
     def __enter__(self) -> PipelineTest:
         return self
@@ -177,6 +178,7 @@ class PipelineTest:
         finally:
             runner.stop()
         status = runner.snapshot()
+        self.status = {self._declared_proc(n): st for n, st in status.items()}
         if not finished:
             states = ", ".join(f"{n}: {st.state}" for n, st in status.items())
             raise RunFailed(f"run_once: the pipeline did not finish within {timeout:.0f}s ({states})")
