@@ -1,17 +1,21 @@
 """weir's testing kit (weir.testing) on real Spark and the embedded broker: PipelineTest runs a pipeline as
-`weir run --once` does, with its own topics, under the test's clock; state survives between runs; the fast
-path gives the same outputs, dead letters and books as a run, without a broker; backfill works from the
-test's lake."""
+`weir run --once` does, with its own topics and the test's record times; the fast path gives the same
+outputs, dead letters and books as a run, without a broker; a failure fails the run with its error; backfill
+works from the test's lake. State across runs, windows on the test's clock and late records: the complete
+example of docs/testing.md, which test_testing_kit_outside.py runs."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from weir.blocks.window import tumbling_window
 from weir.kafka import Admin
 from weir.pipeline import Pipeline
 from weir.testing import PipelineTest, RunFailed, assert_rows
@@ -19,6 +23,7 @@ from weir.testing.environment import Environment
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 
 
 def orders_pipeline(archived: bool = False) -> Pipeline:
@@ -88,41 +93,6 @@ def test_the_fast_path_matches_a_run_without_a_broker(pipeline_test, weir_spark,
     print(f"\nkit: test start to first result, fast path (no broker): {fast_first:.1f}s")
 
 
-def windows_pipeline() -> Pipeline:
-    p = Pipeline("kit-windows")
-    clicks = p.topic("clicks", "user STRING NOT NULL", key="user")
-    counts = p.topic("clicks.per_10s", "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, n BIGINT")
-
-    @p.processor(inputs=[clicks], outputs=[counts], stateful=True)
-    def per_10s(df):
-        return tumbling_window(df, key="user", event_time="timestamp", size="10 seconds", watermark="5 seconds",
-                               aggregates={"n": ("count", "*")})  # fmt: skip
-
-    return p
-
-
-def test_state_survives_between_runs_and_event_time_is_the_tests(pipeline_test):
-    t = pipeline_test(windows_pipeline(), start=T0)
-    t.send("clicks", [{"user": "a"}, {"user": "b"}])  # at the clock: 10:00:00
-    t.advance("3 seconds")
-    t.send("clicks", [{"user": "a"}])
-    t.run_once()
-    assert t.read("clicks.per_10s") == []  # the watermark (10:00:03 - 5 s) closed no window yet
-    t.advance("20 seconds")  # a restart: the open windows come back from the checkpoint's state
-    t.send("clicks", [{"user": "c"}])
-    t.run_once()
-    assert_rows(t.read("clicks.per_10s"), [
-        {"user": "a", "window_start": T0, "n": 2},
-        {"user": "b", "window_start": T0, "n": 1},
-    ])  # fmt: skip
-    t.send("clicks", [{"user": "a"}], timestamps="2026-01-01T10:00:01Z")  # behind the watermark of 10:00:18
-    t.run_once()
-    late = t.late("clicks")
-    assert [(r.fields, r.processor, r.source) for r in late] == [({"user": "a"}, "per_10s", f"{t.topic('clicks')}/0/4")]
-    books = t.accounting("per_10s")
-    assert (books.in_, books.late, books.emitted, books.balanced) == (5, 1, 2, True)
-
-
 def test_a_failing_processor_fails_run_once_with_its_error(pipeline_test):
     p = Pipeline("kit-broken")
     src = p.topic("in", "n BIGINT")
@@ -157,3 +127,17 @@ def test_view_names_the_missing_issue(pipeline_test):
     t = pipeline_test(orders_pipeline())
     with pytest.raises(NotImplementedError, match="issue 14"):
         t.view("revenue")
+
+
+def test_the_docs_example_windows_on_the_tests_clock_across_restarts(pipeline_test, tmp_path, monkeypatch):
+    """docs/testing.md's complete example, its windows test: run here on the warm session (its other tests
+    run in a project outside the repository, test_testing_kit_outside.py)."""
+    pipeline, tests = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)[:2]
+    (tmp_path / "payments.py").write_text(pipeline)
+    spec = importlib.util.spec_from_file_location("payments", tmp_path / "payments.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "payments", module)  # what the example's `from payments import` finds
+    namespace: dict = {}
+    exec(compile(tests, str(DOCS), "exec"), namespace)
+    namespace["test_windows_close_on_event_time_and_survive_a_restart"](pipeline_test)
