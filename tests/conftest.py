@@ -39,9 +39,9 @@ def spark(weir_home: str, weir_spark):
 def _no_leaked_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     """A streaming query left running by one test would slow every later one; stop it and say which test."""
     yield
-    if "spark" not in request.fixturenames:
+    if not {"spark", "weir_spark", "pipeline_test"} & set(request.fixturenames):
         return
-    session = request.getfixturevalue("spark")
+    session = request.getfixturevalue("weir_spark")
     leaked = session.streams.active
     for query in leaked:
         query.stop()
