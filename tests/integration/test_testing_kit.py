@@ -123,6 +123,21 @@ def test_backfill_replays_the_tests_lake(pipeline_test):
     assert sorted(pq.read_table(str(t.root / "bf")).column("id").to_pylist()) == ["o6", "o7", "o8", "o9"]
 
 
+def test_settings_name_the_tests_own_lake_and_checkpoints(weir_settings, weir_bootstrap, tmp_path):
+    assert weir_settings.bootstrap_servers == weir_bootstrap
+    assert weir_settings.lake == str(tmp_path / "lake") and weir_settings.checkpoint_root == str(
+        tmp_path / "checkpoints"
+    )
+
+
+def test_run_batch_refuses_what_it_cannot_run(pipeline_test):
+    t = pipeline_test(orders_pipeline())
+    with pytest.raises(ValueError, match=r"reads orders, not orders\.big"):
+        t.run_batch("big_orders", {"orders.big": []})
+    with pytest.raises(KeyError, match="declares no topic 'order'"):
+        t.send("order", [])
+
+
 def test_view_names_the_missing_issue(pipeline_test):
     t = pipeline_test(orders_pipeline())
     with pytest.raises(NotImplementedError, match="issue 14"):

@@ -211,6 +211,10 @@ class PipelineTest:
             settings = self._settings or self._load("no-broker-on-the-fast-path:9")
             fast = self._fast[processor] = FastBatch(self.env.spark, self.pipeline, proc, settings)
         given = rows if isinstance(rows, dict) else {self._single_input(fast, processor): rows}
+        inputs = [self.declared_name(t) for t in fast.proc.inputs]
+        strays = sorted(set(given) - set(inputs))
+        if strays:
+            raise ValueError(f"processor {processor} reads {', '.join(inputs)}, not {', '.join(strays)}")
         tables = {}
         for name, topic_rows in given.items():
             declared = self._declared(name)

@@ -194,6 +194,8 @@ def table(messages: Sequence[Message], topic: Topic | None, name: str) -> pa.Tab
     schema of `topic` (raw without one)."""
     opts, schema = source_options("-", topic, name)  # parsed for the columns only: no client
     arrow = to_arrow_schema(schema, timezone="UTC")
+    if not messages:
+        return arrow.empty_table()
     return pa.Table.from_batches([to_batch(list(messages), name, 0, arrow, decoder(opts, schema))], arrow)
 
 
