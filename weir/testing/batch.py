@@ -38,6 +38,7 @@ class MemorySink(Sink):
     def write(self, batch: DataFrame, batch_id: int) -> Written:
         if batch_id in self._batches:
             return Written(0, replayed=batch.count())
+        # A test's few rows, collected to the driver: what a real sink must never do with a batch.
         rows = batch.toArrow().to_pylist()
         self._batches.add(batch_id)
         self.rows += rows
