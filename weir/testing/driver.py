@@ -106,7 +106,11 @@ class PipelineTest:
         topic = self.pipeline.topics.get(self.topic(name))
         if topic is None:
             known = ", ".join(self.declared.topics)
-            raise KeyError(f"pipeline {self.declared.name} declares no topic {name!r} (it declares {known})")
+            hint = "; read dead letters and late records with dead_letters(topic), late(topic)"
+            raise KeyError(
+                f"pipeline {self.declared.name} declares no topic {name!r} (it declares {known})"
+                + (hint if name.endswith((".dlq", ".late")) else "")
+            )
         return topic
 
     @property
@@ -264,7 +268,8 @@ class PipelineTest:
 
     def read(self, topic: str) -> list[dict[str, Any]]:
         """The fields of every record of `topic` that decoded (see `records` for keys, headers and times)."""
-        self._declared(topic)
+        if not self._declared(topic).fields():
+            raise ValueError(f"topic {topic} is raw (declared without a schema): read its bytes with records()")
         return [r.fields for r in self.records(topic) if r.fields]
 
     def dead_letters(self, topic: str) -> list[Record]:
