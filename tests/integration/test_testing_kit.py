@@ -93,6 +93,25 @@ def test_the_fast_path_matches_a_run_without_a_broker(pipeline_test, weir_spark,
     print(f"\nkit: test start to first result, fast path (no broker): {fast_first:.1f}s")
 
 
+def test_a_sink_processor_on_the_fast_path_keeps_its_rows_in_memory(pipeline_test, tmp_path):
+    from weir.sinks import ParquetSink
+
+    p = Pipeline("kit-sink")
+    orders = p.topic("orders", "id STRING NOT NULL, amount DOUBLE", key="id")
+    target = tmp_path / "big-orders"
+
+    @p.processor(inputs=[orders], sink=ParquetSink(str(target)))
+    def store(df):
+        return df.where("amount > 5").select("id", "amount")
+
+    t = pipeline_test(p)
+    counts = t.run_batch("store", ROWS)
+    assert_rows(t.sink_rows("store"), [{"id": r["id"], "amount": r["amount"]} for r in BIG])
+    assert (counts.in_, counts.out, counts.filtered, counts.dlq, counts.balanced) == (12, 4, 6, 2, True)
+    assert counts.outputs == {f"parquet:{target}": 4, "orders.dlq": 2}
+    assert not target.exists()  # the real sink is left alone
+
+
 def test_a_failing_processor_fails_run_once_with_its_error(pipeline_test):
     p = Pipeline("kit-broken")
     src = p.topic("in", "n BIGINT")
