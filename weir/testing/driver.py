@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from weir import units
 from weir.backfill.run import BackfillReport, backfill
@@ -132,7 +133,7 @@ class PipelineTest:
         return load(**(base | self.overrides))
 
     @property
-    def spark(self):
+    def spark(self) -> SparkSession:
         return self.env.spark
 
     # -- the test clock ------------------------------------------------------------------------------------

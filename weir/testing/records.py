@@ -133,6 +133,9 @@ class Message:
 
 def produce(bootstrap: str, topic: Topic, rows: Iterable[Row], stamps: list[int], keys: list | None) -> int:
     """Write `rows` to `topic` and wait for every acknowledgement (at most 60 s); the records written."""
+    rows = list(rows)
+    if keys is not None and len(keys) != len(rows):
+        raise ValueError(f"{len(keys)} keys for {len(rows)} rows: give one per row")
     failures: list[str] = []
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                          "partitioner": "murmur2_random", "logger": client_log})  # fmt: skip
