@@ -34,22 +34,44 @@ def pipeline():
     return p
 
 
-def one_test(path: str) -> float:
+def one_test(path: str, phases: dict[str, float]) -> float:
+    """One test's seconds from its start to its checked result; `phases` gets where they went."""
     from weir.testing import PipelineTest, assert_rows
+    from weir.testing.environment import Environment
 
-    began = time.monotonic()
+    began = last = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        phases[name] = round(now - last, 2)
+        last = now
+
     t = PipelineTest(pipeline())
+    env = Environment.current()
+    _ = env.spark  # started here when cold: the Spark session, measured apart from the rest
+    phase("spark session")
     if path == "run_once":
+        _ = env.broker
+        phase("broker")
         t.send("payments", ROWS)
+        phase("send")
         t.run_once()
+        phase("run_once")
     else:
         t.run_batch("large_payments", ROWS)
+        phase("run_batch")
     assert_rows(t.read("payments.large"), [{"id": "p1", "euros": 250.0}])
+    phase("read")
     return time.monotonic() - began
 
 
 def child(path: str, tests: int) -> None:
-    print(json.dumps([one_test(path) for _ in range(tests)]))
+    runs = []
+    for _ in range(tests):
+        phases: dict[str, float] = {}
+        runs.append((one_test(path, phases), phases))
+    print(json.dumps(runs))
 
 
 def main() -> None:
@@ -64,8 +86,10 @@ def main() -> None:
     for path in ("run_once", "run_batch"):
         command = [sys.executable, __file__, "--child", path, "--tests", str(args.tests)]
         out = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
-        seconds = json.loads(out.strip().splitlines()[-1])
+        runs = json.loads(out.strip().splitlines()[-1])
+        seconds = [s for s, _ in runs]
         print(f"{path:<12} {seconds[0]:>7.1f} {', '.join(f'{s:.1f}' for s in seconds[1:]):>30}")
+        print(f"{'':<12} cold: {runs[0][1]}; warm: {runs[1][1]}")
 
 
 if __name__ == "__main__":
