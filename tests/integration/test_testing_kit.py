@@ -63,8 +63,10 @@ def test_run_once_gives_outputs_dead_letters_and_books_on_topics_of_its_own(pipe
     # Its own topics: the broker holds the pipeline's topics under this test's prefix only.
     assert {t.topic("orders"), t.topic("orders.big"), t.topic("orders.dlq")} <= set(Admin(weir_bootstrap).topics())
     other = pipeline_test(orders_pipeline())
+    other.send("orders", [])  # creates its topics: its reads go to the broker
     assert other.topic("orders") != t.topic("orders") and other.read("orders.big") == []
-    print(f"\nkit: test start to first result (one processor, warm session): {first_result:.1f}s")
+    assert other.dead_letters("orders") == [] and len(t.read("orders.big")) == 4
+    print(f"\nkit: test start to first result (send + run_once, one processor): {first_result:.1f}s")
 
 
 def test_the_fast_path_matches_a_run_without_a_broker(pipeline_test, weir_spark, tmp_path):
