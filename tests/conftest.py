@@ -1,4 +1,5 @@
-"""Session-wide fixtures: one embedded broker on a free port and one Spark session per test run."""
+"""Session-wide fixtures: one embedded broker on a free port and one Spark session per test run, both from
+weir's own pytest plugin (weir.testing), so its tests and weir's share them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import EmbeddedBroker
 
 
 @pytest.fixture(scope="session")
@@ -17,12 +18,9 @@ def weir_home(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def broker(weir_home: str) -> Iterator[EmbeddedBroker]:
+def broker(weir_broker: EmbeddedBroker) -> EmbeddedBroker:
     """The same code as `weir broker start`, on a free port, stopped at the end of the run."""
-    b = EmbeddedBroker(weir_home, free_port())
-    b.start()
-    yield b
-    b.stop()
+    return weir_broker
 
 
 @pytest.fixture(scope="session")
@@ -31,27 +29,19 @@ def bootstrap(broker: EmbeddedBroker) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(weir_home: str):
-    import weir
-
+def spark(weir_home: str, weir_spark):
+    """local[2], two shuffle partitions, no UI (weir.testing.environment); stopped at the end of the run."""
     os.environ.setdefault("WEIR_HOME", weir_home)
-    session = weir.spark_session(
-        "weir-tests",
-        master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return weir_spark
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     """A streaming query left running by one test would slow every later one; stop it and say which test."""
     yield
-    if "spark" not in request.fixturenames:
+    if not {"spark", "weir_spark", "pipeline_test"} & set(request.fixturenames):
         return
-    session = request.getfixturevalue("spark")
+    session = request.getfixturevalue("weir_spark")
     leaked = session.streams.active
     for query in leaked:
         query.stop()

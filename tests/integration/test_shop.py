@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import collections
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _pipe import source
 
 from examples.shop.pipeline import build
 from examples.shop.records import CUSTOMERS, ORDERS, PAGE_VIEWS, Shape, records
-from weir.config import load
-from weir.kafka import Admin
-from weir.runtime.runner import Runner
+from weir.testing import PipelineTest, Record, assert_rows
 
 pytestmark = pytest.mark.integration
 
@@ -31,108 +27,97 @@ SHAPE = Shape(seed=5, start_ms=1_767_225_617_000, event_rate=2.0, customers=100)
 THRESHOLD = 1000.0  # the busiest customers' 5-minute spend tops it, most customers' does not
 
 
-def read(spark, bootstrap: str, topic: str) -> list[dict]:
-    if not any(hi > lo for lo, hi in Admin(bootstrap).offsets(topic).values()):
-        return []  # a batch read of an empty topic fails in weir-kafka (no partition to read)
-    rows = source(spark, bootstrap, topic, stream=False, startingOffsets="earliest").collect()
-    return [
-        {
-            "partition": r["partition"],
-            "offset": r["offset"],
-            "key": None if r["key"] is None else bytes(r["key"]),
-            "value": None if r["value"] is None else bytes(r["value"]),
-            "headers": {h["key"]: bytes(h["value"]).decode() for h in r["headers"] or []},
-        }
-        for r in rows
-    ]
+def coordinates(topic: str, rows: list[Record]) -> list[str]:
+    return [f"{topic}/{r.partition}/{r.offset}" for r in rows]
 
 
-def coordinates(topic: str, rows: list[dict]) -> list[str]:
-    return [f"{topic}/{r['partition']}/{r['offset']}" for r in rows]
-
-
-def sources(rows: list[dict], processor: str | None = None) -> list[str]:
+def sources(rows: list[Record], processor: str | None = None) -> list[str]:
     """The input records that rows stand for (their weir.source headers), optionally of one processor."""
-    return [r["headers"]["weir.source"] for r in rows if processor in (None, r["headers"].get("weir.processor"))]
+    return [r.source for r in rows if processor in (None, r.processor)]
 
 
-def test_every_generated_record_is_in_exactly_one_place(spark, bootstrap: str, tmp_path: Path) -> None:
+def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
     pipeline = build(
         rate=0, total=TOTAL, seed=SHAPE.seed, threshold=THRESHOLD, event_rate=SHAPE.event_rate,
         customers=SHAPE.customers, start_ms=SHAPE.start_ms,
     )  # fmt: skip
-    settings = load(
-        home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "checkpoints"),
-        lake=str(tmp_path / "lake"), max_offsets_per_trigger=700, max_restarts=3, restart_backoff=0.5,
-    )  # fmt: skip
-    runner = Runner(pipeline, settings, spark=spark, available_now=True).start()
-    try:
-        assert runner.wait(900)
-    finally:
-        runner.stop()
-    status = runner.snapshot()
     # A restart is allowed (on a loaded machine a Python worker may miss Spark's fixed 10 s to connect back);
-    # the books below must balance all the same.
-    assert {n: st.state for n, st in status.items()} == {n: "finished" for n in status}, {
-        n: st.last_error for n, st in status.items()
-    }
-    totals = {n: st.totals for n, st in status.items()}
-    assert all(t.balanced and t.violations == 0 for t in totals.values()), {n: t.to_json() for n, t in totals.items()}
-    assert status["enrich"].batches > 1  # the books balanced batch by batch, not only once
-    names = [*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))]
-    existing = Admin(bootstrap).topics()  # .dlq and .late exist for input topics only
-    topic = {t: read(spark, bootstrap, t) for t in names if t in existing}
+    # the books must balance all the same, which run_once checks batch by batch.
+    t: PipelineTest = pipeline_test(pipeline, max_offsets_per_trigger=700, max_restarts=3, restart_backoff=0.5)
+    totals = t.run_once(900)
+    assert t.status["enrich"].batches > 1  # the books balanced batch by batch, not only once
+    names = [*pipeline.topics, *(f"{n}.{side}" for n in pipeline.topics for side in ("dlq", "late"))]
+    topic = {n: t.records(n) for n in names}  # .dlq and .late exist for input topics only: the rest are empty
+    here = t.topic  # the test's Kafka name of a topic, which weir.source headers carry
 
     # generate: the three topics hold exactly the generator's records, each once.
     made = records(SHAPE, 0, TOTAL)
     expected = collections.Counter((r.output, r.key, r.value) for r in made)
-    found = collections.Counter((t, r["key"], r["value"]) for t in (ORDERS, CUSTOMERS, PAGE_VIEWS) for r in topic[t])
+    found = collections.Counter((n, r.key, r.value) for n in (ORDERS, CUSTOMERS, PAGE_VIEWS) for r in topic[n])
     assert found == expected
     assert totals["generate"].out == TOTAL
 
     # The orders archiver: the lake holds every order (malformed ones too), each once, as the broker has it.
-    lake = pq.read_table(str(tmp_path / "lake" / ORDERS)).select(["partition", "offset", "value"]).to_pylist()
+    lake = pq.read_table(str(t.root / "lake" / here(ORDERS))).select(["partition", "offset", "value"]).to_pylist()
     assert sorted((r["partition"], r["offset"], r["value"]) for r in lake) == sorted(
-        (r["partition"], r["offset"], r["value"]) for r in topic[ORDERS]
+        (r.partition, r.offset, r.value) for r in topic[ORDERS]
     )
     assert totals[f"archive.{ORDERS}"].out == len(topic[ORDERS])
 
     # enrich: each order is enriched or dead-lettered, exactly once; each customer record dead-lettered or
     # absorbed into the table.
     malformed = {o: sorted(r.value for r in made if r.output == o and r.malformed) for o in (ORDERS, CUSTOMERS)}
-    assert sorted(r["value"] for r in topic["orders.dlq"]) == malformed[ORDERS]
-    assert sorted(r["value"] for r in topic["customers.dlq"]) == malformed[CUSTOMERS]
+    assert sorted(r.value for r in topic["orders.dlq"]) == malformed[ORDERS]
+    assert sorted(r.value for r in topic["customers.dlq"]) == malformed[CUSTOMERS]
     orders_out = sources(topic["orders.enriched"]) + sources(topic["orders.dlq"])
-    assert sorted(orders_out) == sorted(coordinates(ORDERS, topic[ORDERS]))
+    assert sorted(orders_out) == sorted(coordinates(here(ORDERS), topic[ORDERS]))
     customers_dlq = sources(topic["customers.dlq"])
     assert len(set(customers_dlq)) == len(customers_dlq)
-    assert set(customers_dlq) <= set(coordinates(CUSTOMERS, topic[CUSTOMERS]))
+    assert set(customers_dlq) <= set(coordinates(here(CUSTOMERS), topic[CUSTOMERS]))
     e = totals["enrich"]
     assert e.in_ == len(topic[ORDERS]) + len(topic[CUSTOMERS])
     assert (e.out, e.dlq) == (len(topic["orders.enriched"]), len(malformed[ORDERS]) + len(malformed[CUSTOMERS]))
     assert e.absorbed == len(topic[CUSTOMERS]) - len(malformed[CUSTOMERS])
-    joined = [json.loads(r["value"]) for r in topic["orders.enriched"]]
+    joined = [json.loads(r.value) for r in topic["orders.enriched"]]
     # The table was there for most orders (to_json leaves null fields out).
     assert sum(1 for j in joined if j.get("name") is not None) > 0.9 * len(joined)
 
     # revenue and spend: each enriched order is late (once, in orders.enriched.late) or in a window.
-    enriched = coordinates("orders.enriched", topic["orders.enriched"])
+    enriched = coordinates(here("orders.enriched"), topic["orders.enriched"])
     for name in ("revenue", "spend"):
         late = sources(topic["orders.enriched.late"], name)
         assert len(late) == len(set(late)) and set(late) <= set(enriched), name
         w = totals[name]
         assert (w.in_, w.late, w.absorbed + w.late) == (len(enriched), len(late), len(enriched)), name
         assert w.late > 0 and w.emitted > 0, name
-    windows = [json.loads(r["value"]) for r in topic["revenue.by_category_1m"]]
+    windows = [r.fields for r in topic["revenue.by_category_1m"]]
     assert len(windows) == totals["revenue"].emitted
     assert sum(w["orders"] for w in windows) <= totals["revenue"].absorbed  # open windows are not flushed
 
     # alert: exactly the 5-minute windows over the threshold, each naming its window record.
     spend = topic["spend.by_customer_5m"]
-    over = sorted(c for c, r in zip(coordinates("spend.by_customer_5m", spend), spend, strict=True)
-                  if json.loads(r["value"])["spend"] > THRESHOLD)  # fmt: skip
+    over = sorted(c for c, r in zip(coordinates(here("spend.by_customer_5m"), spend), spend, strict=True)
+                  if r.fields["spend"] > THRESHOLD)  # fmt: skip
     assert 0 < len(over) < len(spend)
     assert sorted(sources(topic["alerts"])) == over
     a = totals["alert"]
     assert (a.in_, a.out, a.filtered) == (len(spend), len(over), len(spend) - len(over))
-    assert all(json.loads(r["value"])["threshold"] == THRESHOLD for r in topic["alerts"])
+    assert all(r.fields["threshold"] == THRESHOLD for r in topic["alerts"])
+
+
+def test_alerts_are_the_windows_over_the_threshold(pipeline_test) -> None:
+    """The alert processor alone, on hand-made windows, by the kit's fast path (no broker)."""
+    t: PipelineTest = pipeline_test(build(threshold=100.0))
+    start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:05:00Z"
+
+    def window(customer: str, spend: float) -> dict:
+        return {"customer_id": customer, "window_start": start, "window_end": end, "orders": 2, "spend": spend}
+
+    counts = t.run_batch("alert", [window("c1", 150.0), window("c2", 99.0), window("c3", 100.5), b"{broken"])
+    assert_rows(t.read("alerts"), [
+        {"customer_id": "c1", "spend": 150.0, "threshold": 100.0},
+        {"customer_id": "c3", "spend": 100.5, "threshold": 100.0},
+    ])  # fmt: skip
+    assert {r.fields["window_end"].isoformat() for r in t.records("alerts")} == {"2026-01-01T10:05:00+00:00"}
+    assert [r.value for r in t.dead_letters("spend.by_customer_5m")] == [b"{broken"]
+    assert (counts.in_, counts.out, counts.filtered, counts.dlq, counts.balanced) == (4, 2, 1, 1, True)

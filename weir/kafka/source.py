@@ -61,7 +61,8 @@ def value_ddl(opts: SourceOptions) -> str:
     return ", " + ", ".join([*cols, f"{ERROR_COLUMN} STRING"])
 
 
-def _decoder(opts: SourceOptions, schema: StructType) -> JsonDecoder | None:
+def decoder(opts: SourceOptions, schema: StructType) -> JsonDecoder | None:
+    """The JSON decoder of the value columns of `schema` (the source's columns), None for raw values."""
     if opts.value_format != "json":
         return None
     arrow = to_arrow_schema(schema, timezone="UTC")
@@ -151,7 +152,7 @@ class _RangeReading:
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self.decoder = _decoder(opts, schema)
+        self.decoder = decoder(opts, schema)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, LakePartition):

@@ -337,14 +337,15 @@ class ProcessorQuery:
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned
         if any(g[routing.DEST] is not None for g in groups):
-            self._write_topics(routed)
+            self.write_topics(routed)
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
             counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
         return counts
 
-    def _write_topics(self, routed: DataFrame) -> None:
-        """Write the routed rows that have a destination topic to it (one Spark job)."""
+    def write_topics(self, routed: DataFrame) -> None:
+        """Write the routed rows that have a destination topic to it (one Spark job). The one place routed records
+        leave for Kafka: the testing kit's fast path (weir.testing) collects them in memory here instead."""
         (
             routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
             # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
@@ -370,7 +371,7 @@ class ProcessorQuery:
             for i, ((r, _), c) in enumerate(zip(combos, is_dest, strict=True))
         ]
         seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
-        self._write_topics(routed.observe(seen, *metrics))
+        self.write_topics(routed.observe(seen, *metrics))
         got = seen.get
         groups = []
         for i, (r, d) in enumerate(combos):

@@ -1,0 +1,94 @@
+"""What a test session shares: one Spark session and one embedded broker, each started on first use.
+
+Both are costly to start (a local Spark session takes about 7 s, its first query several more), so a
+process starts each at most once; tests are isolated from each other by their own topics and directories
+(weir.testing.isolate), not by their own broker or session. A Spark session that is already active (the
+caller built one) is reused and left running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.spark import register, spark_session
+
+# Two cores are the common CI machine: more shuffle partitions than cores only add tasks to tiny batches.
+TEST_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+
+
+class Environment:
+    """The Spark session and the embedded broker of one test process, started lazily and stopped together."""
+
+    _current: Environment | None = None
+    _lock = threading.Lock()
+
+    def __init__(self, root: str | Path | None = None, master: str | None = None) -> None:
+        self._own_root = root is None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="weir-test-"))
+        self.master = master or os.environ.get("WEIR_TEST_SPARK_MASTER", "local[2]")
+        self._spark: SparkSession | None = None
+        self._own_spark = False
+        self._broker: EmbeddedBroker | None = None
+
+    @classmethod
+    def current(cls, root: str | Path | None = None) -> Environment:
+        """The process's environment, created on first call (with `root`, if given, for the broker's files
+        and the tests' directories); stopped at exit, or by the pytest plugin at the end of the session."""
+        with cls._lock:
+            if cls._current is None:
+                cls._current = Environment(root)
+                atexit.register(cls._current.stop)
+            return cls._current
+
+    @classmethod
+    def started(cls) -> Environment | None:
+        return cls._current
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                self._spark = register(active)  # the caller's session: theirs to stop
+            else:
+                self._spark = spark_session("weir-tests", master=self.master, conf=TEST_SPARK_CONF)
+                self._spark.sparkContext.setLogLevel("ERROR")
+                self._own_spark = True
+        return self._spark
+
+    @property
+    def broker(self) -> EmbeddedBroker:
+        if self._broker is None:
+            broker = EmbeddedBroker(self.root / "broker", free_port())
+            broker.start()
+            self._broker = broker
+        return self._broker
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def directory(self, name: str) -> Path:
+        """A new directory under the environment's root, for one test's home, checkpoints and lake."""
+        return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root))
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.stop()
+            self._broker = None
+        if self._spark is not None and self._own_spark:
+            self._spark.stop()
+        self._spark = None
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        with Environment._lock:
+            if Environment._current is self:
+                Environment._current = None
