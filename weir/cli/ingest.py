@@ -1,0 +1,72 @@
+"""`weir ingest http|files`: source processors that bring records from outside into topics (docs/ingest.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from weir.cli.common import clean_errors
+from weir.config import Settings
+
+ingest_app = typer.Typer(help="Source processors: HTTP and files into topics, losing nothing.", no_args_is_help=True)
+PipelineSpec = Annotated[
+    str | None, typer.Argument(help="Pipeline declaring the topics (file.py[:name] or module[:name]); optional.")
+]
+Topics = Annotated[list[str], typer.Option("--topic", "-t", help="Topic to ingest into (repeatable for HTTP).")]
+Schema = Annotated[str | None, typer.Option("--schema", help="Value schema DDL, when no pipeline declares the topic.")]
+Key = Annotated[str | None, typer.Option("--key", help="With --schema: the field whose value is the record key.")]
+Partitions = Annotated[int, typer.Option("--partitions", help="With --schema: partitions of a topic created here.")]
+Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config).")]
+Job = Annotated[str | None, typer.Option("--job", help="The job's identity: its ledger and progress name.")]
+
+
+def _settings(bootstrap: str | None) -> Settings:
+    return Settings(**({"bootstrap_servers": bootstrap} if bootstrap else {}))
+
+
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+@ingest_app.command("http")
+@clean_errors
+def http(
+    pipeline: PipelineSpec = None,
+    topic: Topics = ...,  # type: ignore[assignment]
+    schema: Schema = None,
+    key: Key = None,
+    partitions: Partitions = 1,
+    host: Annotated[str, typer.Option("--host", help="Address to serve on; off loopback only with a token.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", "-p", help="Port; 0 picks a free one.")] = 8643,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="WEIR_INGEST_TOKEN", show_default=False, help="Bearer token.")
+    ] = None,
+    max_body: Annotated[str, typer.Option("--max-body", help="Largest request body (413 above it).")] = "10MiB",
+    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    max_in_flight: Annotated[
+        int, typer.Option("--max-in-flight", help="Records produced and not yet acknowledged, at most (503 above).")
+    ] = 100_000,
+    horizon: Annotated[str, typer.Option("--idempotency-horizon", help="How long an Idempotency-Key holds.")] = "24h",
+    job: Job = None,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Serve POST /topics/<topic>: JSON or NDJSON records, answered 201 once the broker acknowledged them."""
+    import logging
+
+    from weir import units
+    from weir.ingest.service import serve_http, targets  # the server's imports, only for this command
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    found = targets(pipeline, topic, schema, key, partitions)
+    horizon_ms = units.duration_ms(horizon, "--idempotency-horizon", bare="s", positive=True)
+    serve_http(
+        _settings(bootstrap), found, job or f"http.{'+'.join(topic)}", host, port, token, _bytes(max_body),
+        ack_timeout, max_in_flight, horizon_ms,
+    )  # fmt: skip

@@ -1,0 +1,133 @@
+"""Starting a source processor: its topics (declared in a pipeline, or given with a schema), the topics
+created when missing, the producer, the ledger, the progress loop; then `serve_http` runs until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from weir.config import Settings
+from weir.ingest.http import HttpIngest, check_exposure, create_app
+from weir.ingest.intake import Intake
+from weir.ingest.ledger import Ledger
+from weir.ingest.producer import IngestProducer
+from weir.ingest.progress import Books, ProgressLoop
+from weir.ingest.schema import RecordSchema
+from weir.kafka import Admin
+from weir.pipeline.model import Topic
+from weir.runtime.progress import ProgressPublisher
+
+log = logging.getLogger("weir.ingest")
+DLQ_RETENTION_MS = str(14 * 86_400_000)  # as the runner's dead-letter topics
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a source processor writes: the topic as declared, and the pipeline it belongs to."""
+
+    topic: Topic
+    pipeline: str
+
+
+def targets(spec: str | None, names: list[str], schema: str | None, key: str | None, partitions: int) -> list[Target]:
+    """The topics named, from the pipeline `spec` or, without one, all with `schema` (and `key`)."""
+    if spec:
+        from weir.pipeline.load import load  # imports PySpark's Python package (not a JVM): only with a spec
+
+        pipeline = load(spec)
+        missing = [n for n in names if n not in pipeline.topics]
+        if missing:
+            known = ", ".join(sorted(pipeline.topics))
+            raise ValueError(f"pipeline {pipeline.name} declares no topic {', '.join(missing)} (it has {known})")
+        return [Target(pipeline.topics[n], pipeline.name) for n in names]
+    if not schema:
+        raise ValueError("give a pipeline that declares the topic, or its --schema")
+    return [Target(Topic(n, schema, key, partitions), "ingest") for n in names]
+
+
+def prepare(settings: Settings, admin: Admin, found: list[Target], producer: IngestProducer) -> dict[str, Intake]:
+    """Create missing topics and their dead-letter topics; note each partition's end (the lower bound of what
+    a unit started from now on can have written)."""
+    schemas = {}
+    for t in found:
+        topic = t.topic
+        schemas[topic.name] = RecordSchema(topic.schema, topic.key)
+        admin.create_topic(topic.name, topic.partitions, topic.kafka_config(), settings.replication_factor, True)
+        dlq_config = {"retention.ms": DLQ_RETENTION_MS}
+        admin.create_topic(f"{topic.name}.dlq", topic.partitions, dlq_config, settings.replication_factor, True)
+        for name in (topic.name, f"{topic.name}.dlq"):
+            for p, (_, latest) in admin.offsets(name).items():
+                producer.next_offsets[(name, p)] = max(producer.next_offsets.get((name, p), 0), latest)
+    return schemas
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    return sock
+
+
+def serve_http(
+    settings: Settings, found: list[Target], job: str, host: str, port: int, token: str | None, max_body: int,
+    ack_timeout_s: float, max_in_flight: int, horizon_ms: int,
+) -> None:  # fmt: skip
+    """Serve until SIGINT or SIGTERM, then flush (bounded) and publish the last progress record."""
+    import uvicorn  # the server's own: not loaded by the other `weir` commands
+
+    check_exposure(host, token)
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, max_in_flight, ack_timeout_s)
+    books = Books()
+    schemas = prepare(settings, admin, found, producer)
+    intakes = {name: Intake(job, name, schema, producer, books) for name, schema in schemas.items()}
+    ledger = Ledger(Path(settings.home) / "ingest" / job / "ledger.sqlite")
+    state = HttpIngest(job, intakes, producer, ledger, books, client, max_body, horizon_ms)
+    publisher = ProgressPublisher(found[0].pipeline, client, str(Path(settings.home) / "progress"),
+                                  settings.progress_topic)  # fmt: skip
+    loop = ProgressLoop(books, publisher, job, lambda: producer.in_flight, extra=lambda: {
+        "requests": dict(state.counts), "producer": dict(producer.counts), "broker_down": producer.down_reason,
+    })  # fmt: skip
+    sock = bind(host, port)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            self.force_exit = self.should_exit and sig == signal.SIGINT
+            self.should_exit = True
+
+    config = uvicorn.Config(create_app(state, token), log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)  # fmt: skip
+    server = Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"weir ingest http: job {job} listening on http://{shown}:{sock.getsockname()[1]} into "
+          f"{', '.join(intakes)}{' (token required)' if token else ''}", file=sys.stderr, flush=True)  # fmt: skip
+    loop.start()
+    expired = ledger.expire("key", _now_ms() - horizon_ms)
+    if expired:
+        log.info("weir ingest: %d idempotency keys older than the horizon dropped", expired)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        left = producer.close(10.0)
+        if left:
+            log.error("weir ingest: %d records were not acknowledged at stop", left)
+        loop.stop()
+        ledger.close()
+        sock.close()
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
