@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from weir.ingest.intake import Intake, Plan, unit_id
 from weir.ingest.ledger import Ledger
-from weir.ingest.producer import Acks, Backpressure, IngestProducer
+from weir.ingest.producer import ACK_MARGIN_S, Acks, Backpressure, IngestProducer
 from weir.ingest.progress import Books
 from weir.ingest.readback import found_rows
 from weir.kafka.log import BrokerUnavailable
@@ -181,7 +181,7 @@ async def _send(state: HttpIngest, intake: Intake, plan: Plan) -> Acks | None:
 
     acks = intake.send(plan, on_done=wake)
     try:
-        await asyncio.wait_for(settled, state.producer.ack_timeout_s + 5.0)
+        await asyncio.wait_for(settled, state.producer.ack_timeout_s + ACK_MARGIN_S)
     except TimeoutError:
         return None
     return acks

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, Producer
 from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.ingest")
+ACK_MARGIN_S = 1.0  # beyond message.timeout.ms, librdkafka has failed every record: no longer wait
 
 
 class Backpressure(RuntimeError):
@@ -173,7 +174,7 @@ class IngestProducer:
 
     def wait(self, acks: Acks) -> bool:
         """Wait for every record of `acks`, at most the message timeout and a margin; False on timeout."""
-        return acks.done.wait(self.ack_timeout_s + 5.0)
+        return acks.done.wait(self.ack_timeout_s + ACK_MARGIN_S)
 
     def close(self, timeout: float = 10.0) -> int:
         """Flush (bounded) and stop; the number of records still unacknowledged."""

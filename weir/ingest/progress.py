@@ -102,10 +102,10 @@ class ProgressLoop:
         self.batch += 1
         return record
 
-    def stop(self, state: str = "stopped") -> None:
+    def stop(self, state: str = "stopped", flush_s: float = 10.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
         self.publish()
         self.publisher.publish("state", self.processor, state=state, run_id=self.run_id)
-        self.publisher.close()
+        self.publisher.close(flush_s)

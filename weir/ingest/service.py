@@ -122,7 +122,7 @@ def serve_http(
         left = producer.close(10.0)
         if left:
             log.error("weir ingest: %d records were not acknowledged at stop", left)
-        loop.stop()
+        loop.stop(flush_s=1.0 if producer.down_reason else 10.0)  # a dead broker: the JSONL log has them
         ledger.close()
         sock.close()
 
