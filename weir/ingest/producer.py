@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 from confluent_kafka import KafkaError, Producer
 
@@ -42,30 +43,35 @@ class Out:
     row: int
 
 
-@dataclass
 class Acks:
-    """The outcome of a unit's records: (partition, offset) or an error per produced record."""
+    """The outcome of a unit's records: where each landed, or why not. Delivery callbacks run on the poll
+    thread only, one per record, so they just note the outcome; the unit's sums are made once, at the end."""
 
-    records: list[Out]
-    done: threading.Event = field(default_factory=threading.Event)
-    placed: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # row -> (topic, partition, offset)
-    failed: dict[int, str] = field(default_factory=dict)  # row -> error
-    pending: int = 0
-    on_done: Callable[[Acks], None] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, records: list[Out], on_done: Callable[[Acks], None] | None = None) -> None:
+        self.records = records
+        self.on_done = on_done
+        self.done = threading.Event()
+        self.pending = len(records)
+        self.placed: dict[int, tuple[str, int, int]] = {}  # row -> (topic, partition, offset)
+        self.failed: dict[int, str] = {}  # row -> error
+        self._settled: Callable[[Acks], None] | None = None  # the producer's books, then on_done
 
-    def settle(self, row: int, topic: str, partition: int, offset: int, error: str | None) -> None:
-        with self._lock:
-            if error is None:
-                self.placed[row] = (topic, partition, offset)
-            else:
-                self.failed[row] = error
-            self.pending -= 1
-            finished = self.pending == 0
-        if finished:
-            self.done.set()
-            if self.on_done is not None:
-                self.on_done(self)
+    def delivered(self, i: int, err: KafkaError | None, msg) -> None:
+        r = self.records[i]
+        if err is None:
+            self.placed[r.row] = (r.topic, msg.partition(), msg.offset())
+        else:
+            self.failed[r.row] = err.str()
+        self.pending -= 1
+        if self.pending == 0:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._settled is not None:
+            self._settled(self)
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done(self)
 
 
 class IngestProducer:
@@ -130,47 +136,44 @@ class IngestProducer:
 
     def send(self, records: list[Out], on_done: Callable[[Acks], None] | None = None) -> Acks:
         """Produce every record (after `check`); the returned Acks settle from the poll thread."""
-        acks = Acks(records, pending=len(records), on_done=on_done)
+        acks = Acks(records, on_done)
+        acks._settled = self._settled
         if not records:
-            acks.done.set()
-            if on_done is not None:
-                on_done(acks)
+            acks.finish()
             return acks
         with self._lock:
             self.in_flight += len(records)
+        produce = self.producer.produce
         for i, r in enumerate(records):
             try:
-                self.producer.produce(r.topic, r.value, r.key, headers=r.headers, on_delivery=self._callback(acks, r))
+                produce(r.topic, r.value, r.key, headers=r.headers, on_delivery=partial(acks.delivered, i))
             except BufferError:
                 # Past librdkafka's own queue bound despite admission (large records): the rest is not sent.
                 self.counts["queue_full"] += 1
+                with self._lock:
+                    self.in_flight -= len(records) - i
                 for rest in records[i:]:
-                    self._settled(acks, rest.row, rest.topic, -1, -1, "not sent: the producer's queue is full")
+                    acks.failed[rest.row] = "not sent: the producer's queue is full"
+                with self._lock:  # the poll thread may settle the produced ones meanwhile
+                    acks.pending -= len(records) - i
+                    finished = acks.pending == 0 and not acks.done.is_set()
+                if finished:
+                    acks.finish()
                 break
         return acks
 
-    def _callback(self, acks: Acks, r: Out) -> Callable:
-        def delivered(err: KafkaError | None, msg) -> None:
-            if err is None:
-                self._settled(acks, r.row, r.topic, msg.partition(), msg.offset(), None)
-            else:
-                self._settled(acks, r.row, r.topic, -1, -1, err.str())
-
-        return delivered
-
-    def _settled(self, acks: Acks, row: int, topic: str, partition: int, offset: int, error: str | None) -> None:
+    def _settled(self, acks: Acks) -> None:
+        """A unit's records all settled: the producer's counters and the ends of the partitions written."""
         with self._lock:
-            self.in_flight -= 1
-            if error is None:
-                self.counts["produced"] += 1
+            self.in_flight -= len(acks.placed) + sum(1 for e in acks.failed.values() if not e.startswith("not sent"))
+            self.counts["produced"] += len(acks.placed)
+            self.counts["failed"] += len(acks.failed)
+            for topic, partition, offset in acks.placed.values():
                 tp = (topic, partition)
                 if offset + 1 > self.next_offsets.get(tp, 0):
                     self.next_offsets[tp] = offset + 1
-            else:
-                self.counts["failed"] += 1
-        if error is None and self.down_reason is not None:
+        if acks.placed and self.down_reason is not None:
             self.down_reason = None
-        acks.settle(row, topic, partition, offset, error)
 
     def wait(self, acks: Acks) -> bool:
         """Wait for every record of `acks`, at most the message timeout and a margin; False on timeout."""
