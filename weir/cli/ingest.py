@@ -70,3 +70,40 @@ def http(
         _settings(bootstrap), found, job or f"http.{'+'.join(topic)}", host, port, token, _bytes(max_body),
         ack_timeout, max_in_flight, horizon_ms,
     )  # fmt: skip
+
+
+@ingest_app.command("files")
+@clean_errors
+def files(
+    where: Annotated[str, typer.Argument(help="A directory, a glob ('/data/*.json') or a prefix (s3://bucket/in/).")],
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to ingest into.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="json (JSON lines), csv (with a header) or parquet.")],
+    pipeline: Annotated[
+        str | None, typer.Option("--pipeline", help="Pipeline declaring the topic (file.py[:name] or module[:name]).")
+    ] = None,
+    schema: Schema = None,
+    key: Key = None,
+    partitions: Partitions = 1,
+    job: Job = None,
+    chunk: Annotated[int, typer.Option("--chunk", help="Records produced before waiting for their acks.")] = 5000,
+    settle: Annotated[float, typer.Option("--settle", help="Seconds a file must be unmodified to be read.")] = 1.0,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between listings.")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Take in the settled files, then exit.")] = False,
+    max_wait: Annotated[
+        float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
+    ] = 300.0,
+    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Take in files as they land: every record exactly once across restarts, bad rows to the dead letters."""
+    import json
+    import logging
+
+    from weir.ingest.service import run_files, targets  # the job's imports, only for this command
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    found = targets(pipeline, [topic], schema, key, partitions)[0]
+    name = job or f"files.{topic}"
+    counts = run_files(_settings(bootstrap), found, where, fmt, name, chunk, settle, interval, once, max_wait,
+                       ack_timeout)  # fmt: skip
+    typer.echo(json.dumps({"job": name, **counts}))

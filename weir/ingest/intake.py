@@ -68,8 +68,12 @@ class Intake:
 
     def send(self, plan: Plan, on_done=None) -> Acks:
         """Produce the plan's records; the books count them in now and settle them with their acks."""
+        return self.send_outs(plan.outs, on_done)
+
+    def send_outs(self, outs: list[Out], on_done=None) -> Acks:
+        """Produce `outs` (a plan's, or the failed ones of an earlier attempt: each attempt is counted in)."""
         taken = int(time.time() * 1000)
-        self.books.add(**{"in": len(plan.outs)})
+        self.books.add(**{"in": len(outs)})
 
         def settled(acks: Acks) -> None:
             per_topic: dict[str, int] = {}
@@ -81,4 +85,4 @@ class Intake:
             if on_done is not None:
                 on_done(acks)
 
-        return self.producer.send(plan.outs, on_done=settled)
+        return self.producer.send(outs, on_done=settled)

@@ -131,3 +131,50 @@ def _now_ms() -> int:
     import time
 
     return int(time.time() * 1000)
+
+
+def run_files(
+    settings: Settings, found: Target, where: str, fmt: str, job: str, chunk: int, settle_s: float,
+    interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+) -> dict:  # fmt: skip
+    """Take in files until SIGINT or SIGTERM (or, with `once`, until every settled file is done)."""
+    from weir.ingest.files import FileJob
+    from weir.ingest.sources import FileSource, Rows
+
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    books = Books()
+    schema = prepare(settings, admin, [found], producer)[found.topic.name]
+    intake = Intake(job, found.topic.name, schema, producer, books)
+    ledger = Ledger(Path(settings.home) / "ingest" / job / "ledger.sqlite")
+    source = FileSource(where)
+    files = FileJob(source, Rows(source.filesystem, fmt, found.topic.schema), intake, ledger, client, chunk,
+                    settle_s, max_wait_s)  # fmt: skip
+    publisher = ProgressPublisher(
+        found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
+    )
+    loop = ProgressLoop(books, publisher, job, lambda: producer.in_flight,
+                        extra=lambda: {**files.counts, "producer": dict(producer.counts)})  # fmt: skip
+
+    def stop(signum: int, frame: object) -> None:
+        files.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"weir ingest files: job {job} reading {where} ({fmt}) into {found.topic.name}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    loop.start()
+    state = "finished" if once else "stopped"
+    try:
+        files.run(interval_s, once)
+    except Exception:
+        state = "failed"
+        raise
+    finally:
+        left = producer.close(10.0)
+        if left:
+            log.error("weir ingest: %d records were not acknowledged at stop", left)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        ledger.close()
+    return dict(files.counts)
