@@ -40,12 +40,12 @@ SCHEMA = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE, 
 TOPIC = "bench_orders"
 
 
+def record(n: int, i: int) -> dict:
+    return {"order_id": f"o{n}-{i}", "customer_id": f"c{i % 997}", "amount": i * 0.5, "ts_ms": 1_795_000_000_000 + i}
+
+
 def body(batch: int, n: int) -> bytes:
-    return b"\n".join(
-        json.dumps({"order_id": f"o{n}-{i}", "customer_id": f"c{i % 997}", "amount": i * 0.5,
-                    "ts_ms": 1_795_000_000_000 + i}).encode()  # fmt: skip
-        for i in range(batch)
-    )
+    return b"\n".join(json.dumps(record(n, i)).encode() for i in range(batch))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -182,8 +182,8 @@ def main() -> None:
                       f"{http['p50']:.1f}", f"{http['p99']:.1f}", f"{http['rps'] / raw['rps']:.2f}",
                       str(http["refused"]))  # fmt: skip
     console.print(table)
-    console.print(f"machine: {os.cpu_count()} cores, load average (1/5/15 min) before "
-                  f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}")  # fmt: skip
+    before, after = ("/".join(f"{x:.2f}" for x in load) for load in (load_before, load_after))
+    console.print(f"machine: {os.cpu_count()} cores, load average (1/5/15 min) before {before}, after {after}")
     by = {c: (raw, http) for c, raw, http in rows}
     if 8 in by:
         raw8, http8 = by[8]

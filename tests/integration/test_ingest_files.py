@@ -57,8 +57,8 @@ def test_sigkill_at_any_moment_neither_resends_nor_skips(bootstrap, tmp_path, to
     good = sum(write_json(inbox / f"part{n}.json", 4000, bad_every=997) for n in range(4))
     env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
     # A kill after a file's last acknowledgement, before the ledger says done: the worst moment.
-    fault = Child(args(inbox, topic_name, "json", "--chunk", "200"), {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"},
-                  tmp_path / "fault.log")  # fmt: skip
+    faulty = {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"}
+    fault = Child(args(inbox, topic_name, "json", "--chunk", "200"), faulty, tmp_path / "fault.log")
     assert fault.proc.wait(60) == -9
     fault.stop()
     kills = []
