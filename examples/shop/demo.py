@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from examples.shop.orders_http import OrderClient, stats
 from examples.shop.pipeline import build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
@@ -110,7 +112,7 @@ def topic_table(admin: Admin, topics: list[str]) -> Table:
 
 def lateness(snapshot: dict, seed: int) -> str:
     """How many orders each window found late, against how many the generator made late on purpose."""
-    generated = snapshot["generate"].totals.out
+    generated = snapshot["generate"].totals.in_  # every record of the stream, orders sent over HTTP too
     made = sum(1 for r in records(Shape(seed=seed), 0, generated) if r.output == ORDERS and r.late)
     late = {n: snapshot[n].totals.late for n in ("revenue", "spend")}
     text = f"late orders: revenue {late['revenue']:,}, spend {late['spend']:,}; generated late on purpose: {made:,}"
@@ -280,6 +282,24 @@ def show_monitor(monitor: MonitorProcess, timeout: float = 60.0) -> bool:
     return True
 
 
+def start_orders(settings: Settings, run_dir: Path, shape: Shape, rate: float) -> tuple[tuple, OrderClient]:
+    """`weir ingest http` for the orders topic (its own process, on a free port), and the client that POSTs the
+    generator's orders to it."""
+    log = run_dir / "ingest-http.log"
+    argv = [sys.executable, "-m", "weir.cli", "ingest", "http", MONITOR_SPEC, "--topic", "orders", "--port", "0"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
+                                cwd=REPO)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (found := re.search(r"listening on (http://\S+)", log.read_text(errors="replace"))):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"weir ingest http did not start; see {log}:\n{log_tail(log)}")
+        time.sleep(0.1)
+    url = found.group(1)
+    console.print(f"orders arrive over HTTP: POST {url}/topics/orders (weir ingest http, log {log})")
+    return (proc, url), OrderClient(url, shape, rate)
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -293,6 +313,7 @@ def main(
     speedup: float = typer.Option(10, help="Event time runs this many times faster than the wall clock."),
     seed: int = typer.Option(7, help="Seed of the generator."),
     threshold: float | None = typer.Option(None, help="Spend per customer per 5 minutes that raises an alert."),
+    http: bool = typer.Option(True, help="Orders over HTTP (weir ingest http) instead of from the generator's query."),
 ) -> None:
     import weir  # after the CLI parsed: --help should not wait for pyspark
 
@@ -310,6 +331,8 @@ def main(
     runner = None
     spark = None
     monitor = None
+    ingest = None
+    orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
         broker.start()
@@ -329,8 +352,11 @@ def main(
         signal.signal(signal.SIGINT, on_signal)
         from weir.runtime.runner import Runner
 
-        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
+        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, orders_over_http=http)
         runner = Runner(pipeline, settings, spark=spark)
+        if http:
+            ingest, client = start_orders(settings, run_dir, Shape(seed, int(time.time() * 1000), rate / speedup), rate)
+            threading.Thread(target=client.run, args=(orders_stop,), daemon=True, name="shop-orders").start()
         if monitor is not None and not show_monitor(monitor):
             monitor = None
         console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
@@ -341,6 +367,9 @@ def main(
                 live.update(live_table(runner.snapshot(), time.monotonic() - started, duration))
                 stop.wait(1.0)
         elapsed = time.monotonic() - started
+        orders_stop.set()
+        if ingest is not None:
+            console.print(f"orders over HTTP: {client.counts}; the server's books: {stats(ingest[1])['books']}")
         console.print("stopping the queries, up to a minute (an interrupted batch is replayed by the next start) ...")
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # an interrupted foreachBatch call logs its stack
         runner.stop()
@@ -366,6 +395,10 @@ def main(
         if monitor is not None:
             console.print("stopping weir monitor ...")
             monitor.stop()
+        orders_stop.set()
+        if ingest is not None:
+            ingest[0].send_signal(signal.SIGTERM)
+            ingest[0].wait(30)
         broker.stop()
 
 
