@@ -110,9 +110,10 @@ def topic_table(admin: Admin, topics: list[str]) -> Table:
     return table
 
 
-def lateness(snapshot: dict, seed: int) -> str:
+def lateness(snapshot: dict, seed: int, generated: int | None = None) -> str:
     """How many orders each window found late, against how many the generator made late on purpose."""
-    generated = snapshot["generate"].totals.in_  # every record of the stream, orders sent over HTTP too
+    if generated is None:  # records of the stream: all from the generator's query, unless orders came over HTTP
+        generated = snapshot["generate"].totals.out
     made = sum(1 for r in records(Shape(seed=seed), 0, generated) if r.output == ORDERS and r.late)
     late = {n: snapshot[n].totals.late for n in ("revenue", "spend")}
     text = f"late orders: revenue {late['revenue']:,}, spend {late['spend']:,}; generated late on purpose: {made:,}"
@@ -382,7 +383,7 @@ def main(
             console.print(f"latest records of {topic}:")
             for doc in tail(broker.bootstrap, topic):
                 console.print(f"  {doc}")
-        console.print(lateness(snapshot, seed))
+        console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
     except KeyboardInterrupt:

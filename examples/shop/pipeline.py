@@ -133,7 +133,7 @@ def build(
 
         @shop.processor(outputs=[customer_table, page_views])
         def generate(spark: SparkSession) -> DataFrame:
-            return generated(spark, options).where(F.col("_output") != "orders")
+            return generated(spark, {**options, "skip": "orders"})
 
     else:
 

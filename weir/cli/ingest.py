@@ -107,3 +107,36 @@ def files(
     counts = run_files(_settings(bootstrap), found, where, fmt, name, chunk, settle, interval, once, max_wait,
                        ack_timeout)  # fmt: skip
     typer.echo(json.dumps({"job": name, **counts}))
+
+
+@ingest_app.command("postgres")
+@clean_errors
+def postgres(
+    dsn: Annotated[str, typer.Option("--dsn", help="libpq connection string of the database (wal_level=logical).")],
+    table: Annotated[str, typer.Option("--table", help="The table ([schema.]name), with a one-column primary key.")],
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to stream into, keyed by the primary key.")],
+    pipeline: Annotated[
+        str | None, typer.Option("--pipeline", help="Pipeline declaring the topic; else its schema is the table's.")
+    ] = None,
+    slot: Annotated[str | None, typer.Option("--slot", help="Replication slot (default: weir_<job>).")] = None,
+    partitions: Partitions = 1,
+    job: Job = None,
+    batch: Annotated[int, typer.Option("--batch", help="Changes peeked per batch (whole transactions).")] = 5000,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls when idle.")] = 0.5,
+    once: Annotated[bool, typer.Option("--once", help="Snapshot and the changes so far, then exit.")] = False,
+    max_wait: Annotated[
+        float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
+    ] = 300.0,
+    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Stream a table into a topic: a snapshot, then inserts, updates and deletes (tombstones), exactly once by LSN."""
+    import json
+    import logging
+
+    from weir.ingest.service import run_postgres  # the job's imports, only for this command
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    counts = run_postgres(_settings(bootstrap), pipeline, dsn, table, topic, slot, job, partitions, batch, interval,
+                          once, max_wait, ack_timeout)  # fmt: skip
+    typer.echo(json.dumps(counts))

@@ -17,12 +17,11 @@ import logging
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 
-from weir.ingest.intake import Intake, unit_id
+from weir.ingest.intake import Intake, StuckError, deliver, unit_id
 from weir.ingest.ledger import Ledger
-from weir.ingest.producer import Backpressure, Out
+from weir.ingest.producer import Out
 from weir.ingest.readback import found_rows
 from weir.ingest.sources import FileSource, Found, Rows
 from weir.kafka.log import BrokerUnavailable
@@ -31,10 +30,6 @@ log = logging.getLogger("weir.ingest")
 FILE = "file"  # the ledger's kind
 COUNTS = ("files_done", "files_changed", "files_bad", "files_resumed", "rows_skipped", "retries", "waits")
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after-file-acks" (docs/ingest.md)
-
-
-class StuckError(RuntimeError):
-    """The broker did not take a file's records within the job's patience: the job stops, loudly."""
 
 
 @dataclass
@@ -111,31 +106,7 @@ class FileJob:
         return 1
 
     def _deliver(self, found: Found, outs: list[Out]) -> None:
-        """Produce `outs` until every one is acknowledged; failed ones again with backoff, at most max_wait_s."""
-        deadline = time.monotonic() + self.max_wait_s
-        pause = 0.2
-        while outs:
-            try:
-                self.intake.producer.check(len(outs))
-                acks = self.intake.send_outs(outs)
-                if not self.intake.producer.wait(acks):
-                    raise StuckError(
-                        f"{found.name}: records unacknowledged after {self.intake.producer.ack_timeout_s}s"
-                    )
-                outs = [o for o in outs if o.row in acks.failed]
-                if not outs:
-                    return
-                self.counts["retries"] += 1
-                reason = next(iter(acks.failed.values()))
-            except Backpressure as exc:
-                self.counts["waits"] += 1
-                reason = str(exc)
-            if time.monotonic() > deadline:
-                raise StuckError(f"{found.name}: {len(outs)} record(s) not taken by the broker within "
-                                 f"{self.max_wait_s:g}s: {reason}")  # fmt: skip
-            log.warning("weir ingest: %s: %d record(s) wait (%s); again in %.1fs", found.name, len(outs), reason, pause)
-            time.sleep(pause)
-            pause = min(pause * 2, 5.0)
+        deliver(self.intake, outs, found.name, self.max_wait_s, self.counts)
 
     def _bad(self, found: Found, unit: bytes, provenance: list, exc: BaseException) -> None:
         self.counts["files_bad"] += 1

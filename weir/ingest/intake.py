@@ -8,14 +8,16 @@ half-sent by a crash is read back (weir/ingest/readback.py) and completed withou
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 
-from weir.ingest.producer import Acks, IngestProducer, Out
+from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.ingest.progress import Books
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER
 from weir.ingest.schema import Invalid, RecordSchema
 
+log = logging.getLogger("weir.ingest")
 ERROR_HEADER = "weir.error"  # the same header names as the runtime's dead letters (docs/pipelines.md)
 PROCESSOR_HEADER = "weir.processor"
 
@@ -86,3 +88,34 @@ class Intake:
                 on_done(acks)
 
         return self.producer.send(outs, on_done=settled)
+
+
+class StuckError(RuntimeError):
+    """The broker did not take a unit's records within the job's patience: the job stops, loudly."""
+
+
+def deliver(intake: Intake, outs: list[Out], what: str, max_wait_s: float, counts: dict[str, int]) -> None:
+    """Produce `outs` until every one is acknowledged: failed ones again with a doubling pause (0.2 s to 5 s),
+    at most `max_wait_s` in all, then StuckError naming `what` and the last reason. Counts `retries` (records
+    failed) and `waits` (backpressure) in `counts`."""
+    deadline = time.monotonic() + max_wait_s
+    pause = 0.2
+    while outs:
+        try:
+            intake.producer.check(len(outs))
+            acks = intake.send_outs(outs)
+            if not intake.producer.wait(acks):
+                raise StuckError(f"{what}: records unacknowledged after {intake.producer.ack_timeout_s:g}s")
+            outs = [o for o in outs if o.row in acks.failed]
+            if not outs:
+                return
+            counts["retries"] += 1
+            reason = next(iter(acks.failed.values()))
+        except Backpressure as exc:
+            counts["waits"] += 1
+            reason = str(exc)
+        if time.monotonic() > deadline:
+            raise StuckError(f"{what}: {len(outs)} record(s) not taken by the broker within {max_wait_s:g}s: {reason}")
+        log.warning("weir ingest: %s: %d record(s) wait (%s); again in %.1fs", what, len(outs), reason, pause)
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)

@@ -178,3 +178,55 @@ def run_files(
         loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
         ledger.close()
     return dict(files.counts)
+
+
+def run_postgres(
+    settings: Settings, spec: str | None, dsn: str, table: str, topic: str, slot: str | None, job: str | None,
+    partitions: int, batch: int, interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+) -> dict:  # fmt: skip
+    """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left)."""
+    from weir.ingest.postgres import PgJob, table_schema
+
+    if spec:
+        found = targets(spec, [topic], None, None, partitions)[0]
+        key = found.topic.key
+        if key is None:
+            raise ValueError(f"topic {topic} declares no key: the table's primary key must be its key")
+    else:
+        ddl, key = table_schema(dsn, table)
+        found = Target(Topic(topic, ddl, key, partitions, compacted=True), "ingest")
+    name = job or f"postgres.{table}"
+    slot = slot or "weir_" + "".join(ch if ch.isalnum() else "_" for ch in name.lower())
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    books = Books()
+    schema = prepare(settings, admin, [found], producer)[topic]
+    intake = Intake(name, topic, schema, producer, books)
+    ledger = Ledger(Path(settings.home) / "ingest" / name / "ledger.sqlite")
+    pg = PgJob(dsn, table, slot, intake, ledger, client, key, batch, max_wait_s)
+    publisher = ProgressPublisher(
+        found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
+    )
+    loop = ProgressLoop(books, publisher, name, lambda: producer.in_flight,
+                        extra=lambda: {**pg.counts, "lsn": pg.lsn, "slot": slot, "producer": dict(producer.counts)})  # fmt: skip
+
+    def stop(signum: int, frame: object) -> None:
+        pg.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    loop.start()
+    state = "finished" if once else "stopped"
+    try:
+        pg.run(interval_s, once)
+    except Exception:
+        state = "failed"
+        raise
+    finally:
+        producer.close(10.0)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        ledger.close()
+    return {"job": name, "slot": slot, "lsn": pg.lsn, **pg.counts}
