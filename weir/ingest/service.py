@@ -208,8 +208,9 @@ def run_postgres(
     publisher = ProgressPublisher(
         found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
     )
-    loop = ProgressLoop(books, publisher, name, lambda: producer.in_flight,
-                        extra=lambda: {**pg.counts, "lsn": pg.lsn, "slot": slot, "producer": dict(producer.counts)})  # fmt: skip
+    loop = ProgressLoop(books, publisher, name, lambda: producer.in_flight, extra=lambda: {
+        **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": dict(producer.counts),
+    })  # fmt: skip
 
     def stop(signum: int, frame: object) -> None:
         pg.stopping.set()
