@@ -42,6 +42,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
 from examples.shop.orders_http import OrderClient, stats
 from examples.shop.pipeline import build
 from examples.shop.records import ORDERS, Shape, records
@@ -301,6 +302,33 @@ def start_orders(settings: Settings, run_dir: Path, shape: Shape, rate: float) -
     return (proc, url), OrderClient(url, shape, rate)
 
 
+def start_customers(
+    settings: Settings, run_dir: Path, dsn: str, shape: Shape
+) -> tuple[CustomerTable, subprocess.Popen]:
+    """The customers table in PostgreSQL, and `weir ingest postgres` streaming it into the customers topic."""
+    table = CustomerTable(dsn, shape)
+    log = run_dir / "ingest-postgres.log"
+    slot = "weir_shop_" + "".join(ch if ch.isalnum() else "_" for ch in run_dir.name[-8:])  # one per run
+    argv = [sys.executable, "-m", "weir.cli", "ingest", "postgres", "--pipeline", MONITOR_SPEC, "--dsn", dsn,
+            "--table", TABLE, "--topic", "customers", "--slot", slot]  # fmt: skip
+    with open(log, "ab") as out:
+        job = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
+                               cwd=REPO)  # fmt: skip
+    console.print(f"customers come from PostgreSQL: table {TABLE}, streamed by weir ingest postgres (log {log})")
+    return table, job
+
+
+def feed_outside(client: OrderClient, table: CustomerTable | None, rate: float, stop: threading.Event) -> None:
+    """The stream's records that come from outside, at its pace: customers into the table, orders over HTTP."""
+    started = time.monotonic()
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * rate)
+        if table is not None:
+            table.apply(due)
+        client.send(due)
+        stop.wait(0.2)
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -333,6 +361,7 @@ def main(
     spark = None
     monitor = None
     ingest = None
+    customers_job = None
     orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
@@ -353,11 +382,16 @@ def main(
         signal.signal(signal.SIGINT, on_signal)
         from weir.runtime.runner import Runner
 
-        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, orders_over_http=http)
+        dsn = logical_dsn() if http else None
+        outside = ("orders", "customers") if dsn else ("orders",) if http else ()
+        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside)
         runner = Runner(pipeline, settings, spark=spark)
         if http:
-            ingest, client = start_orders(settings, run_dir, Shape(seed, int(time.time() * 1000), rate / speedup), rate)
-            threading.Thread(target=client.run, args=(orders_stop,), daemon=True, name="shop-orders").start()
+            shape = Shape(seed, int(time.time() * 1000), rate / speedup)
+            ingest, client = start_orders(settings, run_dir, shape, rate)
+            table, customers_job = start_customers(settings, run_dir, dsn, shape) if dsn else (None, None)
+            feed = threading.Thread(target=feed_outside, args=(client, table, rate, orders_stop), daemon=True)
+            feed.start()
         if monitor is not None and not show_monitor(monitor):
             monitor = None
         console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
@@ -397,9 +431,10 @@ def main(
             console.print("stopping weir monitor ...")
             monitor.stop()
         orders_stop.set()
-        if ingest is not None:
-            ingest[0].send_signal(signal.SIGTERM)
-            ingest[0].wait(30)
+        for proc in (ingest[0] if ingest else None, customers_job):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
         broker.stop()
 
 

@@ -1,23 +1,14 @@
-"""`weir ingest postgres` against a real PostgreSQL with wal_level=logical: a private instance started from
-the installed binaries for this module (the machine's server runs wal_level=replica and is left alone), or
-the module is skipped with the reason. The job is SIGKILLed after a batch's acknowledgements and before the
-slot moves, and again mid-stream; the topic then holds the snapshot and every change exactly once, and
-replaying it by key gives the table."""
+"""`weir ingest postgres` against a real PostgreSQL with wal_level=logical (the `logical_pg` fixture of
+conftest.py: a private instance, or a skip with the reason). The job is SIGKILLed after a batch's
+acknowledgements and before the slot moves, and again mid-stream; the topic then holds the snapshot and every
+change exactly once, and replaying it by key gives the table. The shop's customers table streams into the
+shop's declared customers topic."""
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import json
-import os
-import pwd
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,67 +16,8 @@ import pytest
 from _ingest import Child, read_topic
 
 from weir.kafka import Admin
-from weir.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def _binaries() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(p.split("/")[4]))
-    return Path(found[-1]).parent if found else None
-
-
-@pytest.fixture(scope="module")
-def logical_pg() -> Iterator[str]:
-    """The DSN of a private PostgreSQL with wal_level=logical, on a free port, removed afterwards."""
-    bin_dir = _binaries()
-    if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin to start one with wal_level=logical")
-    root = Path(tempfile.mkdtemp(prefix="weir-pg-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb and postgres refuse to run as root: run them as the postgres user
-        try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run a private PostgreSQL as")
-        os.chown(root, user.pw_uid, user.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = root / "data", free_port()
-    init = subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                           "--no-sync"], capture_output=True, text=True)  # fmt: skip
-    if init.returncode != 0:
-        pytest.skip(f"initdb failed, no private PostgreSQL: {init.stderr.strip()[-300:]}")
-    log = open(root / "log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(root), "-c",
-         "listen_addresses=127.0.0.1", "-c", "wal_level=logical", "-c", "max_replication_slots=4", "-c", "fsync=off"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            psycopg.connect(dsn, connect_timeout=2).close()
-            break
-        except psycopg.OperationalError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.skip(f"the private PostgreSQL did not start: {(root / 'log').read_text()[-300:]}")
-            time.sleep(0.2)
-    try:
-        yield dsn
-    finally:
-        pid = int((data / "postmaster.pid").read_text().split()[0]) if (data / "postmaster.pid").exists() else None
-        with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(pid, signal.SIGINT)  # fast shutdown of the postmaster itself (runuser may sit between)
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(pid, signal.SIGKILL)
-            server.wait(10)
-        log.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def changes(conn: psycopg.Connection, start: int, n: int, deleted: list[int]) -> int:
@@ -163,3 +95,43 @@ def test_snapshot_and_changes_exactly_once_across_sigkill(logical_pg, bootstrap,
     summary = json.loads(last.text().strip().splitlines()[-1])
     assert summary["snapshot_rows"] == 0  # the snapshot was taken once, by the first run
     conn.close()
+
+
+def test_shop_customers_from_postgres(logical_pg, tmp_path, monkeypatch):
+    """The demo's path: the generator's customer records applied to a table, streamed into the shop pipeline's
+    declared `customers` table topic; the machine's own server (wal_level=replica) is not taken for it."""
+    from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
+    from examples.shop.records import Shape
+    from weir.kafka.broker import EmbeddedBroker, free_port
+
+    assert logical_dsn(logical_pg) == logical_pg
+    assert logical_dsn("host=127.0.0.1 port=1 dbname=none connect_timeout=1") is None  # nothing there
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    broker = EmbeddedBroker(tmp_path / "broker", free_port())  # the shop's topic names, away from test_shop's
+    broker.start()
+    try:
+        table = CustomerTable(logical_pg, Shape(seed=5, customers=200))
+        env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": broker.bootstrap}
+        argv = ["ingest", "postgres", "--pipeline", "examples.shop.pipeline:shop", "--dsn", logical_pg, "--table",
+                TABLE, "--topic", "customers", "--once"]  # fmt: skip
+        for end in (3000, 9000):  # a snapshot, then the changes since, tombstones among them
+            table.apply(end)
+            job = Child(argv, env, tmp_path / f"job-{end}.log")
+            assert job.proc.wait(120) == 0, job.text()[-3000:]
+            job.stop()
+        table.close()
+        records = read_topic(broker.bootstrap, "customers")
+        assert read_topic(broker.bootstrap, "customers.dlq") == []
+    finally:
+        broker.stop()
+    state: dict[str, dict] = {}
+    for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
+        if m.value() is None:
+            state.pop(m.key().decode(), None)
+        else:
+            state[m.key().decode()] = json.loads(m.value())
+    assert sum(m.value() is None for m in records) > 0  # deletes arrived as tombstones
+    with psycopg.connect(logical_pg) as conn:
+        rows = conn.execute(f"SELECT customer_id, name, segment, country FROM {TABLE}").fetchall()
+    assert state == {r[0]: dict(zip(("customer_id", "name", "segment", "country"), r, strict=True)) for r in rows}
+    assert len(state) > 150
