@@ -75,15 +75,13 @@ class Intake:
     def send_outs(self, outs: list[Out], on_done=None) -> Acks:
         """Produce `outs` (a plan's, or the failed ones of an earlier attempt: each attempt is counted in)."""
         taken = int(time.time() * 1000)
-        self.books.add(**{"in": len(outs)})
+        self.books.taken(len(outs))
 
         def settled(acks: Acks) -> None:
             per_topic: dict[str, int] = {}
             for topic, _, _ in acks.placed.values():
                 per_topic[topic] = per_topic.get(topic, 0) + 1
-            for topic, n in per_topic.items():
-                self.books.acknowledged(topic, n, taken)
-            self.books.add(out=per_topic.get(self.topic, 0), dlq=per_topic.get(self.dlq, 0), failed=len(acks.failed))
+            self.books.settled(per_topic, self.topic, self.dlq, len(acks.failed), taken)
             if on_done is not None:
                 on_done(acks)
 

@@ -30,33 +30,49 @@ class Books:
         self.totals: Counter = Counter()
         self.outputs: Counter = Counter()
         self.newest_ms: int | None = None  # when the newest acknowledged record was taken in
+        self.pending = 0  # taken in, not settled yet
 
     def add(self, **counts: int) -> None:
         with self._lock:
             for name, n in counts.items():
                 self.totals[name] += n
 
-    def acknowledged(self, topic: str, n: int, taken_ms: int) -> None:
-        if n <= 0:
-            return
+    def taken(self, n: int) -> None:
+        """`n` records taken in and handed to the producer: in, and pending until they settle."""
         with self._lock:
-            self.outputs[topic] += n
-            self.newest_ms = max(self.newest_ms or 0, taken_ms)
+            self.totals["in"] += n
+            self.pending += n
+
+    def settled(self, per_topic: dict[str, int], out_topic: str, dlq_topic: str, failed: int, taken_ms: int) -> None:
+        """Records of one unit settled: acknowledged per topic, or failed. One lock with `taken`, so that a
+        snapshot never sees a record both pending and settled, or neither."""
+        with self._lock:
+            for topic, n in per_topic.items():
+                self.outputs[topic] += n
+            self.totals["out"] += per_topic.get(out_topic, 0)
+            self.totals["dlq"] += per_topic.get(dlq_topic, 0)
+            self.totals["failed"] += failed
+            self.pending -= sum(per_topic.values()) + failed
+            if per_topic:
+                self.newest_ms = max(self.newest_ms or 0, taken_ms)
 
     def snapshot(self) -> tuple[Counter, Counter, int | None]:
         with self._lock:
             return Counter(self.totals), Counter(self.outputs), self.newest_ms
+
+    def state(self) -> tuple[Counter, Counter, int | None, int]:
+        """The totals, outputs, newest intake time and pending records, at one instant."""
+        with self._lock:
+            return Counter(self.totals), Counter(self.outputs), self.newest_ms, self.pending
 
 
 class ProgressLoop:
     """Publishes the books' changes every `every` seconds from a daemon thread, and once more at `stop`."""
 
     def __init__(
-        self, books: Books, publisher: ProgressPublisher, processor: str, in_flight: Any, every: float = 1.0,
-        extra: Any = None,
+        self, books: Books, publisher: ProgressPublisher, processor: str, every: float = 1.0, extra: Any = None,
     ) -> None:  # fmt: skip
         self.books, self.publisher, self.processor = books, publisher, processor
-        self.in_flight = in_flight  # a callable: records produced and not yet acknowledged or failed
         self.extra = extra or (lambda: {})
         self.every = every
         self.batch = 0
@@ -75,8 +91,7 @@ class ProgressLoop:
             self.publish()
 
     def publish(self) -> dict:
-        totals, outputs, newest = self.books.snapshot()
-        flight = int(self.in_flight())
+        totals, outputs, newest, flight = self.books.state()
         now = time.monotonic()
         delta = {k: totals[k] - self._last[k] for k in COUNTERS}
         out_delta = {k: v - self._outputs[k] for k, v in outputs.items() if v - self._outputs[k]}

@@ -66,6 +66,11 @@ def prepare(settings: Settings, admin: Admin, found: list[Target], producer: Ing
     return schemas
 
 
+def producer_figures(producer: IngestProducer) -> dict:
+    """The producer's counters and its own count of records awaiting acknowledgement (apart from the books')."""
+    return {**producer.counts, "in_flight": producer.in_flight}
+
+
 def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -96,8 +101,8 @@ def serve_http(
     state = HttpIngest(job, intakes, producer, ledger, books, client, max_body, horizon_ms)
     publisher = ProgressPublisher(found[0].pipeline, client, str(Path(settings.home) / "progress"),
                                   settings.progress_topic)  # fmt: skip
-    loop = ProgressLoop(books, publisher, job, lambda: producer.in_flight, extra=lambda: {
-        "requests": dict(state.counts), "producer": dict(producer.counts), "broker_down": producer.down_reason,
+    loop = ProgressLoop(books, publisher, job, extra=lambda: {
+        "requests": dict(state.counts), "producer": producer_figures(producer), "broker_down": producer.down_reason,
     })  # fmt: skip
     sock = bind(host, port)
 
@@ -154,8 +159,7 @@ def run_files(
     publisher = ProgressPublisher(
         found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
     )
-    loop = ProgressLoop(books, publisher, job, lambda: producer.in_flight,
-                        extra=lambda: {**files.counts, "producer": dict(producer.counts)})  # fmt: skip
+    loop = ProgressLoop(books, publisher, job, extra=lambda: {**files.counts, "producer": producer_figures(producer)})
 
     def stop(signum: int, frame: object) -> None:
         files.stopping.set()
@@ -208,8 +212,8 @@ def run_postgres(
     publisher = ProgressPublisher(
         found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
     )
-    loop = ProgressLoop(books, publisher, name, lambda: producer.in_flight, extra=lambda: {
-        **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": dict(producer.counts),
+    loop = ProgressLoop(books, publisher, name, extra=lambda: {
+        **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": producer_figures(producer),
     })  # fmt: skip
 
     def stop(signum: int, frame: object) -> None:
