@@ -55,3 +55,16 @@ def test_bodies_split_into_records():
     assert split(b'{\n "a": 1\n}', "application/json") == [b'{"a":1}']
     assert split(b"[1,", "application/json").startswith("the body is not a JSON array")
     assert split(b"  ", "application/json") == []
+    assert split(b'{"a":1}\n{"a":2}', "application/json") == [b'{"a":1}', b'{"a":2}']  # NDJSON, mislabelled
+
+
+def test_a_relative_glob_matches_the_files_it_names(tmp_path, monkeypatch):
+    from weir.ingest.sources import FileSource
+
+    (tmp_path / "in").mkdir()
+    for name in ("a.json", "b.csv", ".hidden.json", "_tmp.json"):
+        (tmp_path / "in" / name).write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert [f.name for f in FileSource("in/*.json").list(0)] == [str(tmp_path / "in" / "a.json")]
+    assert sorted(f.name for f in FileSource("in").list(0)) == [str(tmp_path / "in" / n) for n in ("a.json", "b.csv")]
+    assert FileSource("in").list(3600) == []  # nothing has settled for an hour

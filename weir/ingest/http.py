@@ -132,8 +132,8 @@ def split(body: bytes, content_type: str) -> list[bytes] | str:
     if b"\n" in text:  # one pretty-printed object: one line, as the readers downstream parse values
         try:
             return [json.dumps(json.loads(text), separators=(",", ":")).encode()]
-        except ValueError:
-            return [text.replace(b"\n", b" ")]
+        except ValueError:  # not one document: NDJSON sent without its content type
+            return [line.strip() for line in text.split(b"\n") if line.strip()]
     return [text] if text else []
 
 

@@ -12,6 +12,7 @@ import csv
 import fnmatch
 import io
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -51,7 +52,8 @@ class FileSource:
         parts = where.split("/")
         wild = next((i for i, p in enumerate(parts) if _WILDCARD.search(p)), None)
         self.base = "/".join(parts[:wild]) if wild is not None else where
-        self.pattern = where if wild is not None else None
+        # Names are absolute paths or URLs: a relative glob is matched as its absolute form.
+        self.pattern = (where if "://" in where else os.path.abspath(where)) if wild is not None else None
         self.filesystem, self.root = resolve(self.base or ".")
         self._scheme = where.split("://", 1)[0] + "://" if "://" in where else ""
 
