@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError, Producer
 
@@ -32,9 +32,9 @@ class Backpressure(RuntimeError):
         self.retry_after = retry_after
 
 
-@dataclass(frozen=True)
-class Out:
-    """One record to produce; `row` is its position in its unit (request or file)."""
+class Out(NamedTuple):
+    """One record to produce; `row` is its position in its unit (request or file). A NamedTuple: built once per
+    record, where a frozen dataclass's __init__ cost a microsecond each."""
 
     topic: str
     value: bytes
