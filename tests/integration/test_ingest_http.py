@@ -17,6 +17,9 @@ from _ingest import Child, http_server, read_topic
 
 from weir.kafka.broker import EmbeddedBroker, free_port
 from weir.monitor import records
+from weir.monitor.config import MonitorConfig
+from weir.monitor.state import Monitor
+from weir.monitor.track import BrokerSnapshot
 
 pytestmark = pytest.mark.integration
 SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, ts_ms BIGINT"
@@ -184,3 +187,15 @@ def test_progress_records_balance_and_the_monitor_reads_them(bootstrap, env, tmp
     assert sum(p.accounting["out"] for p in batches) == 150 and sum(p.accounting["dlq"] for p in batches) == 5
     assert any(p.event_max_ms for p in batches)  # freshness: the newest record's intake time
     assert parsed[-1].kind == "state"
+    # The monitor's own state, fed these records: the job is a processor with a rate, errors and freshness.
+    monitor = Monitor(MonitorConfig())
+    for line in lines:
+        monitor.ingest(line)
+    monitor.observe_broker(BrokerSnapshot(monitor.now_ms(), {}, {}))
+    monitor.refresh()
+    overview = monitor.overview()
+    seen = overview["processors"][f"ingest/http.{topic_name}"]
+    assert seen["spark_input_rate"] > 0 and seen["dlq_rate"] == pytest.approx(5 / 155)
+    assert seen["violations_total"] == 0 and seen["totals"]["in"] == 155 and seen["totals"]["dlq"] == 5
+    assert 0 <= seen["freshness_s"] < 60  # the age of the newest ingested record
+    assert overview["outputs"][topic_name]["writers"] == [f"ingest/http.{topic_name}"]
