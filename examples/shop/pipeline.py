@@ -134,6 +134,9 @@ def build(
     if from_outside:
         options["skip"] = ",".join(from_outside)
 
+    if "orders" in from_outside:
+        shop.http_source(orders)  # served by `weir ingest http`, its own process (the demo starts it)
+
     @shop.processor(outputs=generated_outputs)
     def generate(spark: SparkSession) -> DataFrame:
         return generated(spark, options)

@@ -199,3 +199,22 @@ def test_progress_records_balance_and_the_monitor_reads_them(bootstrap, env, tmp
     assert seen["violations_total"] == 0 and seen["totals"]["in"] == 155 and seen["totals"]["dlq"] == 5
     assert 0 <= seen["freshness_s"] < 60  # the age of the newest ingested record
     assert overview["outputs"][topic_name]["writers"] == [f"ingest/http.{topic_name}"]
+
+
+def test_an_http_source_declared_in_the_pipeline(bootstrap, env, tmp_path, topic_name):
+    spec = tmp_path / "declared.py"
+    spec.write_text(
+        "from weir.pipeline import Pipeline\n"
+        "p = Pipeline('declared')\n"
+        f"orders = p.topic('{topic_name}', 'order_id STRING NOT NULL, amount DOUBLE', key='order_id', partitions=2)\n"
+        "p.http_source(orders, port=0)\n"
+    )
+    child = Child(["ingest", "http", str(spec)], env, tmp_path / "http.log")  # no --topic, no --port
+    try:
+        url = child.wait_for(r"listening on (http://\S+)").group(1)
+        status, body, _ = post(f"{url}/topics/{topic_name}", ndjson([{"order_id": "d1", "amount": 2}]))
+    finally:
+        child.stop()
+    assert status == 201 and body["placed"][0][1] == 0
+    assert f"job http.{topic_name}" in child.text()
+    assert (Path(env["WEIR_HOME"]) / "progress" / "declared.jsonl").exists()  # the pipeline's own progress log

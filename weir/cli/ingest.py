@@ -13,7 +13,6 @@ ingest_app = typer.Typer(help="Source processors: HTTP and files into topics, lo
 PipelineSpec = Annotated[
     str | None, typer.Argument(help="Pipeline declaring the topics (file.py[:name] or module[:name]); optional.")
 ]
-Topics = Annotated[list[str], typer.Option("--topic", "-t", help="Topic to ingest into (repeatable for HTTP).")]
 Schema = Annotated[str | None, typer.Option("--schema", help="Value schema DDL, when no pipeline declares the topic.")]
 Key = Annotated[str | None, typer.Option("--key", help="With --schema: the field whose value is the record key.")]
 Partitions = Annotated[int, typer.Option("--partitions", help="With --schema: partitions of a topic created here.")]
@@ -37,14 +36,18 @@ def _bytes(text: str) -> int:
 @clean_errors
 def http(
     pipeline: PipelineSpec = None,
-    topic: Topics = ...,  # type: ignore[assignment]
+    topic: Annotated[
+        list[str] | None,
+        typer.Option("--topic", "-t", help="Topic to serve (repeatable); default: the pipeline's HTTP source."),
+    ] = None,
     schema: Schema = None,
     key: Key = None,
     partitions: Partitions = 1,
-    host: Annotated[str, typer.Option("--host", help="Address to serve on; off loopback only with a token.")] = (
-        "127.0.0.1"
-    ),
-    port: Annotated[int, typer.Option("--port", "-p", help="Port; 0 picks a free one.")] = 8643,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Address to serve on (default 127.0.0.1); off loopback only with a token."),
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default 8643); 0 picks a free one.")] = None,
     token: Annotated[
         str | None, typer.Option("--token", envvar="WEIR_INGEST_TOKEN", show_default=False, help="Bearer token.")
     ] = None,
@@ -61,13 +64,15 @@ def http(
     import logging
 
     from weir import units
-    from weir.ingest.service import serve_http, targets  # the server's imports, only for this command
+    from weir.ingest.service import declared_http, serve_http, targets  # the server's imports, only here
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    found = targets(pipeline, topic, schema, key, partitions)
+    names, declared_port, declared_host = declared_http(pipeline, topic or [])
+    found = targets(pipeline, names, schema, key, partitions)
     horizon_ms = units.duration_ms(horizon, "--idempotency-horizon", bare="s", positive=True)
     serve_http(
-        _settings(bootstrap), found, job or f"http.{'+'.join(topic)}", host, port, token, _bytes(max_body),
+        _settings(bootstrap), found, job or f"http.{'+'.join(names)}", host or declared_host or "127.0.0.1",
+        port if port is not None else declared_port if declared_port is not None else 8643, token, _bytes(max_body),
         ack_timeout, max_in_flight, horizon_ms,
     )  # fmt: skip
 

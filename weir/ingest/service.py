@@ -50,6 +50,21 @@ def targets(spec: str | None, names: list[str], schema: str | None, key: str | N
     return [Target(Topic(n, schema, key, partitions), "ingest") for n in names]
 
 
+def declared_http(spec: str | None, names: list[str]) -> tuple[list[str], int | None, str | None]:
+    """(topics, port, host) of the pipeline's declared HTTP source (`Pipeline.http_source`) when no topic is
+    named; the names as given (and no port or host) otherwise."""
+    if names or not spec:
+        if not names:
+            raise ValueError("name a topic with --topic, or give a pipeline that declares an HTTP source")
+        return names, None, None
+    from weir.pipeline.load import load  # imports PySpark's Python package (not a JVM): only with a spec
+
+    sources = load(spec).http_sources
+    if len(sources) != 1:
+        raise ValueError(f"the pipeline declares {len(sources)} HTTP sources: name the topics with --topic")
+    return list(sources[0].topics), sources[0].port, sources[0].host
+
+
 def prepare(settings: Settings, admin: Admin, found: list[Target], producer: IngestProducer) -> dict[str, Intake]:
     """Create missing topics and their dead-letter topics; note each partition's end (the lower bound of what
     a unit started from now on can have written)."""
