@@ -149,6 +149,7 @@ def test_idempotency_key_survives_sigkill_between_acks_and_ledger(bootstrap, env
     first = {(m.partition(), m.offset()) for m in read_topic(bootstrap, topic_name)}
     assert len(first) == 20
     with http_server(args(topic_name), env, tmp_path / "again.log") as (child, url):
+        assert "1 idempotency keys left open by a crash read back" in child.text()  # at start, in one pass
         status, answer, _ = post(f"{url}/topics/{topic_name}", body, key)  # resolved by reading back
         assert status == 400 and {tuple(p) for p in answer["placed"][:20]} == first
         child.kill()  # and a SIGKILL after a settled key

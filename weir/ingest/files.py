@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from weir.ingest.intake import Intake, StuckError, deliver, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
-from weir.ingest.readback import found_rows
+from weir.ingest.readback import resume
 from weir.ingest.sources import FileSource, Found, Rows
 from weir.kafka.log import BrokerUnavailable
 
@@ -75,7 +75,7 @@ class FileJob:
         if seen is not None:  # started before a crash: what reached the topics stays, the rest is sent
             if seen.fingerprint != found.fingerprint:
                 self._changed(found, seen.fingerprint)
-            skip = set(found_rows(self.client, seen.since, unit, self.max_wait_s))
+            skip = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
             self.counts["files_resumed"] += 1
             log.info("weir ingest: resuming %s: %d rows already in the topics", found.name, len(skip))
         else:

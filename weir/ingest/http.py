@@ -37,7 +37,7 @@ from weir.ingest.intake import Intake, Plan, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import ACK_MARGIN_S, Acks, Backpressure, IngestProducer
 from weir.ingest.progress import Books
-from weir.ingest.readback import found_rows
+from weir.ingest.readback import resume
 from weir.kafka.log import BrokerUnavailable
 
 log = logging.getLogger("weir.ingest")
@@ -209,7 +209,9 @@ async def _keyed(
             return state.answer(seen.answer["status"], seen.answer["body"], replayed=True)
         if not fresh:  # started and never finished: a crash, or a failed attempt; what reached the topics?
             try:
-                skip = await run_in_threadpool(found_rows, state.client, seen.since, unit, state.producer.ack_timeout_s)
+                skip = await run_in_threadpool(
+                    resume, state.ledger, seen, unit, state.client, state.producer.ack_timeout_s
+                )
             except BrokerUnavailable as exc:
                 return state.answer(503, {"error": f"cannot check what an earlier attempt delivered: {exc}"}, 5)
             state.counts["resolved"] += 1

@@ -33,6 +33,8 @@ CREATE TABLE IF NOT EXISTS units (
 
 @dataclass(frozen=True)
 class Unit:
+    """One entry of the ledger; `found` is what earlier read-backs of a started unit found."""
+
     kind: str
     name: str
     state: str
@@ -41,6 +43,12 @@ class Unit:
     fingerprint: str
     since: dict[tuple[str, int], int]
     answer: dict | None
+
+    @property
+    def found(self) -> dict[int, tuple[str, int, int]]:
+        if self.state != "started" or not self.answer:
+            return {}
+        return {int(r): (c[0], int(c[1]), int(c[2])) for r, c in self.answer.get("found", {}).items()}
 
 
 def _since_json(since: dict[tuple[str, int], int]) -> str:
@@ -87,6 +95,15 @@ class Ledger:
         with self._lock:
             self._db.execute(
                 "UPDATE units SET state='done', answer=? WHERE kind=? AND name=?", (json.dumps(answer), kind, name)
+            )
+
+    def resolved(self, kind: str, name: str, found: dict[int, tuple[str, int, int]], since: dict) -> None:
+        """A started unit read back: the rows found so far (kept), and the offsets a later read-back starts
+        from, so that it reads only what came after."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE units SET answer=?, since=? WHERE kind=? AND name=? AND state='started'",
+                (json.dumps({"found": {str(r): list(c) for r, c in found.items()}}), _since_json(since), kind, name),
             )
 
     def forget(self, kind: str, name: str) -> None:

@@ -31,7 +31,7 @@ from psycopg import sql
 from weir.ingest.intake import ERROR_HEADER, PROCESSOR_HEADER, Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
-from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, found_rows
+from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
 
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
@@ -143,7 +143,7 @@ class PgJob:
         seen = self.ledger.get(KIND, name)
         if seen is not None and seen.state == "started":
             self.counts["resumed"] += 1
-            found = set(found_rows(self.client, seen.since, unit, self.max_wait_s))
+            found = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
             log.info("weir ingest: resuming %s of %s: %d records already in the topics", name, self.table, len(found))
             return unit, found
         since = {tp: o for tp, o in self.intake.producer.next_offsets.items() if tp[0] in (self.intake.topic,

@@ -8,17 +8,20 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from weir.config import Settings
 from weir.ingest.http import HttpIngest, check_exposure, create_app
-from weir.ingest.intake import Intake
+from weir.ingest.intake import Intake, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import IngestProducer
 from weir.ingest.progress import Books, ProgressLoop
+from weir.ingest.readback import read_back
 from weir.ingest.schema import RecordSchema
 from weir.kafka import Admin
+from weir.kafka.log import BrokerUnavailable
 from weir.pipeline.model import Topic
 from weir.runtime.progress import ProgressPublisher
 
@@ -129,22 +132,53 @@ def serve_http(
     config = uvicorn.Config(create_app(state, token), log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=5)  # fmt: skip
     server = Server(config)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"weir ingest http: job {job} listening on http://{shown}:{sock.getsockname()[1]} into "
-          f"{', '.join(intakes)}{' (token required)' if token else ''}", file=sys.stderr, flush=True)  # fmt: skip
     loop.start()
     expired = ledger.expire("key", _now_ms() - horizon_ms)
     if expired:
         log.info("weir ingest: %d idempotency keys older than the horizon dropped", expired)
+    resolve_open_keys(ledger, job, client, _now_ms() - horizon_ms)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"weir ingest http: job {job} listening on http://{shown}:{sock.getsockname()[1]} into "
+          f"{', '.join(intakes)}{' (token required)' if token else ''}", file=sys.stderr, flush=True)  # fmt: skip
+    done = threading.Event()
+
+    def expire() -> None:  # keys past the horizon leave the ledger while the server runs for months
+        while not done.wait(600):
+            ledger.expire("key", _now_ms() - horizon_ms)
+
+    threading.Thread(target=expire, name="weir-ingest-expire", daemon=True).start()
     try:
         server.run(sockets=[sock])
     finally:
+        done.set()
         left = producer.close(10.0)
         if left:
             log.error("weir ingest: %d records were not acknowledged at stop", left)
         loop.stop(flush_s=1.0 if producer.down_reason else 10.0)  # a dead broker: the JSONL log has them
         ledger.close()
         sock.close()
+
+
+def resolve_open_keys(ledger: Ledger, job: str, client: dict[str, str], since_ms: int, timeout: float = 60.0) -> int:
+    """Read back, in one pass at start, every key a crash left started: what reached the topics is noted, so
+    that a retry of one of them later reads back only from now on, however much traffic came meanwhile."""
+    open_keys = [u for u in ledger.units("key", "started") if u.at_ms >= since_ms]
+    if not open_keys:
+        return 0
+    since: dict[tuple[str, int], int] = {}
+    for u in open_keys:
+        for tp, offset in u.since.items():
+            since[tp] = min(offset, since.get(tp, offset))
+    units = {u.name: unit_id(job, u.name) for u in open_keys}
+    try:
+        found, ends = read_back(client, since, set(units.values()), timeout)
+    except BrokerUnavailable as exc:  # each retry reads back for itself then
+        log.warning("weir ingest: could not read back %d open idempotency keys at start: %s", len(open_keys), exc)
+        return 0
+    for u in open_keys:
+        ledger.resolved("key", u.name, {**u.found, **found[units[u.name]]}, {**u.since, **ends})
+    log.info("weir ingest: %d idempotency keys left open by a crash read back", len(open_keys))
+    return len(open_keys)
 
 
 def _now_ms() -> int:
