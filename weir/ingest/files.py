@@ -46,7 +46,7 @@ class FileJob:
     max_wait_s: float = 300.0  # how long a chunk may keep failing before the job gives up, loudly
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     stopping: threading.Event = field(default_factory=threading.Event)
-    _reported: set[str] = field(default_factory=set)
+    _reported: set[tuple[str, str]] = field(default_factory=set)  # (file, fingerprint) reported as changed
 
     def scan(self) -> int:
         """Take in every settled file not done yet; the number of files finished."""
@@ -95,7 +95,8 @@ class FileJob:
                 if self.stopping.is_set():
                     return 0  # stays `started`: the next run resumes it by reading back
         except (OSError, ValueError, UnicodeDecodeError) as exc:  # a bad file: one dead letter, the job goes on
-            self._bad(found, unit, provenance, exc)
+            if 0 not in skip:  # not dead-lettered already by the run a crash cut short
+                self._bad(found, unit, provenance, exc)
             totals["bad"] = str(exc)
         totals["produced"] = totals["rows"] - totals["rejected"]
         if FAULT == "kill-after-file-acks":
