@@ -124,7 +124,11 @@ class PgJob:
     lsn: str | None = None  # the slot's position after the last batch
 
     def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
+        naming the statement, instead of holding it forever."""
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn.execute("SET statement_timeout = '60s'")
+        return conn
 
     def start(self) -> None:
         """Create the slot when missing, then take the snapshot unless it was taken."""
