@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
+from examples.shop.orders_http import OrderClient, stats
 from examples.shop.pipeline import build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
@@ -114,9 +117,10 @@ def topic_table(admin: Admin, topics: list[str]) -> Table:
     return table
 
 
-def lateness(snapshot: dict, seed: int) -> str:
+def lateness(snapshot: dict, seed: int, generated: int | None = None) -> str:
     """How many orders each window found late, against how many the generator made late on purpose."""
-    generated = snapshot["generate"].totals.out
+    if generated is None:  # records of the stream: all from the generator's query, unless orders came over HTTP
+        generated = snapshot["generate"].totals.out
     made = sum(1 for r in records(Shape(seed=seed), 0, generated) if r.output == ORDERS and r.late)
     late = {n: snapshot[n].totals.late for n in ("revenue", "spend")}
     text = f"late orders: revenue {late['revenue']:,}, spend {late['spend']:,}; generated late on purpose: {made:,}"
@@ -286,6 +290,51 @@ def show_monitor(monitor: MonitorProcess, timeout: float = 60.0) -> bool:
     return True
 
 
+def start_orders(settings: Settings, run_dir: Path, shape: Shape, rate: float) -> tuple[tuple, OrderClient]:
+    """`weir ingest http` for the orders topic (its own process, on a free port), and the client that POSTs the
+    generator's orders to it."""
+    log = run_dir / "ingest-http.log"
+    argv = [sys.executable, "-m", "weir.cli", "ingest", "http", MONITOR_SPEC, "--topic", "orders", "--port", "0"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
+                                cwd=REPO)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (found := re.search(r"listening on (http://\S+)", log.read_text(errors="replace"))):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"weir ingest http did not start; see {log}:\n{log_tail(log)}")
+        time.sleep(0.1)
+    url = found.group(1)
+    console.print(f"orders arrive over HTTP: POST {url}/topics/orders (weir ingest http, log {log})")
+    return (proc, url), OrderClient(url, shape, rate)
+
+
+def start_customers(
+    settings: Settings, run_dir: Path, dsn: str, shape: Shape
+) -> tuple[CustomerTable, subprocess.Popen]:
+    """The customers table in PostgreSQL, and `weir ingest postgres` streaming it into the customers topic."""
+    table = CustomerTable(dsn, shape)
+    log = run_dir / "ingest-postgres.log"
+    slot = "weir_shop_" + "".join(ch if ch.isalnum() else "_" for ch in run_dir.name[-8:])  # one per run
+    argv = [sys.executable, "-m", "weir.cli", "ingest", "postgres", "--pipeline", MONITOR_SPEC, "--dsn", dsn,
+            "--table", TABLE, "--topic", "customers", "--slot", slot]  # fmt: skip
+    with open(log, "ab") as out:
+        job = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
+                               cwd=REPO)  # fmt: skip
+    console.print(f"customers come from PostgreSQL: table {TABLE}, streamed by weir ingest postgres (log {log})")
+    return table, job
+
+
+def feed_outside(client: OrderClient, table: CustomerTable | None, rate: float, stop: threading.Event) -> None:
+    """The stream's records that come from outside, at its pace: customers into the table, orders over HTTP."""
+    started = time.monotonic()
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * rate)
+        if table is not None:
+            table.apply(due)
+        client.send(due)
+        stop.wait(0.2)
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -299,6 +348,7 @@ def main(
     speedup: float = typer.Option(10, help="Event time runs this many times faster than the wall clock."),
     seed: int = typer.Option(7, help="Seed of the generator."),
     threshold: float | None = typer.Option(None, help="Spend per customer per 5 minutes that raises an alert."),
+    http: bool = typer.Option(True, help="Orders over HTTP (weir ingest http) instead of from the generator's query."),
 ) -> None:
     import weir  # after the CLI parsed: --help should not wait for pyspark
 
@@ -316,6 +366,9 @@ def main(
     runner = None
     spark = None
     monitor = None
+    ingest = None
+    customers_job = None
+    orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
         broker.start()
@@ -335,8 +388,16 @@ def main(
         signal.signal(signal.SIGINT, on_signal)
         from weir.runtime.runner import Runner
 
-        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup)
+        dsn = logical_dsn() if http else None
+        outside = ("orders", "customers") if dsn else ("orders",) if http else ()
+        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside)
         runner = Runner(pipeline, settings, spark=spark)
+        if http:
+            shape = Shape(seed, int(time.time() * 1000), rate / speedup)
+            ingest, client = start_orders(settings, run_dir, shape, rate)
+            table, customers_job = start_customers(settings, run_dir, dsn, shape) if dsn else (None, None)
+            feed = threading.Thread(target=feed_outside, args=(client, table, rate, orders_stop), daemon=True)
+            feed.start()
         if monitor is not None and not show_monitor(monitor):
             monitor = None
         console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
@@ -347,6 +408,9 @@ def main(
                 live.update(live_table(runner.snapshot(), time.monotonic() - started, duration))
                 stop.wait(1.0)
         elapsed = time.monotonic() - started
+        orders_stop.set()
+        if ingest is not None:
+            console.print(f"orders over HTTP: {client.counts}; the server's books: {stats(ingest[1])['books']}")
         console.print("stopping the queries, up to a minute (an interrupted batch is replayed by the next start) ...")
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # an interrupted foreachBatch call logs its stack
         runner.stop()
@@ -359,7 +423,7 @@ def main(
             console.print(f"latest records of {topic}:")
             for doc in tail(broker.bootstrap, topic):
                 console.print(f"  {doc}")
-        console.print(lateness(snapshot, seed))
+        console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
     except KeyboardInterrupt:
@@ -372,6 +436,11 @@ def main(
         if monitor is not None:
             console.print("stopping weir monitor ...")
             monitor.stop()
+        orders_stop.set()
+        for proc in (ingest[0] if ingest else None, customers_job):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
         broker.stop()
 
 

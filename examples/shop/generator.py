@@ -23,6 +23,7 @@ Options (names are case-insensitive, as Spark lower-cases them):
 | `customers` | 1000 | customers in the table |
 | `maxRecordsPerTrigger` | 100000 | records per micro-batch at most: a restart after a pause plans no huge batch |
 | `startMs` | now | the stream's start (epoch ms) on its first run, for reproducible tests |
+| `skip` | none | outputs whose records are not emitted (comma-separated): another producer sends them |
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ class GeneratorOptions:
     customers: int = 1000
     max_per_trigger: int = 100_000
     start_ms: int | None = None
+    skip: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> GeneratorOptions:
         o = {k.lower(): v for k, v in options.items()}
-        known = {"rate", "total", "seed", "eventrate", "customers", "maxrecordspertrigger", "startms", "path"}
+        known = {"rate", "total", "seed", "eventrate", "customers", "maxrecordspertrigger", "startms", "skip", "path"}
         unknown = sorted(set(o) - known)
         if unknown:
             known_text = ", ".join(sorted(known))
@@ -80,6 +82,7 @@ class GeneratorOptions:
             customers=num("customers", int, 1000),
             max_per_trigger=num("maxrecordspertrigger", int, 100_000),
             start_ms=num("startms", int, None),
+            skip=frozenset(o.strip() for o in o.get("skip", "").split(",") if o.strip()),
         )
         if opts.rate < 0 or (opts.rate == 0 and (opts.total is None or not opts.event_rate)):
             raise ValueError("shop-generator: rate must be positive, or 0 (all at once) with total and eventRate")
@@ -165,6 +168,8 @@ class ShopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:
         for lo in range(partition.start, partition.end, ARROW_ROWS):
             rs = [record(partition.shape, i) for i in range(lo, min(partition.end, lo + ARROW_ROWS))]
+            if self.opts.skip:  # records another producer sends (the demo's orders, over HTTP)
+                rs = [r for r in rs if r.output not in self.opts.skip]
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array([r.output for r in rs], pa.string()),

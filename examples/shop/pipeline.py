@@ -100,11 +100,15 @@ def build(
     max_records_per_trigger: int | None = None,
     start_ms: int | None = None,
     archive: bool = True,
+    from_outside: tuple[str, ...] = (),
 ) -> Pipeline:
     """The shop pipeline with a generator of `rate` records/s (0: as fast as possible, with `total` and
     `event_rate`), `seed`, an optional `total`, and the spend alert's `threshold` (default: 5x the average
     customer's spend per 5-minute window, from the event rate). `start_ms` fixes the stream's start (its
-    event-time origin) for tests; by default it is the wall clock when the stream first runs."""
+    event-time origin) for tests; by default it is the wall clock when the stream first runs. The
+    generator leaves the outputs named in `from_outside` to other producers: orders over HTTP through `weir
+    ingest http` (examples/shop/orders_http.py), customers from PostgreSQL through `weir ingest postgres`
+    (examples/shop/customers_pg.py)."""
     if rate == 0 and event_rate is None:
         event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
     shape = Shape(seed, 0, event_rate or rate, customers)
@@ -126,7 +130,14 @@ def build(
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
     alerts = shop.topic("alerts", ALERTS, key="customer_id", partitions=1)
 
-    @shop.processor(outputs=[orders, customer_table, page_views])
+    generated_outputs = [t for t in (orders, customer_table, page_views) if t.name not in from_outside]
+    if from_outside:
+        options["skip"] = ",".join(from_outside)
+
+    if "orders" in from_outside:
+        shop.http_source(orders)  # served by `weir ingest http`, its own process (the demo starts it)
+
+    @shop.processor(outputs=generated_outputs)
     def generate(spark: SparkSession) -> DataFrame:
         return generated(spark, options)
 

@@ -61,6 +61,10 @@ def test_secrets_are_redacted():
         ["lake", "compact"],
         ["backfill"],
         ["monitor"],
+        ["ingest"],
+        ["ingest", "http"],
+        ["ingest", "files"],
+        ["ingest", "postgres"],
     ],
 )
 def test_every_command_has_help(args):

@@ -159,3 +159,12 @@ def test_bad_field_types_are_refused_before_anything_starts(tmp_path):
         assert type_problem(fine) is None, fine
     for bad, says in (("VARCHAR", "needs a length"), ("ARRAY<>", "expected a type"), ("INT NOT", "unexpected")):
         assert says in (type_problem(bad) or ""), bad
+
+
+def test_an_http_source_names_declared_topics():
+    from weir.pipeline import HttpSource, Pipeline, problems
+
+    p = Pipeline("shop")
+    orders = p.topic("orders", "order_id STRING NOT NULL", key="order_id")
+    assert p.http_source(orders, "missing", port=9000) == HttpSource(("orders", "missing"), 9000, "127.0.0.1")
+    assert problems(p) == ["HTTP source on port 9000: unknown topic 'missing'"]

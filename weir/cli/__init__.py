@@ -7,6 +7,7 @@ import typer
 
 from weir.cli.backfill import backfill_command
 from weir.cli.broker import broker_app
+from weir.cli.ingest import ingest_app
 from weir.cli.lake import lake_app
 from weir.cli.monitor import monitor_command
 from weir.cli.pipelines import archive, graph, run
@@ -17,6 +18,7 @@ app = typer.Typer(help="weir: streaming pipelines on Spark and Kafka.", no_args_
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(lake_app, name="lake")
+app.add_typer(ingest_app, name="ingest")
 app.command("offsets")(offsets)
 app.command("graph")(graph)
 app.command("run")(run)

@@ -101,6 +101,16 @@ def code_version(fn: Callable) -> str:
     return "src-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+@dataclass(frozen=True)
+class HttpSource:
+    """A source processor declared in the pipeline: `weir ingest http <pipeline>` serves POSTs into its topics
+    (docs/ingest.md). It runs as its own process, without Spark; `weir run` does not start it."""
+
+    topics: tuple[str, ...]
+    port: int = 8643
+    host: str = "127.0.0.1"
+
+
 @dataclass
 class Pipeline:
     """A named topology of topics, tables and processors."""
@@ -108,6 +118,7 @@ class Pipeline:
     name: str
     topics: dict[str, Topic] = field(default_factory=dict)
     processors: dict[str, Processor] = field(default_factory=dict)
+    http_sources: list[HttpSource] = field(default_factory=list)
     _duplicates: list[str] = field(default_factory=list, repr=False)
 
     def _add_topic(self, topic: Topic) -> Topic:
@@ -145,6 +156,13 @@ class Pipeline:
         return self._add_topic(
             Table(name, schema, key, partitions, duration_ms(retention, f"table {name} retention"), archived)
         )
+
+    def http_source(self, *topics: Topic | str, port: int = 8643, host: str = "127.0.0.1") -> HttpSource:
+        """Declare an HTTP ingest of `topics`: records POSTed to /topics/<topic> are checked against the topic's
+        schema and produced, answered 201 once acknowledged. Served by `weir ingest http <pipeline>`."""
+        source = HttpSource(tuple(t.name if isinstance(t, Topic) else t for t in topics), port, host)
+        self.http_sources.append(source)
+        return source
 
     def processor(
         self,

@@ -31,6 +31,12 @@ def problems(p: Pipeline) -> list[str]:
             )
         if proc.stateful and not proc.inputs:
             found.append(f"processor {proc.name}: a source processor cannot be stateful")
+    for source in p.http_sources:
+        if not source.topics:
+            found.append("an HTTP source names no topic")
+        for t in source.topics:
+            if t not in p.topics:
+                found.append(f"HTTP source on port {source.port}: unknown topic {t!r}")
     checkpoints: dict[str, str] = {}
     for proc in p.processors.values():
         other = checkpoints.setdefault(proc.checkpoint, proc.name)

@@ -75,8 +75,9 @@ class ProgressPublisher:
             log.warning("weir: progress record not queued for %s: %s", self.topic, exc)
         return record
 
-    def close(self) -> None:
-        self._producer.flush(10)
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush what is queued for at most `timeout` seconds (the JSONL log has every record anyway)."""
+        self._producer.flush(timeout)
         with self._lock:
             self._file.close()
 

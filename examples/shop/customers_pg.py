@@ -1,0 +1,77 @@
+"""The shop's customers from PostgreSQL: the generator's customer records applied to a table (upserts, and
+deletes for its tombstones), which `weir ingest postgres` streams into the `customers` topic.
+
+    dsn = logical_dsn()             # a reachable server with wal_level=logical, or None (and why not, logged)
+    table = CustomerTable(dsn, shape)
+    table.apply(end)                # customer records 0..end-1 of the stream, in order
+
+Malformed customer records are not applied: a table has no place for them (the generator's own query sends
+them to the topic, where the join dead-letters them). Used by the demo when a server allows logical
+decoding: the machine's own PostgreSQL runs wal_level=replica, so the demo usually keeps the generator's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import psycopg
+
+from examples.shop.records import CUSTOMERS, Shape, record
+
+log = logging.getLogger("shop")
+TABLE = "shop_customers"
+DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3"
+
+
+def logical_dsn(dsn: str | None = None) -> str | None:
+    """`dsn` (default SHOP_POSTGRES_DSN, else the machine's server) when it is reachable with wal_level=logical."""
+    dsn = dsn or os.environ.get("SHOP_POSTGRES_DSN") or DEFAULT_DSN
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            level = conn.execute("SHOW wal_level").fetchone()[0]
+    except psycopg.Error as exc:
+        log.info("shop: no PostgreSQL for the customers (%s)", str(exc).strip().splitlines()[0])
+        return None
+    if level != "logical":
+        log.info("shop: PostgreSQL runs wal_level=%s, not logical: the customers stay with the generator", level)
+        return None
+    return dsn
+
+
+class CustomerTable:
+    """The customers table, kept in step with the stream's customer records."""
+
+    def __init__(self, dsn: str, shape: Shape) -> None:
+        self.shape = shape
+        self.next_record = 0
+        self.applied = {"upserts": 0, "deletes": 0, "malformed": 0}
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (customer_id text PRIMARY KEY, name text, "
+                          "segment text, country text)")  # fmt: skip
+
+    def apply(self, end: int) -> None:
+        """Apply the customer records among next_record..end-1, one transaction."""
+        with self.conn.transaction():
+            for i in range(self.next_record, end):
+                r = record(self.shape, i)
+                if r.output != CUSTOMERS:
+                    continue
+                if r.malformed:
+                    self.applied["malformed"] += 1
+                elif r.value is None:
+                    self.conn.execute(f"DELETE FROM {TABLE} WHERE customer_id = %s", (r.key.decode(),))
+                    self.applied["deletes"] += 1
+                else:
+                    doc = json.loads(r.value)
+                    self.conn.execute(
+                        f"INSERT INTO {TABLE} VALUES (%(customer_id)s, %(name)s, %(segment)s, %(country)s) "
+                        "ON CONFLICT (customer_id) DO UPDATE SET name = EXCLUDED.name, segment = EXCLUDED.segment, "
+                        "country = EXCLUDED.country", doc,
+                    )  # fmt: skip
+                    self.applied["upserts"] += 1
+        self.next_record = max(self.next_record, end)
+
+    def close(self) -> None:
+        self.conn.close()

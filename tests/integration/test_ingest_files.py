@@ -1,0 +1,147 @@
+"""`weir ingest files` as a real process: SIGKILLed at moments picked by the output (mid-file, between files,
+after a file's last acknowledgement and before the ledger), restarted each time, and the topic then holds
+every row of every file exactly once; changed files reported, not re-read; CSV and Parquet with bad rows and
+a corrupt file dead-lettered while the job goes on; new files picked up as they land."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _ingest import Child, read_topic
+
+from weir.kafka import Admin
+
+pytestmark = pytest.mark.integration
+SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, qty INT"
+
+
+def args(where: Path | str, topic: str, fmt: str = "json", *extra: str) -> list[str]:
+    return ["ingest", "files", str(where), "--topic", topic, "--format", fmt, "--schema", SCHEMA, "--key",
+            "order_id", "--partitions", "3", "--settle", "0", *extra]  # fmt: skip
+
+
+def write_json(path: Path, rows: int, bad_every: int = 0) -> int:
+    """JSON lines, with a bad line every `bad_every` lines; the number of good ones."""
+    good = 0
+    with path.open("w") as f:
+        for i in range(1, rows + 1):
+            if bad_every and i % bad_every == 0:
+                f.write('{"order_id": null, "amount": 1}\n')
+            else:
+                f.write(json.dumps({"order_id": f"{path.stem}-{i}", "amount": i / 2, "qty": i % 7}) + "\n")
+                good += 1
+    return good
+
+
+def produced(bootstrap: str, topic: str) -> int:
+    try:
+        return sum(hi - lo for lo, hi in Admin(bootstrap).offsets(topic).values())
+    except Exception:
+        return 0
+
+
+def coordinates(messages: list) -> Counter:
+    heads = [dict(m.headers()) for m in messages]
+    return Counter((h["weir.ingest.file"].decode(), int(h["weir.ingest.row"])) for h in heads)
+
+
+def test_sigkill_at_any_moment_neither_resends_nor_skips(bootstrap, tmp_path, topic_name):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    good = sum(write_json(inbox / f"part{n}.json", 4000, bad_every=997) for n in range(4))
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    # A kill after a file's last acknowledgement, before the ledger says done: the worst moment.
+    faulty = {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"}
+    fault = Child(args(inbox, topic_name, "json", "--chunk", "200"), faulty, tmp_path / "fault.log")
+    assert fault.proc.wait(60) == -9
+    fault.stop()
+    kills = []
+    for threshold in (6000, 9000, 12000):
+        child = Child(args(inbox, topic_name, "json", "--chunk", "100"), env, tmp_path / f"run-{threshold}.log")
+        deadline = time.monotonic() + 60
+        while produced(bootstrap, topic_name) < threshold and time.monotonic() < deadline:
+            assert child.proc.poll() is None, child.text()[-2000:]
+            time.sleep(0.01)
+        child.kill()
+        kills.append(produced(bootstrap, topic_name))
+    last = Child(args(inbox, topic_name, "json", "--once"), env, tmp_path / "last.log")
+    assert last.proc.wait(120) == 0, last.text()[-3000:]
+    last.stop()
+    assert kills[0] < good, f"the kills came after the end ({kills}): they tested nothing"
+    out = coordinates(read_topic(bootstrap, topic_name))
+    assert max(out.values()) == 1, [k for k, n in out.items() if n > 1][:5]
+    expected = {(str(inbox / f"part{n}.json"), i) for n in range(4) for i in range(1, 4001) if i % 997}
+    assert set(out) == expected
+    dead = coordinates(read_topic(bootstrap, f"{topic_name}.dlq"))
+    assert max(dead.values()) == 1 and len(dead) == 4 * 4
+    assert "resuming" in (tmp_path / "run-6000.log").read_text()  # the fault's file was read back
+
+
+def test_changed_file_is_reported_not_reread(bootstrap, tmp_path, topic_name):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    write_json(inbox / "a.json", 50)
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    first = Child(args(inbox, topic_name, "json", "--once"), env, tmp_path / "1.log")
+    assert first.proc.wait(60) == 0
+    first.stop()
+    with (inbox / "a.json").open("a") as f:
+        f.write(json.dumps({"order_id": "late", "amount": 1}) + "\n")
+    again = Child(args(inbox, topic_name, "json", "--once"), env, tmp_path / "2.log")
+    assert again.proc.wait(60) == 0
+    again.stop()
+    summary = json.loads(again.text().strip().splitlines()[-1])
+    assert summary["files_changed"] == 1 and summary["files_done"] == 0
+    assert "changed after it was read" in again.text()
+    assert len(read_topic(bootstrap, topic_name)) == 50
+    progress = [json.loads(x) for x in (tmp_path / "home" / "progress" / "ingest.jsonl").read_text().splitlines()]
+    assert any(p.get("ingest", {}).get("files_changed") == 1 for p in progress)
+
+
+def test_csv_parquet_bad_rows_and_a_corrupt_file(bootstrap, tmp_path, topic_name):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "a.csv").write_text("order_id,amount,qty\nc1,1.5,2\nc2,lots,3\n,2,1\nc4,,\n")
+    pq.write_table(pa.table({"order_id": ["p1", None, "p3"], "amount": [1.0, 2.0, 3.0], "qty": [1, 2, 3]}),
+                   inbox / "b.parquet")  # fmt: skip
+    (inbox / "c.parquet").write_bytes(b"PAR1 this is not parquet")
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    for fmt, glob in (("csv", "*.csv"), ("parquet", "*.parquet")):
+        child = Child(args(inbox / glob, topic_name, fmt, "--once", "--job", f"j-{fmt}"), env, tmp_path / f"{fmt}.log")
+        assert child.proc.wait(60) == 0, child.text()[-2000:]
+        child.stop()
+    kept = {json.loads(m.value())["order_id"]: json.loads(m.value()) for m in read_topic(bootstrap, topic_name)}
+    assert kept == {
+        "c1": {"order_id": "c1", "amount": 1.5, "qty": 2}, "c4": {"order_id": "c4", "amount": None, "qty": None},
+        "p1": {"order_id": "p1", "amount": 1.0, "qty": 1}, "p3": {"order_id": "p3", "amount": 3.0, "qty": 3},
+    }  # fmt: skip
+    dead = {(Path(dict(m.headers())["weir.ingest.file"].decode()).name, int(dict(m.headers())["weir.ingest.row"])):
+            dict(m.headers())["weir.error"].decode() for m in read_topic(bootstrap, f"{topic_name}.dlq")}  # fmt: skip
+    assert set(dead) == {("a.csv", 2), ("a.csv", 3), ("b.parquet", 2), ("c.parquet", 0)}
+    assert "amount" in dead[("a.csv", 2)] and "order_id" in dead[("a.csv", 3)]
+    assert "cannot be read as parquet" in dead[("c.parquet", 0)]
+
+
+def test_new_files_are_picked_up_as_they_land(bootstrap, tmp_path, topic_name):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    child = Child(["ingest", "files", str(inbox), "--topic", topic_name, "--format", "json", "--schema", SCHEMA,
+                   "--settle", "0.3", "--interval", "0.2"], env, tmp_path / "run.log")  # fmt: skip
+    try:
+        child.wait_for("reading")
+        for n in range(3):
+            write_json(inbox / f".tmp{n}", 100)
+            (inbox / f".tmp{n}").rename(inbox / f"drop{n}.json")  # hidden while written
+            deadline = time.monotonic() + 30
+            while produced(bootstrap, topic_name) < 100 * (n + 1) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert produced(bootstrap, topic_name) == 100 * (n + 1)
+    finally:
+        assert child.stop() == 0

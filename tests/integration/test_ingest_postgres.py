@@ -1,0 +1,137 @@
+"""`weir ingest postgres` against a real PostgreSQL with wal_level=logical (the `logical_pg` fixture of
+conftest.py: a private instance, or a skip with the reason). The job is SIGKILLed after a batch's
+acknowledgements and before the slot moves, and again mid-stream; the topic then holds the snapshot and every
+change exactly once, and replaying it by key gives the table. The shop's customers table streams into the
+shop's declared customers topic."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+from _ingest import Child, read_topic
+
+from weir.kafka import Admin
+
+pytestmark = pytest.mark.integration
+
+
+def changes(conn: psycopg.Connection, start: int, n: int, deleted: list[int]) -> int:
+    """n single-statement transactions: inserts, updates of earlier rows, and deletes; the rows they changed
+    (an update or delete of a row that is gone changes nothing); deletes are counted in `deleted`."""
+    made = 0
+    for i in range(start, start + n):
+        if i % 5 == 3:
+            cur = conn.execute("UPDATE customers SET name = %s, age = age + 1 WHERE customer_id = %s",
+                               (f"n{i}", f"c{i - 3}"))  # fmt: skip
+        elif i % 5 == 4:
+            cur = conn.execute("DELETE FROM customers WHERE customer_id = %s", (f"c{i - 200}",))
+            deleted.append(cur.rowcount)
+        else:
+            cur = conn.execute("INSERT INTO customers VALUES (%s, %s, 'b', %s, now())", (f"c{i}", f"name {i}", i % 90))
+        made += cur.rowcount
+    return made
+
+
+def produced(bootstrap: str, topic: str) -> int:
+    try:
+        return sum(hi - lo for lo, hi in Admin(bootstrap).offsets(topic).values())
+    except Exception:
+        return 0
+
+
+def test_snapshot_and_changes_exactly_once_across_sigkill(logical_pg, bootstrap, tmp_path, topic_name):
+    conn = psycopg.connect(logical_pg, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS customers")
+    conn.execute("CREATE TABLE customers (customer_id text PRIMARY KEY, name text, segment text, age int, "
+                 "updated timestamptz)")  # fmt: skip
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO customers VALUES (%s, %s, 'a', %s, now())",
+                        [(f"c{i}", f"name {i}", i % 90) for i in range(300)])  # fmt: skip
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    argv = ["ingest", "postgres", "--dsn", logical_pg, "--table", "customers", "--topic", topic_name,
+            "--partitions", "3", "--batch", "40", "--interval", "0.1"]  # fmt: skip
+    made, deleted = 0, []
+    first = Child(argv, {**env, "WEIR_INGEST_FAULT": "kill-before-slot-advance"}, tmp_path / "first.log")
+    first.wait_for("snapshot of customers done")
+    made += changes(conn, 300, 60, deleted)
+    assert first.proc.wait(60) == -9  # the first batch of changes was acknowledged, the slot not advanced
+    first.stop()
+    made += changes(conn, 360, 60, deleted)  # while the job is down
+    second = Child(argv, env, tmp_path / "second.log")
+    second.wait_for("resuming changes")
+    made += changes(conn, 420, 150, deleted)
+    deadline = time.monotonic() + 60
+    while produced(bootstrap, topic_name) < 300 + made - 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second.kill()  # mid-stream, wherever it is
+    made += changes(conn, 570, 30, deleted)
+    last = Child([*argv, "--once"], env, tmp_path / "last.log")
+    assert last.proc.wait(120) == 0, last.text()[-3000:]
+    last.stop()
+
+    records = read_topic(bootstrap, topic_name)
+    heads = [dict(m.headers()) for m in records]
+    units = Counter((h["weir.ingest"], h["weir.ingest.row"]) for h in heads)
+    assert max(units.values()) == 1
+    assert len(records) == 300 + made  # the snapshot and every change, each once
+    assert sum(m.value() is None for m in records) == sum(deleted) > 0
+    state: dict[str, dict] = {}
+    for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
+        key = m.key().decode()
+        if m.value() is None:
+            state.pop(key, None)
+        else:
+            state[key] = json.loads(m.value())
+    table = {r[0]: (r[1], r[2], r[3]) for r in conn.execute("SELECT customer_id, name, segment, age FROM customers")}
+    assert {k: (v["name"], v["segment"], v["age"]) for k, v in state.items()} == table
+    left = conn.execute("SELECT count(*) FROM pg_logical_slot_peek_changes('weir_postgres_customers', NULL, NULL)")
+    assert left.fetchone()[0] == 0  # the slot was advanced past every change
+    assert read_topic(bootstrap, f"{topic_name}.dlq") == []
+    summary = json.loads(last.text().strip().splitlines()[-1])
+    assert summary["snapshot_rows"] == 0  # the snapshot was taken once, by the first run
+    conn.close()
+
+
+def test_shop_customers_from_postgres(logical_pg, tmp_path, monkeypatch):
+    """The demo's path: the generator's customer records applied to a table, streamed into the shop pipeline's
+    declared `customers` table topic; the machine's own server (wal_level=replica) is not taken for it."""
+    from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
+    from examples.shop.records import Shape
+    from weir.kafka.broker import EmbeddedBroker, free_port
+
+    assert logical_dsn(logical_pg) == logical_pg
+    assert logical_dsn("host=127.0.0.1 port=1 dbname=none connect_timeout=1") is None  # nothing there
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    broker = EmbeddedBroker(tmp_path / "broker", free_port())  # the shop's topic names, away from test_shop's
+    broker.start()
+    try:
+        table = CustomerTable(logical_pg, Shape(seed=5, customers=200))
+        env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": broker.bootstrap}
+        argv = ["ingest", "postgres", "--pipeline", "examples.shop.pipeline:shop", "--dsn", logical_pg, "--table",
+                TABLE, "--topic", "customers", "--once"]  # fmt: skip
+        for end in (3000, 9000):  # a snapshot, then the changes since, tombstones among them
+            table.apply(end)
+            job = Child(argv, env, tmp_path / f"job-{end}.log")
+            assert job.proc.wait(120) == 0, job.text()[-3000:]
+            job.stop()
+        table.close()
+        records = read_topic(broker.bootstrap, "customers")
+        assert read_topic(broker.bootstrap, "customers.dlq") == []
+    finally:
+        broker.stop()
+    state: dict[str, dict] = {}
+    for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
+        if m.value() is None:
+            state.pop(m.key().decode(), None)
+        else:
+            state[m.key().decode()] = json.loads(m.value())
+    assert sum(m.value() is None for m in records) > 0  # deletes arrived as tombstones
+    with psycopg.connect(logical_pg) as conn:
+        rows = conn.execute(f"SELECT customer_id, name, segment, country FROM {TABLE}").fetchall()
+    assert state == {r[0]: dict(zip(("customer_id", "name", "segment", "country"), r, strict=True)) for r in rows}
+    assert len(state) > 150

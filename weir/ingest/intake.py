@@ -1,0 +1,119 @@
+"""Taking one unit of records in (an HTTP request's, or a slice of a file): validate against the topic's
+schema, route the invalid ones to `<topic>.dlq` with provenance, produce, and account for every record.
+
+Each record carries the `weir.ingest` header `<job>/<unit id>` and `weir.ingest.row`, by which a unit left
+half-sent by a crash is read back (weir/ingest/readback.py) and completed without a second copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+
+from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
+from weir.ingest.progress import Books
+from weir.ingest.readback import ROW_HEADER, UNIT_HEADER
+from weir.ingest.schema import Invalid, RecordSchema
+
+log = logging.getLogger("weir.ingest")
+ERROR_HEADER = "weir.error"  # the same header names as the runtime's dead letters (docs/pipelines.md)
+PROCESSOR_HEADER = "weir.processor"
+
+
+def unit_id(job: str, name: str) -> bytes:
+    """The `weir.ingest` header of a unit: the job, and a digest of the unit's name (a key, a path)."""
+    return f"{job}/{hashlib.sha256(name.encode()).hexdigest()[:24]}".encode()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A unit's records, ready to send: valid ones to the topic, invalid ones to its dead-letter topic."""
+
+    outs: list[Out]
+    invalid: list[Invalid]
+    rows: int
+
+
+class Intake:
+    """One topic's intake for one job: its schema, the shared producer and the job's books."""
+
+    def __init__(self, job: str, topic: str, schema: RecordSchema, producer: IngestProducer, books: Books) -> None:
+        self.job, self.topic, self.schema = job, topic, schema
+        self.dlq = f"{topic}.dlq"
+        self.producer, self.books = producer, books
+
+    def plan(
+        self, unit: bytes, values: list[bytes], provenance: list[tuple[str, bytes]], skip: set[int] = frozenset(),
+        rows: list[int] | None = None,
+    ) -> Plan:  # fmt: skip
+        """Check `values`; rows in `skip` (already in the topic) are left out. `rows` numbers the values (by
+        default 0..n-1); `provenance` headers go on every record (the file, the client address)."""
+        keys, problems = self.schema.check(values)
+        numbers = rows if rows is not None else list(range(len(values)))
+        outs, invalid = [], []
+        for i, value in enumerate(values):
+            row = numbers[i]
+            problem = problems[i]
+            if problem is not None:
+                invalid.append(Invalid(row, problem.reason, problem.fields))
+            if row in skip:
+                continue
+            headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(row).encode()), *provenance]
+            if problem is None:
+                outs.append(Out(self.topic, value, keys[i], headers, row))
+            else:
+                headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.job.encode())]
+                outs.append(Out(self.dlq, value, None, headers, row))
+        return Plan(outs, invalid, len(values))
+
+    def send(self, plan: Plan, on_done=None) -> Acks:
+        """Produce the plan's records; the books count them in now and settle them with their acks."""
+        return self.send_outs(plan.outs, on_done)
+
+    def send_outs(self, outs: list[Out], on_done=None) -> Acks:
+        """Produce `outs` (a plan's, or the failed ones of an earlier attempt: each attempt is counted in)."""
+        taken = int(time.time() * 1000)
+        self.books.taken(len(outs))
+
+        def settled(acks: Acks) -> None:
+            per_topic: dict[str, int] = {}
+            for topic, _, _ in acks.placed.values():
+                per_topic[topic] = per_topic.get(topic, 0) + 1
+            self.books.settled(per_topic, self.topic, self.dlq, len(acks.failed), taken)
+            if on_done is not None:
+                on_done(acks)
+
+        return self.producer.send(outs, on_done=settled)
+
+
+class StuckError(RuntimeError):
+    """The broker did not take a unit's records within the job's patience: the job stops, loudly."""
+
+
+def deliver(intake: Intake, outs: list[Out], what: str, max_wait_s: float, counts: dict[str, int]) -> None:
+    """Produce `outs` until every one is acknowledged: failed ones again with a doubling pause (0.2 s to 5 s),
+    at most `max_wait_s` in all, then StuckError naming `what` and the last reason. Counts `retries` (records
+    failed) and `waits` (backpressure) in `counts`."""
+    deadline = time.monotonic() + max_wait_s
+    pause = 0.2
+    while outs:
+        try:
+            intake.producer.check(len(outs))
+            acks = intake.send_outs(outs)
+            if not intake.producer.wait(acks):
+                raise StuckError(f"{what}: records unacknowledged after {intake.producer.ack_timeout_s:g}s")
+            outs = [o for o in outs if o.row in acks.failed]
+            if not outs:
+                return
+            counts["retries"] += 1
+            reason = next(iter(acks.failed.values()))
+        except Backpressure as exc:
+            counts["waits"] += 1
+            reason = str(exc)
+        if time.monotonic() > deadline:
+            raise StuckError(f"{what}: {len(outs)} record(s) not taken by the broker within {max_wait_s:g}s: {reason}")
+        log.warning("weir ingest: %s: %d record(s) wait (%s); again in %.1fs", what, len(outs), reason, pause)
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)

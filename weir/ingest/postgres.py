@@ -1,0 +1,258 @@
+"""`weir ingest postgres`: a table's rows, then its changes, into a topic keyed by primary key, exactly once
+by LSN.
+
+    slot  <- created with the test_decoding plugin when missing (its changes start there)
+    snapshot: every row, read after the slot exists, keyed by primary key  (a ledger unit, as a file's)
+    loop: peek changes -> produce (insert/update: the row; delete: a tombstone) -> acks -> advance the slot
+
+The slot is advanced (`pg_replication_slot_advance`) only after the broker acknowledged every record of the
+batch; a batch cut short by a crash is peeked again, and its records already in the topic are found by
+reading back (`weir.ingest.row` is the change's position: its LSN × 1024 + its index among changes at that
+LSN), so none is sent twice. No replication connection is needed: the SQL functions over a normal one.
+Contract and crash cases: docs/ingest.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from decimal import Decimal
+
+import psycopg
+from psycopg import sql
+
+from weir.ingest.intake import ERROR_HEADER, PROCESSOR_HEADER, Intake, deliver, unit_id
+from weir.ingest.ledger import Ledger
+from weir.ingest.producer import Out
+from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
+
+log = logging.getLogger("weir.ingest")
+KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
+FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-slot-advance" (docs/ingest.md)
+COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits")
+_CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$", re.S)
+_COLUMN = re.compile(r"""\s*(?P<name>"(?:[^"]|"")+"|[^\[\s]+)\[(?P<type>[^\]]+)\]:(?P<value>'(?:[^']|'')*'|\S+)""")
+_INTEGER = ("smallint", "integer", "bigint")
+_NUMBER = ("numeric", "real", "double precision")
+# DDL of the value schema derived from the table when no pipeline declares the topic
+_DDL = {"smallint": "INT", "integer": "INT", "bigint": "BIGINT", "boolean": "BOOLEAN", "real": "DOUBLE",
+        "double precision": "DOUBLE", "numeric": "DOUBLE", "date": "DATE", "timestamp with time zone": "TIMESTAMP",
+        "timestamp without time zone": "TIMESTAMP_NTZ"}  # fmt: skip
+
+
+def lsn_int(lsn: str) -> int:
+    hi, lo = lsn.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def _iso(text: str) -> str:
+    """PostgreSQL's timestamp text as ISO 8601 (what the JSON decoder reads): `T`, and `+00` as `+00:00`."""
+    text = text.replace(" ", "T", 1)
+    return text + ":00" if re.search(r"[+-]\d\d$", text) else text
+
+
+def _typed(pg_type: str, text: str) -> object:
+    """A test_decoding value as JSON: numbers and booleans as such, timestamps ISO, the rest as text."""
+    if text == "null":
+        return None
+    if text.startswith("'"):
+        text = text[1:-1].replace("''", "'")
+    if pg_type in _INTEGER:
+        return int(text)
+    if pg_type in _NUMBER or pg_type.startswith("numeric"):
+        return float(text)
+    if pg_type == "boolean":
+        return text == "true"
+    if pg_type.startswith("timestamp"):
+        return _iso(text)
+    return text
+
+
+def _jsonable(v: object) -> object:
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, date | time):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return float(v)
+    return v
+
+
+@dataclass(frozen=True)
+class Change:
+    row: int  # LSN * 1024 + index among the changes at that LSN
+    op: str
+    values: dict  # the new row (INSERT, UPDATE) or the old key (DELETE)
+
+
+def parse_change(data: str) -> tuple[str, str, dict] | None:
+    """(table, op, {column: value}) of a test_decoding line; None for BEGIN and COMMIT."""
+    m = _CHANGE.match(data)
+    if m is None:
+        return None
+    rest = m.group("rest")
+    if rest.startswith("old-key:"):  # a changed primary key: the new tuple follows
+        rest = rest.split("new-tuple:", 1)[1]
+    values = {}
+    for c in _COLUMN.finditer(rest):
+        name = c.group("name")
+        name = name[1:-1].replace('""', '"') if name.startswith('"') else name
+        values[name] = _typed(c.group("type"), c.group("value"))
+    return m.group("table"), m.group("op"), values
+
+
+@dataclass
+class PgJob:
+    dsn: str
+    table: str  # schema.table
+    slot: str
+    intake: Intake
+    ledger: Ledger
+    client: dict[str, str]
+    key: str
+    batch: int = 5_000
+    max_wait_s: float = 300.0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    stopping: threading.Event = field(default_factory=threading.Event)
+    lsn: str | None = None  # the slot's position after the last batch
+
+    def connect(self) -> psycopg.Connection:
+        """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
+        naming the statement, instead of holding it forever."""
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn.execute("SET statement_timeout = '60s'")
+        return conn
+
+    def start(self) -> None:
+        """Create the slot when missing, then take the snapshot unless it was taken."""
+        with self.connect() as conn:
+            exists = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
+            if not exists:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (self.slot,))
+                log.info("weir ingest: created the replication slot %s", self.slot)
+            snapshot = self.ledger.get(KIND, "snapshot")
+            if snapshot is None or snapshot.state != "done":
+                self._snapshot(conn)
+
+    def _unit(self, name: str):
+        """(unit header, rows already in the topics) of a ledger unit: read back when a crash left it started."""
+        unit = unit_id(self.intake.job, f"{self.table}/{name}")
+        seen = self.ledger.get(KIND, name)
+        if seen is not None and seen.state == "started":
+            self.counts["resumed"] += 1
+            found = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
+            log.info("weir ingest: resuming %s of %s: %d records already in the topics", name, self.table, len(found))
+            return unit, found
+        since = {tp: o for tp, o in self.intake.producer.next_offsets.items() if tp[0] in (self.intake.topic,
+                 self.intake.dlq)}  # fmt: skip
+        self.ledger.started(KIND, name, 0, "", since)
+        return unit, set()
+
+    def _snapshot(self, conn: psycopg.Connection) -> None:
+        unit, found = self._unit("snapshot")
+        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(sql.Identifier(*self.table.split(".")),
+                                                                sql.Identifier(self.key))  # fmt: skip
+        # A server-side cursor in one transaction: the table is read in batches, never whole in memory.
+        with conn.transaction(), conn.cursor(name="weir_snapshot") as cur:
+            cur.execute(query)
+            names = [d.name for d in cur.description]
+            while rows := cur.fetchmany(self.batch):
+                docs = [dict(zip(names, (_jsonable(v) for v in r), strict=True)) for r in rows]
+                changes = [Change(_row_of_key(d[self.key]), "INSERT", d) for d in docs]
+                self._send(unit, [c for c in changes if c.row not in found], "snapshot")
+                self.counts["snapshot_rows"] += len(rows)
+        self.ledger.done(KIND, "snapshot", {"rows": self.counts["snapshot_rows"]})
+        log.info("weir ingest: snapshot of %s done: %d rows", self.table, self.counts["snapshot_rows"])
+
+    def _send(self, unit: bytes, changes: list[Change], what: str) -> None:
+        outs = []
+        valid = [c for c in changes if c.op != "DELETE"]
+        keys, problems = self.intake.schema.check([json.dumps(c.values).encode() for c in valid])
+        checked = {c.row: (k, p) for c, k, p in zip(valid, keys, problems, strict=True)}
+        for c in changes:
+            headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(c.row).encode())]
+            if c.op == "DELETE":  # a tombstone, keyed like the row it deletes
+                outs.append(Out(self.intake.topic, None, str(c.values[self.key]).encode(), headers, c.row))
+                continue
+            key, problem = checked[c.row]
+            value = json.dumps(c.values).encode()
+            if problem is None:
+                outs.append(Out(self.intake.topic, value, key, headers, c.row))
+            else:
+                headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
+                outs.append(Out(self.intake.dlq, value, None, headers, c.row))
+        deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts)
+
+    def step(self, conn: psycopg.Connection) -> int:
+        """One batch of changes: peek, produce, wait for the acks, advance the slot. The changes taken."""
+        rows = conn.execute(
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, NULL, %s, 'include-xids', '0', "
+            "'skip-empty-xacts', '1')", (self.slot, self.batch),
+        ).fetchall()  # fmt: skip
+        if not rows:
+            return 0
+        changes, at = [], {}
+        wanted = self.table if "." in self.table else f"public.{self.table}"
+        for lsn, data in rows:
+            parsed = parse_change(data)
+            if parsed is None or parsed[0] != wanted:
+                continue
+            n = at.get(lsn, 0)
+            at[lsn] = n + 1
+            changes.append(Change(lsn_int(lsn) * 1024 + n, parsed[1], parsed[2]))
+        unit, found = self._unit("changes")
+        self._send(unit, [c for c in changes if c.row not in found], "changes")
+        if FAULT == "kill-before-slot-advance" and changes:
+            os.kill(os.getpid(), signal.SIGKILL)
+        last = rows[-1][0]
+        conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, last))
+        self.ledger.done(KIND, "changes", {"lsn": last})
+        self.lsn = last
+        for c in changes:
+            self.counts[{"INSERT": "inserts", "UPDATE": "updates", "DELETE": "deletes"}[c.op]] += 1
+        self.counts["changes"] += len(changes)
+        self.counts["batches"] += 1
+        return len(changes)
+
+    def run(self, interval_s: float, once: bool) -> None:
+        self.start()
+        with self.connect() as conn:
+            while not self.stopping.is_set():
+                taken = self.step(conn)
+                if once and taken == 0:
+                    return
+                if taken == 0:
+                    self.stopping.wait(interval_s)
+
+
+def _row_of_key(key: object) -> int:
+    """A snapshot row's position: a digest of its key (rows have no LSN before the slot)."""
+    return int.from_bytes(hashlib.sha256(str(key).encode()).digest()[:7], "big")
+
+
+def table_schema(dsn: str, table: str) -> tuple[str, str]:
+    """(value schema DDL, primary key column) of a table, for a topic no pipeline declares."""
+    schema, _, name = table.rpartition(".")
+    with psycopg.connect(dsn, connect_timeout=10) as conn:
+        cols = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND "
+            "table_name = %s ORDER BY ordinal_position", (schema or "public", name),
+        ).fetchall()  # fmt: skip
+        pk = conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary", (table,),
+        ).fetchall()  # fmt: skip
+    if not cols:
+        raise ValueError(f"table {table} not found")
+    if len(pk) != 1:
+        raise ValueError(f"table {table} needs a primary key of one column (it has {len(pk)})")
+    key = pk[0][0]
+    ddl = ", ".join(f"`{c}` {_DDL.get(t, 'STRING')}{' NOT NULL' if c == key else ''}" for c, t in cols)
+    return ddl, key

@@ -1,0 +1,151 @@
+"""A topic's declared schema as the ingest side checks it: the same JSON decoder the weir-kafka source uses
+downstream, so a record accepted here is a record that decodes there.
+
+The DDL is turned into a pyarrow schema without Spark (an ingest server starts no JVM). Errors name fields:
+pyarrow says `Column(/amount)`, the NOT NULL check says `'order_id'`; both are lifted into `fields`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from weir.kafka.decode import JsonDecoder, SchemaError, parse_fields, type_problem
+
+_SIMPLE = {
+    "BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "BYTE": pa.int8(), "SMALLINT": pa.int16(), "SHORT": pa.int16(),
+    "INT": pa.int32(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "LONG": pa.int64(), "FLOAT": pa.float32(),
+    "REAL": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"), "TIMESTAMP_NTZ": pa.timestamp("us"), "STRING": pa.string(),
+    "BINARY": pa.binary(), "CHAR": pa.string(), "CHARACTER": pa.string(), "VARCHAR": pa.string(),
+}  # fmt: skip
+_FIELD_IN_ERROR = re.compile(r"Column\(/([^)\[]+)|required field '([^']+)'")
+
+
+def _split(inner: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in inner:
+        depth += ch in "<("
+        depth -= ch in ">)"
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def arrow_type(ddl: str) -> pa.DataType:
+    """The pyarrow type Spark's `to_arrow_schema` gives a DDL type (the ones `type_problem` accepts)."""
+    text = ddl.strip()
+    name = re.match(r"[A-Za-z_]+", text).group(0).upper()
+    rest = text[len(name) :].strip()
+    if name in ("DECIMAL", "DEC", "NUMERIC"):
+        digits = [int(a) for a in rest.strip("()").split(",") if a.strip()] if rest else []
+        return pa.decimal128(digits[0] if digits else 10, digits[1] if len(digits) > 1 else 0)
+    if name == "ARRAY":
+        return pa.list_(arrow_type(rest[1:-1]))
+    if name == "STRUCT":
+        fields = []
+        for part in _split(rest[1:-1]):
+            fname, _, ftype = part.partition(":") if ":" in part.split()[0] + " " else part.partition(" ")
+            ftype = re.sub(r"\s+NOT\s+NULL\s*$|\s+COMMENT\s+'.*'$", "", ftype.strip(), flags=re.I)
+            fields.append(pa.field(fname.strip().strip("`"), arrow_type(ftype)))
+        return pa.struct(fields)
+    return _SIMPLE[name]
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Why one record was refused: the reason as the decoder gives it, and the fields it names."""
+
+    row: int
+    reason: str
+    fields: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"row": self.row, "fields": list(self.fields), "reason": self.reason}
+
+
+class RecordSchema:
+    """Checks JSON values against a topic's schema; `key` names the field whose value is the record key."""
+
+    def __init__(self, ddl: str, key: str | None = None) -> None:
+        specs = parse_fields(ddl)
+        for spec in specs:
+            problem = type_problem(spec.type_ddl)
+            if problem:
+                raise SchemaError(f"field {spec.name}: {problem}")
+        self.names = [s.name for s in specs]
+        if key is not None and key not in self.names:
+            raise SchemaError(f"key {key!r} is not a field of the schema ({', '.join(self.names)})")
+        self.key = key
+        arrow = pa.schema([pa.field(s.name, arrow_type(s.type_ddl)) for s in specs])
+        self.decoder = JsonDecoder(arrow, {s.name for s in specs if s.required})
+        self._alone = {f.name: JsonDecoder(pa.schema([f]), set()) for f in arrow}  # to name a field pyarrow did not
+
+    def _culprits(self, value: bytes) -> tuple[str, ...]:
+        """The fields of a JSON object that fail alone (pyarrow's conversion errors do not always name one)."""
+        try:
+            obj = json.loads(value)
+        except ValueError:
+            return ()
+        if not isinstance(obj, dict):
+            return ()
+        bad = []
+        for name, decoder in self._alone.items():
+            if name in obj:
+                _, err = decoder.decode([json.dumps({name: obj[name]}).encode()])
+                if err.null_count == 0:
+                    bad.append(name)
+        return tuple(bad)
+
+    def _all_valid(self, values: list[bytes]) -> list[pa.Array] | None:
+        """The decoded columns when every value is valid, found with one parse (the usual case); None when
+        some value is not, and the decoder's record-by-record path must say which and why."""
+        data = b"\n".join(values)
+        try:
+            data.decode("utf-8")
+            # Only objects reach the parser: a bare literal first in a block crashes pyarrow (weir/kafka/decode.py).
+            if any(v[:1] != b"{" or b"\n" in v for v in values):
+                return None
+            table = self.decoder._parse([data])
+            if table.num_rows != len(values):
+                return None
+            if self.decoder.needs_cast:
+                table = table.cast(self.decoder.fields)
+        except (UnicodeDecodeError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+            return None
+        columns = [table.column(i).combine_chunks() for i in range(table.num_columns)]
+        for name in self.decoder.required:
+            if columns[self.names.index(name)].null_count:
+                return None
+        return columns
+
+    def check(self, values: list[bytes]) -> tuple[list[bytes | None], list[Invalid | None]]:
+        """Per value: its key (the key field as UTF-8, None without key field or value) and None, or None and
+        why it is invalid. A null key field on a valid record is allowed unless the field is NOT NULL."""
+        if not values:
+            return [], []
+        fast = self._all_valid(values)
+        if fast is not None:
+            columns, errors = fast, pa.nulls(len(values), pa.string())
+        else:
+            columns, errors = self.decoder.decode(list(values))
+        problems: list[Invalid | None] = [None] * len(values)
+        if errors.null_count < len(values):
+            for i in pc.indices_nonzero(pc.is_valid(errors)).to_pylist():
+                reason = errors[i].as_py()
+                named = tuple(dict.fromkeys(a or b for a, b in _FIELD_IN_ERROR.findall(reason)))
+                named = named or self._culprits(values[i])
+                problems[i] = Invalid(i, reason, named)
+        if self.key is None:
+            return [None] * len(values), problems
+        raw = columns[self.names.index(self.key)].to_pylist()
+        keys = [None if k is None or p is not None else str(k).encode() for k, p in zip(raw, problems, strict=True)]
+        return keys, problems

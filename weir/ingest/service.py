@@ -1,0 +1,286 @@
+"""Starting a source processor: its topics (declared in a pipeline, or given with a schema), the topics
+created when missing, the producer, the ledger, the progress loop; then `serve_http` runs until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from weir.config import Settings
+from weir.ingest.http import HttpIngest, check_exposure, create_app
+from weir.ingest.intake import Intake, unit_id
+from weir.ingest.ledger import Ledger
+from weir.ingest.producer import IngestProducer
+from weir.ingest.progress import Books, ProgressLoop
+from weir.ingest.readback import read_back
+from weir.ingest.schema import RecordSchema
+from weir.kafka import Admin
+from weir.kafka.log import BrokerUnavailable
+from weir.pipeline.model import Topic
+from weir.runtime.progress import ProgressPublisher
+
+log = logging.getLogger("weir.ingest")
+DLQ_RETENTION_MS = str(14 * 86_400_000)  # as the runner's dead-letter topics
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a source processor writes: the topic as declared, and the pipeline it belongs to."""
+
+    topic: Topic
+    pipeline: str
+
+
+def targets(spec: str | None, names: list[str], schema: str | None, key: str | None, partitions: int) -> list[Target]:
+    """The topics named, from the pipeline `spec` or, without one, all with `schema` (and `key`)."""
+    if spec:
+        from weir.pipeline.load import load  # imports PySpark's Python package (not a JVM): only with a spec
+
+        pipeline = load(spec)
+        missing = [n for n in names if n not in pipeline.topics]
+        if missing:
+            known = ", ".join(sorted(pipeline.topics))
+            raise ValueError(f"pipeline {pipeline.name} declares no topic {', '.join(missing)} (it has {known})")
+        return [Target(pipeline.topics[n], pipeline.name) for n in names]
+    if not schema:
+        raise ValueError("give a pipeline that declares the topic, or its --schema")
+    return [Target(Topic(n, schema, key, partitions), "ingest") for n in names]
+
+
+def declared_http(spec: str | None, names: list[str]) -> tuple[list[str], int | None, str | None]:
+    """(topics, port, host) of the pipeline's declared HTTP source (`Pipeline.http_source`) when no topic is
+    named; the names as given (and no port or host) otherwise."""
+    if names or not spec:
+        if not names:
+            raise ValueError("name a topic with --topic, or give a pipeline that declares an HTTP source")
+        return names, None, None
+    from weir.pipeline.load import load  # imports PySpark's Python package (not a JVM): only with a spec
+
+    sources = load(spec).http_sources
+    if len(sources) != 1:
+        raise ValueError(f"the pipeline declares {len(sources)} HTTP sources: name the topics with --topic")
+    return list(sources[0].topics), sources[0].port, sources[0].host
+
+
+def prepare(settings: Settings, admin: Admin, found: list[Target], producer: IngestProducer) -> dict[str, Intake]:
+    """Create missing topics and their dead-letter topics; note each partition's end (the lower bound of what
+    a unit started from now on can have written)."""
+    schemas = {}
+    for t in found:
+        topic = t.topic
+        schemas[topic.name] = RecordSchema(topic.schema, topic.key)
+        admin.create_topic(topic.name, topic.partitions, topic.kafka_config(), settings.replication_factor, True)
+        dlq_config = {"retention.ms": DLQ_RETENTION_MS}
+        admin.create_topic(f"{topic.name}.dlq", topic.partitions, dlq_config, settings.replication_factor, True)
+        for name in (topic.name, f"{topic.name}.dlq"):
+            for p, (_, latest) in admin.offsets(name).items():
+                producer.next_offsets[(name, p)] = max(producer.next_offsets.get((name, p), 0), latest)
+    return schemas
+
+
+def producer_figures(producer: IngestProducer) -> dict:
+    """The producer's counters and its own count of records awaiting acknowledgement (apart from the books')."""
+    return {**producer.counts, "in_flight": producer.in_flight}
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    return sock
+
+
+def serve_http(
+    settings: Settings, found: list[Target], job: str, host: str, port: int, token: str | None, max_body: int,
+    ack_timeout_s: float, max_in_flight: int, horizon_ms: int,
+) -> None:  # fmt: skip
+    """Serve until SIGINT or SIGTERM, then flush (bounded) and publish the last progress record."""
+    import uvicorn  # the server's own: not loaded by the other `weir` commands
+
+    check_exposure(host, token)
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, max_in_flight, ack_timeout_s)
+    books = Books()
+    schemas = prepare(settings, admin, found, producer)
+    intakes = {name: Intake(job, name, schema, producer, books) for name, schema in schemas.items()}
+    ledger = Ledger(Path(settings.home) / "ingest" / job / "ledger.sqlite")
+    state = HttpIngest(job, intakes, producer, ledger, books, client, max_body, horizon_ms)
+    publisher = ProgressPublisher(found[0].pipeline, client, str(Path(settings.home) / "progress"),
+                                  settings.progress_topic)  # fmt: skip
+    loop = ProgressLoop(books, publisher, job, extra=lambda: {
+        "requests": dict(state.counts), "producer": producer_figures(producer), "broker_down": producer.down_reason,
+    })  # fmt: skip
+    sock = bind(host, port)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            self.force_exit = self.should_exit and sig == signal.SIGINT
+            self.should_exit = True
+
+    config = uvicorn.Config(create_app(state, token), log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)  # fmt: skip
+    server = Server(config)
+    loop.start()
+    expired = ledger.expire("key", _now_ms() - horizon_ms)
+    if expired:
+        log.info("weir ingest: %d idempotency keys older than the horizon dropped", expired)
+    resolve_open_keys(ledger, job, client, _now_ms() - horizon_ms)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"weir ingest http: job {job} listening on http://{shown}:{sock.getsockname()[1]} into "
+          f"{', '.join(intakes)}{' (token required)' if token else ''}", file=sys.stderr, flush=True)  # fmt: skip
+    done = threading.Event()
+
+    def expire() -> None:  # keys past the horizon leave the ledger while the server runs for months
+        while not done.wait(600):
+            ledger.expire("key", _now_ms() - horizon_ms)
+
+    threading.Thread(target=expire, name="weir-ingest-expire", daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        done.set()
+        left = producer.close(10.0)
+        if left:
+            log.error("weir ingest: %d records were not acknowledged at stop", left)
+        loop.stop(flush_s=1.0 if producer.down_reason else 10.0)  # a dead broker: the JSONL log has them
+        ledger.close()
+        sock.close()
+
+
+def resolve_open_keys(ledger: Ledger, job: str, client: dict[str, str], since_ms: int, timeout: float = 60.0) -> int:
+    """Read back, in one pass at start, every key a crash left started: what reached the topics is noted, so
+    that a retry of one of them later reads back only from now on, however much traffic came meanwhile."""
+    open_keys = [u for u in ledger.units("key", "started") if u.at_ms >= since_ms]
+    if not open_keys:
+        return 0
+    since: dict[tuple[str, int], int] = {}
+    for u in open_keys:
+        for tp, offset in u.since.items():
+            since[tp] = min(offset, since.get(tp, offset))
+    units = {u.name: unit_id(job, u.name) for u in open_keys}
+    try:
+        found, ends = read_back(client, since, set(units.values()), timeout)
+    except BrokerUnavailable as exc:  # each retry reads back for itself then
+        log.warning("weir ingest: could not read back %d open idempotency keys at start: %s", len(open_keys), exc)
+        return 0
+    for u in open_keys:
+        ledger.resolved("key", u.name, {**u.found, **found[units[u.name]]}, {**u.since, **ends})
+    log.info("weir ingest: %d idempotency keys left open by a crash read back", len(open_keys))
+    return len(open_keys)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def run_files(
+    settings: Settings, found: Target, where: str, fmt: str, job: str, chunk: int, settle_s: float,
+    interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+) -> dict:  # fmt: skip
+    """Take in files until SIGINT or SIGTERM (or, with `once`, until every settled file is done)."""
+    from weir.ingest.files import FileJob
+    from weir.ingest.sources import FileSource, Rows
+
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    books = Books()
+    schema = prepare(settings, admin, [found], producer)[found.topic.name]
+    intake = Intake(job, found.topic.name, schema, producer, books)
+    ledger = Ledger(Path(settings.home) / "ingest" / job / "ledger.sqlite")
+    source = FileSource(where)
+    files = FileJob(source, Rows(source.filesystem, fmt, found.topic.schema), intake, ledger, client, chunk,
+                    settle_s, max_wait_s)  # fmt: skip
+    publisher = ProgressPublisher(
+        found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
+    )
+    loop = ProgressLoop(books, publisher, job, extra=lambda: {**files.counts, "producer": producer_figures(producer)})
+
+    def stop(signum: int, frame: object) -> None:
+        files.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"weir ingest files: job {job} reading {where} ({fmt}) into {found.topic.name}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    loop.start()
+    state = "finished" if once else "stopped"
+    try:
+        files.run(interval_s, once)
+    except Exception:
+        state = "failed"
+        raise
+    finally:
+        left = producer.close(10.0)
+        if left:
+            log.error("weir ingest: %d records were not acknowledged at stop", left)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        ledger.close()
+    return dict(files.counts)
+
+
+def run_postgres(
+    settings: Settings, spec: str | None, dsn: str, table: str, topic: str, slot: str | None, job: str | None,
+    partitions: int, batch: int, interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+) -> dict:  # fmt: skip
+    """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left)."""
+    from weir.ingest.postgres import PgJob, table_schema
+
+    if spec:
+        found = targets(spec, [topic], None, None, partitions)[0]
+        key = found.topic.key
+        if key is None:
+            raise ValueError(f"topic {topic} declares no key: the table's primary key must be its key")
+    else:
+        ddl, key = table_schema(dsn, table)
+        found = Target(Topic(topic, ddl, key, partitions, compacted=True), "ingest")
+    name = job or f"postgres.{table}"
+    slot = slot or "weir_" + "".join(ch if ch.isalnum() else "_" for ch in name.lower())
+    client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    admin = Admin(settings.bootstrap_servers, settings.kafka)
+    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    books = Books()
+    schema = prepare(settings, admin, [found], producer)[topic]
+    intake = Intake(name, topic, schema, producer, books)
+    ledger = Ledger(Path(settings.home) / "ingest" / name / "ledger.sqlite")
+    pg = PgJob(dsn, table, slot, intake, ledger, client, key, batch, max_wait_s)
+    publisher = ProgressPublisher(
+        found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
+    )
+    loop = ProgressLoop(books, publisher, name, extra=lambda: {
+        **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": producer_figures(producer),
+    })  # fmt: skip
+
+    def stop(signum: int, frame: object) -> None:
+        pg.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    loop.start()
+    state = "finished" if once else "stopped"
+    try:
+        pg.run(interval_s, once)
+    except Exception:
+        state = "failed"
+        raise
+    finally:
+        producer.close(10.0)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        ledger.close()
+    return {"job": name, "slot": slot, "lsn": pg.lsn, **pg.counts}
