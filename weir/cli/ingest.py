@@ -18,6 +18,10 @@ Key = Annotated[str | None, typer.Option("--key", help="With --schema: the field
 Partitions = Annotated[int, typer.Option("--partitions", help="With --schema: partitions of a topic created here.")]
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config).")]
 Job = Annotated[str | None, typer.Option("--job", help="The job's identity: its ledger and progress name.")]
+MaxWait = Annotated[
+    float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
+]
+AckTimeout = Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")]
 
 
 def _settings(bootstrap: str | None) -> Settings:
@@ -52,7 +56,7 @@ def http(
         str | None, typer.Option("--token", envvar="WEIR_INGEST_TOKEN", show_default=False, help="Bearer token.")
     ] = None,
     max_body: Annotated[str, typer.Option("--max-body", help="Largest request body (413 above it).")] = "10MiB",
-    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    ack_timeout: AckTimeout = 10.0,
     max_in_flight: Annotated[
         int, typer.Option("--max-in-flight", help="Records produced and not yet acknowledged, at most (503 above).")
     ] = 100_000,
@@ -94,10 +98,8 @@ def files(
     settle: Annotated[float, typer.Option("--settle", help="Seconds a file must be unmodified to be read.")] = 1.0,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between listings.")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Take in the settled files, then exit.")] = False,
-    max_wait: Annotated[
-        float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
-    ] = 300.0,
-    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    max_wait: MaxWait = 300.0,
+    ack_timeout: AckTimeout = 10.0,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Take in files as they land: every record exactly once across restarts, bad rows to the dead letters."""
@@ -129,10 +131,8 @@ def postgres(
     batch: Annotated[int, typer.Option("--batch", help="Changes peeked per batch (whole transactions).")] = 5000,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls when idle.")] = 0.5,
     once: Annotated[bool, typer.Option("--once", help="Snapshot and the changes so far, then exit.")] = False,
-    max_wait: Annotated[
-        float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
-    ] = 300.0,
-    ack_timeout: Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")] = 10.0,
+    max_wait: MaxWait = 300.0,
+    ack_timeout: AckTimeout = 10.0,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Stream a table into a topic: a snapshot, then inserts, updates and deletes (tombstones), exactly once by LSN."""

@@ -15,12 +15,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
 import signal
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,23 +37,12 @@ from weir.ingest.producer import ACK_MARGIN_S, Acks, Backpressure, IngestProduce
 from weir.ingest.progress import Books
 from weir.ingest.readback import resume
 from weir.kafka.log import BrokerUnavailable
+from weir.net import is_loopback
 
 log = logging.getLogger("weir.ingest")
 COUNTS = ("requests", "created", "invalid", "unavailable", "too_large", "conflict", "replayed", "resolved")
 KEY = "key"  # the ledger's kind for Idempotency-Keys
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after-acks" (docs/ingest.md)
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
 
 
 def check_exposure(host: str, token: str | None) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from weir.config import Settings
 from weir.ingest.http import HttpIngest, check_exposure, create_app
@@ -22,6 +22,7 @@ from weir.ingest.readback import read_back
 from weir.ingest.schema import RecordSchema
 from weir.kafka import Admin
 from weir.kafka.log import BrokerUnavailable
+from weir.net import bind
 from weir.pipeline.model import Topic
 from weir.runtime.progress import ProgressPublisher
 
@@ -89,18 +90,6 @@ def producer_figures(producer: IngestProducer) -> dict:
     return {**producer.counts, "in_flight": producer.in_flight}
 
 
-def bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(1024)
-    return sock
-
-
 def serve_http(
     settings: Settings, found: list[Target], job: str, host: str, port: int, token: str | None, max_body: int,
     ack_timeout_s: float, max_in_flight: int, horizon_ms: int,
@@ -122,7 +111,7 @@ def serve_http(
     loop = ProgressLoop(books, publisher, job, extra=lambda: {
         "requests": dict(state.counts), "producer": producer_figures(producer), "broker_down": producer.down_reason,
     })  # fmt: skip
-    sock = bind(host, port)
+    sock = bind(host, port, backlog=1024)  # many clients at once: the bench runs 64
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
@@ -210,26 +199,8 @@ def run_files(
     )
     loop = ProgressLoop(books, publisher, job, extra=lambda: {**files.counts, "producer": producer_figures(producer)})
 
-    def stop(signum: int, frame: object) -> None:
-        files.stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    print(f"weir ingest files: job {job} reading {where} ({fmt}) into {found.topic.name}", file=sys.stderr,
-          flush=True)  # fmt: skip
-    loop.start()
-    state = "finished" if once else "stopped"
-    try:
-        files.run(interval_s, once)
-    except Exception:
-        state = "failed"
-        raise
-    finally:
-        left = producer.close(10.0)
-        if left:
-            log.error("weir ingest: %d records were not acknowledged at stop", left)
-        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
-        ledger.close()
+    banner = f"weir ingest files: job {job} reading {where} ({fmt}) into {found.topic.name}"
+    _run_job(files, banner, loop, producer, ledger, interval_s, once)
     return dict(files.counts)
 
 
@@ -265,22 +236,33 @@ def run_postgres(
         **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": producer_figures(producer),
     })  # fmt: skip
 
+    banner = f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}"
+    _run_job(pg, banner, loop, producer, ledger, interval_s, once)
+    return {"job": name, "slot": slot, "lsn": pg.lsn, **pg.counts}
+
+
+def _run_job(
+    job: Any, banner: str, loop: ProgressLoop, producer: IngestProducer, ledger: Ledger, interval_s: float, once: bool
+) -> None:
+    """Run a files or PostgreSQL job (`job.run(interval_s, once)`) until SIGINT or SIGTERM set its `stopping`
+    (or, with `once`, until it is done), its progress published; then close what it holds, whatever happened."""
+
     def stop(signum: int, frame: object) -> None:
-        pg.stopping.set()
+        job.stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}", file=sys.stderr,
-          flush=True)  # fmt: skip
+    print(banner, file=sys.stderr, flush=True)
     loop.start()
     state = "finished" if once else "stopped"
     try:
-        pg.run(interval_s, once)
+        job.run(interval_s, once)
     except Exception:
         state = "failed"
         raise
     finally:
-        producer.close(10.0)
+        left = producer.close(10.0)
+        if left:
+            log.error("weir ingest: %d records were not acknowledged at stop", left)
         loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
         ledger.close()
-    return {"job": name, "slot": slot, "lsn": pg.lsn, **pg.counts}

@@ -7,12 +7,10 @@ and the token's handling: see docs/monitor.md ("HTTP API", "Security").
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import math
 import signal
-import socket
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -26,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from weir.monitor.dashboard import DASHBOARD
 from weir.monitor.metrics import render
 from weir.monitor.state import Monitor
+from weir.net import is_loopback
 
 log = logging.getLogger("weir.monitor")
 OPEN_PATHS = ("/healthz",)
@@ -46,19 +45,6 @@ class Json(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return json.dumps(_clean(content), allow_nan=False, default=str, separators=(",", ":")).encode()
-
-
-def is_loopback(host: str) -> bool:
-    """True when `host` names only loopback addresses (127.0.0.0/8, ::1, localhost)."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
 
 
 def check_exposure(host: str, token: str | None) -> None:
@@ -157,22 +143,6 @@ def create_app(monitor: Monitor, token: str | None = None) -> Starlette:
         Route("/metrics", metrics),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TokenAuth, token=token)])
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on (host, port); port 0 picks a free one. Bound before uvicorn starts, so the
-    address file names the real port and a port in use is a clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 def server(app: Starlette):
