@@ -7,7 +7,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from weir.monitor.server import bind, server
+from weir.monitor.server import server
+from weir.net import bind
 
 
 @contextmanager

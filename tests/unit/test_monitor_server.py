@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from weir.cli.monitor import monitor_command
 from weir.monitor.client import fetch_status
 from weir.monitor.config import MonitorConfig
-from weir.monitor.server import check_exposure, create_app, is_loopback
+from weir.monitor.server import check_exposure, create_app
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.monitor.store import clear_address, write_address
+from weir.net import is_loopback
 
 T0 = 1_800_000_000.0
 

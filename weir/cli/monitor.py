@@ -24,9 +24,10 @@ def _serve(
     config: str | None, bootstrap: str | None, webhook: str | None, checkpoints: bool,
 ) -> None:  # fmt: skip
     from weir.monitor.config import load_config
-    from weir.monitor.server import bind, check_exposure, create_app, server
+    from weir.monitor.server import check_exposure, create_app, server
     from weir.monitor.service import MonitorService, unknown_targets
     from weir.monitor.store import clear_address, write_address
+    from weir.net import bind
 
     settings = Settings(**({"bootstrap_servers": bootstrap} if bootstrap else {}))
     cfg = load_config(settings, config, host=host, port=port, token=token, interval=interval, webhook=webhook,
