@@ -27,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -88,7 +89,8 @@ class Run:
 
 
 def run_one(bench: peers.Bench, run: Run, memory: str, timeout: float) -> Run:
-    suffix = f".{run.label.replace(' ', '-')}"
+    # Its own home, checkpoints and output topic per run: a Kafka topic name has no comma or space.
+    suffix = "." + re.sub(r"[^a-z0-9]+", "-", run.label.lower()).strip("-") + f"-c{run.cores}"
     home = bench.scratch / f"weir{suffix}"
     home.mkdir(parents=True, exist_ok=True)
     extra = {"WEIR_MAX_OFFSETS_PER_TRIGGER": str(run.limit)} if run.limit is not None else {}
