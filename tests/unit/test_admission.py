@@ -71,7 +71,7 @@ def test_the_memory_cap_always_wins() -> None:
 
 
 def test_memory_cap_from_the_budget_and_record_size() -> None:
-    opts = adm.FlowOptions(memory_bytes=8 * 150 * 1000)
+    opts = adm.FlowOptions(memory_bytes=adm.EXPANSION * 150 * 1000)
     assert adm.memory_cap(opts, 150) == 1000
     assert adm.memory_cap(adm.FlowOptions(memory_bytes=1), 10_000) == 1  # never zero: a batch must move
 

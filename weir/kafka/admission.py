@@ -27,10 +27,11 @@ MAX_STEP = 4.0  # at most this factor per batch while warming up, and down: one 
 # batch's fixed cost makes the estimate fall short of the target, not past it), and a backlog wants few steps.
 MAX_GROWTH = 10.0
 BAND = 0.1  # within ±10% of the target the limit holds
-# A decoded record costs several times its size in memory while a batch runs (Arrow batches from the Python
-# source, Spark's rows, shuffle buffers, a state operator's pandas frames, the result before the write): a
-# cautious estimate, not a measurement per part (docs/flow.md).
-EXPANSION = 8
+# What a batch holds in memory against its records' bytes on the wire: Spark streams a batch through its
+# operators and spills shuffles, so this is not the sum of every copy of a record. Calibrated on
+# bench/backlog.py (docs/flow.md): 8 held a 1 GiB driver's batches to 226k of the peers' 148-byte events,
+# where 400k batches ran at the same peak RSS as 100k ones and a 1M-record batch ran too.
+EXPANSION = 2
 
 
 @dataclass(frozen=True)
