@@ -37,7 +37,6 @@ from weir.config import Settings, load
 from weir.kafka.admin import Admin
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
-from weir.lake.inspect import check_clean
 from weir.pipeline import validate
 from weir.pipeline.load import load as load_pipeline
 from weir.pipeline.model import Pipeline, Processor
@@ -183,8 +182,8 @@ def plan(
     settings: Settings | None = None,
     now: datetime | None = None,
 ) -> Planned:
-    """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError, or the
-    LakeError of foreign files), the target, the lake's files in the range's hours, the chunks."""
+    """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError), the
+    target, the lake's files in the range's hours (from the inputs' Delta logs), the chunks."""
 
     began = time.monotonic()
     settings = settings or load()
@@ -194,8 +193,6 @@ def plan(
     check_range(t1, t2, now)
     target = resolve(into, p, proc, lambda: _kafka_topics(settings))
     lake = Lake(settings.lake)
-    for topic in proc.inputs:
-        _check_clean(lake, topic)
     scans = {t: scan_topic(lake, t, t1, t2) for t in proc.inputs}
     report = BackfillReport(
         backfill_id(p.name, proc.name, proc.version, t1, t2, target.description),
@@ -272,12 +269,6 @@ def backfill(
 
 
 # -- execution ------------------------------------------------------------------------------------------------
-def _check_clean(lake: Any, topic: str) -> None:
-
-    if lake.exists(lake.topic_dir(topic)):
-        check_clean(lake, topic)
-
-
 def _kafka_topics(settings: Settings) -> dict[str, int]:
 
     return Admin(settings.bootstrap_servers, settings.kafka).topics()

@@ -37,12 +37,12 @@ def write_files(batch: DataFrame, url: str, tag: str, partition_by: list[str]) -
             writer.write(b)
         described = list(writer.close())
         if described:
-            yield pa.RecordBatch.from_pylist(described, schema=_META_ARROW())
+            yield pa.RecordBatch.from_pylist(described, schema=_meta_arrow())
 
     return [r.asDict() for r in batch.mapInArrow(task, delta.FILE_META).collect()]  # file descriptions only
 
 
-def _META_ARROW() -> pa.Schema:  # noqa: N802 (a constant built lazily: pyarrow loads in the task)
+def _meta_arrow() -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64()),

@@ -119,7 +119,8 @@ class FileWriter:
             size = self.fs.get_file_info(f"{self.root}/{f.rel}").size
             yield {
                 "path": f.rel, "size": size, "rows": f.rows, "partition_values": json.dumps(f.values),
-                "stats": json.dumps(_stats_json(f.rows, f.stats or {})), "schema": f.writer.schema.serialize().to_pybytes(),
+                "stats": json.dumps(_stats_json(f.rows, f.stats or {})),
+                "schema": f.writer.schema.serialize().to_pybytes(),
             }  # fmt: skip
         self.files = {}
 
@@ -243,10 +244,12 @@ def commit(
     if dt is not None and (last := dt.transaction_version(app_id)) is not None and batch_id <= last:
         return Committed(None, 0, replayed=committed_rows(dt, app_id, batch_id))
     rows = sum(int(f["rows"]) for f in files)
-    if not files:
-        return Committed(None, 0)  # an empty batch: a replay of it writes nothing either
-    file_schema = pa.ipc.read_schema(pa.py_buffer(files[0]["schema"]))
-    schema = _table_schema(file_schema, files[0], partition_by)
+    if not files and (dt is None or not facts):
+        return Committed(None, 0)  # an empty batch with nothing to record: a replay of it writes nothing either
+    if files:
+        schema: Any = _table_schema(pa.ipc.read_schema(pa.py_buffer(files[0]["schema"])), partition_by)
+    else:  # facts of an empty batch (the offsets it covered): a commit without files
+        schema = dt.schema()
     if dt is None:
         dt = DeltaTable.create(url, schema, mode="ignore", partition_by=list(partition_by) or None,
                                configuration=configuration, storage_options=storage_options(url))  # fmt: skip
@@ -260,7 +263,7 @@ def commit(
     return Committed(dt.version(), rows)
 
 
-def _table_schema(file_schema: pa.Schema, first: dict[str, Any], partition_by: Sequence[str]) -> pa.Schema:
+def _table_schema(file_schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
     """The table's schema: the files' columns, then the partition columns (strings: their values are the log's)."""
     import pyarrow as pa
 
