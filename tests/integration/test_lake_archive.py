@@ -78,9 +78,10 @@ def test_archived_topic_lands_in_its_delta_table_once_per_record_for_any_reader(
         assert (row["date"], row["hour"]) == (when.strftime("%Y-%m-%d"), when.strftime("%H"))
     first = df[df["offset"] == 0].iloc[0]
     assert [(h["key"], bytes(h["value"])) for h in first["headers"]] == [("h", bytes(first["key"]))]
-    data = delta.dataset(lake.topic_url(topic))  # DuckDB over the Arrow dataset, pruned by partition
-    q = 'select count(*), count(distinct ("partition", "offset")) from data where date = \'2026-11-21\''
-    assert duckdb.sql(q).fetchall() == [(80, 80)]
+    con = duckdb.connect()
+    con.register("events", delta.dataset(lake.topic_url(topic)))  # DuckDB over the Arrow dataset
+    q = 'select count(*), count(distinct ("partition", "offset")) from events where date = \'2026-11-21\''
+    assert con.sql(q).fetchall() == [(80, 80)]
     assert pl.read_delta(lake.topic_url(topic)).height == 200  # polars
     # Offset coverage from the archive commits; file statistics prune by offset and time.
     assert {p: [(x.start, x.end, x.rows) for x in rs] for p, rs in lake.coverage(topic).items()} == {

@@ -47,8 +47,9 @@ def test_delta_sink_commits_each_batch_once_and_every_reader_sees_it(spark, tabl
     assert ids == list(range(500))
     lazy = pl.scan_delta(delta.table_url(url), storage_options=delta.storage_options(url))  # polars
     assert lazy.select(pl.len(), pl.col("id").n_unique()).collect().row(0) == (500, 500)
-    data = delta.dataset(url)  # DuckDB, over the Arrow dataset
-    assert duckdb.sql("select count(*), count(distinct id), min(bucket) from data").fetchall() == [(500, 500, "0")]
+    con = duckdb.connect()
+    con.register("out", delta.dataset(url))  # DuckDB, over the Arrow dataset
+    assert con.sql("select count(*), count(distinct id), min(bucket) from out").fetchall() == [(500, 500, "0")]
     # Statistics on the numeric and time columns prune files.
     assert len(dt.file_uris(file_pruning_predicate="id >= 300")) < len(dt.file_uris())
 
@@ -75,5 +76,6 @@ def test_a_batch_that_failed_before_its_commit_leaves_nothing_readers_see(spark,
     assert orphans and len(delta.open_table(url).to_pandas()) == 100
     assert sink.write(batch(spark, 100, 200), 1).rows == 100  # the replay writes afresh and commits once
     assert sorted(delta.open_table(url).to_pandas()["id"]) == list(range(200))
-    unreferenced = delta.open_table(url).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
+    dt = delta.open_table(url)
+    unreferenced = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
     assert len(unreferenced) == len(orphans)  # the crashed attempt's files: vacuum's to delete

@@ -99,4 +99,5 @@ def vacuum(lake: Lake, topic: str, retention: timedelta = RETENTION, dry_run: bo
         raise LakeError(f"topic {topic!r} has no table in the lake {lake.url}")
     hours = int(retention.total_seconds() // 3600)
     # full: files no commit ever named (a batch that crashed before its commit) are deleted too.
-    return sorted(dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=True))
+    found = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=True)
+    return sorted(f for f in found if f.endswith(".parquet"))  # files; emptied directories go with them

@@ -121,6 +121,6 @@ def inspect_topic(lake: Lake, topic: str, unreferenced: bool = True) -> TopicRep
     report.gaps = gaps_of(report.coverage)
     report.compactions = sum(1 for h in dt.history() if h.get("operation") == "OPTIMIZE")
     if unreferenced:
-        report.unreferenced = sorted(dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False,
-                                               full=True))  # fmt: skip
+        found = dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False, full=True)
+        report.unreferenced = sorted(f for f in found if f.endswith(".parquet"))  # not the emptied directories
     return report
