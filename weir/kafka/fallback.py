@@ -148,7 +148,10 @@ def _verified(lake: Lake, part: LakePartition) -> ds.Dataset | None:
             f"weir-lake: the lake {lake.url} has no table for {part.topic} at version {part.version}, which the "
             f"plan read: the table was deleted or vacuumed past it; remove the `lake` option to treat the range as lost"
         )
-    where = [("partition", "=", part.partition), ("offset", ">=", part.start), ("offset", "<", part.end)]
+    # The files that can hold the range and the whole of every batch checked (a check counts a batch's rows).
+    lo = min([part.start, *(c[0] for c in part.checks)])
+    hi = max([part.end, *(c[1] for c in part.checks)])
+    where = [("partition", "=", part.partition), ("offset", ">=", lo), ("offset", "<", hi)]
     dataset = table.to_pyarrow_dataset(file_pruning_predicate=where)
     counts = _count(dataset, part)
     wrong = [(c, n) for c, n in zip(part.checks, counts, strict=True) if c[2] != n]
@@ -181,6 +184,17 @@ def read_lake(part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | Non
     if part.end <= part.start:
         return
     lake = Lake(part.lake)
+    try:
+        yield from _read(lake, part, schema, decoder)
+    except FileNotFoundError as exc:  # a file the log names is gone: never a gap, always a loud error
+        raise DataLossError(
+            f"weir-lake: the lake {lake.url} cannot stand in for the broker on {part.topic} partition "
+            f"{part.partition} offsets [{part.start}, {part.end}): a data file of table version {part.version} is "
+            f"missing ({exc}). Restore it, or remove the `lake` option to treat the range as lost"
+        ) from None
+
+
+def _read(lake: Lake, part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | None) -> Iterator[pa.RecordBatch]:
     dataset = _verified(lake, part)
     for w in range(part.start, part.end, WINDOW):
         stop = min(w + WINDOW, part.end)
