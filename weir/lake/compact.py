@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from weir import units
 from weir.storage.lake import Lake, LakeError, hour_dir, hour_start
 
 log = logging.getLogger("weir.lake")
@@ -43,12 +44,8 @@ class CompactResult:
 
 
 def parse_before(text: str) -> datetime:
-    """`YYYY-MM-DD` or an ISO datetime, UTC unless it has an offset."""
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise LakeError(f"--before {text!r}: not YYYY-MM-DD or an ISO datetime") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    """`YYYY-MM-DD` (midnight UTC) or an ISO datetime (UTC when it names no offset): weir.units' instants."""
+    return units.parse_instant(text, "--before")
 
 
 def compact(
