@@ -34,8 +34,9 @@ class TopicScan:
 
     topic: str
     files: list[LakeFile] = field(default_factory=list)
-    first_hour: int | None = None  # the oldest and newest hour directories of the topic, whatever the range
+    first_hour: int | None = None  # the oldest and newest hour partitions of the topic, whatever the range
     last_hour: int | None = None
+    version: int | None = None  # the table version the files are of
 
     @property
     def rows(self) -> int:
@@ -59,6 +60,7 @@ def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicS
     dt = lake.table(topic)
     if dt is None:
         return scan
+    scan.version = dt.version()
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     if not actions:
         return scan

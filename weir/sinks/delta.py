@@ -81,25 +81,24 @@ class DeltaSink(Sink):
 def read_delta(
     spark: SparkSession, path: str, version: int | None = None, timestamp: datetime | str | None = None
 ) -> DataFrame:
-    """The Delta table at `path` as a Spark DataFrame (its current version, or `version`, or as of
-    `timestamp`): the files the log names, read by Spark's Parquet reader, with the partition columns
-    added from the log. Spark needs a filesystem for the URL (local paths always; s3a with hadoop-aws)."""
+    """The Delta table at `path` as a Spark DataFrame (its current version, or `version`, or as of `timestamp`):
+    the files the log names at that version. A local table is read by Spark's Parquet reader (column pruning,
+    filter pushdown); any other URL (s3://) by weir's `weir-delta` source, whose tasks read through pyarrow with
+    the AWS settings of the environment (Spark has no S3 filesystem without hadoop-aws)."""
+    from weir.sinks.delta_read import DeltaDataSource, spark_schema
+
     dt = delta.open_table(path, version, timestamp)
     if dt is None:
         raise SinkError(f"no Delta table at {delta.table_url(path)}")
-    schema = _spark_schema(dt)
     root = delta.table_url(path).rstrip("/")
-    files = [u if "://" in u else f"file://{u}" for u in dt.file_uris()]
+    if "://" in root:
+        spark.dataSource.register(DeltaDataSource)
+        reader = spark.read.format("weir-delta").option("path", root).option("version", str(dt.version()))
+        return reader.load()
+    schema = spark_schema(dt)
+    files = [f"file://{u}" for u in dt.file_uris()]
     if not files:
         return spark.createDataFrame([], schema)
     # The files lie in hive-style directories (weir and delta-rs write them so); with the table's schema given,
     # Spark takes the partition columns' values from the paths as the log's strings.
-    base = root if "://" in root else f"file://{root}"
-    return spark.read.schema(schema).option("basePath", base).parquet(*files)
-
-
-def _spark_schema(dt: Any) -> Any:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(pa.schema(dt.schema().to_arrow()))
+    return spark.read.schema(schema).option("basePath", f"file://{root}").parquet(*files)
