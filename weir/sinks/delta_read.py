@@ -57,7 +57,7 @@ class DeltaReader(DataSourceReader):
         out: list[InputPartition] = []
         for a in actions:
             if wanted is None or a["path"] in wanted:
-                values = tuple(sorted((a.get("partition_values") or {}).items()))
+                values = tuple(sorted((a.get("partition") or {}).items()))
                 out.append(DeltaFile(a["path"], values))
         return out or [DeltaFile("", ())]  # Spark needs a partition; an empty one reads nothing
 
