@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 from weir.kafka import offsets as off
 from weir.pipeline.model import Pipeline, Processor
 from weir.sinks.base import Delivery, Sink, Written
-from weir.sinks.delta import write_files
+from weir.sinks.delta import clean_staging, spark_writes, write_files, write_files_spark
 from weir.storage import delta, paths
 from weir.storage.lake import PARTITION_BY, TABLE_CONFIG, Lake, LakeError, Range
 
@@ -51,10 +52,12 @@ class ArchiveSink(Sink):
 
     def open(self, query_name: str, checkpoint: str | None = None) -> None:
         """Driver, before the first batch: take the query's checkpoint (the run id and the offset log are read
-        from it when a batch is written). Nothing to recover: an uncommitted batch's files are invisible, and
-        `weir lake vacuum` deletes them."""
+        from it when a batch is written), and delete what a batch that crashed while Spark wrote it left in the
+        table's `_staging/`. An uncommitted batch's other files are invisible; `weir lake vacuum` deletes them."""
         super().open(query_name, checkpoint)
         self.checkpoint, self.run = checkpoint, None  # the run id is read again: the checkpoint may be new
+        if spark_writes(self.url) and (n := clean_staging(self.url)):
+            log.info("%s: deleted %d staging leftover(s) of an interrupted batch", self.name, n)
 
     def starting_offsets(self) -> dict[str, dict[str, int]] | None:
         """Driver: where a new checkpoint starts: after the lake's coverage (None: the broker's earliest)."""
@@ -74,11 +77,17 @@ class ArchiveSink(Sink):
         if last is not None and batch_id <= last:  # step 1: a replay
             log.info("%s: batch %d of %s was committed before; replay skipped", self.name, batch_id, app)
             return Written(0, replayed=delta.committed_rows(dt, app, batch_id))
-        files = write_files(partitioned(batch), self.url, f"{self._run_id()}-{batch_id:012d}", list(PARTITION_BY))
+        began = time.monotonic()
+        write = write_files_spark if spark_writes(self.url) else write_files  # step 2
+        files = write(partitioned(batch), self.url, f"{self._run_id()}-{batch_id:012d}", list(PARTITION_BY))
         ranges = self._ranges(batch_id, _observed(self.url, files))  # step 3
         facts = {"ranges": [r.__dict__ for r in ranges], "topic": self.topic}
-        log.info("%s: committing batch %d of %s: %d files", self.name, batch_id, app, len(files))
+        written = time.monotonic()
+        log.info("%s: committing batch %d of %s: %d files written in %.2f s", self.name, batch_id, app, len(files),
+                 written - began)  # fmt: skip
         done = delta.commit(self.url, files, PARTITION_BY, app, batch_id, facts, TABLE_CONFIG)  # step 4
+        log.info("%s: batch %d committed as version %s in %.2f s", self.name, batch_id, done.version,
+                 time.monotonic() - written)  # fmt: skip
         return Written(done.rows, done.replayed)
 
     # -- offsets ------------------------------------------------------------------------------------------

@@ -9,12 +9,13 @@ nothing. Commit order and crash cases: docs/lake.md ("Delta tables"); the sink c
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from weir.sinks.base import Delivery, Sink, SinkError, Written
-from weir.storage import delta
+from weir.storage import delta, paths
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,6 +43,58 @@ def write_files(batch: DataFrame, url: str, tag: str, partition_by: list[str]) -
     return [r.asDict() for r in batch.mapInArrow(task, delta.FILE_META).collect()]  # file descriptions only
 
 
+def write_files_spark(batch: DataFrame, url: str, tag: str, partition_by: list[str]) -> list[dict[str, Any]]:
+    """`write_files` by Spark's own Parquet writer, for tables on a filesystem Spark and pyarrow both open with an
+    atomic rename (local, HDFS): about three times the rate of the Arrow round trip to Python. Spark writes into
+    the table's `_staging/` (Delta readers never look there); the driver renames each file to its partition
+    directory and describes it from its footer. A crash leaves staging (`clean_staging` deletes it) or renamed
+    files no commit names (vacuum deletes them)."""
+    from urllib.parse import unquote
+
+    from pyarrow import fs as pafs
+
+    filesystem, root = paths.resolve(delta.table_url(url))
+    staging = f"_staging/{tag}-{uuid.uuid4().hex[:8]}"
+    out = batch.write.mode("error")
+    out = out.partitionBy(*partition_by) if partition_by else out
+    out.parquet(f"{paths.spark_url(delta.table_url(url))}/{staging}")
+    staged = sorted(
+        (i for i in filesystem.get_file_info(pafs.FileSelector(f"{root}/{staging}", recursive=True))
+         if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")),
+        key=lambda i: i.path,
+    )  # fmt: skip
+    described = []
+    for k, info in enumerate(staged):
+        parts = info.path[len(root) + len(staging) + 2 :].split("/")[:-1]  # the hive directories Spark made
+        values = {d.split("=", 1)[0]: _hive_value(unquote(d.split("=", 1)[1])) for d in parts}
+        rel = "/".join([*parts, f"part-{tag}-{k:05d}-{uuid.uuid4().hex[:8]}.parquet"])
+        filesystem.create_dir(f"{root}/{rel}".rsplit("/", 1)[0], recursive=True)
+        filesystem.move(info.path, f"{root}/{rel}")
+        described.append(delta.describe(filesystem, f"{root}/{rel}", rel, values))
+    filesystem.delete_dir(f"{root}/{staging}")
+    return described
+
+
+def _hive_value(text: str) -> str | None:
+    return None if text == "__HIVE_DEFAULT_PARTITION__" else text
+
+
+def clean_staging(url: str) -> int:
+    """Delete what a crashed `write_files_spark` left in the table's `_staging/`; the number of entries."""
+    from pyarrow import fs as pafs
+
+    filesystem, root = paths.resolve(delta.table_url(url))
+    left = filesystem.get_file_info(pafs.FileSelector(f"{root}/_staging", allow_not_found=True))
+    if left:
+        filesystem.delete_dir(f"{root}/_staging")
+    return len(left)
+
+
+def spark_writes(url: str) -> bool:
+    """Whether Spark's own writer can write the table: its filesystem renames atomically and Spark opens it."""
+    return paths.resolve(delta.table_url(url))[0].type_name in ("local", "hdfs")
+
+
 def _meta_arrow() -> pa.Schema:
     import pyarrow as pa
 
@@ -60,6 +113,12 @@ class DeltaSink(Sink):
         self.partition_by = list(partition_by or [])
         self.name = f"delta:{self.url}"
 
+    def open(self, query_name: str, checkpoint: str | None = None) -> None:
+        """Driver: delete what a batch that crashed while Spark wrote it left in the table's staging."""
+        super().open(query_name, checkpoint)
+        if spark_writes(self.url) and (n := clean_staging(self.url)):
+            log.info("%s: deleted %d staging leftover(s) of an interrupted batch", self.name, n)
+
     def write(self, batch: DataFrame, batch_id: int) -> Written:
         """Driver: a replayed batch id (not above the writer's last committed one) writes nothing; otherwise
         the executors write the files, then one Delta commit adds them with the app transaction."""
@@ -72,7 +131,8 @@ class DeltaSink(Sink):
         if last is not None and batch_id <= last:  # checked before writing: a replay costs no file
             log.info("%s: batch %d of %s was committed before; replay skipped", self.name, batch_id, writer)
             return Written(0, replayed=delta.committed_rows(dt, writer, batch_id))
-        files = write_files(batch, self.url, f"{writer}-{batch_id:012d}", self.partition_by)
+        write = write_files_spark if spark_writes(self.url) else write_files
+        files = write(batch, self.url, f"{writer}-{batch_id:012d}", self.partition_by)
         log.info("%s: committing batch %d of %s: %d files", self.name, batch_id, writer, len(files))
         done = delta.commit(self.url, files, self.partition_by, writer, batch_id)
         return Written(done.rows, done.replayed)

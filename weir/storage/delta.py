@@ -139,6 +139,45 @@ class FileWriter:
         return self.files[key]
 
 
+def describe(filesystem: Any, path: str, rel: str, values: dict[str, str | None]) -> dict[str, Any]:
+    """The FileWriter description (FILE_META) of a Parquet file another writer wrote (Spark's own), from its
+    footer: rows, and statistics merged over its row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with filesystem.open_input_file(path) as f:
+        pf = pq.ParquetFile(f)
+        meta, schema = pf.metadata, pf.schema_arrow
+    stats: dict[str, Any] = {}
+    for i in range(meta.num_columns):
+        name = meta.schema.column(i).path
+        if "." in name or name not in schema.names:
+            continue  # nested: no statistics Delta readers use
+        t = schema.field(name).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)):
+            continue
+        merged: tuple | None = (None, None, 0)
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(i).statistics
+            if st is None or merged is None:
+                merged = None
+                continue
+            lo, hi, n = merged
+            if st.has_min_max:
+                lo, hi = _pick(min, lo, st.min), _pick(max, hi, st.max)
+            elif st.null_count != meta.row_group(g).num_rows:
+                merged = None  # values without bounds: no statistics at all, rather than wrong ones
+                continue
+            merged = (lo, hi, n + (st.null_count or 0))
+        if merged is not None:
+            stats[name] = merged
+    size = filesystem.get_file_info(path).size
+    return {
+        "path": rel, "size": size, "rows": meta.num_rows, "partition_values": json.dumps(values),
+        "stats": json.dumps(_stats_json(meta.num_rows, stats)), "schema": schema.serialize().to_pybytes(),
+    }  # fmt: skip
+
+
 def _escape(value: str | None) -> str:
     # Hive-style directory names: Delta readers take the value from the log, not from the path.
     return "__HIVE_DEFAULT_PARTITION__" if value is None else value.replace("/", "%2F").replace("=", "%3D")
@@ -260,6 +299,7 @@ def commit(
     info = {COMMIT_KEY: {"app": app_id, "batch": batch_id, "rows": rows, **(facts or {})}}
     props = CommitProperties(custom_metadata=info, app_transactions=[Transaction(app_id, batch_id)])
     dt.create_write_transaction(actions, "append", schema, list(partition_by) or None, commit_properties=props)
+    dt.update_incremental()  # the version this commit made (or a later one, of a concurrent writer)
     return Committed(dt.version(), rows)
 
 
