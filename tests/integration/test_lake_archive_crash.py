@@ -106,3 +106,16 @@ def test_a_reset_checkpoint_is_a_new_run_and_never_mistaken_for_a_replay(spark, 
     second = new_sink(lake, topic, checkpoint(tmp_path, topic, {0: {0: 60, 1: 60}}))
     assert second.write(batch(spark, topic, 60, offset0=30), 0) == Written(60)  # batch 0 again, of another run
     assert len(set(seen(lake, topic))) == 120
+
+
+def test_a_crash_while_spark_writes_leaves_staging_that_the_restart_deletes(spark, tmp_path):
+    topic, lake = "orders", str(tmp_path / "lake")
+    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}, 1: {0: 60, 1: 60}})
+    assert new_sink(lake, topic, cp).write(batch(spark, topic, 60), 0) == Written(60)
+    orphan = tmp_path / "lake" / topic / "_staging" / "deadbeef-000000000001-0000" / "date=2026-11-21" / "hour=01"
+    orphan.mkdir(parents=True)
+    (orphan / "part-0.parquet").write_bytes(b"PAR1 half")  # a task killed mid-write
+    sink = new_sink(lake, topic, cp)
+    assert not (tmp_path / "lake" / topic / "_staging").exists()
+    assert sink.write(batch(spark, topic, 60, offset0=30), 1) == Written(60)
+    assert len(seen(lake, topic)) == 120 == len(set(seen(lake, topic)))
