@@ -51,7 +51,7 @@ def test_sigkill_mid_commit_leaves_every_record_once_for_duckdb_and_pandas(boots
         "WEIR_LAKE": lake,
         "WEIR_SPARK_MASTER": "local[2]",
         "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
-        "WEIR_MAX_OFFSETS_PER_TRIGGER": "300",
+        "WEIR_MAX_OFFSETS_PER_TRIGGER": "600",  # 4 batches: the kill lands in the second one's commit
         "WEIR_TRIGGER": "100 milliseconds",
         "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
         "WEIR_RESTART_BACKOFF_MAX": "5",
