@@ -155,7 +155,7 @@ def main() -> int:
     checks: list[tuple[str, bool]] = []
     s3 = start_s3(scratch) if args.s3 else None
     lake_root = "s3://bench/lake" if s3 else str(scratch / "lake")
-    latency: tuple[float, float, int] | None = None
+    latency: tuple[float, float, int, int] | None = None
     try:
         broker.start()
         topic = "events"
@@ -298,12 +298,12 @@ def main() -> int:
         )
         console.print(f"reading the hour alone (one column): the lake {read_ratio:.1f}x faster than the broker")
     if latency is not None:
-        p50, p99, seen = latency
+        p50, p99, seen, sent = latency
         console.print(
             f"lake-visible latency at {args.rate:,} events/s, 1 s trigger: p50 {p50:.2f} s, p99 {p99:.2f} s "
             f"({seen:,} records; goal p50 < 1.5 s, p99 < 3 s)"
         )
-        checks.append((f"the latency stage saw every record it produced ({seen:,})", seen > 0))
+        checks.append((f"the latency stage saw {seen:,} of the {sent:,} records it produced", seen == sent))
     for what, ok in checks:
         console.print(f"  [{'green' if ok else 'red'}]{'ok' if ok else 'FAILED'}[/] {what}")
     return 0 if all(ok for _, ok in checks) else 1
@@ -391,7 +391,7 @@ def lake_latency(bootstrap: str, settings: Any, spark: Any, partitions: int, rat
     if not latencies:
         return None
     q = statistics.quantiles(latencies, n=100)
-    return q[49], q[98], len(latencies)
+    return q[49], q[98], len(latencies), sent
 
 
 if __name__ == "__main__":
