@@ -72,3 +72,17 @@ def test_a_footer_described_as_the_writer_describes_its_files(tmp_path: Path):
     assert d["rows"] == stats["numRecords"] == 10 and json.loads(d["partition_values"]) == {"day": "b"}
     assert (stats["minValues"]["offset"], stats["maxValues"]["offset"]) == (0, 9)
     assert delta.commit(str(tmp_path / "t"), [d], ["day"], "w", 0).rows == 10
+
+
+def test_new_columns_evolve_the_schema_and_a_changed_type_is_refused(tmp_path: Path):
+    import pytest
+
+    url = str(tmp_path / "t")
+    delta.commit(url, write(url, rows(0, 4), "w-0"), ["day"], "w", 0)
+    wider = rows(4, 8).append_column("extra", pa.array(["x"] * 4))
+    assert delta.commit(url, write(url, wider, "w-1"), ["day"], "w", 1).rows == 4
+    got = delta.open_table(url).to_pyarrow_table().sort_by("offset").column("extra").to_pylist()
+    assert got == [None] * 4 + ["x"] * 4  # nothing of the new column hidden, older rows null
+    clash = rows(8, 10).set_column(0, "offset", pa.array(["a", "b"]))
+    with pytest.raises(delta.DeltaError, match=r"offset: int64 -> string"):
+        delta.commit(url, write(url, clash, "w-2"), ["day"], "w", 2)

@@ -292,6 +292,8 @@ def commit(
     if dt is None:
         dt = DeltaTable.create(url, schema, mode="ignore", partition_by=list(partition_by) or None,
                                configuration=configuration, storage_options=storage_options(url))  # fmt: skip
+    elif files:
+        schema = _evolve(dt, schema, url)
     now = int(datetime.now().timestamp() * 1000)
     actions = [
         AddAction(f["path"], int(f["size"]), json.loads(f["partition_values"]), now, True, f["stats"]) for f in files
@@ -301,6 +303,30 @@ def commit(
     dt.create_write_transaction(actions, "append", schema, list(partition_by) or None, commit_properties=props)
     dt.update_incremental()  # the version this commit made (or a later one, of a concurrent writer)
     return Committed(dt.version(), rows)
+
+
+def _evolve(dt: DeltaTable, schema: pa.Schema, url: str) -> Any:
+    """The schema to commit files of `schema` with: the table's, plus any new columns (added to the table first,
+    in their own commit: Delta's schema evolution). A column whose type changed is refused: readers would mis-read
+    the older or the newer files."""
+    import pyarrow as pa
+    from deltalake.schema import Field
+
+    current = pa.schema(dt.schema().to_arrow())
+    # Nested types are not compared: their child names and nullability differ between writers (Spark, pyarrow,
+    # delta-rs) without any change of meaning.
+    changed = [f.name for f in schema if f.name in current.names and not pa.types.is_nested(f.type)
+               and current.field(f.name).type != f.type]  # fmt: skip
+    if changed:
+        how = ", ".join(f"{n}: {current.field(n).type} -> {schema.field(n).type}" for n in changed)
+        raise DeltaError(
+            f"{url}: column(s) changed type ({how}); a Delta table cannot change a column's type in place, and "
+            f"readers would mis-read the older or the newer files. Write to a new table"
+        )
+    new = [f for f in schema if f.name not in current.names]
+    if new:
+        dt.alter.add_columns([Field.from_arrow(f) for f in new])
+    return dt.schema()
 
 
 def _table_schema(file_schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
