@@ -1,15 +1,30 @@
 """Session-wide fixtures: one embedded broker on a free port and one Spark session per test run, both from
-weir's own pytest plugin (weir.testing), so its tests and weir's share them."""
+weir's own pytest plugin (weir.testing), so its tests and weir's share them; and one local S3 server
+(moto_server, started by the first test that asks for it)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from weir.kafka.broker import EmbeddedBroker
+from weir.kafka.broker import EmbeddedBroker, free_port
+
+# The S3 settings are in the environment before anything starts: Spark's JVM and its Python workers, and the
+# jobs tests start, inherit them at launch (the usual AWS variables; fake credentials for the local server).
+S3_PORT = free_port()
+S3_BUCKET = "weir-tests"
+os.environ.update({
+    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_ACCESS_KEY_ID": "weir-test-key",
+    "AWS_SECRET_ACCESS_KEY": "weir-test-secret", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+})  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +67,40 @@ def _no_leaked_queries(request: pytest.FixtureRequest) -> Iterator[None]:
 def topic_name() -> str:
     """A fresh topic name per test, so tests never see each other's records."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3 server process (moto_server from the venv) on the port the environment names, with one bucket;
+    yields `s3://<bucket>`. Give each test its own prefix."""
+    log = tmp_path_factory.mktemp("s3") / "moto.log"
+    exe = Path(sys.executable).with_name("moto_server")
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(S3_PORT)], stdout=out, stderr=subprocess.STDOUT)
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            req = urllib.request.Request(f"{endpoint}/{S3_BUCKET}", method="PUT")  # create the bucket
+            urllib.request.urlopen(req, timeout=2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}") from None
+            time.sleep(0.2)
+    yield f"s3://{S3_BUCKET}"
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture(params=["local", "s3"])
+def table_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test puts its Delta tables: a local directory, then a fresh prefix on the S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "tables")
+    return f"{request.getfixturevalue('s3')}/{uuid.uuid4().hex[:10]}"

@@ -171,16 +171,30 @@ def jvm_output_to(path: Path) -> Iterator[None]:
 
 
 def lake_summary(root: str, topic: str) -> str:
-    """What the archiver put in the lake: rows per Kafka partition and the offsets they cover."""
+    """What the archiver put in the lake, read back: the topic's Delta table through DuckDB (rows, each record
+    once, the hours), and the offsets its commits cover per Kafka partition."""
+    import duckdb
+
     from weir.storage.lake import Lake
 
-    coverage = Lake(root).coverage(topic)
-    if not coverage:
+    lake = Lake(root)
+    table = lake.table(topic)
+    coverage = lake.coverage(topic, table) if table is not None else {}
+    if table is None or not coverage:
         return f"lake: nothing archived of {topic} yet ({root})"
+    con = duckdb.connect()
+    con.register("archived", table.to_pyarrow_dataset())
+    [(rows, distinct, hours)] = con.sql(
+        'select count(*), count(distinct ("partition", "offset")), count(distinct (date, hour)) from archived'
+    ).fetchall()
     parts = ", ".join(
         f"p{p}: {sum(r.rows for r in rs)} rows, offsets {rs[0].start}-{rs[-1].end}" for p, rs in coverage.items()
     )
-    return f"lake {root}/{topic}: {parts}; `weir lake stats {topic} --lake {root}` shows more"
+    return (
+        f"lake {root}/{topic} (Delta, version {table.version()}), read back by DuckDB: {rows} rows "
+        f"({distinct} distinct records) in {hours} hour partition(s); {parts}; "
+        f"`weir lake stats {topic} --lake {root}` shows more"
+    )
 
 
 REPO = Path(__file__).resolve().parents[2]

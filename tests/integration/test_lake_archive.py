@@ -1,8 +1,7 @@
-"""The archiver end to end: a topic declared archived=True lands in the lake under date=/hour= by record
-time, every record exactly once (malformed ones too, raw bytes kept), readable by DuckDB and pandas; manifests
-record the offset coverage; compaction keeps every row and Spark's schema; a second run continues where the
-first stopped, into compacted hours; a reset archiver continues where the lake ends, so nothing is archived
-twice."""
+"""The archiver end to end: a topic declared archived=True lands in its Delta table, partitioned by date and hour
+of record time, every record exactly once (malformed ones too, raw bytes kept), readable by pandas, polars,
+DuckDB and Spark (weir's read_delta); the commits record the offset coverage; compaction keeps every row; a
+second run continues where the first stopped; a reset archiver continues where the lake ends."""
 
 from __future__ import annotations
 
@@ -12,23 +11,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
-import pandas as pd
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
+import polars as pl
 import pytest
 from _pipe import Rec, produce
 
 from weir.config import load
 from weir.kafka import Admin
-from weir.lake.compact import compact
-from weir.lake.inspect import check_clean
+from weir.lake.compact import compact, vacuum
+from weir.lake.inspect import inspect_topic
 from weir.pipeline import Pipeline
 from weir.runtime.runner import Runner
 from weir.runtime.versions import reset
+from weir.sinks import read_delta
+from weir.storage import delta
 from weir.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
-HOUR_MS = 3_600_000
 T0 = int(datetime(2026, 11, 20, 22, 0, tzinfo=UTC).timestamp() * 1000)  # spans midnight: two dates
 
 
@@ -53,7 +51,7 @@ def pipeline(prefix: str) -> Pipeline:
     return p
 
 
-def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstrap, spark, tmp_path):
+def test_archived_topic_lands_in_its_delta_table_once_per_record_for_any_reader(bootstrap, spark, tmp_path):
     prefix = uuid.uuid4().hex[:8]
     topic = f"{prefix}.events"
     Admin(bootstrap).create_topic(topic, 2)
@@ -64,8 +62,11 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     r.stop()
     assert r.snapshot()[f"archive.{topic}"].totals.out == 200
 
-    glob = f"{tmp_path}/lake/{topic}/**/*.parquet"
-    df = duckdb.sql(f"select * from read_parquet('{glob}', hive_partitioning=true)").df()
+    lake = Lake(s.lake)
+    assert lake.topics() == [topic]
+    dt = lake.table(topic)
+    assert dt.metadata().partition_columns == ["date", "hour"]
+    df = dt.to_pandas()  # pandas
     assert sorted(df["id"].dropna().astype(int)) == [i for i in range(200) if i % 50 != 7]
     assert len(df) == 200 and df.groupby(["partition", "offset"]).size().max() == 1
     broken = df[df["id"].isna()]
@@ -73,51 +74,42 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     assert broken["_error"].notna().all()
     # Partitioned by record time in UTC: 200 minutes from 22:00 on the 20th.
     for _, row in df.iterrows():
-        ts = T0 + int(bytes(row["key"]).decode()) * 60_000
-        when = datetime.fromtimestamp(ts / 1000, UTC)
-        assert (str(row["date"])[:10], int(row["hour"])) == (when.strftime("%Y-%m-%d"), when.hour)
-    assert set(df["date"].astype(str).str[:10]) == {"2026-11-20", "2026-11-21"}
+        when = datetime.fromtimestamp((T0 + int(bytes(row["key"]).decode()) * 60_000) / 1000, UTC)
+        assert (row["date"], row["hour"]) == (when.strftime("%Y-%m-%d"), when.strftime("%H"))
     first = df[df["offset"] == 0].iloc[0]
     assert [(h["key"], bytes(h["value"])) for h in first["headers"]] == [("h", bytes(first["key"]))]
-
-    pdf = pd.read_parquet(f"{tmp_path}/lake/{topic}")  # pandas over the directory, hive partitions
-    assert len(pdf) == 200 and not pdf.duplicated(["partition", "offset"]).any()
-
-    lake = Lake(s.lake)
+    con = duckdb.connect()
+    con.register("events", delta.dataset(lake.topic_url(topic)))  # DuckDB over the Arrow dataset
+    q = 'select count(*), count(distinct ("partition", "offset")) from events where date = \'2026-11-21\''
+    assert con.sql(q).fetchall() == [(80, 80)]
+    assert pl.read_delta(lake.topic_url(topic)).height == 200  # polars
+    # Offset coverage from the archive commits; file statistics prune by offset and time.
     assert {p: [(x.start, x.end, x.rows) for x in rs] for p, rs in lake.coverage(topic).items()} == {
         0: [(0, 100, 100)], 1: [(0, 100, 100)],
     }  # fmt: skip
     assert lake.gaps(topic) == []
-    assert not list((tmp_path / "lake" / "_weir" / "staging").rglob("*.parquet"))
+    assert len(dt.file_uris(file_pruning_predicate="offset >= 95")) < len(dt.file_uris())
 
-    # Compaction of what Spark wrote (its schema metadata, nested headers, UTC micros): the same rows and
-    # schema for pyarrow, DuckDB and Spark, one file per hour, and inspection clean.
-    top = Path(lake.topic_dir(topic))
-    before_files = sorted(top.rglob("*.parquet"))
-    before = (
-        ds.dataset(str(top), format="parquet").to_table().sort_by([("partition", "ascending"), ("offset", "ascending")])
-    )
-    assert before.num_rows == 200 and check_clean(lake, topic).rows == 200
-    schema = pq.read_schema(before_files[0])  # as Spark wrote it (the file goes with compaction)
+    # Compaction (delta-rs optimize): one file per hour, the same rows for every reader; the old version
+    # still reads (time travel) until a vacuum past its retention.
+    before = inspect_topic(lake, topic)
+    assert before.rows == before.batch_rows == 200 and before.warnings == [] and before.files > len(before.hours)
     result = compact(lake, topic, datetime(2030, 1, 1, tzinfo=UTC))
     assert result.compacted and all(x.outputs == 1 for x in result.compacted)
-    after_files = sorted(top.rglob("*.parquet"))
-    assert len(after_files) == len({f.parent for f in before_files}) < len(before_files)
-    assert all(pq.read_schema(f).equals(schema, check_metadata=True) for f in after_files)
-    after = (
-        ds.dataset(str(top), format="parquet").to_table().sort_by([("partition", "ascending"), ("offset", "ascending")])
-    )
-    assert after.equals(before)
-    assert duckdb.sql(
-        f'select count(*), count(distinct ("partition", "offset")) from read_parquet(\'{glob}\')'
-    ).fetchall() == [(200, 200)]
-    sdf = spark.read.parquet(lake.spark_url(str(top)))
-    assert sdf.count() == 200 and {r["hour"] for r in sdf.select("hour").distinct().collect()} == {22, 23, 0, 1}
-    report = check_clean(lake, topic)
-    assert report.rows == report.manifest_rows == 200 and report.warnings == []
+    after = inspect_topic(lake, topic)
+    assert after.files == len(after.hours) == 4 and after.rows == 200 and after.compactions == len(result.compacted)
+    assert len(after.unreferenced) == before.files  # replaced, kept for readers of older versions
+    assert len(delta.open_table(lake.topic_url(topic), version=before.version).to_pandas()) == 200
+    sdf = read_delta(spark, lake.topic_url(topic))  # Spark, through weir
+    assert sdf.count() == 200 and {r["hour"] for r in sdf.select("hour").distinct().collect()} == {
+        "22",
+        "23",
+        "00",
+        "01",
+    }
+    assert vacuum(lake, topic, timedelta(hours=1)) == []  # younger than the retention: kept
 
-    # A second run continues into the compacted lake; a reset archiver continues where the lake ends: nothing
-    # twice.
+    # A second run continues into the compacted table; a reset archiver continues where the lake ends.
     produce(bootstrap, topic, records(200, 260))
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)
@@ -127,13 +119,10 @@ def test_archived_topic_lands_in_the_lake_once_per_record_for_any_reader(bootstr
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)
     r.stop()
-    df = duckdb.sql(f'select "partition", "offset" from read_parquet(\'{glob}\')').df()
-    assert len(df) == 300 and df.duplicated().sum() == 0
+    df = lake.table(topic).to_pandas()
+    assert len(df) == 300 and df.duplicated(["partition", "offset"]).sum() == 0
     assert {p: [(x.start, x.end) for x in rs] for p, rs in lake.coverage(topic).items()} == {
         0: [(0, 150)], 1: [(0, 150)],
     }  # fmt: skip
-    compact(lake, topic, datetime(2030, 1, 1, tzinfo=UTC), trash_grace=timedelta(0))
-    report = check_clean(lake, topic)
-    assert report.rows == report.manifest_rows == 300 and all(h.files == 1 for h in report.hours)
     progress = [json.loads(x) for x in (tmp_path / "home" / "progress" / f"lake-{prefix}.jsonl").open()]
     assert all(x["accounting"]["balanced"] for x in progress if x["type"] == "progress")

@@ -1,5 +1,6 @@
-"""The archive commit protocol, crash by crash (docs/lake.md): a failure between any two steps leaves readers
-with whole files and no record twice, and the next open() or the replay of the batch completes it exactly once."""
+"""The archive commit order, crash by crash (docs/lake.md), on a local disk and on S3: a batch that dies before
+its commit leaves readers nothing (its files are unreferenced, vacuum's to delete) and its replay commits it
+once; a batch that dies after its commit is a no-op when replayed; a reset checkpoint is a new run."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import json
 import uuid
 from pathlib import Path
 
-import duckdb
-import pyarrow.parquet as pq
 import pytest
 
+from weir.lake import archive
 from weir.lake.archive import ArchiveSink
 from weir.sinks.base import Written
 from weir.storage.lake import Lake
@@ -18,26 +18,6 @@ from weir.storage.lake import Lake
 pytestmark = pytest.mark.integration
 HOUR_US = 3_600_000_000
 T0_US = 1_795_300_000_000_000  # 2026-11-21
-
-
-class Crash(RuntimeError):
-    pass
-
-
-class FailingFs:
-    """The lake's filesystem, failing the k-th rename (a process killed at that point)."""
-
-    def __init__(self, real, fail_at: int) -> None:
-        self.real, self.fail_at, self.moves = real, fail_at, 0
-
-    def move(self, src: str, dst: str) -> None:
-        if self.moves == self.fail_at:
-            raise Crash(f"killed before rename {self.moves}: {dst}")
-        self.moves += 1
-        self.real.move(src, dst)
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
 
 
 def checkpoint(tmp_path: Path, topic: str, batches: dict[int, dict[int, int]]) -> str:
@@ -68,72 +48,74 @@ def batch(spark, topic: str, n: int, offset0: int = 0):
     return df.withColumn("timestamp", F.timestamp_micros("timestamp"))
 
 
-def seen(lake: Path, topic: str) -> list[tuple[int, int]]:
-    glob = f"{lake}/{topic}/**/*.parquet"
-    if not list((lake / topic).rglob("*.parquet")):
+def seen(lake: str, topic: str) -> list[tuple[int, int]]:
+    dt = Lake(lake).table(topic)
+    if dt is None:
         return []
-    return [tuple(r) for r in duckdb.sql(f'select "partition", "offset" from read_parquet(\'{glob}\')').fetchall()]
+    t = dt.to_pyarrow_table(columns=["partition", "offset"])
+    return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(), strict=True))
 
 
-def new_sink(lake: Path, topic: str, cp: str) -> ArchiveSink:
-    sink = ArchiveSink(str(lake), topic)
+def new_sink(lake: str, topic: str, cp: str) -> ArchiveSink:
+    sink = ArchiveSink(lake, topic)
     sink.open(f"archive.{topic}", cp)
     return sink
 
 
-@pytest.mark.parametrize("fail_at", [0, 1, 2, 3, 4])
-def test_a_crash_at_any_rename_leaves_whole_files_and_the_restart_completes_the_batch(spark, tmp_path, fail_at):
-    """Renames of a 3-file batch: 0 the plan, 1-3 the files, 4 the commit."""
-    topic, lake = "orders", tmp_path / "lake"
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("when", ["before the commit", "after the commit"])
+def test_a_crash_around_the_commit_then_the_replay_archives_the_batch_once(
+    spark, tmp_path, table_root, when, monkeypatch
+):
+    topic, lake = "orders", f"{table_root}/lake"
     cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}})
     df = batch(spark, topic, 60)
-    sink = new_sink(lake, topic, cp)
-    sink.lake.fs = FailingFs(sink.lake.fs, fail_at)
+    real = archive.delta.commit
+
+    def crash(*args, **kwargs):
+        if when == "after the commit":
+            real(*args, **kwargs)
+        raise Crash(when)
+
+    monkeypatch.setattr(archive.delta, "commit", crash)
     with pytest.raises(Crash):
-        sink.write(df, 0)
-    # Readers now: the batch's files renamed so far, whole, each record at most once.
-    partial = seen(lake, topic)
-    published = list((lake / topic).rglob("*.parquet"))
-    assert len(published) == min(max(fail_at - 1, 0), 3)
-    assert len(partial) == len(set(partial)) == sum(pq.ParquetFile(f).metadata.num_rows for f in published)
-    assert all(f.stat().st_size > 0 for f in (lake / topic).rglob("*") if f.is_file())
-    assert not [f for f in (lake / topic).rglob("*") if f.is_file() and f.suffix != ".parquet"]
+        new_sink(lake, topic, cp).write(df, 0)
+    monkeypatch.setattr(archive.delta, "commit", real)
+    expected = sorted((i % 2, i // 2) for i in range(60))
+    assert sorted(seen(lake, topic)) == ([] if when == "before the commit" else expected)
 
-    restarted = new_sink(lake, topic, cp)  # open() completes a written plan before any batch
-    if fail_at > 0:
-        assert sorted(seen(lake, topic)) == sorted((i % 2, i // 2) for i in range(60))
-    # Spark's replay of the batch: a plan the restart completed counts as delivered before.
-    assert restarted.write(df, 0) == (Written(60) if fail_at == 0 else Written(0, replayed=60))
-    assert sorted(seen(lake, topic)) == sorted((i % 2, i // 2) for i in range(60))
-    assert not list((lake / "_weir" / "staging").rglob("*.parquet"))
-    assert not list((lake / "_weir" / "manifests").rglob("*.pending.json"))
-    [m] = list(Lake(str(lake)).manifests(topic))
-    assert {r.partition: (r.start, r.end, r.rows) for r in m.ranges} == {0: (0, 30, 30), 1: (0, 30, 30)}
-
-
-def test_a_crash_while_spark_writes_leaves_an_orphan_that_the_restart_deletes(spark, tmp_path):
-    topic, lake = "orders", tmp_path / "lake"
-    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}, 1: {0: 60, 1: 60}})
-    sink = new_sink(lake, topic, cp)
-    assert sink.write(batch(spark, topic, 60), 0) == Written(60)
-    orphan = lake / "_weir" / "staging" / topic / "deadbeef-000000000001-0000"
-    (orphan / "date=2026-11-21" / "hour=01").mkdir(parents=True)
-    (orphan / "date=2026-11-21" / "hour=01" / "part-0.parquet").write_bytes(b"PAR1 half")  # a killed task
-    sink = new_sink(lake, topic, cp)
-    assert not orphan.exists()
-    assert sink.write(batch(spark, topic, 60, offset0=30), 1) == Written(60)
-    assert len(seen(lake, topic)) == 120 == len(set(seen(lake, topic)))
-    cov = Lake(str(lake)).coverage(topic)
-    assert {p: [(r.start, r.end, r.rows) for r in rs] for p, rs in cov.items()} == {
-        0: [(0, 60, 60)], 1: [(0, 60, 60)],
-    }  # fmt: skip
+    restarted = new_sink(lake, topic, cp)  # Spark replays the batch after the restart
+    assert restarted.write(df, 0) == (Written(60) if when == "before the commit" else Written(0, replayed=60))
+    assert sorted(seen(lake, topic)) == expected
+    cov = Lake(lake).coverage(topic)
+    assert {p: [(r.start, r.end, r.rows) for r in rs] for p, rs in cov.items()} == {0: [(0, 30, 30)], 1: [(0, 30, 30)]}
+    dt = Lake(lake).table(topic)
+    orphans = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
+    crashed = 3 if when == "before the commit" else 0  # the crashed attempt's 3 files, one per hour
+    assert len([f for f in orphans if f.endswith(".parquet")]) == crashed
 
 
 def test_a_reset_checkpoint_is_a_new_run_and_never_mistaken_for_a_replay(spark, tmp_path):
-    topic, lake = "orders", tmp_path / "lake"
+    topic, lake = "orders", str(tmp_path / "lake")
     first = new_sink(lake, topic, checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}}))
     assert first.write(batch(spark, topic, 60), 0) == Written(60)
     assert first.starting_offsets() == {topic: {"0": 30, "1": 30}}  # where a new checkpoint starts
     second = new_sink(lake, topic, checkpoint(tmp_path, topic, {0: {0: 60, 1: 60}}))
     assert second.write(batch(spark, topic, 60, offset0=30), 0) == Written(60)  # batch 0 again, of another run
     assert len(set(seen(lake, topic))) == 120
+
+
+def test_a_crash_while_spark_writes_leaves_staging_that_the_restart_deletes(spark, tmp_path):
+    topic, lake = "orders", str(tmp_path / "lake")
+    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}, 1: {0: 60, 1: 60}})
+    assert new_sink(lake, topic, cp).write(batch(spark, topic, 60), 0) == Written(60)
+    orphan = tmp_path / "lake" / topic / "_staging" / "deadbeef-000000000001-0000" / "date=2026-11-21" / "hour=01"
+    orphan.mkdir(parents=True)
+    (orphan / "part-0.parquet").write_bytes(b"PAR1 half")  # a task killed mid-write
+    sink = new_sink(lake, topic, cp)
+    assert not (tmp_path / "lake" / topic / "_staging").exists()
+    assert sink.write(batch(spark, topic, 60, offset0=30), 1) == Written(60)
+    assert len(seen(lake, topic)) == 120 == len(set(seen(lake, topic)))

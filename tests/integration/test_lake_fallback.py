@@ -278,7 +278,7 @@ def planned(spark, bootstrap: str, topic: str, **opts) -> list[tuple]:
     return out
 
 
-def test_a_lake_missing_or_duplicating_a_file_is_an_error_not_a_gap(spark, bootstrap, archived, tmp_path):
+def test_a_lake_missing_a_file_is_an_error_not_a_gap_and_a_stray_copy_is_ignored(spark, bootstrap, archived, tmp_path):
     topic, shared = archived
     s = shared.model_copy(update={"lake": str(tmp_path / "lake")})  # a copy of the module's lake to damage
     shutil.copytree(shared.lake, s.lake)
@@ -287,13 +287,12 @@ def test_a_lake_missing_or_duplicating_a_file_is_an_error_not_a_gap(spark, boots
     files = sorted(Path(s.lake, topic).rglob("*.parquet"))
     victim = next(f for f in files if f.stat().st_size and _holds(f, 0, 30))
     copy = victim.with_name("part-copy.parquet")
-    copy.write_bytes(victim.read_bytes())
-    with pytest.raises(Exception, match=r"were archived as \d+ rows, but every file of the topic hold \d+") as info:
-        source(spark, bootstrap, topic, stream=False, **opts).collect()
-    assert f"{topic} partition 0 offsets [0, 30)" in str(info.value)
+    copy.write_bytes(victim.read_bytes())  # a file no commit names: Delta readers never see it
+    rows = source(spark, bootstrap, topic, stream=False, **opts).where("partition = 0 and offset < 30").collect()
+    assert sorted(r["offset"] for r in rows) == list(range(30))
     copy.unlink()
     victim.unlink()
-    with pytest.raises(Exception, match=r"A data file is missing or duplicated"):
+    with pytest.raises(Exception, match=r"a data file of table version \d+ is missing"):
         source(spark, bootstrap, topic, stream=False, **opts).collect()
 
 
@@ -349,7 +348,7 @@ def test_pipeline_processor_reads_from_the_lake_and_publishes_it(spark, bootstra
 def test_lake_index_split_and_describe(tmp_path):
     """The driver's planning, without Spark: what the lake covers of a range, and how it is described."""
     index = LakeIndex.__new__(LakeIndex)
-    index.lake, index.topic, index.manifests = Lake(str(tmp_path)), "t", []
+    index.lake, index.topic, index.batches = Lake(str(tmp_path)), "t", []
     from weir.storage.lake import Range
 
     index.coverage = {0: [Range(0, 10, 20, 10), Range(0, 30, 40, 10)]}

@@ -1,4 +1,5 @@
-"""weir.storage.paths (a path or URL as a pyarrow filesystem, a Spark URL) and the lake's directory layout."""
+"""weir.storage.paths (a path or URL as a pyarrow filesystem, a Spark URL), Delta storage options, and the
+lake's partition layout."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 from pyarrow import fs as pafs
 
-from weir.storage import paths
+from weir.storage import delta, paths
 from weir.storage.lake import (
     Lake,
     date_dir_value,
@@ -15,7 +16,6 @@ from weir.storage.lake import (
     hour_dir_value,
     hour_of,
     hour_start,
-    is_data_file,
 )
 
 
@@ -48,8 +48,23 @@ def test_write_atomic_leaves_no_temporary_file(tmp_path):
 def test_the_lake_resolves_through_paths(tmp_path):
     lake = Lake(str(tmp_path) + "/")
     assert (lake.url, lake.root, lake.spark_root) == (str(tmp_path), str(tmp_path), f"file://{tmp_path}")
-    lake.write_json(lake.meta("x", "y.json"), {"b": 1})
-    assert lake.read_json(f"{tmp_path}/_weir/x/y.json") == {"b": 1}
+    assert lake.topic_url("orders") == f"{tmp_path}/orders" and lake.topics() == []
+
+
+def test_delta_storage_options_come_from_the_aws_settings(monkeypatch):
+    for k in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert delta.storage_options("/local/lake") == {}
+    assert delta.storage_options("s3://b/lake") == {
+        "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_REGION": "eu-west-1",
+    }  # fmt: skip
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")  # a local S3 server: plain HTTP allowed
+    assert delta.storage_options("s3://b/lake")["AWS_ALLOW_HTTP"] == "true"
+    assert delta.table_url("file:///x/y/") == "/x/y" and delta.table_url("s3://b/x/") == "s3://b/x"
 
 
 def test_the_lake_layout():
@@ -60,5 +75,3 @@ def test_the_lake_layout():
     assert [date_dir_value(n) for n in ("date=2026-02-30", "date=2026-1-01", "day=2026-11-21")] == [None] * 3
     assert hour_dir_value("hour=23") == "23"
     assert [hour_dir_value(n) for n in ("hour=24", "hour=7", "hour=07x")] == [None] * 3
-    assert is_data_file("part-1.parquet")
-    assert not any(is_data_file(n) for n in (".part.parquet", "_SUCCESS", "_x.parquet", "part.csv"))

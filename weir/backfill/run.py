@@ -10,6 +10,7 @@ dedup, reruns, boundaries, refusals): docs/backfill.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -37,13 +38,13 @@ from weir.config import Settings, load
 from weir.kafka.admin import Admin
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
-from weir.lake.inspect import check_clean
 from weir.pipeline import validate
 from weir.pipeline.load import load as load_pipeline
 from weir.pipeline.model import Pipeline, Processor
 from weir.runtime.accounting import Counts
 from weir.runtime.query import Ledger, ProcessorQuery, union
 from weir.runtime.runner import SIDE_TOPIC_CONFIG
+from weir.sinks.delta_read import DeltaDataSource
 from weir.spark import spark_session
 from weir.storage.lake import Lake
 
@@ -183,8 +184,8 @@ def plan(
     settings: Settings | None = None,
     now: datetime | None = None,
 ) -> Planned:
-    """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError, or the
-    LakeError of foreign files), the target, the lake's files in the range's hours, the chunks."""
+    """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError), the
+    target, the lake's files in the range's hours (from the inputs' Delta logs), the chunks."""
 
     began = time.monotonic()
     settings = settings or load()
@@ -194,8 +195,6 @@ def plan(
     check_range(t1, t2, now)
     target = resolve(into, p, proc, lambda: _kafka_topics(settings))
     lake = Lake(settings.lake)
-    for topic in proc.inputs:
-        _check_clean(lake, topic)
     scans = {t: scan_topic(lake, t, t1, t2) for t in proc.inputs}
     report = BackfillReport(
         backfill_id(p.name, proc.name, proc.version, t1, t2, target.description),
@@ -272,12 +271,6 @@ def backfill(
 
 
 # -- execution ------------------------------------------------------------------------------------------------
-def _check_clean(lake: Any, topic: str) -> None:
-
-    if lake.exists(lake.topic_dir(topic)):
-        check_clean(lake, topic)
-
-
 def _kafka_topics(settings: Settings) -> dict[str, int]:
 
     return Admin(settings.bootstrap_servers, settings.kafka).topics()
@@ -331,10 +324,23 @@ class _Run:
         for topic, scan in self.report.topics.items():
             files = scan.in_hour(chunk.hour)
             if files:
-                df = self.spark.read.schema(self.schemas[topic]).parquet(*[self.lake.spark_url(f.path) for f in files])
+                df = self._files(topic, files)
                 micros = F.unix_micros(F.col("timestamp"))
                 frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))
         return union(frames) if frames else None
+
+    def _files(self, topic: str, files: list) -> DataFrame:
+        """The files of one input topic, with its stream's columns: Spark's Parquet reader on a local lake,
+        weir's `weir-delta` source (pyarrow in the tasks) on object storage Spark has no filesystem for."""
+        schema = self.schemas[topic]
+        if "://" not in self.lake.url or self.lake.url.startswith("file:"):
+            return self.spark.read.schema(schema).parquet(*[self.lake.spark_url(f.path) for f in files])
+        top = self.lake.topic_dir(topic) + "/"
+        rel = json.dumps([f.path.removeprefix(top) for f in files])
+        self.spark.dataSource.register(DeltaDataSource)
+        version = str(self.report.topics[topic].version)  # the version the plan listed: its files stay
+        reader = self.spark.read.format("weir-delta").schema(schema).option("path", self.lake.topic_url(topic))
+        return reader.option("version", version).option("files", rel).load()
 
     def chunk(self, planned: ChunkPlan) -> Counts | None:
         """Run one chunk as one batch; its settled counts, or None when it held no row of the range."""

@@ -1,21 +1,19 @@
-"""The lake's files a backfill reads: only the `date=D/hour=H` directories its range overlaps are listed.
+"""The lake's files a backfill reads: from the topic's Delta log, only the files of the `date`/`hour` partitions
+its range overlaps whose timestamp statistics meet the range.
 
-Rows come from the Parquet footers: exact for an hour the range covers whole, an upper bound for a boundary
-hour until Spark filters the exact timestamps. The foreign-file check (`weir.lake.inspect.check_clean`) is
-the caller's, before scanning. See docs/backfill.md.
+Rows come from the log's statistics: exact for an hour the range covers whole, an upper bound for a boundary
+hour until Spark filters the exact timestamps. See docs/backfill.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
-import pyarrow.parquet as pq
-from pyarrow import fs as pafs
+import pyarrow as pa
 
-from weir.backfill.plan import Chunk, dates, hour_dir, hour_index, hours
-from weir.storage.lake import Lake, date_dir_value, hour_dir_value, hour_start, is_data_file
+from weir.backfill.plan import Chunk, hour_dir, hour_index, hours
+from weir.storage.lake import Lake, hour_start
 from weir.storage.lake import hour_dir as hour_path
 
 
@@ -36,8 +34,9 @@ class TopicScan:
 
     topic: str
     files: list[LakeFile] = field(default_factory=list)
-    first_hour: int | None = None  # the oldest and newest hour directories of the topic, whatever the range
+    first_hour: int | None = None  # the oldest and newest hour partitions of the topic, whatever the range
     last_hour: int | None = None
+    version: int | None = None  # the table version the files are of
 
     @property
     def rows(self) -> int:
@@ -51,51 +50,36 @@ class TopicScan:
         return [f for f in self.files if f.hour == hour]
 
 
-def _dirs(lake: Lake, path: str, value: Callable[[str], str | None]) -> dict[str, str]:
-    """Subdirectories of `path` whose names are lake directories (`value` of the name not None): {value: path}."""
-    out = {}
-    for info in lake.list(path):
-        v = value(info.base_name)
-        if info.type == pafs.FileType.Directory and v is not None:
-            out[v] = info.path
-    return out
-
-
 def _hour_of(date: str, hh: str) -> int:
     return hour_index(hour_start(date, hh))
 
 
 def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicScan:
-    """The topic's Parquet files in the hours [start, end) overlaps, with their footer rows (pruned listing)."""
+    """The topic's files in the hours [start, end) overlaps, with their rows, from the current table version."""
     scan = TopicScan(topic)
-    by_date = _dirs(lake, lake.topic_dir(topic), date_dir_value)
-    if not by_date:
+    dt = lake.table(topic)
+    if dt is None:
         return scan
-    first, last = min(by_date), max(by_date)
-    first_hours, last_hours = _dirs(lake, by_date[first], hour_dir_value), _dirs(lake, by_date[last], hour_dir_value)
-    if first_hours:
-        scan.first_hour = _hour_of(first, min(first_hours))
-    if last_hours:
-        scan.last_hour = _hour_of(last, max(last_hours))
+    scan.version = dt.version()
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    if not actions:
+        return scan
+    every = [_hour_of(a["partition.date"], a["partition.hour"]) for a in actions]
+    scan.first_hour, scan.last_hour = min(every), max(every)
     wanted = set(hours(start, end))
-    for date in dates(start, end):
-        if date not in by_date:
+    top = lake.topic_dir(topic)
+    for a, h in sorted(zip(actions, every, strict=True), key=lambda x: (x[1], x[0]["path"])):
+        if h not in wanted:
             continue
-        hour_paths = (
-            last_hours if date == last else first_hours if date == first else _dirs(lake, by_date[date], hour_dir_value)
-        )
-        for hh, path in sorted(hour_paths.items()):
-            h = _hour_of(date, hh)
-            if h not in wanted:
-                continue
-            for info in sorted(lake.list(path), key=lambda i: i.path):
-                name = info.base_name
-                if info.type != pafs.FileType.File or not is_data_file(name):
-                    continue  # not data (check_clean refuses such files before a backfill runs)
-                with lake.fs.open_input_file(info.path) as f:
-                    rows = pq.ParquetFile(f).metadata.num_rows
-                scan.files.append(LakeFile(topic, h, info.path, rows, info.size))
+        lo, hi = a.get("min.timestamp"), a.get("max.timestamp")
+        if lo is not None and hi is not None and (_utc(hi) < start or _utc(lo) >= end):
+            continue  # the file's records all lie outside the range (late records in a boundary hour)
+        scan.files.append(LakeFile(topic, h, f"{top}/{a['path']}", int(a["num_records"]), int(a["size_bytes"])))
     return scan
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def span(scan: TopicScan) -> str:

@@ -1,7 +1,8 @@
-"""`weir lake ls|stats|compact`: inspect and compact archived topics. Errors print one red line and exit 2.
+"""`weir lake ls|stats|compact|vacuum`: inspect and maintain archived topics' Delta tables. Errors print one
+red line and exit 2.
 
-The lake root is the config's `lake` (weir.toml, WEIR_LAKE) unless `--lake` names another. Warnings (foreign
-files, row counts that disagree with the manifests, interrupted work) go to stderr in yellow.
+The lake root is the config's `lake` (weir.toml, WEIR_LAKE) unless `--lake` names another. Warnings (row
+counts that disagree with the archive commits) go to stderr in yellow.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from weir.lake.inspect import TopicReport
     from weir.storage.lake import Lake
 
-lake_app = typer.Typer(help="The lake: inspect and compact archived topics.", no_args_is_help=True)
+lake_app = typer.Typer(help="The lake: inspect, compact and vacuum archived topics.", no_args_is_help=True)
 
 LakeRoot = Annotated[str | None, typer.Option("--lake", help="Lake root, a path or URL (default: config lake).")]
 Topic = Annotated[str, typer.Argument(help="An archived topic.")]
@@ -70,14 +71,14 @@ def ls(
         typer.echo(json.dumps([_inspect().inspect_topic(lk, t).to_json() for t in names], indent=2))
         return
     if topic is None:
-        reports = [_inspect().inspect_topic(lk, t) for t in lk.topics()]
+        reports = [_inspect().inspect_topic(lk, t, unreferenced=False) for t in lk.topics()]
         if not reports:
             out.print(f"no archived topic in {escape(lk.url)}", soft_wrap=True)
             return
-        table = new_table("topic", "hours", "files", "rows", "size", "partitions", "gaps", "foreign", title=lk.url)
+        table = new_table("topic", "version", "hours", "files", "rows", "size", "partitions", "gaps", title=lk.url)
         for r in reports:
-            table.add_row(r.topic, str(len(r.hours)), str(r.files), str(r.rows), decimal(r.bytes),
-                          str(len(r.coverage)), str(len(r.gaps)), str(len(r.foreign)))  # fmt: skip
+            table.add_row(r.topic, str(r.version), str(len(r.hours)), str(r.files), str(r.rows), decimal(r.bytes),
+                          str(len(r.coverage)), str(len(r.gaps)))  # fmt: skip
         out.print(table)
         _warn(reports)
         return
@@ -94,7 +95,7 @@ def stats(
     as_json: AsJson = False,
     lake: LakeRoot = None,
 ) -> None:
-    """A topic's full report: partitions, offset coverage per Kafka partition, gaps, foreign files."""
+    """A topic's full report from its Delta log: partitions, offset coverage per Kafka partition, gaps."""
     lk = _lake(lake)
     _inspect().check_known_topic(lk, topic)
     r = _inspect().inspect_topic(lk, topic)
@@ -102,12 +103,15 @@ def stats(
         typer.echo(json.dumps(r.to_json(), indent=2))
         return
     out.print(
-        f"topic {r.topic} in {escape(lk.url)}: {len(r.hours)} hours, {r.files} files, {r.rows} rows, "
-        f"{decimal(r.bytes)}; manifests record {r.manifest_rows} rows; {r.compactions} compactions",
+        f"topic {r.topic} in {escape(lk.url)}, version {r.version}: {len(r.hours)} hours, {r.files} files, "
+        f"{r.rows} rows, {decimal(r.bytes)}; {r.batches} archive commits record {r.batch_rows} rows; "
+        f"{r.compactions} compactions; {len(r.unreferenced)} unreferenced files (vacuum deletes them)",
         soft_wrap=True,
     )
     out.print(_hours_table(r))
-    cov = new_table("partition", "first offset", "next offset", "rows", "ranges", title="offset coverage (manifests)")
+    cov = new_table(
+        "partition", "first offset", "next offset", "rows", "ranges", title="offset coverage (archive commits)"
+    )
     for p, ranges in r.coverage.items():
         spans = ", ".join(f"{x.start}-{x.end}" for x in ranges)
         cov.add_row(str(p), str(ranges[0].start), str(ranges[-1].end), str(sum(x.rows for x in ranges)), spans)
@@ -119,8 +123,6 @@ def stats(
         out.print(gaps)
     else:
         out.print("no gaps in offset coverage")
-    if r.trash:
-        out.print(f"{len(r.trash)} replaced hour directories in the trash (deleted by a later compaction)")
     _warn([r])
 
 
@@ -138,53 +140,64 @@ def compact(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be compacted; change nothing.")] = False,
     target_mb: Annotated[int, typer.Option("--target-mb", min=1, help="Size at which an output file closes.")] = 512,
-    trash_grace: Annotated[
-        float, typer.Option("--trash-grace", min=0, help="Minutes replaced hours stay in _weir/trash.")
-    ] = 60,
     lake: LakeRoot = None,
     as_json: AsJson = False,
 ) -> None:
-    """Rewrite each old hour of a topic that has several files as one file (or a few of --target-mb), sorted
-    by (partition, offset), swapped in atomically for readers. Refuses topics with foreign files."""
+    """Rewrite each old hour of a topic that has several files as one file (or a few of --target-mb), in one
+    Delta commit (delta-rs optimize); readers of earlier versions keep their files until a vacuum."""
     from weir.lake import compact as c
 
     when = c.parse_before(before) if before is not None else None
     lk = _lake(lake)
     _inspect().check_known_topic(lk, topic)
-    result = c.compact(lk, topic, when, dry_run=dry_run, target_bytes=target_mb * 1024 * 1024,
-                       trash_grace=timedelta(minutes=trash_grace))  # fmt: skip
+    result = c.compact(lk, topic, when, dry_run=dry_run, target_bytes=target_mb * 1024 * 1024)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(result), indent=2, default=str))
         return
-    for line in result.recovered:
-        out.print(f"interrupted compaction {line}", soft_wrap=True)
-    if result.purged:
-        out.print(f"trash: deleted {len(result.purged)} replaced hour directories")
-    for path in result.rescued:
-        out.print(f"moved back into its hour: {escape(path)}", soft_wrap=True)
     cutoff = result.before.isoformat(timespec="minutes")
     if dry_run:
         table = new_table("hour", "files", "size", title="would compact")
-        for h in result.planned:
-            table.add_row(h.rel, str(len(h.files)), decimal(h.bytes))
+        for rel, n, size in result.planned:
+            table.add_row(rel, str(n), decimal(size))
     else:
-        table = new_table("hour", "files", "rows", "size", "id", title="compacted")
+        table = new_table("hour", "files", "rows", "size", title="compacted")
         for x in result.compacted:
             table.add_row(x.hour, f"{x.inputs} -> {x.outputs}", str(x.rows),
-                          f"{decimal(x.bytes_before)} -> {decimal(x.bytes_after)}", x.id)  # fmt: skip
+                          f"{decimal(x.bytes_before)} -> {decimal(x.bytes_after)}")  # fmt: skip
     if result.planned:
         out.print(table)
-    for x in result.compacted:
-        for path in x.rescued:
-            out.print(f"published during the compaction, moved back into its hour: {escape(path)}", soft_wrap=True)
-    for rel, why in result.skipped:
-        err.print(f"[yellow]skipped[/yellow] {rel}: {escape(why)}", soft_wrap=True)
     if dry_run:
         out.print(f"would compact {len(result.planned)} hour(s) of {topic} ended by {cutoff}", soft_wrap=True)
     elif not result.planned:
         out.print(f"nothing to compact in {topic}: no hour ended by {cutoff} has several files", soft_wrap=True)
     else:
-        out.print(f"compacted {len(result.compacted)} hour(s) of {topic} ended by {cutoff}", soft_wrap=True)
+        out.print(f"compacted {len(result.compacted)} hour(s) of {topic} ended by {cutoff}, now version "
+                  f"{result.version}", soft_wrap=True)  # fmt: skip
+
+
+@lake_app.command("vacuum")
+@clean_errors
+def vacuum(
+    topic: Topic,
+    retention_hours: Annotated[
+        float, typer.Option("--retention-hours", min=1, help="Delete only files unreferenced for this long.")
+    ] = 168,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
+    lake: LakeRoot = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete files the topic's current table version does not name (replaced by compaction, or left by a
+    crashed batch) once older than the retention: readers that run for less never lose a file."""
+    from weir.lake import compact as c
+
+    lk = _lake(lake)
+    _inspect().check_known_topic(lk, topic)
+    files = c.vacuum(lk, topic, timedelta(hours=retention_hours), dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({"topic": topic, "dry_run": dry_run, "files": files}, indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.print(f"{verb} {len(files)} unreferenced file(s) of {topic} older than {retention_hours:g} h", soft_wrap=True)
 
 
 def _hours_table(r: TopicReport) -> Table:

@@ -1,9 +1,9 @@
 """Reading a topic's offsets from the lake when the broker no longer has them (retention deleted them).
 
-The weir-kafka source plans on the driver (`LakeIndex`: which offsets the lake covers, from its manifests,
-and which hour directories hold them) and reads inside a task (`read_lake`): one partition's offset range,
-in offset order, with exactly the source's columns, checked against the manifests' row counts. How, and
-every failure case: docs/retention.md.
+The weir-kafka source plans on the driver (`LakeIndex`: which offsets the lake covers, from its archive
+commits, at one table version) and reads inside a task (`read_lake`): one partition's offset range, in offset
+order, with exactly the source's columns, from the files of that version whose statistics can hold the range,
+checked against the rows the commits recorded. How, and every failure case: docs/retention.md.
 """
 
 from __future__ import annotations
@@ -11,18 +11,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyarrow import fs as pafs
 from pyspark.sql.datasource import InputPartition
 
 from weir.kafka.decode import JsonDecoder
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
-from weir.storage.lake import Lake, Manifest, Range, is_data_file, merge
+from weir.storage.lake import Lake, Range, coverage_of, ranges_of
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -30,15 +29,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("weir.lake")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 WINDOW = 100_000  # offsets per read: bounds a task's memory; each window is sorted by offset on its own
-MOVED_RETRIES = 3  # listings of a range's files, when compaction swaps a directory while it is read
 
 
 @dataclass(frozen=True)
 class LakePartition(InputPartition):
     """One Spark task's work: offsets [start, end) of one topic-partition, read from the lake.
 
-    `dirs`: the hour directories (relative to the topic's directory) that hold the range's archive
-    batches; `checks`: (start, end, rows) of those batches for this partition, to verify before reading.
+    `version`: the table version planned from (its files stay until a vacuum older than the retention);
+    `checks`: (start, end, rows) of the archive batches of this range, to verify before reading.
     """
 
     lake: str
@@ -46,7 +44,7 @@ class LakePartition(InputPartition):
     partition: int
     start: int
     end: int
-    dirs: tuple[str, ...]
+    version: int
     checks: tuple[tuple[int, int, int], ...]
 
     @property
@@ -61,12 +59,10 @@ class LakeIndex:
     def __init__(self, lake: str | Lake, topic: str) -> None:
         self.lake = lake if isinstance(lake, Lake) else Lake(lake)
         self.topic = topic
-        self.manifests: list[Manifest] = list(self.lake.manifests(topic))
-        by_partition: dict[int, list[Range]] = {}
-        for m in self.manifests:
-            for r in m.ranges:
-                by_partition.setdefault(r.partition, []).append(r)
-        self.coverage = {p: merge(rs) for p, rs in by_partition.items()}
+        table = self.lake.table(topic)
+        self.version = table.version() if table is not None else -1
+        self.batches: list[dict[str, Any]] = self.lake.batches(topic, table) if table is not None else []
+        self.coverage = coverage_of(self.batches)
 
     def split(self, r: OffsetRange) -> list[tuple[OffsetRange, bool]]:
         """[r.start, r.end) cut into pieces the lake covers (True) and does not (False), in offset order."""
@@ -98,20 +94,11 @@ class LakeIndex:
 
     def plan(self, r: OffsetRange) -> LakePartition:
         """The task reading covered range `r` (see `split`)."""
-        dirs: set[str] = set()
-        checks: list[Range] = []
-        for m in self.manifests:
-            mine = [x for x in m.ranges if x.partition == r.partition and x.start < r.end and x.end > r.start]
-            if not mine:
-                continue
-            checks.extend(mine)
-            for f in m.files:
-                # Files without footer bounds may hold anything: their directory is read too.
-                if not f.partitions or r.partition in f.partitions:
-                    dirs.add(f.path.rsplit("/", 1)[0] if "/" in f.path else "")
+        checks = [x for b in self.batches for x in ranges_of(b)
+                  if x.partition == r.partition and x.start < r.end and x.end > r.start]  # fmt: skip
         checks = _disjoint(checks)
         return LakePartition(
-            self.lake.url, r.topic, r.partition, r.start, r.end, tuple(sorted(dirs)),
+            self.lake.url, r.topic, r.partition, r.start, r.end, self.version,
             tuple((c.start, c.end, c.rows) for c in checks),
         )  # fmt: skip
 
@@ -130,19 +117,6 @@ def _disjoint(ranges: list[Range]) -> list[Range]:
 
 
 # -- the task: reading -------------------------------------------------------------------------------------
-def _data_files(lake: Lake, base: str, recursive: bool) -> list[str]:
-    """Published Parquet files under `base`; hidden and `_` names (temporary files, markers) excluded."""
-    out = []
-    for info in lake.list(base, recursive=recursive):
-        rel = info.path[len(base) :].strip("/")
-        if info.type != pafs.FileType.File or not is_data_file(info.base_name):
-            continue
-        if any(part.startswith((".", "_")) for part in rel.split("/")):
-            continue
-        out.append(info.path)
-    return sorted(out)
-
-
 def _where(partition: int, start: int, end: int) -> ds.Expression:
     import pyarrow.dataset as ds  # here, not at the top: see _verified
 
@@ -166,37 +140,30 @@ def _count(dataset: ds.Dataset, part: LakePartition) -> list[int]:
 
 
 def _verified(lake: Lake, part: LakePartition) -> ds.Dataset | None:
-    """The dataset to read `part` from, after checking that it holds every archive batch's rows once."""
-    topic_dir = lake.topic_dir(part.topic)
-    attempts = [
-        ("the hour directories the batches were published in", part.dirs),
-        ("every file of the topic", None),
-    ]
-    # pyarrow.dataset loads pandas (~90 MB): imported here, only when the lake is read, not in every Python
-    # worker that loads this module (Spark's planning, commit and source workers, the streaming source runner).
-    import pyarrow.dataset as ds
-
-    problem = ""
-    for what, dirs in attempts:
-        if dirs is None:
-            files = _data_files(lake, topic_dir, recursive=True)
-        else:
-            files = [f for d in dirs for f in _data_files(lake, f"{topic_dir}/{d}".rstrip("/"), recursive=False)]
-        dataset = ds.dataset(files, filesystem=lake.fs, format="parquet") if files else None
-        counts = _count(dataset, part) if dataset is not None else [0] * len(part.checks)
-        wrong = [(c, n) for c, n in zip(part.checks, counts, strict=True) if c[2] != n]
-        if not wrong:
-            return dataset  # None: the batches archived no row of this range (all compacted away)
-        (s, e, rows), n = wrong[0]
-        problem = (
-            f"offsets [{s}, {e}) of partition {part.partition} were archived as {rows} rows, but {what} hold {n}"
-            f"{f' ({len(wrong) - 1} more archive batches disagree)' if len(wrong) > 1 else ''}"
+    """The dataset to read `part` from (the planned version's files whose statistics can hold the range),
+    after checking that it holds every archive batch's rows once."""
+    table = lake.table(part.topic, part.version) if part.version >= 0 else None
+    if table is None:
+        raise DataLossError(
+            f"weir-lake: the lake {lake.url} has no table for {part.topic} at version {part.version}, which the "
+            f"plan read: the table was deleted or vacuumed past it; remove the `lake` option to treat the range as lost"
         )
-        log.warning("weir-lake: %s/%s: %s; trying again with every file", lake.url, part.topic, problem)
+    # The files that can hold the range and the whole of every batch checked (a check counts a batch's rows).
+    lo = min([part.start, *(c[0] for c in part.checks)])
+    hi = max([part.end, *(c[1] for c in part.checks)])
+    where = [("partition", "=", part.partition), ("offset", ">=", lo), ("offset", "<", hi)]
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=where)
+    counts = _count(dataset, part)
+    wrong = [(c, n) for c, n in zip(part.checks, counts, strict=True) if c[2] != n]
+    if not wrong:
+        return dataset
+    (s, e, rows), n = wrong[0]
     raise DataLossError(
         f"weir-lake: the lake {lake.url} cannot stand in for the broker on {part.topic} partition {part.partition} "
-        f"offsets [{part.start}, {part.end}): {problem}. A data file is missing or duplicated (deleted, or moved by "
-        f"hand or by an interrupted compaction); restore it, or remove the `lake` option to treat the range as lost"
+        f"offsets [{part.start}, {part.end}): offsets [{s}, {e}) were archived as {rows} rows, but version "
+        f"{part.version} of the table holds {n}"
+        f"{f' ({len(wrong) - 1} more archive batches disagree)' if len(wrong) > 1 else ''}. A data file was "
+        f"deleted or rewritten outside Delta; restore it, or remove the `lake` option to treat the range as lost"
     )
 
 
@@ -211,40 +178,27 @@ def to_source_batch(table: pa.Table, schema: pa.Schema, decoder: JsonDecoder | N
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _open(lake: Lake, part: LakePartition) -> ds.Dataset | None:
-    """`_verified`, listed again when a listed file vanished before it was read: compaction swapped its hour
-    directory in between (the rows are in the new files)."""
-    for attempt in range(MOVED_RETRIES):
-        try:
-            return _verified(lake, part)
-        except FileNotFoundError as exc:
-            if attempt == MOVED_RETRIES - 1:
-                raise
-            log.info("weir-lake: %s: %s; listing again", lake.url, exc)
-    raise AssertionError("unreachable")
-
-
 def read_lake(part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | None) -> Iterator[pa.RecordBatch]:
     """Every archived record of [part.start, part.end) of one partition, in offset order, as Arrow batches
     of the source's schema. Raises DataLossError when the lake does not hold what its manifests say."""
     if part.end <= part.start:
         return
     lake = Lake(part.lake)
-    dataset = _open(lake, part)
-    if dataset is None:
-        return
+    try:
+        yield from _read(lake, part, schema, decoder)
+    except FileNotFoundError as exc:  # a file the log names is gone: never a gap, always a loud error
+        raise DataLossError(
+            f"weir-lake: the lake {lake.url} cannot stand in for the broker on {part.topic} partition "
+            f"{part.partition} offsets [{part.start}, {part.end}): a data file of table version {part.version} is "
+            f"missing ({exc}). Restore it, or remove the `lake` option to treat the range as lost"
+        ) from None
+
+
+def _read(lake: Lake, part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | None) -> Iterator[pa.RecordBatch]:
+    dataset = _verified(lake, part)
     for w in range(part.start, part.end, WINDOW):
         stop = min(w + WINDOW, part.end)
-        for attempt in range(MOVED_RETRIES):
-            try:
-                table = dataset.to_table(columns=list(KAFKA_COLUMNS), filter=_where(part.partition, w, stop))
-                break
-            except FileNotFoundError:  # see _open; nothing of this window was yielded yet
-                if attempt == MOVED_RETRIES - 1:
-                    raise
-                dataset = _open(lake, part)
-                if dataset is None:
-                    return
+        table = dataset.to_table(columns=list(KAFKA_COLUMNS), filter=_where(part.partition, w, stop))
         if table.num_rows == 0:
             continue
         table = table.sort_by("offset")

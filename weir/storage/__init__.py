@@ -1,1 +1,1 @@
-"""Where bytes lie: paths and URLs to filesystems, atomic publish, the lake's layout and manifests."""
+"""Where bytes lie: paths and URLs to filesystems, atomic publish, Delta tables, the lake's coverage."""

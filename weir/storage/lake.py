@@ -1,31 +1,32 @@
-"""The lake: every archived topic as Parquet under `<lake>/<topic>/date=YYYY-MM-DD/hour=HH/`, plus weir's
-own bookkeeping under `<lake>/_weir/` (manifests, staging, trash: no `<lake>/<topic>/**` glob reaches it).
+"""The lake: every archived topic as a Delta table at `<lake>/<topic>`, partitioned by `date` and `hour` (UTC)
+of record time, on a local disk or object storage (`s3://`).
 
-A manifest records what one archive batch published: its files and, per Kafka partition, the offset range
-it covered. Data files are the truth for readers; manifests for offset coverage. The root is a path or any
-URL pyarrow opens. Layout, columns and the manifest format: docs/lake.md.
+Each archive commit carries, in its commit info, the Kafka offset ranges its batch covered: the truth for
+offset coverage and gaps (the table's files are the truth for rows). Layout, columns and the commit order:
+docs/lake.md.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyarrow import fs as pafs
 
-from weir.storage import paths
+from weir.storage import delta, paths
 
-META = "_weir"
-MANIFEST_FORMAT = 1
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+META = "_weir"  # reserved: never a topic's table
 DATE_DIR = re.compile(r"^date=(\d{4})-(\d{2})-(\d{2})$")
 HOUR_DIR = re.compile(r"^hour=([01]\d|2[0-3])$")
-_MANIFEST = re.compile(r"^(?P<run>[0-9a-f]{8})-(?P<batch>\d{12})\.json$")
-ATOMIC_RENAME = {"local", "hdfs"}
+PARTITION_BY = ("date", "hour")
+# Every commit's info stays: coverage is read from it (Delta would delete commits older than 30 days).
+TABLE_CONFIG = {"delta.enableExpiredLogCleanup": "false"}
 
 
 class LakeError(RuntimeError):
@@ -43,64 +44,10 @@ class Range:
 
 
 @dataclass(frozen=True)
-class DataFile:
-    """One published Parquet file: its path relative to the topic directory, and footer figures."""
-
-    path: str
-    rows: int
-    bytes: int
-    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)  # Kafka partition -> (min, max offset)
-
-
-@dataclass(frozen=True)
-class Manifest:
-    topic: str
-    run: str
-    batch_id: int
-    files: tuple[DataFile, ...]
-    ranges: tuple[Range, ...]
-    committed_at: str = ""
-
-    @property
-    def name(self) -> str:
-        return f"{self.run}-{self.batch_id:012d}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": MANIFEST_FORMAT,
-            "topic": self.topic,
-            "run": self.run,
-            "batch_id": self.batch_id,
-            "committed_at": self.committed_at,
-            "files": [_file_json(f) for f in self.files],
-            "ranges": [r.__dict__ for r in self.ranges],
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Manifest:
-        files = tuple(
-            DataFile(f["path"], int(f["rows"]), int(f["bytes"]),
-                     {int(p): (int(b[0]), int(b[1])) for p, b in f.get("partitions", {}).items()})
-            for f in d["files"]
-        )  # fmt: skip
-        ranges = tuple(Range(int(r["partition"]), int(r["start"]), int(r["end"]), int(r["rows"])) for r in d["ranges"])
-        return cls(d["topic"], d["run"], int(d["batch_id"]), files, ranges, d.get("committed_at", ""))
-
-
-@dataclass(frozen=True)
 class Gap:
     partition: int
     start: int
     end: int
-
-
-def _file_json(f: DataFile) -> dict[str, Any]:
-    return {
-        "path": f.path,
-        "rows": f.rows,
-        "bytes": f.bytes,
-        "partitions": {str(p): list(b) for p, b in sorted(f.partitions.items())},
-    }
 
 
 def hour_dir(date: str, hour: str) -> str:
@@ -136,13 +83,8 @@ def hour_dir_value(name: str) -> str | None:
     return name[5:] if HOUR_DIR.match(name) else None
 
 
-def is_data_file(name: str) -> bool:
-    """Whether a file name in an hour directory is published data: `.parquet`, neither hidden nor `_`."""
-    return name.endswith(".parquet") and not name.startswith((".", "_"))
-
-
 class Lake:
-    """A lake root: paths, atomic small-file writes, manifests and offset coverage of each topic."""
+    """A lake root: its topics' Delta tables, and the offset coverage their commits record."""
 
     def __init__(self, root: str) -> None:
         try:
@@ -155,75 +97,67 @@ class Lake:
     def __repr__(self) -> str:
         return f"Lake({self.url!r})"
 
-    # -- paths --------------------------------------------------------------------------------------------
     def topic_dir(self, topic: str) -> str:
+        """The topic table's directory, as a path of `self.fs`."""
         check_topic(topic)
         return f"{self.root}/{topic}"
 
-    def meta(self, *parts: str) -> str:
-        return "/".join([self.root, META, *parts])
-
-    def manifests_dir(self, topic: str) -> str:
-        return self.meta("manifests", topic)
+    def topic_url(self, topic: str) -> str:
+        """The topic table's URL, as delta-rs opens it."""
+        check_topic(topic)
+        return delta.table_url(paths.join(self.url, topic))
 
     def spark_url(self, fs_path: str) -> str:
         """The URL Spark needs for a path of this lake's filesystem."""
         return self.spark_root + fs_path[len(self.root) :]
 
-    def check_atomic(self, what: str) -> None:
-        if self.fs.type_name not in ATOMIC_RENAME:
-            raise LakeError(
-                f"{what} on {self.url}: a rename on {self.fs.type_name} is not atomic (copy, then delete), so a "
-                f"crash while publishing would leave partial files for readers. Use a local/NFS or HDFS lake"
-            )
-
-    # -- files --------------------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    def list(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
-        return self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+    def table(self, topic: str, version: int | None = None) -> DeltaTable | None:
+        """The topic's Delta table (at `version`), None when nothing was archived yet."""
+        return delta.open_table(self.topic_url(topic), version)
 
-    def read_json(self, path: str) -> dict[str, Any]:
-        with self.fs.open_input_stream(path) as f:
-            return json.loads(f.read().decode("utf-8"))
-
-    def write_json(self, path: str, doc: dict[str, Any]) -> None:
-        """Write a small JSON file so that readers see all of it or none: a hidden temp file, then a rename."""
-        paths.write_atomic(self.fs, path, json.dumps(doc, sort_keys=True).encode("utf-8"))
-
-    # -- manifests and coverage ---------------------------------------------------------------------------
     def topics(self) -> list[str]:
-        """Topics with data or manifests in this lake."""
-        names = {i.base_name for i in self.list(self.root) if i.type == pafs.FileType.Directory}
-        names |= {i.base_name for i in self.list(self.meta("manifests")) if i.type == pafs.FileType.Directory}
-        return sorted(n for n in names if n != META and not n.startswith("."))
+        """Topics with a Delta table in this lake."""
+        dirs = [i for i in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+                if i.type == pafs.FileType.Directory and not i.base_name.startswith((".", "_"))]  # fmt: skip
+        return sorted(i.base_name for i in dirs if self.exists(f"{i.path}/_delta_log"))
 
-    def manifests(self, topic: str) -> Iterator[Manifest]:
-        """Every committed archive batch of `topic`, oldest run and batch first."""
-        infos = [i for i in self.list(self.manifests_dir(topic)) if _MANIFEST.match(i.base_name)]
-        for info in sorted(infos, key=lambda i: i.base_name):
-            yield Manifest.from_json(self.read_json(info.path))
+    # -- coverage -----------------------------------------------------------------------------------------
+    def batches(self, topic: str, table: DeltaTable | None = None) -> list[dict[str, Any]]:
+        """weir's facts of every archive commit of `topic` (writer, batch, rows, ranges), oldest first."""
+        dt = table if table is not None else self.table(topic)
+        return [] if dt is None else list(reversed([f for f in delta.commit_facts(dt) if "ranges" in f]))
 
-    def coverage(self, topic: str) -> dict[int, list[Range]]:
+    def coverage(self, topic: str, table: DeltaTable | None = None) -> dict[int, list[Range]]:
         """Per Kafka partition, the archived offset ranges merged where they touch, in offset order."""
-        by_partition: dict[int, list[Range]] = {}
-        for m in self.manifests(topic):
-            for r in m.ranges:
-                by_partition.setdefault(r.partition, []).append(r)
-        merged = {p: merge(rs) for p, rs in sorted(by_partition.items())}
-        return {p: rs for p, rs in merged.items() if rs}  # a partition whose batches held no offset: none
+        return coverage_of(self.batches(topic, table))
 
     def gaps(self, topic: str) -> list[Gap]:
         """Offset ranges between archived ranges that no batch covered."""
-        out = []
-        for p, ranges in self.coverage(topic).items():
-            out.extend(Gap(p, a.end, b.start) for a, b in itertools.pairwise(ranges) if b.start > a.end)
-        return out
+        return gaps_of(self.coverage(topic))
 
     def next_offsets(self, topic: str) -> dict[int, int]:
         """Per partition, the offset after the last archived one: where a new archiver continues."""
         return {p: ranges[-1].end for p, ranges in self.coverage(topic).items() if ranges}
+
+
+def ranges_of(batch: dict[str, Any]) -> list[Range]:
+    return [Range(int(r["partition"]), int(r["start"]), int(r["end"]), int(r["rows"])) for r in batch["ranges"]]
+
+
+def coverage_of(batches: list[dict[str, Any]]) -> dict[int, list[Range]]:
+    by_partition: dict[int, list[Range]] = {}
+    for b in batches:
+        for r in ranges_of(b):
+            by_partition.setdefault(r.partition, []).append(r)
+    merged = {p: merge(rs) for p, rs in sorted(by_partition.items())}
+    return {p: rs for p, rs in merged.items() if rs}  # a partition whose batches held no offset: none
+
+
+def gaps_of(coverage: dict[int, list[Range]]) -> list[Gap]:
+    return [Gap(p, a.end, b.start) for p, rs in coverage.items() for a, b in itertools.pairwise(rs) if b.start > a.end]
 
 
 def merge(ranges: list[Range]) -> list[Range]:
