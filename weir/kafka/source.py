@@ -224,6 +224,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._planned: tuple[Positions, int, float] | None = None
         self._measurement_seq: int | None = None
         self._catching_up = False
+        self._reached = False  # whether this query's source has had an answer from the broker yet
 
     @property
     def view(self) -> LogView:
@@ -236,7 +237,13 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         def look() -> dict[TP, tuple[int, int]]:
             return _bounds(self.opts, self.view, _subscribed(self.opts, self.view, must_exist=must_exist))
 
-        # An unreachable broker is waited out here, in the planning of a batch: the query stays up.
+        if not self._reached:
+            # The first contact fails at once: a wrong address or a broker down at the query's start is no
+            # outage to wait out, and a start should say so now rather than after broker_unavailable_timeout.
+            self._bounds = look()
+            self._reached = True
+            return self._bounds
+        # An outage is waited out here, in the planning of a batch: the query stays up.
         self._bounds = ride_out(look, f"plan a batch of {self._what}", self.opts.servers, self.opts.broker_timeout_s)
         return self._bounds
 
@@ -395,10 +402,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
-            found = ride_out(
-                lambda: _bounds(self.opts, self.view, wanted), f"replay a batch of {self._what}", self.opts.servers,
-                self.opts.broker_timeout_s,
-            )  # fmt: skip
+            look = lambda: _bounds(self.opts, self.view, wanted)  # noqa: E731
+            what = f"replay a batch of {self._what}"
+            found = ride_out(look, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else look()
+            self._reached = True
             self._bounds.update(found)
             self._lake = {}
         ranges = []
