@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -37,6 +38,7 @@ from weir.kafka.read import DataLossError, read_range
 from weir.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
 log = logging.getLogger("weir.kafka")
+T = TypeVar("T")
 
 KAFKA_COLUMNS = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
@@ -237,15 +239,17 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         def look() -> dict[TP, tuple[int, int]]:
             return _bounds(self.opts, self.view, _subscribed(self.opts, self.view, must_exist=must_exist))
 
-        if not self._reached:
-            # The first contact fails at once: a wrong address or a broker down at the query's start is no
-            # outage to wait out, and a start should say so now rather than after broker_unavailable_timeout.
-            self._bounds = look()
-            self._reached = True
-            return self._bounds
-        # An outage is waited out here, in the planning of a batch: the query stays up.
-        self._bounds = ride_out(look, f"plan a batch of {self._what}", self.opts.servers, self.opts.broker_timeout_s)
+        self._bounds = self._ask(look, f"plan a batch of {self._what}")
         return self._bounds
+
+    def _ask(self, look: Callable[[], T], what: str) -> T:
+        """`look()` at the broker. The first contact fails at once: a wrong address or a broker down at the
+        query's start is no outage to wait out, and a start should say so now rather than after
+        broker_unavailable_timeout. After it, an outage is waited out here, in the planning of a batch: the
+        query stays up."""
+        found = ride_out(look, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else look()
+        self._reached = True
+        return found
 
     @property
     def _what(self) -> str:
@@ -402,10 +406,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
-            look = lambda: _bounds(self.opts, self.view, wanted)  # noqa: E731
-            what = f"replay a batch of {self._what}"
-            found = ride_out(look, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else look()
-            self._reached = True
+            found = self._ask(lambda: _bounds(self.opts, self.view, wanted), f"replay a batch of {self._what}")
             self._bounds.update(found)
             self._lake = {}
         ranges = []
