@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from weir.config import redact
 from weir.kafka.admission import FlowOptions
+from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
 
 # Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
@@ -163,7 +164,7 @@ class SourceOptions:
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
-    broker_timeout_s: float = 600.0  # how long a read waits out an unreachable broker
+    broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a read waits out an unreachable broker
 
     @property
     def servers(self) -> str:
@@ -266,7 +267,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
 
 def _broker_timeout(opts: dict[str, str]) -> float:
     ms = _positive_int(opts, "brokerunavailabletimeoutms")
-    return ms / 1000 if ms is not None else 600.0
+    return ms / 1000 if ms is not None else DEFAULT_TIMEOUT_S
 
 
 def _flow(opts: dict[str, str]) -> FlowOptions | None:
@@ -312,7 +313,7 @@ def _lake(raw: str | None) -> str | None:
 class SinkOptions:
     client: dict[str, str]
     topic: str | None
-    broker_timeout_s: float = 600.0  # how long a write waits out an unreachable broker
+    broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a write waits out an unreachable broker
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {

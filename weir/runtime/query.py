@@ -135,6 +135,11 @@ class ProcessorQuery:
         return limit
 
     @property
+    def trigger(self) -> str:
+        """The processor's trigger interval: its override in the settings, its declaration, then the settings'."""
+        return self._override.trigger or self.proc.trigger or self.settings.trigger
+
+    @property
     def measurements(self) -> str:
         """The file where each batch's measured duration is written for the sources' admission control."""
         return str(Path(self.settings.home) / "run" / "flow" / f"{self.name}.json")
@@ -144,7 +149,7 @@ class ProcessorQuery:
         limit = self.static_limit()
         if limit is not None:
             return {"maxOffsetsPerTrigger": str(limit)} if limit else {}
-        interval = self._override.trigger or self.proc.trigger or self.settings.trigger
+        interval = self.trigger
         if self.settings.flow_target is not None:
             target_ms = units.duration_ms(self.settings.flow_target, "flow_target", bare=None, positive=True)
         else:
@@ -449,7 +454,7 @@ class ProcessorQuery:
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            interval = self._override.trigger or self.proc.trigger or self.settings.trigger
+            interval = self.trigger
             writer = writer.trigger(processingTime=units.spark_trigger(interval, f"{self.name}: trigger"))
         return writer.start()
 
