@@ -446,6 +446,10 @@ class Runner:
             st.watermark = figures["watermark"]
             st.admission = figures["admission"]
             st.totals.add(counts)
+            if st.state == "waiting" and self._watch is not None:
+                # A finished batch planned against the broker, so it answers again: "running" at once
+                self._watch.heard()
+                self._set_state(name, "running")
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
             version=next(p.version for p in self.selected if p.name == name),

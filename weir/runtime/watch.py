@@ -52,6 +52,11 @@ class BrokerWatch(threading.Thread):
         elif self.down_since is None:
             self.down_since = time.time()
 
+    def heard(self) -> None:
+        """The broker answered someone else (a batch finished reading or writing Kafka): the outage is over
+        without waiting for the next probe, which under load can come many seconds late."""
+        self.down_since = None
+
     def run(self) -> None:
         while not self._stop.is_set():
             self.check()
