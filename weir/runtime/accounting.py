@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
 
-_TOTALS = ("in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
+_TOTALS = (
+    "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "replayed",
+)  # fmt: skip
 
 
 @dataclass
@@ -30,6 +32,8 @@ class Counts:
     violations: int = 0
     outputs: dict[str, int] = field(default_factory=dict)  # records written per destination topic or sink
     poison: int = 0  # of `dlq`: records on which user code raised
+    # Of the records routed to topics: those a replayed write found already delivered, and did not write again.
+    replayed: int = 0
     # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
     passed: int | None = None
     has_sources: bool = False  # whether output rows still carry their input's coordinates

@@ -25,8 +25,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from weir import units
-from weir.config import Settings, load, redact
+from weir.config import Settings, load
 from weir.kafka.admin import Admin
+from weir.kafka.log import servers_of
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import Pipeline, Processor, Topic
@@ -303,7 +304,7 @@ class Runner:
                 self._set_state(name, "running")
 
     def _servers(self) -> str:
-        return str(redact(self.settings.client_config()).get("bootstrap.servers"))
+        return servers_of(self.settings.client_config())
 
     def _retention_guard(self) -> RetentionGuard:
         s = self.settings
