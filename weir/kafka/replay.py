@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyarrow import fs as pafs
 
 from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
-from weir.kafka.log import BrokerUnavailable, LogView, client_log, is_outage, servers_of
+from weir.kafka.log import LogView, client_log, is_outage, servers_of
 from weir.kafka.outage import ride_out
 from weir.storage import paths
 
@@ -142,9 +142,13 @@ def origin_of(headers: list[tuple[str, bytes]] | None) -> bytes | None:
 
 def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
     """Identities of the records `guard.processor` wrote past the marks, with how often (runs in a task). Reads
-    each marked partition to its end now (the end-of-partition event: ListOffsets may answer short of the
-    high-water mark, shared/FACTS.md); gives up after `timeout` seconds without progress, naming the partition."""
+    every marked partition at once to its end now (the end-of-partition event, not ListOffsets, which may answer
+    short of the high-water mark, shared/FACTS.md); gives up after `timeout` seconds without progress, naming
+    the partitions it waited for."""
     seen: Counter = Counter()
+    pending = {(t, p): mark for t, parts in guard.marks.items() for p, mark in parts.items()}
+    if not pending:
+        return seen
     consumer = Consumer(
         {
             **settings,
@@ -152,47 +156,37 @@ def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",  # a mark deleted by retention: read from what is left
+            "fetch.wait.max.ms": 10,  # an empty partition answers at once, not after the default 500 ms
             "logger": client_log,
         }
     )
+    want = guard.processor.encode()
     try:
-        for topic, parts in guard.marks.items():
-            for partition, mark in parts.items():
-                _read_back(consumer, topic, partition, mark, guard.processor, seen, timeout)
+        consumer.assign([TopicPartition(t, p, mark) for (t, p), mark in pending.items()])
+        last_progress = time.monotonic()
+        while pending:
+            if time.monotonic() - last_progress > timeout:
+                where = ", ".join(f"{t}/{p} at {o}" for (t, p), o in sorted(pending.items())[:5])
+                raise TimeoutError(
+                    f"weir-kafka sink: reading back a replayed batch's records stalled for {timeout:.0f} s: {where}"
+                )
+            for m in consumer.consume(num_messages=10_000, timeout=1.0):
+                err, tp = m.error(), (m.topic(), m.partition())
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.pop(tp, None)
+                        last_progress = time.monotonic()
+                    elif not is_outage(err):
+                        raise KafkaException(err)
+                    continue
+                if tp in pending:
+                    pending[tp], last_progress = m.offset() + 1, time.monotonic()
+                headers = m.headers() or []
+                if (PROCESSOR_HEADER, want) in headers and not any(k == BACKFILL_HEADER for k, _ in headers):
+                    seen[identity(origin_of(headers), m.key(), m.value())] += 1
     finally:
         consumer.close()
     return seen
-
-
-def _read_back(
-    consumer: Consumer, topic: str, partition: int, mark: int, processor: str, seen: Counter, timeout: float
-) -> None:
-    tp = TopicPartition(topic, partition)
-    try:
-        _, listed = consumer.get_watermark_offsets(tp, timeout=timeout)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"weir-kafka sink: cannot read back {topic}/{partition} for a replay: {exc}") from None
-    consumer.assign([TopicPartition(topic, partition, mark)])
-    pos, last_progress, at_end = mark, time.monotonic(), False
-    want = processor.encode()
-    while not (at_end and pos >= listed):
-        if time.monotonic() - last_progress > timeout:
-            raise TimeoutError(
-                f"weir-kafka sink: reading back {topic}/{partition} for a replay stalled at offset {pos} "
-                f"(listed end {listed}) for {timeout:.0f} s"
-            )
-        for m in consumer.consume(num_messages=10_000, timeout=1.0):
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    at_end, pos, last_progress = True, max(pos, m.offset()), time.monotonic()
-                elif not is_outage(err):
-                    raise KafkaException(err)
-                continue
-            pos, last_progress, at_end = m.offset() + 1, time.monotonic(), False
-            headers = m.headers() or []
-            if (PROCESSOR_HEADER, want) in headers and not any(k == BACKFILL_HEADER for k, _ in headers):
-                seen[identity(origin_of(headers), m.key(), m.value())] += 1
 
 
 def begin(checkpoint: str, processor: str, batch_id: int, topics: list[str], client: dict, timeout_s: float) -> Guard:
