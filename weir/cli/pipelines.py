@@ -72,6 +72,9 @@ def run(
     failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
     for n, st in runner.snapshot().items():
         out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
+    if runner.broken:
+        err.print(f"[red]error:[/red] {runner.broken}")
+        raise typer.Exit(3)
     if failed:
         raise typer.Exit(1)
 

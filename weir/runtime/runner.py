@@ -69,6 +69,23 @@ class ProcessorStatus:
         return d
 
 
+# Failures that come from the session, not from the processor: a task that the JVM cannot deserialize, a
+# context that is gone. Repeated this often in a row, the runner gives the session up (Runner._failed).
+SESSION_BROKEN = (
+    "java.io.OptionalDataException",
+    "java.io.StreamCorruptedException",
+    "java.io.InvalidClassException",
+    "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext",
+)
+SESSION_FAILURES = 3
+
+
+def session_broken(error: str) -> str | None:
+    """The marker of a broken session in a failure's text, if there is one."""
+    return next((m for m in SESSION_BROKEN if m in error), None)
+
+
 def stages(p: Pipeline) -> list[list[Processor]]:
     """Processors in topological order, grouped: each group depends only on earlier groups."""
     producers = {t: proc.name for proc in p.processors.values() for t in proc.outputs}
@@ -143,6 +160,7 @@ class Runner:
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
+        self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
 
@@ -244,6 +262,16 @@ class Runner:
         st.failures_in_row += 1
         st.last_error = exc if isinstance(exc, str) else _brief(exc)
         give_up = self.settings.max_restarts is not None and st.failures_in_row > self.settings.max_restarts
+        marker = session_broken(str(exc))
+        if marker and st.failures_in_row >= SESSION_FAILURES:
+            # Restarting a query in a session whose JVM side is broken fails the same way for ever (seen: ten
+            # minutes of java.io.OptionalDataException in task deserialization): the runner stops, loudly, and
+            # `weir run` exits 3 so that its supervisor starts a new process, with a new session.
+            give_up = True
+            self.broken = (
+                f"the Spark session is broken: {name} failed {st.failures_in_row} times in a row with {marker}; "
+                f"restarting queries in this session cannot help, start weir run again (a new JVM)"
+            )
         delay = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
         st.restart_at = None if give_up else time.monotonic() + delay
         log.error("weir: processor %s failed (%s); %s", name, st.last_error,
@@ -281,6 +309,9 @@ class Runner:
                         st.restarts += 1
                         self._start_query(name)
                 if not pending and self._stage_done():
+                    break
+                if self.broken is not None:
+                    log.error("weir: %s", self.broken)
                     break
                 self._mark_waiting()
             self._write_state()
