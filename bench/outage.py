@@ -5,9 +5,10 @@
 
 A two-stage pipeline (a stateless processor into a topic, then a ParquetSink processor) runs in this process
 against an embedded broker behind a TCP proxy (tests/integration/_proxy.py). Half the records go through, the
-proxy then cuts every connection for --seconds, the other half is produced (straight to the broker) and the
-proxy restores. Printed: the processors' states over time, how long after the restore the sink had everything,
-query restarts, and whether the output topic and the Parquet files hold every record exactly once.
+proxy then cuts every connection for --seconds and restores them, and the other half is produced (after: the
+broker advertises the proxy to every client, producers too). Printed: the processors' states over time, how
+long after the restore the sink had everything, query restarts, and whether the output topic and the Parquet
+files hold every record exactly once.
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ def main() -> None:
         note(f"{half} records through; cutting every connection for {a.seconds:.0f} s")
         proxy.cut()
         cut_at, states_seen = time.monotonic(), set()
-        produce(broker.bootstrap, "orders", half, a.records)
         while time.monotonic() - cut_at < a.seconds:
             now = {n: st.state for n, st in runner.snapshot().items()}
             if tuple(sorted(now.items())) not in states_seen:
@@ -117,6 +117,8 @@ def main() -> None:
         proxy.restore()
         restored = time.monotonic()
         note("restored")
+        # The broker advertises the proxy's address to every client, this producer's too: it writes now.
+        produce(broker.bootstrap, "orders", half, a.records)
         while sink_rows() < a.records:
             if time.monotonic() - restored > 600:
                 raise SystemExit(f"the sink has {sink_rows()} of {a.records} records 10 minutes after the restore")
