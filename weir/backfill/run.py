@@ -234,10 +234,13 @@ def execute(
     if spark is None:
         spark = spark_session(f"weir-backfill-{planned.pipeline.name}", settings=settings)
     run = _Run(spark, Lake(settings.lake), planned.pipeline, target, report, settings)
-    for chunk in report.plan:
-        counts = run.chunk(chunk)
-        if on_chunk is not None:
-            on_chunk(chunk, counts)
+    try:
+        for chunk in report.plan:
+            counts = run.chunk(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk, counts)
+    finally:
+        run.query.delivered.unpersist()
     dlqs = {f"{t}.dlq" for t in target.proc.inputs}
     for dest, n in report.counts.outputs.items():
         (report.dead_lettered if dest in dlqs else report.written)[dest] = n
@@ -311,6 +314,10 @@ class _Run:
         self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
         self.query.name = f"backfill.{p.name}.{target.proc.name}"
         self.query.headers = {BACKFILL_HEADER: report.id}
+        # What the processor already delivered to the topics this backfill writes (streaming's output, an earlier
+        # run's): written again, it would reach every downstream consumer twice (docs/backfill.md, "Identities").
+        written = [*target.output_topics, *(f"{t}.dlq" for t in target.proc.inputs)]
+        self.query.delivered = self.query.read_delivered(written).persist()
         # The function traced on an empty batch first: a result that does not fit the target fails here,
         # with the runner's message, before any chunk is written.
         self.query.trace_batch(union([spark.createDataFrame([], s) for s in self.schemas.values()]).schema)

@@ -109,7 +109,7 @@ def _run(planned: Planned) -> None:
                 where = f"in chunk {failed} (batch {failed.batch_id}); the chunks before it were delivered"
             err.print(
                 f"[red]error:[/red] backfill {report.id} failed {where}: {_brief(exc)}. Rerunning it repeats "
-                f"delivered chunks: exactly-once sinks skip them, Kafka consumers drop them by weir.source",
+                f"delivered chunks: exactly-once sinks skip them, and topics get none of their records again",
                 highlight=False,
                 soft_wrap=True,
             )

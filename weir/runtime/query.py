@@ -28,6 +28,7 @@ from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka import admission, replay
 from weir.kafka.decode import ERROR_COLUMN
+from weir.kafka.headers import PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
@@ -97,6 +98,9 @@ class ProcessorQuery:
         self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
         self.guard: replay.Guard | None = None  # the running batch's replay guard (a streaming batch's write)
         self.replayed = 0  # records the running batch's write found already delivered, and skipped
+        # (topic, source) pairs already in the topics (a backfill's: what streaming delivered), never written again
+        self.delivered: DataFrame | None = None
+        self.skipped: dict[str, int] = {}  # of the running batch, per destination topic: rows not written again
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -241,7 +245,7 @@ class ProcessorQuery:
         must be open.
 
         `reread`: the batch is cheap to read again (the lake's Parquet files), so it is not cached."""
-        self._poisoned = 0
+        self._poisoned, self.replayed = 0, 0
         if not reread:
             self._cache(batch)
         try:
@@ -346,6 +350,8 @@ class ProcessorQuery:
         if any(g[routing.DEST] is not None for g in groups):
             self.write_topics(routed)
             counts.replayed = self.replayed
+            for dest, n in self.skipped.items():  # routed there, delivered before: not written by this batch
+                counts.outputs[dest] -= n
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
             counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
@@ -354,8 +360,12 @@ class ProcessorQuery:
     def write_topics(self, routed: DataFrame) -> None:
         """Write the routed rows that have a destination topic to it (one Spark job). The one place routed records
         leave for Kafka: the testing kit's fast path (weir.testing) collects them in memory here instead."""
+        rows = routed.where(col(routing.DEST).isNotNull())
+        seen = None
+        if self.delivered is not None:
+            rows, seen = self._undelivered(rows)
         (
-            routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
+            routing.stamped(rows, self.headers)
             # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
             # reading while it is written) sees the older records, not a scatter whose newest event times
             # would push its watermark past the rest (a stateful result comes grouped by key).
@@ -368,6 +378,46 @@ class ProcessorQuery:
         )
         if self.guard is not None and self.guard.reports is not None:
             self.replayed += replay.skipped(self.guard.reports)
+        self.skipped = {}
+        if seen is not None:
+            self.skipped = {d: int(n) for d, n in seen.get.items() if d != "_none" and int(n)}
+            self.replayed += sum(self.skipped.values())
+
+    def read_delivered(self, topics: list[str]) -> DataFrame:
+        """(topic, source) of every record this processor wrote to `topics` with a `weir.source`, read from Kafka
+        by one job when used: what a backfill must not write again (docs/backfill.md). The caller caches it."""
+        picked = lambda name: F.filter(col("headers"), lambda h: h["key"] == name)[0]["value"].cast("string")  # noqa: E731
+        frame = (
+            self.spark.read.format("weir-kafka")
+            .options(**self._kafka_options())
+            .option("subscribe", ",".join(topics))
+            .option("startingOffsets", "earliest")
+            .load()
+            .where(picked(PROCESSOR_HEADER) == F.lit(self.proc.name))
+            .select("topic", picked(SOURCE_HEADER).alias("source"))
+            .where(col("source").isNotNull())
+            .distinct()
+        )
+        return frame
+
+    def _undelivered(self, rows: DataFrame) -> tuple[DataFrame, Observation]:
+        """`rows` without those whose (destination, `weir.source`) is in `self.delivered`, and an Observation of
+        how many were left out per destination (read once the write ran)."""
+        source = F.filter(col("headers"), lambda h: h["key"] == SOURCE_HEADER)[0]["value"].cast("string")
+        seen = self.delivered.select(
+            col("topic").alias("_d_topic"), col("source").alias("_d_source"), F.lit(True).alias("_d_seen")
+        )
+        marked = rows.withColumn("_d_row_source", source).join(
+            seen, (col(routing.DEST) == col("_d_topic")) & (col("_d_row_source") == col("_d_source")), "left"
+        )
+        dests = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+        observed = Observation(f"weir-{self.name}-delivered-{uuid.uuid4().hex[:8]}")
+        marked = marked.observe(
+            observed, F.lit(0).alias("_none"),
+            *[F.count_if(col("_d_seen").isNotNull() & (col(routing.DEST) == d)).alias(d) for d in dests],
+        )  # fmt: skip
+        kept = marked.where(col("_d_seen").isNull()).drop("_d_row_source", "_d_topic", "_d_source", "_d_seen")
+        return kept, observed
 
     def _observed_delivery(self, routed: DataFrame, batch_id: int) -> Counts:
         """A stateful batch without a sink in one Spark job: the Kafka write counts every route on its way
