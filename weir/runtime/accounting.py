@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
 
-_TOTALS = ("in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
+_TOTALS = (
+    "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "refused",
+)  # fmt: skip
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Counts:
     violations: int = 0
     outputs: dict[str, int] = field(default_factory=dict)  # records written per destination topic or sink
     poison: int = 0  # of `dlq`: records on which user code raised
+    refused: int = 0  # of `dlq`: records a stateless function routed to dlq itself (a view's keyless records)
     # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
     passed: int | None = None
     has_sources: bool = False  # whether output rows still carry their input's coordinates
@@ -66,7 +69,8 @@ class Counts:
         self.in_ = in_
         if self.passed is None:
             return
-        survived = self.handed - self.poison  # handed, and the function did not raise on them
+        # handed, and the function neither raised on them nor dead-lettered them itself
+        survived = self.handed - self.poison - self.refused
         passed = self.passed if self.has_sources else min(self.out, survived)
         self.filtered += survived - passed
         self.emitted += self.out - passed
