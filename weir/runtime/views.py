@@ -23,7 +23,7 @@ from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.pipeline.model import Pipeline, Processor, View
 from weir.pipeline.routes import DLQ, OUT, ROUTE
 from weir.sinks.view import DELETE, TS, ViewSink, ViewSpec
-from weir.storage.views import sqlite_path
+from weir.storage.views import location
 
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)
 
@@ -40,8 +40,7 @@ def columns(pipeline: Pipeline, view: View) -> tuple[tuple[str, str], ...]:
 
 def spec(pipeline: Pipeline, view: View, settings: Settings) -> ViewSpec:
     """Where and how the view is kept: its own DSN, else the settings' views_dsn, else the embedded SQLite file."""
-    dsn = view.dsn or settings.views_dsn
-    sqlite = None if dsn else str(sqlite_path(settings.views_path(), pipeline.name, view.name))
+    sqlite, dsn = location(settings.views_path(), settings.views_dsn, pipeline.name, view.name, view.dsn)
     return ViewSpec(view.name, pipeline.name, view.source, view.key, columns(pipeline, view), sqlite=sqlite, dsn=dsn)
 
 

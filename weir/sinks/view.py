@@ -189,7 +189,13 @@ def _result(rows: int, upserts: int, deletes: int, skipped: bool) -> pa.RecordBa
 
 
 def _describe(spec: ViewSpec) -> list[Any]:
-    return [spec.view, spec.pipeline, spec.source, json.dumps(list(spec.key)), json.dumps([list(c) for c in spec.columns])]
+    return [
+        spec.view,
+        spec.pipeline,
+        spec.source,
+        json.dumps(list(spec.key)),
+        json.dumps([list(c) for c in spec.columns]),
+    ]
 
 
 def _reset_error(spec: ViewSpec, last: int, table: str) -> SinkError:
@@ -275,9 +281,7 @@ def _sqlite_task(spec: ViewSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[
         deletes = [tuple(v[j] for j in key_idx) for d, v in last.values() if d]
         cols = ", ".join(f'"{n}"' for n in names)
         others = [n for n in names if n not in spec.key]
-        action = (
-            "DO UPDATE SET " + ", ".join(f'"{n}" = excluded."{n}"' for n in others) if others else "DO NOTHING"
-        )
+        action = "DO UPDATE SET " + ", ".join(f'"{n}" = excluded."{n}"' for n in others) if others else "DO NOTHING"
         conn.executemany(
             f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(names))}) "
             f"ON CONFLICT ({', '.join(f'{chr(34)}{k}{chr(34)}' for k in keys)}) {action}",

@@ -48,6 +48,10 @@ class UnknownView(ViewError):
     """No view of that name in this store."""
 
 
+class ViewTimeout(ViewError):
+    """A read ran past its time limit and was stopped."""
+
+
 def table_name(view: str) -> str:
     """The rows' table of `view` (a checked name: it is also a file name and an SQL identifier)."""
     return "weir_view_" + check_name(view)
@@ -62,6 +66,37 @@ def check_name(view: str) -> str:
 def sqlite_path(views_dir: str, pipeline: str, view: str) -> Path:
     """The embedded store's file of one view."""
     return Path(views_dir) / pipeline / f"{check_name(view)}.sqlite"
+
+
+def location(views_dir: str, views_dsn: str | None, pipeline: str, view: str, dsn: str | None = None):
+    """(SQLite file, None) or (None, PostgreSQL DSN) of a view: its own DSN, else the settings' views_dsn,
+    else the embedded store's file. The one rule, for writers and readers alike."""
+    chosen = dsn or views_dsn
+    return (None, chosen) if chosen else (str(sqlite_path(views_dir, pipeline, view)), None)
+
+
+def reader_for(
+    views_dir: str, views_dsn: str | None, declared: Sequence[tuple[str, str, str | None]] | None = None,
+    timeout_s: float = 5.0,
+) -> ViewReader:  # fmt: skip
+    """A reader of the views `declared` as (pipeline, view, own DSN or None); None: every view in the
+    settings' stores (the SQLite files under views_dir, and views_dsn's meta table)."""
+    if declared is None:
+        readers: list[ViewReader] = [SqliteViews.discover(views_dir)]
+        readers[0].timeout_s = timeout_s
+        if views_dsn:
+            readers.append(PostgresViews(views_dsn, timeout_s=timeout_s))
+        return Combined(readers)
+    files: dict[str, Path] = {}
+    by_dsn: dict[str, list[str]] = {}
+    for pipeline, view, dsn in declared:
+        path, chosen = location(views_dir, views_dsn, pipeline, view, dsn)
+        if path is not None:
+            files[view] = Path(path)
+        else:
+            by_dsn.setdefault(chosen, []).append(view)
+    pg = [PostgresViews(d, names, timeout_s=timeout_s) for d, names in by_dsn.items()]
+    return Combined([SqliteViews(files, timeout_s), *pg])
 
 
 def now_ms() -> int:
@@ -135,7 +170,9 @@ def _info(row: Sequence[Any], rows: int | None) -> ViewInfo:
     return ViewInfo(name, pipeline, source, tuple(json.loads(key)), tuple(map(tuple, json.loads(columns))), fresh, rows)
 
 
-_META_SELECT = f"SELECT name, pipeline, source, key_columns, columns, as_of_ms, offsets, batch_id, updated_ms FROM {META}"
+_META_SELECT = (
+    f"SELECT name, pipeline, source, key_columns, columns, as_of_ms, offsets, batch_id, updated_ms FROM {META}"
+)
 
 
 class ViewReader(ABC):
@@ -155,9 +192,7 @@ class ViewReader(ABC):
         """(the row of `key` or None, the view's info) from one snapshot."""
 
     @abstractmethod
-    def page(
-        self, view: str, limit: int, after: Sequence[Any] | None = None
-    ) -> tuple[list[dict[str, Any]], ViewInfo]:
+    def page(self, view: str, limit: int, after: Sequence[Any] | None = None) -> tuple[list[dict[str, Any]], ViewInfo]:
         """(up to `limit` rows in key order, strictly after the key `after` when given, the info) from one snapshot."""
 
     @abstractmethod
@@ -192,9 +227,9 @@ class SqliteViews(ViewReader):
     """The embedded store: one read-only SQLite connection per view file (per thread: sqlite3 connections
     are not shared across threads)."""
 
-    def __init__(self, files: dict[str, Path], busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, files: dict[str, Path], timeout_s: float = 5.0) -> None:
         self.files = {check_name(n): Path(p) for n, p in files.items()}
-        self.busy_timeout_s = busy_timeout_s
+        self.timeout_s = timeout_s  # per read: SQLite stops the statement past it (a progress handler)
 
     @classmethod
     def discover(cls, views_dir: str, pipeline: str | None = None) -> SqliteViews:
@@ -214,12 +249,20 @@ class SqliteViews(ViewReader):
         if not path.exists():
             raise ViewError(f"view {view}: its store {path} does not exist yet (has `weir run` started it?)")
         # mode=ro: this reader can never write; WAL lets it read while the view's query writes.
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s,
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
                                isolation_level=None, check_same_thread=False)  # fmt: skip
+        deadline = time.monotonic() + self.timeout_s
+        conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # nonzero: SQLite interrupts
         try:
             conn.execute("BEGIN")  # one snapshot for the rows and the freshness
             yield conn
             conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc):
+                raise ViewTimeout(
+                    f"view {view}: the read took longer than {self.timeout_s:g}s and was stopped"
+                ) from None
+            raise ViewError(f"view {view}: reading {path}: {exc}") from None
         except sqlite3.Error as exc:
             raise ViewError(f"view {view}: reading {path}: {exc}") from None
         finally:
@@ -266,10 +309,10 @@ class PostgresViews(ViewReader):
     """Views in PostgreSQL: READ ONLY, REPEATABLE READ transactions (rows and freshness from one snapshot),
     each with a statement timeout. One connection per call: simple, and safe across server threads."""
 
-    def __init__(self, dsn: str, names: Sequence[str] | None = None, statement_timeout_ms: int = 5000) -> None:
+    def __init__(self, dsn: str, names: Sequence[str] | None = None, timeout_s: float = 5.0) -> None:
         self._dsn = dsn
         self._names = None if names is None else [check_name(n) for n in names]
-        self.statement_timeout_ms = statement_timeout_ms
+        self.timeout_s = timeout_s
 
     @contextmanager
     def _snapshot(self) -> Iterator[Any]:
@@ -280,8 +323,10 @@ class PostgresViews(ViewReader):
                 conn.read_only = True
                 conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
                 with conn.transaction(), conn.cursor() as cur:
-                    cur.execute(f"SET LOCAL statement_timeout = {int(self.statement_timeout_ms)}")
+                    cur.execute(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}")
                     yield cur
+        except psycopg.errors.QueryCanceled:
+            raise ViewTimeout(f"views in PostgreSQL: the read took longer than {self.timeout_s:g}s") from None
         except psycopg.Error as exc:
             raise ViewError(f"views in PostgreSQL: {_scrub(str(exc), self._dsn)}") from None
 
