@@ -82,7 +82,9 @@ def test_the_embedded_store_applies_a_batch_once_with_its_freshness(tmp_path) ->
     }  # fmt: skip
     # A replay of batch 0 (Spark's, after a crash that followed the commit) changes nothing.
     assert apply(spec(tmp_path, 0), [("eu", 1, 99.0, False, 900, 0, 0)])["skipped"] is True
-    assert apply(spec(tmp_path, 1), [("us", 1, None, True, 700, 1, 1), ("eu", 1, 5.0, False, 650, 0, 1)])["deletes"] == 1
+    assert (
+        apply(spec(tmp_path, 1), [("us", 1, None, True, 700, 1, 1), ("eu", 1, 5.0, False, 650, 0, 1)])["deletes"] == 1
+    )
     rows, info = reader.page("v", 10)
     assert rows == [{"region": "eu", "day": 1, "revenue": 5.0}]
     assert (info.freshness.as_of_ms, info.freshness.offsets, info.freshness.batch_id) == (700, {"0": 2, "1": 2}, 1)

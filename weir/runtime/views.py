@@ -28,13 +28,19 @@ from weir.storage.views import location
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)
 
 
+_ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float", "dec": "decimal"}
+
+
 def columns(pipeline: Pipeline, view: View) -> tuple[tuple[str, str], ...]:
-    """(name, Spark type) of the view's columns: the source topic's declared fields, in order; arrays,
-    structs and maps are stored as their JSON text ("string")."""
+    """(name, Spark type name) of the view's columns: the source topic's declared fields, in order; arrays,
+    structs and maps are stored as their JSON text ("string"). Read from the DDL without a Spark session:
+    the runner builds view processors before it starts one."""
     out = []
     for f in parse_fields(pipeline.topics[view.source].schema):
-        dt = T._parse_datatype_string(f.type_ddl)
-        out.append((f.name, "string" if isinstance(dt, _COMPLEX) else dt.simpleString()))
+        t = " ".join(f.type_ddl.lower().split())
+        if t.startswith(("array", "struct", "map")):
+            t = "string"
+        out.append((f.name, _ALIASES.get(t, t)))
     return tuple(out)
 
 

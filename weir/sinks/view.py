@@ -100,7 +100,7 @@ class ViewSink(Sink):
                 conninfo_to_dict(spec.dsn)
             except psycopg.Error:
                 raise SinkError(f"view {spec.view}: the DSN could not be parsed (details withheld)") from None
-        self.spec = spec if spec.dsn is None else replace(spec, csv=csv_ok(spec))
+        self.spec = spec
         self.name = f"view:{spec.view}"
         self._prepared = False
 
@@ -114,6 +114,7 @@ class ViewSink(Sink):
         if self.embedded:
             _sqlite_prepare(self.spec)
         else:
+            self.spec = replace(self.spec, csv=csv_ok(self.spec))  # needs the session: Spark's type parser
             _pg_prepare(self.spec)
         self._prepared = True
 
