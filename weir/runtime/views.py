@@ -28,7 +28,14 @@ from weir.storage.views import location
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)
 
 
-_ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float", "dec": "decimal"}
+_ALIASES = {
+    "integer": "int",
+    "long": "bigint",
+    "short": "smallint",
+    "byte": "tinyint",
+    "real": "float",
+    "dec": "decimal",
+}
 
 
 def columns(pipeline: Pipeline, view: View) -> tuple[tuple[str, str], ...]:
