@@ -208,3 +208,25 @@ def test_post_sql_goes_to_the_given_callable(store) -> None:
     assert bad.status_code == 400 and "position 8" in bad.json()["error"]
     assert client.post("/sql", json={"query": "x"}).status_code == 400
     assert client.post("/sql", json={"sql": "slow"}).status_code == 504
+
+
+# -- the monitor -------------------------------------------------------------------------------------------------
+def test_the_monitor_lists_views_from_their_stores_read_only(tmp_path) -> None:
+    from weir.config import Settings
+    from weir.monitor.config import MonitorConfig
+    from weir.monitor.server import create_app as monitor_app
+    from weir.monitor.sources import read_views
+    from weir.monitor.state import Monitor
+    from weir.storage.views import sqlite_path
+
+    views_dir = tmp_path / "views"
+    s = ViewSpec("v", "p", "t", ("region", "day"), COLUMNS, sqlite=str(sqlite_path(str(views_dir), "p", "v")),
+                 writer="p.view.v", batch_id=0)  # fmt: skip
+    _sqlite_prepare(s)
+    apply(s, [("eu", 1, 1.0, False, 5_000, 0, 0)])
+    found = read_views(Settings(home=str(tmp_path), views_dir=str(views_dir)))
+    assert [(v["name"], v["pipeline"], v["rows"], v["freshness"]["as_of_ms"]) for v in found] == [("v", "p", 1, 5000)]
+    m = Monitor(MonitorConfig(), clock=lambda: 65.0, bootstrap="127.0.0.1:1")
+    m.observe_views(found)
+    listed = TestClient(monitor_app(m)).get("/api/views").json()["views"]
+    assert listed[0]["name"] == "v" and listed[0]["freshness"]["lag_s"] == 60.0
