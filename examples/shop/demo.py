@@ -108,6 +108,8 @@ def view_line(base: str | None) -> str:
         with urllib.request.urlopen(f"{base}/views/{VIEW}?limit=6", timeout=2) as r:
             body = json.loads(r.read())
     except urllib.error.HTTPError as exc:
+        if exc.code in (404, 503):  # the view's query has not written its first batch yet
+            return f"view {VIEW} over HTTP: waiting for its first batch (GET {base}/views/{VIEW}: {exc.code})"
         return f"GET {base}/views/{VIEW}: {exc.code} {json.loads(exc.read()).get('error', '')[:100]}"
     except (OSError, ValueError) as exc:
         return f"GET {base}/views/{VIEW}: {exc}"

@@ -81,6 +81,16 @@ class Views:
     def __init__(self, reader: ViewReader, timeout_s: float = 5.0, max_limit: int = MAX_LIMIT,
                  sql: SqlFn | None = None) -> None:  # fmt: skip
         self.reader, self.timeout_s, self.max_limit, self.sql = reader, timeout_s, max_limit, sql
+        self._shapes: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
+
+    async def shape(self, name: str) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(key columns, column types) of a view, read once: a view's key and columns never change under
+        its name (the sink refuses another declaration), so a lookup needs one read, not two."""
+        found = self._shapes.get(name)
+        if found is None:
+            info = await self.call(partial(self.reader.info, name, count=False))
+            found = self._shapes[name] = (info.key, dict(info.columns))
+        return found
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on a worker thread, at most `timeout_s`: the store's own limit stops the read itself
@@ -131,8 +141,8 @@ async def get_row(request: Request) -> Response:
     views: Views = request.app.state.views
     name = request.path_params["name"]
     segments = _key_segments(request, name)
-    info = await views.call(partial(views.reader.info, name, count=False))
-    key = key_values(segments, info.key, dict(info.columns))
+    key_columns, types = await views.shape(name)
+    key = key_values(segments, key_columns, types)
     row, info = await views.call(views.reader.get, name, key)
     shown = dict(zip(info.key, key, strict=True))
     if row is None:
@@ -157,8 +167,8 @@ async def get_page(request: Request) -> Response:
         raise BadRequest(f"unknown parameter(s) {', '.join(unknown)}: use limit and after")
     limit = limit_of(params.get("limit"), views.max_limit)
     after_text = params.getlist("after")
-    info = await views.call(partial(views.reader.info, name, count=False))
-    after = key_values(after_text, info.key, dict(info.columns), "after") if after_text else None
+    key_columns, types = await views.shape(name)
+    after = key_values(after_text, key_columns, types, "after") if after_text else None
     rows, info = await views.call(views.reader.page, name, limit, after)
     body: dict[str, Any] = {"view": name, "key": list(info.key), "limit": limit, "rows": rows}
     if len(rows) == limit:

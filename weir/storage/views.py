@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -82,8 +83,7 @@ def reader_for(
     """A reader of the views `declared` as (pipeline, view, own DSN or None); None: every view in the
     settings' stores (the SQLite files under views_dir, and views_dsn's meta table)."""
     if declared is None:
-        readers: list[ViewReader] = [SqliteViews.discover(views_dir)]
-        readers[0].timeout_s = timeout_s
+        readers: list[ViewReader] = [SqliteViews.discover(views_dir, timeout_s=timeout_s)]
         if views_dsn:
             readers.append(PostgresViews(views_dsn, timeout_s=timeout_s))
         return Combined(readers)
@@ -224,49 +224,78 @@ def _q(name: str) -> str:
 
 
 class SqliteViews(ViewReader):
-    """The embedded store: one read-only SQLite connection per view file (per thread: sqlite3 connections
-    are not shared across threads)."""
+    """The embedded store, read-only. Each thread keeps one connection per view file (sqlite3 connections are
+    not shared across threads; opening one per read cost most of a lookup). Built by `discover`, it looks for
+    view files again when asked for a view it does not know: a view created after the reader still shows."""
 
-    def __init__(self, files: dict[str, Path], timeout_s: float = 5.0) -> None:
+    def __init__(self, files: dict[str, Path], timeout_s: float = 5.0, root: Path | None = None,
+                 pattern: str = "*/*.sqlite") -> None:  # fmt: skip
         self.files = {check_name(n): Path(p) for n, p in files.items()}
         self.timeout_s = timeout_s  # per read: SQLite stops the statement past it (a progress handler)
+        self._root, self._pattern = root, pattern
+        self._local = threading.local()
 
     @classmethod
-    def discover(cls, views_dir: str, pipeline: str | None = None) -> SqliteViews:
-        """Every view file under `views_dir` (of `pipeline` only, when given)."""
-        root = Path(views_dir)
-        pattern = f"{pipeline}/*.sqlite" if pipeline else "*/*.sqlite"
-        return cls({p.stem: p for p in sorted(root.glob(pattern)) if _NAME.match(p.stem)})
+    def discover(cls, views_dir: str, pipeline: str | None = None, timeout_s: float = 5.0) -> SqliteViews:
+        """Every view file under `views_dir` (of `pipeline` only, when given), now and later."""
+        reader = cls({}, timeout_s, Path(views_dir), f"{pipeline}/*.sqlite" if pipeline else "*/*.sqlite")
+        reader._rescan()
+        return reader
+
+    def _rescan(self) -> None:
+        if self._root is not None:
+            found = {p.stem: p for p in sorted(self._root.glob(self._pattern)) if _NAME.match(p.stem)}
+            self.files = {**self.files, **found}
 
     def names(self) -> list[str]:
+        self._rescan()
         return sorted(self.files)
+
+    def _connection(self, view: str, path: Path) -> sqlite3.Connection:
+        conns = self._local.__dict__.setdefault("conns", {})
+        conn = conns.get(view)
+        if conn is None:
+            # mode=ro: this reader can never write; WAL lets it read while the view's query writes.
+            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
+                                   isolation_level=None, check_same_thread=False)  # fmt: skip
+            conns[view] = conn
+        return conn
+
+    def _drop(self, view: str) -> None:
+        conn = self._local.__dict__.get("conns", {}).pop(view, None)
+        if conn is not None:
+            conn.close()
 
     @contextmanager
     def _snapshot(self, view: str) -> Iterator[sqlite3.Connection]:
         path = self.files.get(view)
         if path is None:
+            self._rescan()
+            path = self.files.get(view)
+        if path is None:
             raise UnknownView(f"no view {view!r} here (views: {', '.join(self.names()) or 'none'})")
         if not path.exists():
+            self._drop(view)
             raise ViewError(f"view {view}: its store {path} does not exist yet (has `weir run` started it?)")
-        # mode=ro: this reader can never write; WAL lets it read while the view's query writes.
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
-                               isolation_level=None, check_same_thread=False)  # fmt: skip
+        conn = self._connection(view, path)
         deadline = time.monotonic() + self.timeout_s
         conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # nonzero: SQLite interrupts
         try:
             conn.execute("BEGIN")  # one snapshot for the rows and the freshness
-            yield conn
-            conn.execute("COMMIT")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")  # ends the read transaction: the writer's checkpoints may pass it
         except sqlite3.OperationalError as exc:
+            self._drop(view)
             if "interrupted" in str(exc):
                 raise ViewTimeout(
                     f"view {view}: the read took longer than {self.timeout_s:g}s and was stopped"
                 ) from None
             raise ViewError(f"view {view}: reading {path}: {exc}") from None
         except sqlite3.Error as exc:
+            self._drop(view)
             raise ViewError(f"view {view}: reading {path}: {exc}") from None
-        finally:
-            conn.close()
 
     def _meta(self, conn: sqlite3.Connection, view: str, count: bool) -> ViewInfo:
         row = conn.execute(f"{_META_SELECT} WHERE name = ?", [view]).fetchone()
