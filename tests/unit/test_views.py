@@ -230,3 +230,11 @@ def test_the_monitor_lists_views_from_their_stores_read_only(tmp_path) -> None:
     m.observe_views(found)
     listed = TestClient(monitor_app(m)).get("/api/views").json()["views"]
     assert listed[0]["name"] == "v" and listed[0]["freshness"]["lag_s"] == 60.0
+
+
+def test_a_view_as_an_arrow_table_for_sql(store) -> None:
+    from weir.storage.views import arrow_table
+
+    table = arrow_table(store, "v")
+    assert table.schema.names == ["region", "day", "revenue"] and str(table.schema.field("day").type) == "int64"
+    assert table.num_rows == 6 and sorted(table.column("region").to_pylist())[0] == "a/b"

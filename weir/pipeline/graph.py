@@ -19,7 +19,7 @@ def text(p: Pipeline) -> str:
     order = {"source": 0, "internal": 1, "sink": 2}
     lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(p.processors)} processors"]
     if p.views:
-        lines[0] += f", {len(p.views)} views"
+        lines[0] += f", {len(p.views)} view{'' if len(p.views) == 1 else 's'}"
     for proc in sorted(p.processors.values(), key=lambda x: (order[x.kind], x.name)):
         ins = ", ".join(_label(p, t) for t in proc.inputs) or "(outside world)"
         outs = ", ".join(_label(p, t) for t in proc.outputs) or _sink(proc)

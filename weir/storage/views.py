@@ -454,12 +454,22 @@ class Combined(ViewReader):
 
 
 def arrow_table(reader: ViewReader, view: str) -> Any:
-    """The view's rows as a pyarrow Table (for `weir sql`: views are tables there too). Column order as the
-    store has it; an empty view has the columns and no rows."""
+    """The view's rows as a pyarrow Table, columns typed from the view's declared types (for `weir sql`:
+    views are tables there too): integers, reals and booleans as such; strings, and what the stores keep as
+    text (timestamps and dates in ISO 8601, decimals, JSON of nested types), as strings."""
     import pyarrow as pa  # only SQL over views needs Arrow here; the monitor reads views without it
 
-    rows = list(reader.all_rows(view))
-    if rows:
-        return pa.Table.from_pylist(rows)
+    types = {"tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
+             "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary()}  # fmt: skip
     info = reader.info(view, count=False)
-    return pa.table({n: pa.array([], pa.string()) for n, _ in info.columns})
+    schema = pa.schema([(n, types.get(t.lower(), pa.string())) for n, t in info.columns])
+    rows = list(reader.all_rows(view))
+    columns = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        if pa.types.is_boolean(f.type):  # SQLite keeps booleans as 0/1
+            values = [None if v is None else bool(v) for v in values]
+        elif pa.types.is_string(f.type):
+            values = [None if v is None else str(v) for v in values]
+        columns.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
