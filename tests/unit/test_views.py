@@ -238,3 +238,22 @@ def test_a_view_as_an_arrow_table_for_sql(store) -> None:
     table = arrow_table(store, "v")
     assert table.schema.names == ["region", "day", "revenue"] and str(table.schema.field("day").type) == "int64"
     assert table.num_rows == 6 and sorted(table.column("region").to_pylist())[0] == "a/b"
+
+
+def test_the_embedded_store_refuses_a_cluster_master_and_a_dsn_never_shows(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from weir.config import Settings
+    from weir.runtime.views import check_embedded, with_views
+
+    p = Pipeline("shop")
+    t = p.topic("totals", schema="region STRING, day BIGINT, revenue DOUBLE")
+    p.view("local_one", source=t, key="region")
+    p.view("pg_one", source=t, key="region", dsn="host=db user=u password=hunter2")
+    procs = list(with_views(p, Settings(home=str(tmp_path))).processors.values())
+    assert "hunter2" not in repr(procs) and "hunter2" not in repr(p.views)
+    check_embedded(SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]")), procs)
+    cluster = SimpleNamespace(sparkContext=SimpleNamespace(master="spark://h:7077"))
+    with pytest.raises(ValueError, match=r"view\.local_one keep their views in the embedded SQLite store"):
+        check_embedded(cluster, procs)
+    check_embedded(cluster, [x for x in procs if x.name == "view.pg_one"])

@@ -15,7 +15,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ class ViewSpec:
     key: tuple[str, ...]
     columns: tuple[tuple[str, str], ...]  # (name, Spark type), key columns included, in order
     sqlite: str | None = None  # the embedded store's file
-    dsn: str | None = None
+    dsn: str | None = field(default=None, repr=False)  # may carry a password: never in a repr
     writer: str = ""
     batch_id: int = -1
     csv: bool = True  # PostgreSQL: every column has a CSV form it parses back exactly (else COPY row by row)
