@@ -189,7 +189,7 @@ def freshness(args: argparse.Namespace, scratch: Path) -> dict:
             while not stop.is_set():
                 due = began + i / args.events
                 if due > time.perf_counter():
-                    time.sleep(min(due - time.perf_counter(), 0.01))
+                    time.sleep(max(0.0, min(due - time.perf_counter(), 0.01)))
                     continue
                 cat = f"c{i % 1000:04d}"
                 value = json.dumps({"category": cat, "revenue": i * 0.5, "n": i}).encode()
