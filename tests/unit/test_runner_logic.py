@@ -197,3 +197,23 @@ def test_a_failure_is_told_by_its_python_exception_line_whatever_its_name() -> N
     )
     assert _brief(wrapped).startswith("weir.kafka.log.BrokerUnavailable: gave up waiting to plan a batch of orders")
     assert _brief("org.apache.spark.SparkException: Job aborted\n") == "org.apache.spark.SparkException: Job aborted"
+
+
+def test_a_broken_session_is_given_up_after_three_identical_failures_not_retried_for_ever(tmp_path):
+    from weir.config import load
+    from weir.runtime.runner import Runner, session_broken
+
+    p = Pipeline("poisoned")
+    a, b = (p.topic(n, schema="x STRING") for n in ("a", "b"))
+    p.processor(inputs=[a], outputs=[b], name="copy")(lambda df: df)
+    runner = Runner(p, load(home=str(tmp_path)))
+    error = "org.apache.spark.SparkException: Job aborted: Task 0 failed: java.io.OptionalDataException at HashMap"
+    assert session_broken(error) == "java.io.OptionalDataException" and session_broken("Kafka timed out") is None
+    runner._failed("copy", "KafkaException: broker down")  # not the session's fault: restarted
+    runner._failed("copy", error)
+    assert runner.broken is None and runner.status["copy"].state == "restarting"
+    runner.status["copy"].failures_in_row = 0
+    for _ in range(3):
+        runner._failed("copy", error)
+    assert runner.status["copy"].state == "failed"
+    assert "copy failed 3 times in a row with java.io.OptionalDataException" in runner.broken

@@ -36,6 +36,7 @@ from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
+from weir.kafka.headers import BACKFILL_HEADER
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
 from weir.pipeline import validate
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from weir.sinks.base import Sink
 
 log = logging.getLogger("weir.backfill")
-BACKFILL_HEADER = "weir.backfill"
 
 
 @dataclass

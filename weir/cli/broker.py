@@ -15,23 +15,36 @@ broker_app = typer.Typer(help="The embedded broker (Tansu) for development and t
 Port = Annotated[int | None, typer.Option("--port", "-p", help="Broker port (default: config broker_port, 9092).")]
 
 
-def _broker(port: int | None):
+Durable = Annotated[
+    str | None,
+    typer.Option(
+        "--durable",
+        metavar="URL",
+        help="Keep topics across restarts: s3://<bucket>/ on any S3-compatible store (endpoint and credentials "
+        "from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; AWS_ALLOW_HTTP=true for http) or postgres://... "
+        "Default: in memory, lost when the broker stops.",
+    ),
+]
+
+
+def _broker(port: int | None, storage: str | None = None):
     settings = load()
-    return EmbeddedBroker(settings.home, port or settings.broker_port)
+    return EmbeddedBroker(settings.home, port or settings.broker_port, storage=storage)
 
 
 @broker_app.command("start")
 @clean_errors
-def broker_start(port: Port = None) -> None:
+def broker_start(port: Port = None, durable: Durable = None) -> None:
     """Start the embedded broker on 127.0.0.1 and wait until it answers (a no-op if it runs)."""
-    s = _broker(port).start()
-    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")
+    s = _broker(port, durable).start()
+    kept = "durable" if durable else "in memory"
+    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, topics {kept}, log {s.log_file}")
 
 
 @broker_app.command("stop")
 @clean_errors
 def broker_stop(port: Port = None) -> None:
-    """Stop the embedded broker. Its topics are in memory and are lost."""
+    """Stop the embedded broker. Topics in memory are lost; a --durable broker finds them at its next start."""
     stopped = _broker(port).stop()
     out.print("broker stopped" if stopped else "broker was not running")
 

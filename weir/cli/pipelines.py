@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from weir.cli.common import Spec, clean_errors, err, out
+from weir.cli.sources import http_sources
 from weir.config import load
 from weir.kafka import Admin
 
@@ -64,14 +67,22 @@ def run(
             raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
         cp = runner.checkpoint(p.processors[name])
         out.print(f"reset {name}: " + ("checkpoint deleted" if versions.reset(cp) else "no checkpoint"))
+    # Declared HTTP sources are served while the pipeline runs, not for a --once run or part of a pipeline
+    serve = p.http_sources and not once and not processor
     try:
-        runner.run(duration)
+        with http_sources(pipeline, p, Path(settings.home) / "logs") if serve else contextlib.nullcontext([]) as urls:
+            for url in urls:
+                out.print(f"HTTP source listening on {url}")
+            runner.run(duration)
     except versions.IncompatibleChange as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
     for n, st in runner.snapshot().items():
         out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
+    if runner.broken:
+        err.print(f"[red]error:[/red] {runner.broken}")
+        raise typer.Exit(3)
     if failed:
         raise typer.Exit(1)
 

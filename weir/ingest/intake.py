@@ -16,10 +16,9 @@ from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.ingest.progress import Books
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER
 from weir.ingest.schema import Invalid, RecordSchema
+from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER  # the runtime's dead letters' names
 
 log = logging.getLogger("weir.ingest")
-ERROR_HEADER = "weir.error"  # the same header names as the runtime's dead letters (docs/pipelines.md)
-PROCESSOR_HEADER = "weir.processor"
 
 
 def unit_id(job: str, name: str) -> bytes:

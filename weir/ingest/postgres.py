@@ -28,10 +28,11 @@ from decimal import Decimal
 import psycopg
 from psycopg import sql
 
-from weir.ingest.intake import ERROR_HEADER, PROCESSOR_HEADER, Intake, deliver, unit_id
+from weir.ingest.intake import Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
+from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER
 
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from weir.config import redact_text
+
 HOST = "127.0.0.1"
+MEMORY = "memory://tansu/"
 # Connection-refused lines while the broker boots are expected; keep them out of the terminal.
 _quiet = logging.getLogger("weir.broker.probe")
 _quiet.propagate = False
@@ -76,9 +79,17 @@ def answers_metadata(bootstrap: str, timeout: float = 2.0) -> bool:
 class EmbeddedBroker:
     """One Tansu process per port, tracked by a pid file under `<home>/broker/`."""
 
-    def __init__(self, home: str | Path, port: int = 9092, advertised_port: int | None = None) -> None:
+    def __init__(
+        self, home: str | Path, port: int = 9092, advertised_port: int | None = None, storage: str | None = None
+    ) -> None:
         """`advertised_port`: the port clients are told to connect to, when it is not `port` (a proxy in
-        front of the broker, as the outage tests put there)."""
+        front of the broker, as the outage tests put there). `storage`: where the broker keeps its topics:
+        memory (the default: lost when it stops), or durable, `s3://<bucket>/` on any S3-compatible store (the
+        endpoint and credentials from the usual AWS_* variables) or `postgres://...`; a restart of a durable
+        broker finds its topics again."""
+        if storage is not None and not storage.startswith(("s3://", "postgres://", "postgresql://", "memory://")):
+            raise BrokerError(f"broker storage {redact_text(storage)!r}: use s3://<bucket>/ or postgres://...")
+        self.storage = storage or MEMORY
         self.port = port
         self.advertised_port = advertised_port or port
         self.dir = Path(home) / "broker"
@@ -134,9 +145,10 @@ class EmbeddedBroker:
                     url,
                     "--advertised-listener-url",
                     advertised,
-                    "--storage-engine",
-                    "memory://tansu/",
                 ],
+                # In the environment, not the command line: a postgres:// URL may carry a password, which `ps`
+                # would show to every user of the machine.
+                env={**os.environ, "STORAGE_ENGINE": self.storage},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

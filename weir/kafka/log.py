@@ -55,8 +55,13 @@ def is_outage(err: KafkaError) -> bool:
     return err.code() in _OUTAGE_CODES or bool(err.retriable())
 
 
+def servers_of(client: dict) -> str:
+    """The bootstrap servers of client settings, as errors and state records name them (credentials redacted)."""
+    return str(redact(client).get("bootstrap.servers"))
+
+
 def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: float) -> BrokerUnavailable:
-    servers = redact(client).get("bootstrap.servers")
+    servers = servers_of(client)
     reason = f": {redact_text(str(exc))}" if exc else ""
     return BrokerUnavailable(f"cannot {what} from Kafka at {servers} within {timeout:.0f}s{reason}")
 

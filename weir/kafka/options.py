@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from weir.config import redact
 from weir.kafka.admission import FlowOptions
+from weir.kafka.log import servers_of
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
 
@@ -65,6 +66,8 @@ SINK_OPTIONS = {
     "kafka.*": "any librdkafka producer setting, e.g. kafka.compression.type, kafka.sasl.mechanism",
     "topic": "destination topic; overrides a `topic` column",
     "brokerunavailabletimeoutms": "how long a write waits for an unreachable broker before failing (default 600000)",
+    "replayguard": "set by weir's runner: where a processor's batch began writing, so that its replays skip what "
+    "is already delivered (docs/delivery.md, Replays)",
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
@@ -168,7 +171,7 @@ class SourceOptions:
 
     @property
     def servers(self) -> str:
-        return str(redact(self.client).get("bootstrap.servers"))
+        return servers_of(self.client)
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
@@ -314,6 +317,7 @@ class SinkOptions:
     client: dict[str, str]
     topic: str | None
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a write waits out an unreachable broker
+    replay_guard: str | None = None  # weir.kafka.replay.Guard as JSON: a processor's write skips its replays
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {
@@ -339,4 +343,7 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
             raise OptionError(f"option kafka.{name} is not supported: key and value columns are sent as bytes")
     if client.get("enable.idempotence", "true").lower() == "false":
         log.warning("weir-kafka sink: kafka.enable.idempotence=false allows reordering and duplicates on retry")
-    return SinkOptions(client=client, topic=opts.get("topic"), broker_timeout_s=_broker_timeout(opts))
+    guard = opts.get("replayguard")
+    return SinkOptions(
+        client=client, topic=opts.get("topic"), broker_timeout_s=_broker_timeout(opts), replay_guard=guard
+    )

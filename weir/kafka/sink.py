@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -21,11 +22,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from weir.kafka.headers import SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.options import OptionError, SinkOptions
+from weir.kafka.replay import Guard, Rewrite, delivered
 
 log = logging.getLogger("weir.kafka")
-SOURCE_HEADER = "weir.source"
 ALLOWED = {"key", "value", "topic", "partition", "offset", "timestamp", "timestamptype", "headers"}
 # The flush waits for acknowledgements a little longer than librdkafka retries a record (message.timeout.ms,
 # the broker-unavailable timeout): a record is then either delivered or reported failed, never left unknown.
@@ -139,18 +141,48 @@ def _discard(pooled: _Pooled) -> None:
 def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
     """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
     on an executor's Python worker, with that worker's pooled producer."""
+    rewrite = _rewrite(opts)
     pooled = _pooled(opts.producer_settings())
     with pooled.lock:
         pooled.failures = []
         try:
-            return _produce(pooled.producer, pooled.failures, lay, batches, opts.broker_timeout_s + FLUSH_MARGIN_S)
+            commit = _produce(
+                pooled.producer, pooled.failures, lay, batches, opts.broker_timeout_s + FLUSH_MARGIN_S, rewrite
+            )
         except BaseException:
             _discard(pooled)
             raise
+    if rewrite is not None:
+        rewrite.report()
+    return commit
+
+
+def _rewrite(opts: SinkOptions) -> Rewrite | None:
+    """A processor's guarded write (the runner's `replayGuard` option): a task of a replayed batch, or a retried
+    task, reads back what the processor already delivered past the batch's marks, to skip it."""
+    if opts.replay_guard is None:
+        return None
+    guard = Guard.from_option(opts.replay_guard)
+    ctx = TaskContext.get()
+    task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
+    again = guard.replay or attempt > 0
+    seen = delivered(opts.client, guard, opts.broker_timeout_s) if again else None
+    if again:
+        log.warning(
+            "weir-kafka sink: %s writes a batch again (task %d, attempt %d): %d of its records are already in the "
+            "topics, and this task's among them are skipped",
+            guard.processor, task, attempt, sum(seen.values()),
+        )  # fmt: skip
+    return Rewrite(guard, task, seen)
 
 
 def _produce(
-    producer: Producer, failures: list[str], lay: Layout, batches: Iterator[pa.RecordBatch], flush_s: float
+    producer: Producer,
+    failures: list[str],
+    lay: Layout,
+    batches: Iterator[pa.RecordBatch],
+    flush_s: float,
+    rewrite: Rewrite | None = None,
 ) -> SinkCommit:
     commit = SinkCommit()
     try:
@@ -163,6 +195,8 @@ def _produce(
             parts = cols["partition"].to_pylist() if lay.has_partition else None
             millis = _millis(cols["timestamp"]) if lay.has_timestamp else None
             headers = _headers(cols, lay)
+            if rewrite is not None:
+                headers = headers if headers is not None else [None] * n
             for i in range(n):
                 topic = lay.topic or topics[i]
                 if topic is None:
@@ -172,7 +206,12 @@ def _produce(
                     kwargs["partition"] = parts[i]
                 if millis is not None and millis[i] is not None:
                     kwargs["timestamp"] = millis[i]
-                if headers is not None and headers[i]:
+                if rewrite is not None:
+                    hs = rewrite.admit(headers[i], keys[i], values[i])
+                    if hs is None:
+                        continue  # delivered by an earlier attempt of this batch
+                    kwargs["headers"] = hs
+                elif headers is not None and headers[i]:
                     kwargs["headers"] = headers[i]
                 while True:
                     try:

@@ -103,8 +103,8 @@ def code_version(fn: Callable) -> str:
 
 @dataclass(frozen=True)
 class HttpSource:
-    """A source processor declared in the pipeline: `weir ingest http <pipeline>` serves POSTs into its topics
-    (docs/ingest.md). It runs as its own process, without Spark; `weir run` does not start it."""
+    """A source processor declared in the pipeline: POSTs into its topics, served by `weir run` (a `weir ingest
+    http` process beside it, without Spark) or by `weir ingest http <pipeline>` alone (docs/ingest.md)."""
 
     topics: tuple[str, ...]
     port: int = 8643
@@ -186,7 +186,7 @@ class Pipeline:
 
     def http_source(self, *topics: Topic | str, port: int = 8643, host: str = "127.0.0.1") -> HttpSource:
         """Declare an HTTP ingest of `topics`: records POSTed to /topics/<topic> are checked against the topic's
-        schema and produced, answered 201 once acknowledged. Served by `weir ingest http <pipeline>`."""
+        schema and produced, answered 201 once acknowledged. Served by `weir run` and `weir ingest http <pipeline>`."""
         source = HttpSource(tuple(t.name if isinstance(t, Topic) else t for t in topics), port, host)
         self.http_sources.append(source)
         return source

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
 
 _TOTALS = (
-    "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "refused",
+    "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "replayed",
+    "refused",
 )  # fmt: skip
 
 
@@ -32,6 +33,8 @@ class Counts:
     violations: int = 0
     outputs: dict[str, int] = field(default_factory=dict)  # records written per destination topic or sink
     poison: int = 0  # of `dlq`: records on which user code raised
+    # Of the records routed to topics: those a replayed write found already delivered, and did not write again.
+    replayed: int = 0
     refused: int = 0  # of `dlq`: records a stateless function routed to dlq itself (a view's keyless records)
     # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
     passed: int | None = None

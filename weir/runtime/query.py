@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
-from weir.kafka import admission
+from weir.kafka import admission, replay
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.model import Pipeline, Processor, Topic
@@ -96,6 +96,8 @@ class ProcessorQuery:
         # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
         self.archive = proc.sink is not None and proc.sink.reads_raw
         self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
+        self.guard: replay.Guard | None = None  # the running batch's replay guard (a streaming batch's write)
+        self.replayed = 0  # records the running batch's write found already delivered, and skipped
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -349,6 +351,7 @@ class ProcessorQuery:
             counts.refused = frame.where(col(ROUTE) == DLQ).count()
         if any(g[routing.DEST] is not None for g in groups):
             self.write_topics(routed)
+            counts.replayed = self.replayed
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
             counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
@@ -365,10 +368,12 @@ class ProcessorQuery:
             .sortWithinPartitions("timestamp")
             .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
             .write.format("weir-kafka")
-            .options(**self._kafka_options())
+            .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
             .mode("append")
             .save()
         )
+        if self.guard is not None and self.guard.reports is not None:
+            self.replayed += replay.skipped(self.guard.reports)
 
     def _observed_delivery(self, routed: DataFrame, batch_id: int) -> Counts:
         """A stateful batch without a sink in one Spark job: the Kafka write counts every route on its way
@@ -395,6 +400,7 @@ class ProcessorQuery:
         counts = from_routes(groups)
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned
+        counts.replayed = self.replayed
         return counts
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -425,6 +431,15 @@ class ProcessorQuery:
         finally:
             self._release()
 
+    def _guard(self, batch_id: int) -> replay.Guard | None:
+        """The replay guard of a streaming batch that writes topics (docs/delivery.md, "Replays")."""
+        topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+        if self.archive or not topics:
+            return None
+        client = self.settings.client_config()
+        wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000)
+
     # -- start --------------------------------------------------------------------------------------------
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
         if self.proc.sink is not None:
@@ -446,13 +461,14 @@ class ProcessorQuery:
             try:
                 self._poisoned = 0
                 began = time.monotonic()
+                self.guard, self.replayed = self._guard(batch_id), 0
                 handler(batch, batch_id)
                 # The sources' admission control sizes the next batch from this one's duration (docs/flow.md).
                 admission.write_measurement(self.measurements, batch_id, time.monotonic() - began)
                 if on_batch:
                     on_batch(batch, batch_id)
             finally:
-                self.in_batch = None
+                self.in_batch, self.guard = None, None
 
         Path(self.measurements).unlink(missing_ok=True)  # a previous run's measurements are not this one's
         writer = stream.writeStream.queryName(self.name).option("checkpointLocation", self.checkpoint)

@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 
 from weir.blocks.common import col
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
-from weir.kafka.sink import SOURCE_HEADER
+from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
 
@@ -23,8 +23,6 @@ DEST = "_dest"
 SOURCE = "_src"  # (topic, partition, offset) of the input record behind an output row, when the row has it
 SOURCE_TYPE = "struct<topic:string,partition:int,offset:bigint>"
 OUTPUT = "_output"
-ERROR_HEADER = "weir.error"
-PROCESSOR_HEADER = "weir.processor"
 COORDINATES = ("topic", "partition", "offset")
 
 

@@ -25,8 +25,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from weir import units
-from weir.config import Settings, load, redact
+from weir.config import Settings, load
 from weir.kafka.admin import Admin
+from weir.kafka.log import servers_of
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import Pipeline, Processor, Topic
@@ -67,6 +68,23 @@ class ProcessorStatus:
         d = {k: v for k, v in self.__dict__.items() if k != "totals"}
         d["totals"] = self.totals.to_json()
         return d
+
+
+# Failures that come from the session, not from the processor: a task that the JVM cannot deserialize, a
+# context that is gone. Repeated this often in a row, the runner gives the session up (Runner._failed).
+SESSION_BROKEN = (
+    "java.io.OptionalDataException",
+    "java.io.StreamCorruptedException",
+    "java.io.InvalidClassException",
+    "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext",
+)
+SESSION_FAILURES = 3
+
+
+def session_broken(error: str) -> str | None:
+    """The marker of a broken session in a failure's text, if there is one."""
+    return next((m for m in SESSION_BROKEN if m in error), None)
 
 
 def stages(p: Pipeline) -> list[list[Processor]]:
@@ -145,6 +163,7 @@ class Runner:
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
+        self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
 
@@ -247,6 +266,16 @@ class Runner:
         st.failures_in_row += 1
         st.last_error = exc if isinstance(exc, str) else _brief(exc)
         give_up = self.settings.max_restarts is not None and st.failures_in_row > self.settings.max_restarts
+        marker = session_broken(str(exc))
+        if marker and st.failures_in_row >= SESSION_FAILURES:
+            # Restarting a query in a session whose JVM side is broken fails the same way for ever (seen: ten
+            # minutes of java.io.OptionalDataException in task deserialization): the runner stops, loudly, and
+            # `weir run` exits 3 so that its supervisor starts a new process, with a new session.
+            give_up = True
+            self.broken = (
+                f"the Spark session is broken: {name} failed {st.failures_in_row} times in a row with {marker}; "
+                f"restarting queries in this session cannot help, start weir run again (a new JVM)"
+            )
         delay = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
         st.restart_at = None if give_up else time.monotonic() + delay
         log.error("weir: processor %s failed (%s); %s", name, st.last_error,
@@ -285,6 +314,9 @@ class Runner:
                         self._start_query(name)
                 if not pending and self._stage_done():
                     break
+                if self.broken is not None:
+                    log.error("weir: %s", self.broken)
+                    break
                 self._mark_waiting()
             self._write_state()
             guard.tick()
@@ -307,7 +339,7 @@ class Runner:
                 self._set_state(name, "running")
 
     def _servers(self) -> str:
-        return str(redact(self.settings.client_config()).get("bootstrap.servers"))
+        return servers_of(self.settings.client_config())
 
     def _retention_guard(self) -> RetentionGuard:
         s = self.settings

@@ -22,14 +22,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from weir import units
 from weir.kafka.admin import Admin
+from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import parse_source
 from weir.kafka.read import read_range, to_batch
-from weir.kafka.sink import SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMNS, decoder, value_ddl
 from weir.pipeline.model import Topic
-from weir.runtime.routing import ERROR_HEADER, PROCESSOR_HEADER
 
 Row = dict[str, Any] | bytes | str | None  # a dict of fields; raw bytes or text; None: a tombstone
 Instant = datetime | date | str | int | float

@@ -1,0 +1,7 @@
+"""The headers weir puts on the records it writes, by name: what each one says is in docs/pipelines.md."""
+
+SOURCE_HEADER = "weir.source"  # topic/partition/offset of the input record a row came from
+PROCESSOR_HEADER = "weir.processor"  # the processor that wrote the record
+ERROR_HEADER = "weir.error"  # why a dead letter is one
+BACKFILL_HEADER = "weir.backfill"  # the backfill run that wrote the record
+TASK_HEADER = "weir.task"  # the task of a row without an input record (a window's result), for replays

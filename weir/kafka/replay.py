@@ -1,0 +1,226 @@
+"""A processor's rewritten batch adds nothing to its topics: replays are found and skipped at the write.
+
+A batch that crashed half-written is written again in full (Spark replays it; a failed task is retried). Before
+a batch's first write, the runner notes the high-water mark of every partition it may write (the batch's
+*marks*, kept in the checkpoint). A task that writes again first reads what its processor already delivered
+past the marks, and skips each of its rows that is already there, as many times as it is there. A row is
+known by what made it: its input record (`weir.source`) or, for a row without one (a window's result), its
+task (`weir.task`), plus its key and value. The commit order and the limits: docs/delivery.md, "Replays".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyarrow import fs as pafs
+
+from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
+from weir.kafka.log import LogView, client_log, is_outage, servers_of
+from weir.kafka.outage import ride_out
+from weir.storage import paths
+
+Marks = dict[str, dict[int, int]]  # topic -> partition -> high-water mark before the batch's first write
+
+
+@dataclass
+class Guard:
+    """What a processor's Kafka write needs to skip its own replays; travels to the tasks as one option.
+
+    `processor`: whose records count as delivered (their `weir.processor` header, without `weir.backfill`).
+    `marks`: where the batch's first write began. `replay`: the batch was begun before (its marks were
+    already in the checkpoint), so every task reads back; a retried task reads back even without it.
+    `reports`: a directory (path or URL) where each task that read back says what it skipped."""
+
+    processor: str
+    marks: Marks = field(default_factory=dict)
+    replay: bool = False
+    reports: str | None = None
+
+    def to_option(self) -> str:
+        marks = {t: {str(p): o for p, o in ps.items()} for t, ps in self.marks.items()}
+        return json.dumps({"processor": self.processor, "marks": marks, "replay": self.replay, "reports": self.reports})
+
+    @classmethod
+    def from_option(cls, text: str) -> Guard:
+        raw = json.loads(text)
+        marks = {t: {int(p): int(o) for p, o in ps.items()} for t, ps in raw["marks"].items()}
+        return cls(processor=raw["processor"], marks=marks, replay=bool(raw["replay"]), reports=raw.get("reports"))
+
+
+class Rewrite:
+    """One task's side of a guarded write: stamps `weir.task` on rows without an input record, and, when the
+    task writes again, skips the rows already delivered (runs in a task)."""
+
+    def __init__(self, guard: Guard, task: int, seen: Counter | None) -> None:
+        self.guard, self.task, self.seen = guard, str(task).encode(), seen
+        self.skipped = 0
+
+    def admit(self, headers: list[tuple[str, bytes]] | None, key: Any, value: Any) -> list[tuple[str, bytes]] | None:
+        """The row's headers, or None when the row is already in its topic and must not be written again."""
+        hs = list(headers or ())
+        origin = origin_of(hs)
+        if origin is None:
+            hs.append((TASK_HEADER, self.task))
+            origin = self.task
+        if self.seen:
+            ident = identity(origin, _bytes(key), _bytes(value))
+            if self.seen[ident] > 0:
+                self.seen[ident] -= 1
+                self.skipped += 1
+                return None
+        return hs
+
+    def report(self) -> None:
+        """What this task skipped, for the runner's accounting: written only by a task that read back."""
+        if self.seen is None or self.guard.reports is None:
+            return
+        filesystem, path = paths.resolve(self.guard.reports)
+        body = json.dumps({"skipped": self.skipped, "left": sum(self.seen.values())}).encode()
+        paths.write_atomic(filesystem, f"{path}/{self.task.decode()}.json", body)
+
+
+def skipped(reports: str) -> int:
+    """The rows the tasks of a guarded write skipped as already delivered, from their reports (driver)."""
+    filesystem, path = paths.resolve(reports)
+    total = 0
+    for info in filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+        if info.path.endswith(".json"):
+            with filesystem.open_input_stream(info.path) as f:
+                total += int(json.loads(f.read())["skipped"])
+    return total
+
+
+def _bytes(v: Any) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+def take_marks(client: dict, topics: list[str], timeout: float) -> Marks:
+    """Each partition's high-water mark now, for the topics that exist (driver). Exact, not ListOffsets alone
+    (some brokers answer below it, shared/FACTS.md): a mark below the end would count the processor's records
+    of the batch before as delivered by this one."""
+    view = LogView(client, timeout=timeout)
+    try:
+        parts = view.partitions()
+        bounds = view.bounds([(t, p) for t in topics for p in parts.get(t, [])])
+    finally:
+        view.close()
+    marks: Marks = {}
+    for (t, p), (_, end) in bounds.items():
+        marks.setdefault(t, {})[p] = end
+    return marks
+
+
+def identity(origin: bytes | None, key: bytes | None, value: bytes | None) -> bytes:
+    """A row's identity: 16 bytes of a hash over its origin, key and value, each length-prefixed (so that no two
+    different triples hash the same input)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (origin, key, value):
+        if part is None:
+            h.update(b"\xff")
+        else:
+            h.update(len(part).to_bytes(4, "big"))
+            h.update(part)
+    return h.digest()
+
+
+def origin_of(headers: list[tuple[str, bytes]] | None) -> bytes | None:
+    """The `weir.source` of a record, else its `weir.task`, from its headers."""
+    found = None
+    for k, v in headers or ():
+        if k == SOURCE_HEADER:
+            return v
+        if k == TASK_HEADER:
+            found = v
+    return found
+
+
+def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
+    """Identities of the records `guard.processor` wrote past the marks, with how often (runs in a task). Reads
+    every marked partition at once to its end now (the end-of-partition event, not ListOffsets, which may answer
+    short of the high-water mark, shared/FACTS.md); gives up after `timeout` seconds without progress, naming
+    the partitions it waited for."""
+    seen: Counter = Counter()
+    pending = {(t, p): mark for t, parts in guard.marks.items() for p, mark in parts.items()}
+    if not pending:
+        return seen
+    consumer = Consumer(
+        {
+            **settings,
+            "group.id": "weir-replay",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",  # a mark deleted by retention: read from what is left
+            "fetch.wait.max.ms": 10,  # an empty partition answers at once, not after the default 500 ms
+            "logger": client_log,
+        }
+    )
+    want = guard.processor.encode()
+    try:
+        consumer.assign([TopicPartition(t, p, mark) for (t, p), mark in pending.items()])
+        last_progress = time.monotonic()
+        while pending:
+            if time.monotonic() - last_progress > timeout:
+                where = ", ".join(f"{t}/{p} at {o}" for (t, p), o in sorted(pending.items())[:5])
+                raise TimeoutError(
+                    f"weir-kafka sink: reading back a replayed batch's records stalled for {timeout:.0f} s: {where}"
+                )
+            for m in consumer.consume(num_messages=10_000, timeout=1.0):
+                err, tp = m.error(), (m.topic(), m.partition())
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.pop(tp, None)
+                        last_progress = time.monotonic()
+                    elif not is_outage(err):
+                        raise KafkaException(err)
+                    continue
+                if tp in pending:
+                    pending[tp], last_progress = m.offset() + 1, time.monotonic()
+                headers = m.headers() or []
+                if (PROCESSOR_HEADER, want) in headers and not any(k == BACKFILL_HEADER for k, _ in headers):
+                    seen[identity(origin_of(headers), m.key(), m.value())] += 1
+    finally:
+        consumer.close()
+    return seen
+
+
+def begin(checkpoint: str, processor: str, batch_id: int, topics: list[str], client: dict, timeout_s: float) -> Guard:
+    """The guard of a batch's Kafka write (driver), before it writes anything. The first begin of a batch notes
+    its marks in `<checkpoint>/weir/marks/<batch>.json`; a later begin of the same batch (Spark replays it after
+    a crash or a failed attempt) finds them there and is a replay. Marks of older batches are deleted: Spark
+    replays only the last batch."""
+    root = paths.join(checkpoint, "weir", "marks")
+    filesystem, base = paths.resolve(root)
+    path = f"{base}/{batch_id}.json"
+    reports = paths.join(root, f"{batch_id}.tasks")
+    if filesystem.get_file_info(path).type == pafs.FileType.File:
+        with filesystem.open_input_stream(path) as f:
+            guard = Guard.from_option(f.read().decode())
+        _delete(filesystem, f"{base}/{batch_id}.tasks")  # the reports of an earlier attempt are not this one's
+        return Guard(processor, guard.marks, replay=True, reports=reports)
+    marks = ride_out(
+        lambda: take_marks(client, topics, timeout=min(30.0, timeout_s)),
+        f"note where batch {batch_id} of {processor} begins writing",
+        servers_of(client),
+        timeout_s,
+    )
+    guard = Guard(processor, marks, replay=False, reports=reports)
+    paths.write_atomic(filesystem, path, guard.to_option().encode())
+    for info in filesystem.get_file_info(pafs.FileSelector(base)):
+        done = info.base_name.split(".", 1)[0]
+        if done.isdigit() and int(done) < batch_id:
+            _delete(filesystem, info.path)
+    return guard
+
+
+def _delete(filesystem: pafs.FileSystem, path: str) -> None:
+    kind = filesystem.get_file_info(path).type
+    if kind == pafs.FileType.Directory:
+        filesystem.delete_dir(path)
+    elif kind == pafs.FileType.File:
+        filesystem.delete_file(path)
