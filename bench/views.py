@@ -234,7 +234,7 @@ def freshness(args: argparse.Namespace, scratch: Path) -> dict:
             try:
                 info = reader.info(VIEW, count=False)
                 if info.freshness.batch_id is not None:
-                    polls.append((now, dict(info.freshness.offsets)))
+                    polls.append((now, dict(info.freshness.offsets), info.freshness.as_of_ms))
                     first_applied = first_applied or now
             except Exception:  # the store is created at the query's start
                 pass
@@ -249,13 +249,17 @@ def freshness(args: argparse.Namespace, scratch: Path) -> dict:
         lat = []
         pending = sorted((ms, p, o) for p, o, ms in sampled if ms >= measured_from)
         for ms, p, o in pending:
-            seen = next((t for t, offs in polls if offs.get(str(p), 0) > o and t * 1000 >= ms), None)
+            seen = next((t for t, offs, _ in polls if offs.get(str(p), 0) > o and t * 1000 >= ms), None)
             if seen is not None:
                 lat.append(seen * 1000 - ms)
         unseen = len(pending) - len(lat)
+        # What a reader sees: the view's lag (now - the newest record time applied) at each poll of the window.
+        polled = [t * 1000 - a for t, _, a in polls if a is not None and t * 1000 >= measured_from]
+        console.print(f"polls {len(polls)}, last offsets {polls[-1][1] if polls else None}, sampled {len(sampled)}")
         rate = len(sampled) * 100 / max(time.time() - began, 1)
         return {"records_sampled": len(pending), "unseen": unseen, "p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-                "max": max(lat) if lat else float("nan"), "produced_rps": rate}  # fmt: skip
+                "max": max(lat) if lat else float("nan"), "produced_rps": rate, "lag_p50": pct(polled, 0.5),
+                "lag_p99": pct(polled, 0.99), "lag_max": max(polled) if polled else float("nan")}  # fmt: skip
     finally:
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -295,6 +299,8 @@ def main() -> None:
         t.add_row("record time to visible in the view", f"{fresh['produced_rps']:,.0f} rec/s",
                   f"{fresh['p50'] / 1000:.2f} s", f"{fresh['p99'] / 1000:.2f} s", f"{fresh['max'] / 1000:.2f} s",
                   "p99 < 2 s", "yes" if fresh["p99"] < 2000 else "no")  # fmt: skip
+        t.add_row("the view's lag as readers see it (now - as_of)", "", f"{fresh['lag_p50'] / 1000:.2f} s",
+                  f"{fresh['lag_p99'] / 1000:.2f} s", f"{fresh['lag_max'] / 1000:.2f} s", "", "")  # fmt: skip
     console.print(t)
     statuses = look and look["statuses"]
     samples, unseen = (fresh["records_sampled"], fresh["unseen"]) if fresh else (None, None)
