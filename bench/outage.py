@@ -125,12 +125,12 @@ def main() -> None:
             time.sleep(0.5)
         caught_up = time.monotonic() - restored
         snapshot = runner.snapshot()
+        topic = topic_ids(broker.bootstrap, "doubled")  # through the proxy, which the broker advertises
     finally:
         runner.stop()
         proxy.close()
+        broker.stop()
     ids = Counter(ds.dataset(str(scratch / "out"), format="parquet").to_table().column("id").to_pylist())
-    topic = topic_ids(broker.bootstrap, "doubled")
-    broker.stop()
     exact = lambda c: sorted(c) == list(range(a.records)) and set(c.values()) == {1}  # noqa: E731
     console.print(f"outage {a.seconds:.0f} s: everything in the sink {caught_up:.1f} s after the restore")
     console.print(f"restarts: { ({n: st.restarts for n, st in snapshot.items()}) }")

@@ -55,8 +55,8 @@ from weir.runtime.accounting import Counts
 
 # Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
 console = Console(width=None if sys.stdout.isatty() else 130)
-FIGURES = ("in_", "out", "filtered", "dlq", "late", "absorbed", "emitted")
-HEADERS = ("in", "out", "filtered", "dlq", "late", "absorbed", "emitted")
+FIGURES = ("in_", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
+HEADERS = ("in", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
 
 
 def _n(v: float) -> str:

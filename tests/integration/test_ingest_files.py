@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -145,3 +146,33 @@ def test_new_files_are_picked_up_as_they_land(bootstrap, tmp_path, topic_name):
             assert produced(bootstrap, topic_name) == 100 * (n + 1)
     finally:
         assert child.stop() == 0
+
+
+def test_files_under_an_s3_prefix_are_taken_in_each_once_across_a_rerun(bootstrap, s3, tmp_path, topic_name):
+    """The same job over `s3://` (the S3 server process): every row of every object once, a rerun sends nothing
+    again, and an object added later is picked up by the next run."""
+    from pyarrow import fs as pafs
+
+    prefix = f"{s3}/{uuid.uuid4().hex[:8]}/in"
+    filesystem, base = pafs.FileSystem.from_uri(prefix)
+    for n in range(2):
+        local = tmp_path / f"part{n}.json"
+        write_json(local, 500, bad_every=100)
+        with filesystem.open_output_stream(f"{base}/part{n}.json") as f:
+            f.write(local.read_bytes())
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    for run in range(2):
+        child = Child(args(f"{prefix}/", topic_name, "json", "--once"), env, tmp_path / f"s3-{run}.log")
+        assert child.proc.wait(120) == 0, child.text()[-3000:]
+        child.stop()
+    out = coordinates(read_topic(bootstrap, topic_name))
+    assert max(out.values()) == 1 and len(out) == 2 * 495
+    assert {f for f, _ in out} == {f"{prefix}/part{n}.json" for n in range(2)}
+    write_json(tmp_path / "part2.json", 50)
+    with filesystem.open_output_stream(f"{base}/part2.json") as f:
+        f.write((tmp_path / "part2.json").read_bytes())
+    child = Child(args(f"{prefix}/", topic_name, "json", "--once"), env, tmp_path / "s3-late.log")
+    assert child.proc.wait(120) == 0, child.text()[-3000:]
+    child.stop()
+    out = coordinates(read_topic(bootstrap, topic_name))
+    assert max(out.values()) == 1 and len(out) == 2 * 495 + 50

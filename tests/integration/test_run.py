@@ -377,7 +377,7 @@ def test_an_idle_pipeline_stops_within_seconds(spark, bootstrap, tmp_path):
         took = time.monotonic() - began
     assert {st.state for st in r.snapshot().values()} == {"stopped"}
     assert not [q for q in spark.streams.active if q.name and q.name.startswith(f"idle-{prefix}")]
-    assert took < 8, f"stopping 5 idle processors took {took:.1f}s"
+    assert took < 15, f"stopping 5 idle processors took {took:.1f}s"  # 53 s before the fix; 10 s seen at load 13
 
 
 def test_the_session_logs_through_weirs_log4j2_file(spark):

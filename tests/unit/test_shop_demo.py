@@ -19,7 +19,7 @@ def render(table) -> str:
 def snapshot() -> dict[str, ProcessorStatus]:
     enrich = ProcessorStatus("enrich", state="running", batches=3, input_rate=812.5)
     enrich.admission = {"limit": 40_000, "reason": "warming up", "waiting": 120_000}
-    enrich.totals = Counts(in_=1000, out=900, dlq=10, absorbed=90)
+    enrich.totals = Counts(in_=1000, out=900, dlq=10, absorbed=90, replayed=7)
     alert = ProcessorStatus("alert", state="restarting", restarts=2, last_error="ValueError: boom")
     alert.totals = Counts(in_=50, out=5, filtered=44, violations=1)  # one record unaccounted
     return {"enrich": enrich, "alert": alert}
@@ -30,7 +30,7 @@ def test_the_live_table_shows_each_processor_and_the_totals() -> None:
     assert "12s of 60s" in text
     enrich_row = next(line for line in text.splitlines() if line.startswith("│ enrich"))
     assert [c.strip() for c in enrich_row.split("│")[1:-1]] == [
-        "enrich", "running", "812", "40,000 warming up", "1,000", "900", "0", "10", "0", "90", "0", "0", "0",
+        "enrich", "running", "812", "40,000 warming up", "1,000", "900", "0", "10", "0", "90", "0", "7", "0", "0",
     ]  # fmt: skip
     total_row = next(line for line in text.splitlines() if line.startswith("│ total"))
     assert "1,050" in total_row and "905" in total_row
