@@ -135,6 +135,16 @@ class Settings(BaseSettings):
             " (atomic renames: local disk, NFS, HDFS)."
         ),
     )
+    views_dsn: str | None = Field(
+        None,
+        description=(
+            "PostgreSQL DSN of the materialized views' store (docs/views.md); unset: the embedded SQLite store under"
+            " views_dir (one machine, local Spark master only)."
+        ),
+    )
+    views_dir: str | None = Field(
+        None, description="Directory of the embedded views store, one SQLite file per view (default: <home>/views)."
+    )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     max_offsets_per_trigger: int | None = Field(
         None,
@@ -201,6 +211,10 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    def views_path(self) -> str:
+        """Where the embedded views store keeps its SQLite files: views_dir, else <home>/views."""
+        return self.views_dir or str(Path(self.home) / "views")
 
     def client_config(self) -> dict[str, str]:
         """librdkafka settings for any client: bootstrap servers plus the pass-through settings."""

@@ -6,8 +6,12 @@ use a clear error and lets port 0 pick a free one that the server can then repor
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
+import json
 import socket
+from collections.abc import Collection
+from typing import Any
 
 
 def is_loopback(host: str) -> bool:
@@ -37,3 +41,28 @@ def bind(host: str, port: int, backlog: int = 128) -> socket.socket:
     sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
+
+
+def check_exposure(host: str, token: str | None, what: str, how: str) -> None:
+    """Refuse to serve `what` on a non-loopback `host` without a token; `how` says where a token is set."""
+    if not token and not is_loopback(host):
+        raise ValueError(f"refusing to serve {what} on {host} without a token: set {how}, or bind 127.0.0.1")
+
+
+class TokenAuth:
+    """Pure ASGI middleware: 401 unless the request carries `Authorization: Bearer <token>`; `open_paths`
+    stay open (health checks). No token: everything passes (the server is on loopback, see check_exposure)."""
+
+    def __init__(self, app: Any, token: str | None, open_paths: Collection[str] = ("/healthz",)) -> None:
+        self.app, self.token, self.open_paths = app, token.encode() if token else None, frozenset(open_paths)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if self.token is None or scope["type"] != "http" or scope["path"] in self.open_paths:
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if given.startswith(b"Bearer ") and hmac.compare_digest(given[7:], self.token):
+            return await self.app(scope, receive, send)
+        body = json.dumps({"error": "a valid bearer token is required: send 'Authorization: Bearer <token>'"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

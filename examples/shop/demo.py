@@ -32,12 +32,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import typer
 from confluent_kafka import Consumer, TopicPartition
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -86,6 +88,36 @@ def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = Tru
     if errors:
         table.caption = "last errors:\n" + "\n".join(errors)
     return table
+
+
+VIEW = "revenue_by_category"
+
+
+def serve_argv(port: int) -> list[str]:
+    """`weir serve` of every view in the demo's home (no pipeline to import: no PySpark in that process)."""
+    return [sys.executable, "-m", "weir.cli", "serve", "--port", str(port)]
+
+
+def view_line(base: str | None) -> str:
+    """One lookup of the view over HTTP, as the live summary shows it: a page of rows, the view's freshness and
+    the request's latency."""
+    if base is None:
+        return "weir serve did not start: no view lookups"
+    began = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"{base}/views/{VIEW}?limit=6", timeout=2) as r:
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 503):  # the view's query has not written its first batch yet
+            return f"view {VIEW} over HTTP: waiting for its first batch (GET {base}/views/{VIEW}: {exc.code})"
+        return f"GET {base}/views/{VIEW}: {exc.code} {json.loads(exc.read()).get('error', '')[:100]}"
+    except (OSError, ValueError) as exc:
+        return f"GET {base}/views/{VIEW}: {exc}"
+    ms = (time.monotonic() - began) * 1000
+    fresh = body.get("freshness") or {}
+    rows = ", ".join(f"{r['category']} {r['revenue']:,.0f}" for r in body.get("rows", [])) or "no closed window yet"
+    lag = f"{fresh['lag_s']:.1f}s behind" if fresh.get("lag_s") is not None else "nothing applied yet"
+    return f"view {VIEW} over HTTP ({ms:.1f} ms): {rows}; current as of {fresh.get('as_of') or '-'} ({lag})"
 
 
 def _admission(a: dict | None) -> str:
@@ -382,6 +414,7 @@ def main(
     monitor = None
     ingest = None
     customers_job = None
+    server = None
     orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
@@ -414,12 +447,20 @@ def main(
             feed.start()
         if monitor is not None and not show_monitor(monitor):
             monitor = None
-        console.print("starting the shop pipeline: 6 queries (one archives orders); the first batches take a while ...")
+        port = free_port()
+        with open(run_dir / "serve.log", "wb") as out:
+            server = subprocess.Popen(serve_argv(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=monitor_env(settings, os.environ), cwd=REPO)  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        console.print(f"weir serve: {base}/views (log {run_dir / 'serve.log'})")
+        console.print("starting the shop pipeline: 7 queries (one archives orders, one keeps a view); the first "
+                      "batches take a while ...")  # fmt: skip
         runner.start()
         started = time.monotonic()
         with Live(console=console, refresh_per_second=1) as live:
             while not stop.is_set() and time.monotonic() - started < duration:
-                live.update(live_table(runner.snapshot(), time.monotonic() - started, duration))
+                line = view_line(base if server.poll() is None else None)
+                live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
                 stop.wait(1.0)
         elapsed = time.monotonic() - started
         orders_stop.set()
@@ -439,6 +480,7 @@ def main(
                 console.print(f"  {doc}")
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
+        console.print(view_line(base if server.poll() is None else None))
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
     except KeyboardInterrupt:
         console.print("interrupted; stopping ...")
@@ -451,7 +493,7 @@ def main(
             console.print("stopping weir monitor ...")
             monitor.stop()
         orders_stop.set()
-        for proc in (ingest[0] if ingest else None, customers_job):
+        for proc in (ingest[0] if ingest else None, customers_job, server):
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)

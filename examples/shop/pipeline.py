@@ -5,6 +5,8 @@
     revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
     spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
     alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
+    view revenue_by_category (revenue.by_category_1m)      the latest closed minute per category, by key:
+                                                           served by `weir serve` (docs/views.md)
 
 Event time is `ts_ms`, epoch milliseconds as BIGINT: exact in JSON, and a wrong type is easy to spot; the
 windows turn it into a TIMESTAMP. Both windows wait 30 seconds of event time for stragglers; the generator
@@ -157,6 +159,9 @@ def build(
     def alert(spend: DataFrame) -> DataFrame:
         return over_threshold(spend, limit)
 
+    # Each closed window upserts its category's row: the view holds the latest closed minute per category, in
+    # the embedded SQLite store unless views_dsn names a database.
+    shop.view("revenue_by_category", source=revenue_1m, key="category")
     return shop
 
 

@@ -159,10 +159,20 @@ def test_run_batch_refuses_what_it_cannot_run(pipeline_test):
         t.send("order", [])
 
 
-def test_view_names_the_missing_issue(pipeline_test):
-    t = pipeline_test(orders_pipeline())
-    with pytest.raises(NotImplementedError, match="issue 14"):
-        t.view("revenue")
+def test_view_gives_the_current_rows_of_a_view(pipeline_test):
+    p = Pipeline("kit")
+    totals = p.topic("totals", "category STRING NOT NULL, revenue DOUBLE", key="category")
+    p.view("revenue", source=totals, key="category")
+    t = pipeline_test(p, processors=["view.revenue"])
+    with pytest.raises(KeyError, match=r"declares no view 'nope' \(views: revenue\)"):
+        t.view("nope")
+    t.send("totals", [{"category": "books", "revenue": 5.0}, {"category": "games", "revenue": 2.0}])
+    t.run_once()
+    assert t.view("revenue") == [{"category": "books", "revenue": 5.0}, {"category": "games", "revenue": 2.0}]
+    t.send("totals", [{"category": "books", "revenue": 7.5}, None], keys=["books", "games"])  # games deleted
+    t.run_once()
+    assert t.view("revenue") == [{"category": "books", "revenue": 7.5}]
+    assert t.accounting("view.revenue").to_json()["in"] == 4
 
 
 def test_the_docs_example_windows_on_the_tests_clock_across_restarts(pipeline_test, tmp_path, monkeypatch):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import logging
 import os
@@ -29,15 +28,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
+from weir import net
 from weir.ingest.intake import Intake, Plan, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import ACK_MARGIN_S, Acks, Backpressure, IngestProducer
 from weir.ingest.progress import Books
 from weir.ingest.readback import resume
 from weir.kafka.log import BrokerUnavailable
-from weir.net import is_loopback
+from weir.net import TokenAuth
 
 log = logging.getLogger("weir.ingest")
 COUNTS = ("requests", "created", "invalid", "unavailable", "too_large", "conflict", "replayed", "resolved")
@@ -47,23 +47,7 @@ FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after
 
 def check_exposure(host: str, token: str | None) -> None:
     """Anyone who reaches the server can write into the topics: off loopback only with a token."""
-    if not token and not is_loopback(host):
-        raise ValueError(f"refusing to serve ingest on {host} without a token: set --token or WEIR_INGEST_TOKEN")
-
-
-class TokenAuth:
-    """401 unless `Authorization: Bearer <token>`; /healthz stays open."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token.encode() if token else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http" or scope["path"] == "/healthz":
-            return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if given.startswith(b"Bearer ") and hmac.compare_digest(given[7:], self.token):
-            return await self.app(scope, receive, send)
-        await JSONResponse({"error": "a valid bearer token is required"}, 401)(scope, receive, send)
+    net.check_exposure(host, token, "ingest", "--token or WEIR_INGEST_TOKEN")
 
 
 @dataclass

@@ -83,6 +83,8 @@ DASHBOARD = r"""<!doctype html>
     <h2 style="margin-top:10px">Fired and resolved</h2><div id="alerts-history"></div></section>
   <section><h2>Outputs</h2><table id="outputs"><thead><tr><th>output</th><th>freshness s</th><th>written by</th>
     </tr></thead><tbody></tbody></table></section>
+  <section><h2>Views</h2><table id="views"><thead><tr><th>view</th><th>key</th><th>rows</th><th>current as of</th>
+    <th>lag s</th></tr></thead><tbody></tbody></table></section>
   <section><h2>Topics</h2><table id="topics"><thead><tr><th>topic</th><th>partitions</th><th>records</th>
     <th>append/s</th><th>retention</th></tr></thead><tbody></tbody></table></section>
 </main>
@@ -347,6 +349,13 @@ function drawTopics(topics) {
     [t.name, N(Object.keys(t.partitions).length), N(fmt(t.records)), N(fmt(t.append_rate)),
      t.retention_ms === null ? "unlimited" : dur(t.retention_ms / 1000)], {"data-name": t.name})));
 }
+function drawViews(views) {
+  const tbody = document.querySelector("#views tbody");
+  tbody.replaceChildren();
+  (views || []).forEach(v => tbody.appendChild(row(v.error ? [v.name, v.error, "", "", ""] :
+    [v.name, v.key.join(", "), N(fmt(v.rows)), v.freshness.as_of || "nothing yet", N(fmt(v.freshness.lag_s))],
+    {"data-name": v.name})));
+}
 function alertEl(a) {
   const d = el("div", {class: "alert " + a.status, "data-rule": a.rule, "data-target": a.target});
   d.appendChild(el("b", {}, a.status === "firing" ? "FIRING " : "resolved "));
@@ -393,6 +402,7 @@ async function refresh() {
     drawTables();
     drawCharts();
     drawTopics(topics);
+    drawViews(ov.views);
     drawAlerts(alerts);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     status.textContent = ""; status.className = "";

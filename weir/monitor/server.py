@@ -127,6 +127,9 @@ def create_app(monitor: Monitor, token: str | None = None) -> Starlette:
                 return Json({"error": "bad_request", "message": f"{name}={raw!r}: {meaning} expected"}, 400)
         return Json(monitor.series(numbers["since"], numbers["after"]))
 
+    async def views(request: Request) -> Response:
+        return Json({"views": monitor.views_view()})
+
     async def metrics(request: Request) -> Response:
         return Response(render(monitor), media_type=CONTENT_TYPE_LATEST)
 
@@ -138,6 +141,7 @@ def create_app(monitor: Monitor, token: str | None = None) -> Starlette:
         Route("/api/processors/{name:path}", processor),
         Route("/api/topics", topics),
         Route("/api/topology", topology),
+        Route("/api/views", views),
         Route("/api/alerts", alerts),
         Route("/api/series", series),
         Route("/metrics", metrics),

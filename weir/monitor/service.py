@@ -15,7 +15,7 @@ from typing import Any
 from weir.config import Settings
 from weir.monitor.alerts import AlertEngine, Webhook
 from weir.monitor.config import MonitorConfig, parse_duration
-from weir.monitor.sources import BrokerPoller, ProgressReader, read_checkpoint, read_runs
+from weir.monitor.sources import BrokerPoller, ProgressReader, read_checkpoint, read_runs, read_views
 from weir.monitor.state import Monitor
 from weir.monitor.store import StateFile
 
@@ -132,6 +132,7 @@ class MonitorService:
         self.poller.poll_once()
         if self.config.read_run_files:
             self.monitor.observe_runs(read_runs(self.settings.home))
+        self.monitor.observe_views(read_views(self.settings))
         if self.config.read_checkpoints:
             for key, path in self.monitor.checkpoints().items():
                 committed = read_checkpoint(path)

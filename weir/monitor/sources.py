@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
@@ -23,6 +24,7 @@ from weir.kafka.log import BrokerUnavailable, LogView, client_log
 from weir.monitor.compute import TP
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.process import process_alive
+from weir.storage.views import ViewError, reader_for
 
 log = logging.getLogger("weir.monitor")
 _DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._TIMED_OUT)
@@ -268,3 +270,20 @@ def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
     except (CheckpointError, OSError, ValueError):
         return None
     return {(t, p): off for t, parts in committed.items() for p, off in parts.items()}
+
+
+def read_views(settings: Any, timeout_s: float = 2.0) -> list[dict]:
+    """Every materialized view in the settings' stores, read-only (the embedded SQLite files under views_dir,
+    and views_dsn's meta table): name, key, rows, freshness; an unreadable view is listed with its error."""
+    out: list[dict] = []
+    try:
+        reader = reader_for(settings.views_path(), settings.views_dsn, None, timeout_s)
+        names = reader.names()
+    except ViewError as exc:
+        return [{"name": "*", "error": str(exc)}]
+    for name in names:
+        try:
+            out.append(reader.info(name).to_json())
+        except ViewError as exc:  # one unreadable view does not hide the others
+            out.append({"name": name, "error": str(exc)})
+    return out

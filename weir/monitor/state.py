@@ -61,6 +61,7 @@ class Monitor:
         self.outputs: dict[str, OutputFigures] = {}
         self.output_series: dict[str, Ring] = {}  # freshness of each output topic or sink
         self.webhook: Any = None  # the Webhook, for its counters
+        self.views: list[dict] = []  # materialized views as their stores describe them (observe_views)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -351,6 +352,28 @@ class Monitor:
             "webhook": self.webhook.to_json() if self.webhook is not None else None,
         }  # fmt: skip
 
+    def observe_views(self, views: list[dict]) -> None:
+        """The views read from their stores (weir.storage.views ViewInfo.to_json, or {"name", "error"})."""
+        with self.lock:
+            self.views = list(views)
+
+    def views_view(self) -> list[dict]:
+        """Every view: its store's freshness (the input time its rows are current as of, the lag now) and the
+        propagated freshness of the processor that maintains it (`<pipeline>/view.<name>`)."""
+        with self.lock:
+            now = self.now_ms()
+            out = []
+            for v in self.views:
+                fresh = dict(v.get("freshness") or {})
+                if fresh.get("as_of_ms") is not None:
+                    fresh["lag_s"] = max(0.0, (now - fresh["as_of_ms"]) / 1000)
+                t = self.tracks.get(f"{v.get('pipeline')}/view.{v.get('name')}")
+                f = t.figures if t is not None else None
+                out.append({**v, "freshness": fresh, "processor": t.key if t is not None else None,
+                            "processor_freshness_s": f.freshness.seconds if f is not None else None,
+                            "health": str(_health(t)) if t is not None else None})  # fmt: skip
+            return out
+
     def overview(self) -> dict:
         with self.lock:
             now = self.now_ms()
@@ -370,6 +393,7 @@ class Monitor:
                 "outputs": {n: o.to_json() for n, o in sorted(self.outputs.items())},
                 "topology": self.topology(),
                 "alerts": {"active": self.alerts.firing()},
+                "views": self.views_view(),
             }
 
 

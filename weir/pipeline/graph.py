@@ -18,12 +18,18 @@ def text(p: Pipeline) -> str:
     """One line per processor, `inputs ──► processor ──► outputs`, sources first."""
     order = {"source": 0, "internal": 1, "sink": 2}
     lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(p.processors)} processors"]
+    if p.views:
+        lines[0] += f", {len(p.views)} view{'' if len(p.views) == 1 else 's'}"
     for proc in sorted(p.processors.values(), key=lambda x: (order[x.kind], x.name)):
         ins = ", ".join(_label(p, t) for t in proc.inputs) or "(outside world)"
         outs = ", ".join(_label(p, t) for t in proc.outputs) or _sink(proc)
         state = ", stateful" if proc.stateful else ""
         lines.append(f"  {ins} ──► {proc.name} ({proc.kind}{state}, {proc.version}) ──► {outs}")
-    unused = sorted(set(p.topics) - {t for x in p.processors.values() for t in (*x.inputs, *x.outputs)})
+    for v in sorted(p.views.values(), key=lambda v: v.name):
+        store = "postgresql" if v.dsn else "the settings' store"
+        lines.append(f"  {_label(p, v.source)} ──► view {v.name} [key {', '.join(v.key)}; {store}]")
+    read = {t for x in p.processors.values() for t in (*x.inputs, *x.outputs)} | {v.source for v in p.views.values()}
+    unused = sorted(set(p.topics) - read)
     if unused:
         lines.append(f"  not read or written by any processor: {', '.join(unused)}")
     return "\n".join(lines)
@@ -50,5 +56,9 @@ def dot(p: Pipeline) -> str:
         if proc.sink is not None:
             sink = _q("sink:" + proc.name)
             lines += [f"  {sink} [label={_q(_sink(proc))}, shape=folder];", f"  {_q('proc:' + proc.name)} -> {sink};"]
+    for v in p.views.values():
+        node = _q("view:" + v.name)
+        lines.append(f"  {node} [label={_q('view ' + v.name)}, shape=tab];")
+        lines.append(f"  {_q('topic:' + v.source)} -> {node};")
     lines.append("}")
     return "\n".join(lines)

@@ -111,14 +111,41 @@ class HttpSource:
     host: str = "127.0.0.1"
 
 
+_VIEW_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class View:
+    """A materialized view: a keyed table kept up to date from a topic of changes (docs/views.md). A record
+    upserts its key's row (its declared fields are the columns), a tombstone (null value) deletes it.
+
+    `dsn`: a PostgreSQL DSN for the view's store; None: the settings' `views_dsn`, else the embedded SQLite
+    store under `views_dir`. `trigger`: the view query's micro-batch interval (None: the settings')."""
+
+    name: str
+    source: str
+    key: tuple[str, ...]
+    dsn: str | None = field(default=None, repr=False)  # may carry a password: never in a repr
+    trigger: str | None = None
+
+    @property
+    def processor(self) -> str:
+        """The name of the processor that maintains the view (its query, checkpoint, progress records)."""
+        return VIEW_PREFIX + self.name
+
+
+VIEW_PREFIX = "view."
+
+
 @dataclass
 class Pipeline:
-    """A named topology of topics, tables and processors."""
+    """A named topology of topics, tables, processors and views."""
 
     name: str
     topics: dict[str, Topic] = field(default_factory=dict)
     processors: dict[str, Processor] = field(default_factory=dict)
     http_sources: list[HttpSource] = field(default_factory=list)
+    views: dict[str, View] = field(default_factory=dict)
     _duplicates: list[str] = field(default_factory=list, repr=False)
 
     def _add_topic(self, topic: Topic) -> Topic:
@@ -163,6 +190,44 @@ class Pipeline:
         source = HttpSource(tuple(t.name if isinstance(t, Topic) else t for t in topics), port, host)
         self.http_sources.append(source)
         return source
+
+    def view(
+        self, name: str, source: Topic | str, key: str | Sequence[str], *, dsn: str | None = None,
+        trigger: str | None = None,
+    ) -> View:  # fmt: skip
+        """Declare a materialized view `name` over `source` (a topic, e.g. a processor's output), keyed by
+        `key` (one field or several): each record upserts its key's row, a tombstone deletes it. Maintained
+        exactly-once by `weir run`, served by `weir serve` (docs/views.md). Checked here: the source must be
+        declared before, with a schema holding every key field."""
+        where = f"pipeline {self.name}: view {name}"
+        if not isinstance(name, str) or not _VIEW_NAME.match(name):
+            raise DeclarationError(f"{where!s}: a view name is a letter then letters, digits or '_' (at most 63)")
+        if name in self.views:
+            raise DeclarationError(f"{where}: declared twice")
+        topic_name = source.name if isinstance(source, Topic) else source
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            known = ", ".join(sorted(self.topics)) or "none"
+            raise DeclarationError(f"{where}: unknown source topic {topic_name!r} (declared topics: {known})")
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        fields = topic.fields()
+        if not fields:
+            raise DeclarationError(f"{where}: source topic {topic_name} has no schema: a view needs declared fields")
+        if not keys:
+            raise DeclarationError(f"{where}: give a key (a field of {topic_name}, or several)")
+        for k in keys:
+            if k not in fields:
+                raise DeclarationError(
+                    f"{where}: key field {k!r} is not in topic {topic_name}'s schema ({', '.join(fields)})"
+                )
+        if trigger is not None:
+            try:
+                units.spark_trigger(trigger, f"{where} trigger")
+            except units.DurationError as exc:
+                raise DeclarationError(str(exc)) from None
+        view = View(name, topic_name, keys, dsn, trigger)
+        self.views[name] = view
+        return view
 
     def processor(
         self,

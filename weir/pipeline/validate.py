@@ -37,6 +37,9 @@ def problems(p: Pipeline) -> list[str]:
         for t in source.topics:
             if t not in p.topics:
                 found.append(f"HTTP source on port {source.port}: unknown topic {t!r}")
+    for view in p.views.values():
+        if view.processor in p.processors and p.processors[view.processor].sink is None:
+            found.append(f"view {view.name}: a processor is named {view.processor}, the name of the view's own")
     checkpoints: dict[str, str] = {}
     for proc in p.processors.values():
         other = checkpoints.setdefault(proc.checkpoint, proc.name)

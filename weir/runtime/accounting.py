@@ -14,6 +14,7 @@ from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, O
 
 _TOTALS = (
     "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "replayed",
+    "refused",
 )  # fmt: skip
 
 
@@ -34,6 +35,7 @@ class Counts:
     poison: int = 0  # of `dlq`: records on which user code raised
     # Of the records routed to topics: those a replayed write found already delivered, and did not write again.
     replayed: int = 0
+    refused: int = 0  # of `dlq`: records a stateless function routed to dlq itself (a view's keyless records)
     # Stateless batches: distinct input records behind the output rows (None: the routes are the accounting).
     passed: int | None = None
     has_sources: bool = False  # whether output rows still carry their input's coordinates
@@ -70,7 +72,8 @@ class Counts:
         self.in_ = in_
         if self.passed is None:
             return
-        survived = self.handed - self.poison  # handed, and the function did not raise on them
+        # handed, and the function neither raised on them nor dead-lettered them itself
+        survived = self.handed - self.poison - self.refused
         passed = self.passed if self.has_sources else min(self.out, survived)
         self.filtered += survived - passed
         self.emitted += self.out - passed

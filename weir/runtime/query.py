@@ -93,6 +93,7 @@ class ProcessorQuery:
         self._override = settings.processors.get(proc.name, ProcessorSettings())
         self._poisoned = 0
         self._has_sources = False  # whether the function's result keeps its input coordinates
+        self._routes_own = False  # whether the function's result has its own `_route` column
         # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
         self.archive = proc.sink is not None and proc.sink.reads_raw
         self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
@@ -271,7 +272,8 @@ class ProcessorQuery:
         result = self.proc.fn(*sub)  # a driver-side error (bad column, bad code) is not a record's fault
         routing.check_outputs(self.proc, result, self.topics)
         frame = _with_output(result) if isinstance(result, dict) else result
-        frame = self._cache(frame if ROUTE in frame.columns else frame.withColumn(ROUTE, F.lit(OUT)))
+        self._routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
+        frame = self._cache(frame if self._routes_own else frame.withColumn(ROUTE, F.lit(OUT)))
         self._has_sources = all(c in frame.columns for c in routing.COORDINATES)
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
@@ -347,6 +349,10 @@ class ProcessorQuery:
         counts.passed = sum(g["sources"] for g in groups if g[ROUTE] in (OUT, EMIT))
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned
+        if self._routes_own and any(g[ROUTE] == DLQ for g in groups):
+            # Records the function itself sent to dlq were handed to it: not "filtered" as well (Counts.settle).
+            # The frame is cached: a count of it reads memory.
+            counts.refused = frame.where(col(ROUTE) == DLQ).count()
         if any(g[routing.DEST] is not None for g in groups):
             self.write_topics(routed)
             counts.replayed = self.replayed

@@ -36,6 +36,7 @@ from weir.runtime import versions
 from weir.runtime.accounting import Counts
 from weir.runtime.progress import ProgressPublisher, now_iso, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
+from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, metadata_probe
 from weir.spark import spark_session
 
@@ -138,7 +139,9 @@ class Runner:
     ) -> None:
         self.settings = settings or load()
         # Topics declared archived=True get their archiver, a processor like the others.
-        self.pipeline = pipeline = validate(with_archivers(pipeline, self.settings.lake, archive))
+        # Views get their processors too (weir.runtime.views): each is maintained by a sink processor.
+        archived = with_archivers(pipeline, self.settings.lake, archive)
+        self.pipeline = pipeline = validate(with_views(archived, self.settings))
         self.available_now = available_now
         unknown = sorted(set(processors or []) - set(pipeline.processors))
         if unknown:
@@ -223,6 +226,7 @@ class Runner:
         """Trace every processor and check its version before anything starts: fail fast, all at once. The
         notes of changed code by processor, to publish once the progress topic exists."""
         notes = {}
+        check_embedded(self.spark, self.selected)
         for proc in self.selected:
             b = ProcessorQuery(
                 self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc),

@@ -32,6 +32,7 @@ from weir.pipeline.validate import validate
 from weir.runtime.accounting import Counts
 from weir.runtime.routing import DEST
 from weir.runtime.runner import ProcessorStatus, Runner
+from weir.storage.views import ViewError, reader_for
 from weir.testing import records as rec
 from weir.testing.batch import FastBatch, Outbox
 from weir.testing.environment import Environment
@@ -308,8 +309,15 @@ class PipelineTest:
             raise RunFailed(f"backfill of {processor}: the books do not balance: {report.counts.to_json()}")
         return report
 
-    def view(self, name: str) -> Any:
-        """Not yet: materialized views arrive with issue 14 (weir sql, views); there is no view to read."""
-        raise NotImplementedError(
-            f"view {name!r}: weir has no materialized views yet (issue 14); read the topic that would feed it"
-        )
+    def view(self, name: str) -> list[dict[str, Any]]:
+        """The current rows of the pipeline's view `name`, in key order, as `weir serve` reads them: one dict
+        of the view's columns per key. Run its processor (`view.<name>`) first, with `run_once`. A test keeps
+        its views in the embedded store under its own home: a view's `dsn` is not used in tests."""
+        if name not in self.pipeline.views:
+            known = ", ".join(self.pipeline.views) or "none"
+            raise KeyError(f"pipeline {self.declared.name} declares no view {name!r} (views: {known})")
+        reader = reader_for(self.settings.views_path(), None, [(self.pipeline.name, name, None)])
+        try:
+            return list(reader.all_rows(name))
+        except ViewError as exc:
+            raise RunFailed(f"view {name}: {exc}; run its processor view.{name} with run_once() first") from None

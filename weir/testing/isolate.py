@@ -57,4 +57,7 @@ def isolated(pipeline: Pipeline, prefix: str) -> Pipeline:
         )
         for name, proc in pipeline.processors.items()
     }
-    return replace(pipeline, topics=topics, processors=processors, _duplicates=list(pipeline._duplicates))
+    # A view's own DSN is dropped: a test keeps its views in the embedded store under its own home, and
+    # shares no database with other tests (docs/testing.md).
+    views = {n: replace(v, source=names.get(v.source, v.source), dsn=None) for n, v in pipeline.views.items()}
+    return replace(pipeline, topics=topics, processors=processors, views=views, _duplicates=list(pipeline._duplicates))
