@@ -1,8 +1,9 @@
 """`weir backfill` end to end, the seeds' story: a processor version silently dropped ~1% of events for three
 hours while the archiver kept every input record in the lake; exactly those hours are backfilled through
 the fixed function into the same output topic, which then holds each input record's output once, as a
-correct run's (the backfill writes only what streaming did not deliver). Also: the report's figures, dead letters, a dry run, reruns into an
-exactly-once Parquet sink, and every bad input (exit code 2, one clear line)."""
+correct run's (the backfill writes only what streaming did not deliver). Also: the report's figures, dead
+letters, a dry run, reruns into an exactly-once Parquet sink, and every bad input (exit code 2, one clear
+line)."""
 
 from __future__ import annotations
 
