@@ -1,0 +1,135 @@
+"""`run(sql, settings)`: one read-only query over weir's tables (lake plus live tail of every topic), answered
+as an Arrow table with where each table's rows came from. The CLI (`weir sql`) and the server call this.
+
+    from weir.query import run
+    answer = run("SELECT category, sum(amount) FROM orders GROUP BY 1", settings, pipeline=shop)
+    answer.table          # pyarrow.Table, at most row_limit rows
+    answer.provenance     # per table: rows from the lake (which version), rows from the broker tail, ...
+    answer.truncated      # rows were left out by the row limit
+
+Callers add tables of their own with `tables={"name": provider}`: a pyarrow Table, Dataset or RecordBatchReader,
+or a function returning one (called only when the query names the table).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from weir.config import Settings, load, redact_text
+from weir.kafka.log import LogView
+from weir.pipeline.model import Pipeline
+from weir.query import catalog, duck, safety
+from weir.query.safety import Limits, QueryError, QueryTimeout
+from weir.query.sources import Provenance, Source, resolve
+from weir.query.tail import TailTimeout
+from weir.storage.lake import Lake
+
+Engine = Literal["duckdb", "spark"]
+Provider = pa.Table | Any | Callable[[], Any]
+
+
+@dataclass
+class Answer:
+    """One query's answer."""
+
+    table: pa.Table
+    provenance: list[Provenance]
+    truncated: bool
+    elapsed_s: float
+    engine: str
+    row_limit: int
+    sql: str = ""
+    tables: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """The provenance in one line, with the row count and whether the row limit cut the answer."""
+        rows = f"{self.table.num_rows:,} row{'s' if self.table.num_rows != 1 else ''}"
+        if self.truncated:
+            rows += f" (truncated at the row limit of {self.row_limit:,})"
+        parts = [p.line() for p in self.provenance]
+        return f"{rows} in {self.elapsed_s:.2f} s ({self.engine})" + (": " + "; ".join(parts) if parts else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": self.table.num_rows,
+            "truncated": self.truncated,
+            "row_limit": self.row_limit,
+            "elapsed_s": round(self.elapsed_s, 4),
+            "engine": self.engine,
+            "provenance": [p.to_json() for p in self.provenance],
+        }
+
+
+def _broker_topics(settings: Settings, timeout_s: float) -> list[str]:
+    view = LogView(settings.client_config(), timeout=max(1.0, timeout_s))
+    try:
+        return sorted(view.partitions())
+    finally:
+        view.close()
+
+
+def tables_of(
+    sql: str, settings: Settings, pipeline: Pipeline | None, extra: Mapping[str, Any], deadline: float
+) -> list[catalog.TableSpec]:
+    """The catalog's tables the query names (the caller's own tables left out)."""
+    lake = Lake(settings.lake)
+    lake_topics = lake.topics()
+    broker_topics = _broker_topics(settings, deadline - time.monotonic())
+    known = set(lake_topics) | {t for t in broker_topics if not t.startswith("__")}
+    wanted = safety.tables(sql, known) - set(extra)
+    schemas = {}
+    for t in wanted & set(lake_topics):
+        dt = lake.table(t)
+        if dt is not None:
+            schemas[t] = pa.schema(dt.schema().to_arrow())
+    specs = catalog.build(lake_topics, broker_topics, pipeline, schemas)
+    return [specs[t] for t in sorted(wanted)]
+
+
+def run(
+    sql: str,
+    settings: Settings | None = None,
+    pipeline: Pipeline | None = None,
+    engine: Engine = "duckdb",
+    timeout_s: float = 30.0,
+    row_limit: int = 10_000,
+    tables: Mapping[str, Provider] | None = None,
+    spark: Any = None,
+) -> Answer:
+    """Run one read-only query (see the module's docstring). Raises QueryError (refused, malformed, failed;
+    QueryTimeout past the timeout) with a one-line message and, for bad SQL, its position."""
+    started = time.monotonic()
+    limits = Limits(timeout_s, row_limit)
+    deadline = started + limits.timeout_s
+    settings = settings or load()
+    statement = safety.statement(sql)
+    extra = dict(tables or {})
+    try:
+        specs = tables_of(statement, settings, pipeline, extra, deadline)
+        wanted = safety.tables(statement, set(extra))
+        given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in wanted}
+        sources: dict[str, Source] = resolve(Lake(settings.lake), settings.client_config(), specs, deadline)
+    except TailTimeout as exc:
+        raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s") from None
+    except catalog.CatalogError as exc:
+        raise QueryError(str(exc)) from None
+    left = deadline - time.monotonic()
+    if engine == "duckdb":
+        table, truncated = duck.run(sources, given, statement, left, limits.row_limit)
+    elif engine == "spark":
+        from weir.query import spark_engine  # PySpark's session only when asked for
+
+        table, truncated = spark_engine.run(sources, given, statement, left, limits.row_limit, settings, spark)
+    else:
+        raise QueryError(f"unknown engine {engine!r}: duckdb or spark")
+    provenance = [sources[n].provenance for n in sorted(sources)]
+    provenance += [Provenance(n, provider="a table given by the caller") for n in sorted(given)]
+    return Answer(
+        table, provenance, truncated, time.monotonic() - started, engine, limits.row_limit,
+        redact_text(statement), sorted([*sources, *given]),
+    )  # fmt: skip
