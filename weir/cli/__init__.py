@@ -11,6 +11,7 @@ from weir.cli.ingest import ingest_app
 from weir.cli.lake import lake_app
 from weir.cli.monitor import monitor_command
 from weir.cli.pipelines import archive, graph, run
+from weir.cli.sql import sql_command
 from weir.cli.status import show_config, status
 from weir.cli.topics import offsets, topics_app
 
@@ -27,6 +28,7 @@ app.command("status")(status)
 app.command("config")(show_config)
 app.command("backfill")(backfill_command)
 app.command("monitor")(monitor_command)
+app.command("sql")(sql_command)
 
 
 def main() -> None:

@@ -113,20 +113,27 @@ def run(
         specs = tables_of(statement, settings, pipeline, extra, deadline)
         wanted = safety.tables(statement, set(extra))
         given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in wanted}
-        sources: dict[str, Source] = resolve(Lake(settings.lake), settings.client_config(), specs, deadline)
+        lake = Lake(settings.lake)
+        sources: dict[str, Source] = resolve(lake, settings.client_config(), specs, deadline, engine != "spark")
     except TailTimeout as exc:
-        raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s") from None
+        raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s (--timeout)") from None
     except catalog.CatalogError as exc:
         raise QueryError(str(exc)) from None
     left = deadline - time.monotonic()
-    if engine == "duckdb":
-        table, truncated = duck.run(sources, given, statement, left, limits.row_limit)
-    elif engine == "spark":
-        from weir.query import spark_engine  # PySpark's session only when asked for
+    try:
+        if engine == "duckdb":
+            table, truncated = duck.run(sources, given, statement, left, limits.row_limit)
+        elif engine == "spark":
+            from weir.query import spark_engine  # PySpark's session only when asked for
 
-        table, truncated = spark_engine.run(sources, given, statement, left, limits.row_limit, settings, spark)
-    else:
-        raise QueryError(f"unknown engine {engine!r}: duckdb or spark")
+            table, truncated = spark_engine.run(sources, given, statement, left, limits.row_limit, settings, spark)
+        else:
+            raise QueryError(f"unknown engine {engine!r}: duckdb or spark")
+    except QueryTimeout:
+        raise QueryTimeout(
+            f"the query was stopped after {time.monotonic() - started:.1f} s: it exceeded its timeout of "
+            f"{limits.timeout_s:g} s (--timeout)"
+        ) from None
     provenance = [sources[n].provenance for n in sorted(sources)]
     provenance += [Provenance(n, provider="a table given by the caller") for n in sorted(given)]
     return Answer(

@@ -89,7 +89,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float, row_limi
     started = time.monotonic()
     timer.start()
     try:
-        reader = con.execute(sql).to_arrow_reader(BATCH_ROWS)
+        reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         batches, rows, truncated = [], 0, False
         for batch in reader:
             if rows + batch.num_rows > row_limit:

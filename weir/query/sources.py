@@ -19,6 +19,7 @@ import pyarrow.dataset as pads
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
 from weir.query import seam, tail
 from weir.query.catalog import TableSpec
+from weir.storage import delta
 from weir.storage.lake import Lake, coverage_of
 
 DECODE_CHUNK = 65_536  # lake rows decoded at a time, when the lake kept raw values only
@@ -94,7 +95,7 @@ def _snapshot(lake: Lake, topic: str) -> _Snapshot | None:
     facts = [f for f in lake.batches(topic, dt) if f.get("version") is None or int(f["version"]) <= version]
     coverage = coverage_of(facts)
     actions = pa.table(dt.get_add_actions(flatten=True))
-    dataset = dt.to_pyarrow_dataset()
+    dataset = delta.arrow_dataset(dt)
     counts = actions.column("num_records") if "num_records" in actions.column_names else None
     rows = int(pc.sum(counts).as_py() or 0) if counts is not None and counts.null_count == 0 else dataset.count_rows()
     return _Snapshot(
@@ -140,15 +141,18 @@ def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | No
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
-def resolve(lake: Lake, client: dict[str, str], specs: list[TableSpec], deadline: float) -> dict[str, Source]:
-    """Every table of `specs` resolved: lake snapshots first, then the watermarks, then the tails."""
+def resolve(
+    lake: Lake, client: dict[str, str], specs: list[TableSpec], deadline: float, read_tail: bool = True
+) -> dict[str, Source]:
+    """Every table of `specs` resolved: lake snapshots first, then the watermarks, then the tails (unless the
+    engine reads them itself: `read_tail=False` leaves `tail` empty and its counts to the engine)."""
     snapshots = {s.name: _snapshot(lake, s.topic) if s.archived else None for s in specs}
     marks = tail.watermarks(client, sorted({s.topic for s in specs}), max(1.0, deadline - time.monotonic()))
     out: dict[str, Source] = {}
     for spec in specs:
         snap = snapshots[spec.name]
         plan = seam.plan(snap.coverage if snap else {}, marks.get(spec.topic, {}))
-        rows = tail.read(client, spec, plan.broker_spans(), deadline)
+        rows = tail.read(client, spec, plan.broker_spans(), deadline) if read_tail else spec.schema().empty_table()
         prov = Provenance(spec.name, archived=snap is not None, tail_rows=len(rows))
         prov.missing_offsets = plan.missing_offsets
         prov.undecodable = tail.undecodable(rows)
@@ -166,8 +170,8 @@ def resolve(lake: Lake, client: dict[str, str], specs: list[TableSpec], deadline
             if _lake_usable(spec, snap.dataset):
                 source.lake = snap.dataset
                 if spec.decoded:
-                    bad = pc.field(ERROR_COLUMN).is_valid()
-                    prov.undecodable += snap.dataset.count_rows(filter=bad if flt is None else bad & flt)
+                    errors = snap.dataset.to_table(columns=[ERROR_COLUMN], filter=flt).column(ERROR_COLUMN)
+                    prov.undecodable += len(errors) - errors.null_count
             else:
                 source.lake = _decode_lake(spec, snap.dataset, flt)
                 source.lake_decoded = True

@@ -75,7 +75,25 @@ def dataset(url: str, version: int | None = None, at: datetime | str | None = No
     dt = open_table(url, version, at)
     if dt is None:
         raise DeltaError(f"no Delta table at {table_url(url)}")
-    return dt.to_pyarrow_dataset()
+    return arrow_dataset(dt)
+
+
+def arrow_dataset(dt: DeltaTable) -> Any:
+    """The table's files at its loaded version as a pyarrow dataset, whose files carry their partition values
+    (hive paths) and nothing else. delta-rs' own `to_pyarrow_dataset()` also adds every file's log statistics to
+    its partition expression, and a column without min/max there (weir records them for numeric and time
+    columns only) becomes `col >= null`: any filter on it then skips every file (measured with deltalake 1.6.6:
+    `category = 'books'` matched 0 of 98 rows, and `_error IS NOT NULL` all 300). Readers still prune by the
+    partition values here, and by the Parquet footers' statistics."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    full = dt.to_pyarrow_dataset()
+    columns = dt.metadata().partition_columns
+    partitioning = pads.partitioning(pa.schema([full.schema.field(c) for c in columns]), flavor="hive")
+    files = [f.path for f in full.get_fragments()]
+    return pads.dataset(files, schema=full.schema, filesystem=full.filesystem, format=full.format,
+                        partitioning=partitioning if columns else None)  # fmt: skip
 
 
 # -- executors: writing files ----------------------------------------------------------------------------
