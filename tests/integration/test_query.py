@@ -91,6 +91,15 @@ def test_lake_plus_tail_counts_each_record_once_with_decoded_columns_and_provena
     assert dlq.provenance[0].archived is False and "not archived" in dlq.summary()
 
 
+def test_the_demo_summary_query(shop):
+    from examples.shop.demo import sql_summary
+
+    s, topic, _ = shop
+    query, table, provenance = sql_summary(s, pipeline(topic), topic)
+    assert table.row_count == 3 and "revenue" in query
+    assert f"{ARCHIVED:,} rows from the lake" in provenance and f"{TAIL:,} from the broker tail" in provenance
+
+
 def test_the_spark_engine_gives_the_same_answers(shop, spark):
     s, topic, _ = shop
     queries = [
