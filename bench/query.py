@@ -37,6 +37,7 @@ from weir.config import load
 from weir.kafka import Admin
 from weir.kafka.broker import EmbeddedBroker, free_port
 from weir.pipeline import Pipeline
+from weir.query import run
 
 console = Console(width=max(120, shutil.get_terminal_size().columns))
 SCHEMA = "order_id BIGINT, user STRING, category STRING, amount DOUBLE"
@@ -135,7 +136,6 @@ def main() -> int:
         shop.topic("orders", SCHEMA, key="order_id", partitions=parts, archived=True)
 
         import weir
-        from weir.query import run
         from weir.runtime.runner import Runner
 
         spark = weir.spark_session("weir-query-bench", settings=settings, conf={"spark.ui.enabled": "false"})
