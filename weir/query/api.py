@@ -65,30 +65,21 @@ class Answer:
         }
 
 
-def _broker_topics(settings: Settings, timeout_s: float) -> list[str]:
-    view = LogView(settings.client_config(), timeout=max(1.0, timeout_s))
-    try:
-        return sorted(view.partitions())
-    finally:
-        view.close()
-
-
 def tables_of(
-    sql: str, settings: Settings, pipeline: Pipeline | None, extra: Mapping[str, Any], deadline: float
-) -> list[catalog.TableSpec]:
-    """The catalog's tables the query names (the caller's own tables left out)."""
-    lake = Lake(settings.lake)
+    sql: str, lake: Lake, partitions: Mapping[str, list[int]], pipeline: Pipeline | None, extra: Mapping[str, Any]
+) -> tuple[list[catalog.TableSpec], dict[str, Any]]:
+    """The catalog's tables the query names (the caller's own tables left out), and the Delta tables opened on
+    the way (their versions are the snapshots the query reads: opened before the broker's watermarks)."""
     lake_topics = lake.topics()
-    broker_topics = _broker_topics(settings, deadline - time.monotonic())
-    known = set(lake_topics) | {t for t in broker_topics if not t.startswith("__")}
+    known = set(lake_topics) | {t for t in partitions if not t.startswith("__")}
     wanted = safety.tables(sql, known) - set(extra)
-    schemas = {}
+    opened, schemas = {}, {}
     for t in wanted & set(lake_topics):
         dt = lake.table(t)
         if dt is not None:
-            schemas[t] = pa.schema(dt.schema().to_arrow())
-    specs = catalog.build(lake_topics, broker_topics, pipeline, schemas)
-    return [specs[t] for t in sorted(wanted)]
+            opened[t], schemas[t] = dt, pa.schema(dt.schema().to_arrow())
+    specs = catalog.build(lake_topics, sorted(partitions), pipeline, schemas)
+    return [specs[t] for t in sorted(wanted)], opened
 
 
 def run(
@@ -109,16 +100,20 @@ def run(
     settings = settings or load()
     statement = safety.statement(sql)
     extra = dict(tables or {})
+    lake = Lake(settings.lake)
+    client = settings.client_config()
+    view = LogView(client, timeout=max(1.0, min(limits.timeout_s, 30.0)))  # one per query: metadata, offsets
     try:
-        specs = tables_of(statement, settings, pipeline, extra, deadline)
+        specs, opened = tables_of(statement, lake, view.partitions(), pipeline, extra)
         wanted = safety.tables(statement, set(extra))
         given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in wanted}
-        lake = Lake(settings.lake)
-        sources: dict[str, Source] = resolve(lake, settings.client_config(), specs, deadline, engine != "spark")
+        sources: dict[str, Source] = resolve(lake, view, client, specs, deadline, engine != "spark", opened)
     except TailTimeout as exc:
         raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s (--timeout)") from None
     except catalog.CatalogError as exc:
         raise QueryError(str(exc)) from None
+    finally:
+        view.close()
     left = deadline - time.monotonic()
     try:
         if engine == "duckdb":

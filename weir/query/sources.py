@@ -8,7 +8,6 @@ broker already held when the watermarks were read: the tail reads them, the snap
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
+from weir.kafka.log import LogView
 from weir.query import seam, tail
 from weir.query.catalog import TableSpec
 from weir.storage import delta
@@ -87,8 +87,8 @@ class _Snapshot:
     rows: int
 
 
-def _snapshot(lake: Lake, topic: str) -> _Snapshot | None:
-    dt = lake.table(topic)
+def _snapshot(lake: Lake, topic: str, dt: Any = None) -> _Snapshot | None:
+    dt = dt if dt is not None else lake.table(topic)
     if dt is None:
         return None
     version = dt.version()
@@ -124,6 +124,13 @@ def _lake_usable(spec: TableSpec, dataset: pads.Dataset) -> bool:
     )
 
 
+def _lake_undecodable(dataset: pads.Dataset, flt: pc.Expression | None) -> int:
+    """Lake rows with a non-null `_error`, read from that one column. (Parquet footers' null counts would spare
+    the read, but the archiver's files gave 0 for it: measured, not trusted.)"""
+    errors = dataset.to_table(columns=[ERROR_COLUMN], filter=flt).column(ERROR_COLUMN)
+    return len(errors) - errors.null_count
+
+
 def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | None) -> pa.Table:
     """The lake's rows with the table's decoded columns computed from their raw values."""
     decoder = JsonDecoder(spec.fields, set(spec.required))
@@ -142,12 +149,20 @@ def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | No
 
 
 def resolve(
-    lake: Lake, client: dict[str, str], specs: list[TableSpec], deadline: float, read_tail: bool = True
+    lake: Lake,
+    view: LogView,
+    client: dict[str, str],
+    specs: list[TableSpec],
+    deadline: float,
+    read_tail: bool = True,
+    opened: dict[str, Any] | None = None,
 ) -> dict[str, Source]:
-    """Every table of `specs` resolved: lake snapshots first, then the watermarks, then the tails (unless the
-    engine reads them itself: `read_tail=False` leaves `tail` empty and its counts to the engine)."""
-    snapshots = {s.name: _snapshot(lake, s.topic) if s.archived else None for s in specs}
-    marks = tail.watermarks(client, sorted({s.topic for s in specs}), max(1.0, deadline - time.monotonic()))
+    """Every table of `specs` resolved: lake snapshots first (`opened`: Delta tables already opened, at the
+    versions to read), then the watermarks, then the tails (unless the engine reads them itself: `read_tail=False`
+    leaves `tail` empty and its counts to the engine)."""
+    opened = opened or {}
+    snapshots = {s.name: _snapshot(lake, s.topic, opened.get(s.topic)) if s.archived else None for s in specs}
+    marks = tail.watermarks(view, sorted({s.topic for s in specs}))
     out: dict[str, Source] = {}
     for spec in specs:
         snap = snapshots[spec.name]
@@ -170,8 +185,7 @@ def resolve(
             if _lake_usable(spec, snap.dataset):
                 source.lake = snap.dataset
                 if spec.decoded:
-                    errors = snap.dataset.to_table(columns=[ERROR_COLUMN], filter=flt).column(ERROR_COLUMN)
-                    prov.undecodable += len(errors) - errors.null_count
+                    prov.undecodable += _lake_undecodable(snap.dataset, flt)
             else:
                 source.lake = _decode_lake(spec, snap.dataset, flt)
                 source.lake_decoded = True

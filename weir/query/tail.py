@@ -1,8 +1,9 @@
 """The live tail: the records a seam plan reads from the broker, into one Arrow table.
 
-Each span is read with the weir-kafka source's own range reader (`weir.kafka.read.read_range`: confluent-kafka
-assign and seek, bounded waits, the source's decoder), so a tail row has the same columns and the same decoded
-values as a row the archiver wrote. Every wait is bounded by the query's deadline.
+One confluent-kafka consumer is assigned every partition's first span and seeks to the next span when one is
+done; rows are built by the weir-kafka source's own conversion and decoder (`weir.kafka.read.to_batch`), so a
+tail row has the same columns and the same decoded values as a row the archiver wrote. Every wait is bounded by
+the query's deadline, and an unreachable broker fails the query naming it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
-from weir.kafka.log import TP, LogView
-from weir.kafka.offsets import OffsetRange
+from weir.kafka.log import TP, LogView, client_log, is_outage
 from weir.kafka.options import SourceOptions
-from weir.kafka.read import read_range
+from weir.kafka.read import CHUNK, to_batch
 from weir.query.catalog import TableSpec
 from weir.query.seam import Span
 
@@ -26,17 +27,16 @@ class TailTimeout(TimeoutError):
     """Reading the tail took longer than the query may."""
 
 
-def watermarks(client: dict[str, str], topics: list[str], timeout_s: float) -> dict[str, dict[int, tuple[int, int]]]:
+class TailLost(RuntimeError):
+    """Offsets the plan read from the broker were deleted while the query ran."""
+
+
+def watermarks(view: LogView, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """Per topic, partition -> (earliest, high-water mark); topics the broker does not know are left out."""
-    view = LogView(client, timeout=max(1.0, timeout_s))
-    try:
-        parts = view.partitions()
-        tps: list[TP] = [(t, p) for t in topics for p in parts.get(t, [])]
-        bounds = view.bounds(tps)
-    finally:
-        view.close()
+    parts = view.partitions()
+    tps: list[TP] = [(t, p) for t in topics for p in parts.get(t, [])]
     out: dict[str, dict[int, tuple[int, int]]] = {}
-    for (t, p), b in bounds.items():
+    for (t, p), b in view.bounds(tps).items():
         out.setdefault(t, {})[p] = b
     return out
 
@@ -55,27 +55,81 @@ def with_partitions(batch: pa.RecordBatch | pa.Table) -> pa.Table:
 
 
 def read(client: dict[str, str], spec: TableSpec, spans: Mapping[int, list[Span]], deadline: float) -> pa.Table:
-    """Every record of `spans` (partition -> [start, end) spans) of the table's topic, in the table's schema.
-    Raises TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
+    """Every record of `spans` (partition -> [start, end) spans, in order) of the table's topic, in the table's
+    schema. Raises TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
     schema = spec.schema()
     reader_schema = pa.schema([f for f in schema if f.name not in ("date", "hour")])
     dec = decoder(spec)
+    pending = {p: [sp for sp in ranges if sp[1] > sp[0]] for p, ranges in spans.items()}
+    pending = {p: ranges for p, ranges in pending.items() if ranges}
+    if not pending:
+        return schema.empty_table()
+    opts = SourceOptions(client=dict(client), topics=(spec.topic,))
+    consumer = Consumer({**opts.consumer_settings(), "logger": client_log})
+    records: dict[int, list] = {p: [] for p in pending}
+    pos: dict[int, int] = {}  # per partition, the offset after the last record received
     pieces: list[pa.Table] = []
-    for partition, ranges in sorted(spans.items()):
-        for start, end in ranges:
+    last_error: KafkaError | None = None
+
+    def flush(p: int) -> None:
+        if records[p]:
+            pieces.append(with_partitions(to_batch(records[p], spec.topic, p, reader_schema, dec)))
+            records[p] = []
+
+    def advance(p: int) -> None:
+        """The partition's current span is done: on to its next one, or the partition is done."""
+        pending[p].pop(0)
+        pos.pop(p, None)
+        if pending[p]:
+            consumer.seek(TopicPartition(spec.topic, p, pending[p][0][0]))
+        else:
+            del pending[p]
+            flush(p)
+
+    try:
+        consumer.assign([TopicPartition(spec.topic, p, ranges[0][0]) for p, ranges in sorted(pending.items())])
+        while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TailTimeout(f"reading the tail of {spec.topic} (partition {partition}) passed the deadline")
-            opts = SourceOptions(
-                client=dict(client),
-                topics=(spec.topic,),
-                poll_timeout_ms=max(1000, int(left * 1000)),
-                broker_timeout_s=max(1.0, left),
-            )
-            for batch in read_range(opts, OffsetRange(spec.topic, partition, start, end), reader_schema, dec):
-                pieces.append(with_partitions(batch))
-                if time.monotonic() > deadline:
-                    raise TailTimeout(f"reading the tail of {spec.topic} (partition {partition}) passed the deadline")
+                where = ", ".join(f"partition {p} at {r[0][0]}" for p, r in sorted(pending.items())[:3])
+                why = f"; the broker at {opts.servers} last said: {last_error}" if last_error else ""
+                raise TailTimeout(f"reading the tail of {spec.topic} passed the deadline ({where}){why}")
+            # At most what the spans still hold (plus an end-of-partition event each): consume() returns as soon
+            # as it has that many, instead of waiting out its timeout for a full chunk.
+            want = sum(r[0][1] - max(r[0][0], pos.get(p, 0)) + 1 for p, r in pending.items())
+            for m in consumer.consume(num_messages=max(1, min(CHUNK, want)), timeout=min(1.0, left)):
+                p, err = m.partition(), m.error()
+                if p not in pending:
+                    continue
+                start, end = pending[p][0]
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= end:  # the span ends in offsets without records (markers, compaction)
+                            advance(p)
+                        continue
+                    if is_outage(err):
+                        last_error = err  # librdkafka reconnects; the deadline bounds the wait
+                        continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise TailLost(
+                            f"{spec.topic} partition {p}: offsets from {start} were deleted by retention while the "
+                            "query read them; run it again (the plan then reports them missing)"
+                        )
+                    raise KafkaException(err)
+                o = m.offset()
+                if o < start:
+                    continue
+                pos[p] = o + 1
+                if o < end:
+                    records[p].append(m)
+                    if len(records[p]) >= CHUNK:
+                        flush(p)
+                if o + 1 >= end:
+                    advance(p)
+    finally:
+        consumer.close()
+    for p in list(records):
+        flush(p)
     if not pieces:
         return schema.empty_table()
     return pa.concat_tables(pieces).cast(schema)
