@@ -72,7 +72,7 @@ def tables_of(
     the way (their versions are the snapshots the query reads: opened before the broker's watermarks)."""
     lake_topics = lake.topics()
     known = set(lake_topics) | {t for t in partitions if not t.startswith("__")}
-    wanted = safety.tables(sql, known) - set(extra)
+    wanted = safety.tables(sql, known | set(extra)) - set(extra)
     opened, schemas = {}, {}
     for t in wanted & set(lake_topics):
         dt = lake.table(t)
@@ -105,8 +105,8 @@ def run(
     view = LogView(client, timeout=max(1.0, min(limits.timeout_s, 30.0)))  # one per query: metadata, offsets
     try:
         specs, opened = tables_of(statement, lake, view.partitions(), pipeline, extra)
-        wanted = safety.tables(statement, set(extra))
-        given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in wanted}
+        named = safety.tables(statement, set(extra)) if extra else set()
+        given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in named}
         sources: dict[str, Source] = resolve(lake, view, client, specs, deadline, engine != "spark", opened)
     except TailTimeout as exc:
         raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s (--timeout)") from None

@@ -9,6 +9,7 @@ the second, with the same kind of error.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 
 import duckdb
@@ -66,11 +67,26 @@ def statement(sql: str) -> str:
     return sql.strip().rstrip(";")
 
 
+_PARSER: list[duckdb.DuckDBPyConnection] = []
+_PARSER_LOCK = threading.Lock()
+
+
+def _parser() -> duckdb.DuckDBPyConnection:
+    """An empty in-memory database, only ever asked to parse: no table, no file access, no extension."""
+    with _PARSER_LOCK:
+        if not _PARSER:
+            con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            _PARSER.append(con)
+        return _PARSER[0]
+
+
 def tables(sql: str, known: set[str]) -> set[str]:
     """The names of `known` tables the query reads (DuckDB's parser; on a query it cannot name tables of, every
     known name the text mentions)."""
     try:
-        con = duckdb.connect()
+        con = _parser().cursor()  # a cursor of one shared connection: a connection costs 20-35 ms
         found = con.get_table_names(sql) | {n.replace('"', "") for n in con.get_table_names(sql, qualified=True)}
     except duckdb.Error:
         lowered = sql.lower()

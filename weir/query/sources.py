@@ -162,12 +162,20 @@ def resolve(
     leaves `tail` empty and its counts to the engine)."""
     opened = opened or {}
     snapshots = {s.name: _snapshot(lake, s.topic, opened.get(s.topic)) if s.archived else None for s in specs}
-    marks = tail.watermarks(view, sorted({s.topic for s in specs}))
+    marks = tail.watermarks(view, sorted({s.topic for s in specs}), exact=not read_tail)
     out: dict[str, Source] = {}
     for spec in specs:
         snap = snapshots[spec.name]
         plan = seam.plan(snap.coverage if snap else {}, marks.get(spec.topic, {}))
-        rows = tail.read(client, spec, plan.broker_spans(), deadline) if read_tail else spec.schema().empty_table()
+        if read_tail:
+            # Spans below the lake's end are gaps, read as planned; past it, the tail runs to the high-water mark of
+            # its first fetch (ListOffsets' latest may fall short of it: docs/sql.md).
+            ends = {p: max(marks[spec.topic][p][0], pp.lake[-1][1] if pp.lake else 0)
+                    for p, pp in plan.partitions.items() if pp.on_broker}  # fmt: skip
+            gaps = {p: [sp for sp in pp.broker if sp[1] <= ends.get(p, sp[1])] for p, pp in plan.partitions.items()}
+            rows = tail.read(client, spec, gaps, deadline, open_from=ends)
+        else:
+            rows = spec.schema().empty_table()
         prov = Provenance(spec.name, archived=snap is not None, tail_rows=len(rows))
         prov.missing_offsets = plan.missing_offsets
         prov.undecodable = tail.undecodable(rows)

@@ -31,12 +31,14 @@ class TailLost(RuntimeError):
     """Offsets the plan read from the broker were deleted while the query ran."""
 
 
-def watermarks(view: LogView, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    """Per topic, partition -> (earliest, high-water mark); topics the broker does not know are left out."""
+def watermarks(view: LogView, topics: list[str], exact: bool = True) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic, partition -> (earliest, high-water mark); topics the broker does not know are left out. With
+    `exact=False` the latest offsets are ListOffsets' answers, which some brokers give short of the high-water
+    mark: `read` then reads the last span up to the high-water mark of its own first fetch."""
     parts = view.partitions()
     tps: list[TP] = [(t, p) for t in topics for p in parts.get(t, [])]
     out: dict[str, dict[int, tuple[int, int]]] = {}
-    for (t, p), b in view.bounds(tps).items():
+    for (t, p), b in (view.bounds(tps) if exact else view.listed(tps)).items():
         out.setdefault(t, {})[p] = b
     return out
 
@@ -54,13 +56,25 @@ def with_partitions(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     return table.append_column("date", date).append_column("hour", hour)
 
 
-def read(client: dict[str, str], spec: TableSpec, spans: Mapping[int, list[Span]], deadline: float) -> pa.Table:
+def read(
+    client: dict[str, str],
+    spec: TableSpec,
+    spans: Mapping[int, list[Span]],
+    deadline: float,
+    open_from: Mapping[int, int] | None = None,
+) -> pa.Table:
     """Every record of `spans` (partition -> [start, end) spans, in order) of the table's topic, in the table's
-    schema. Raises TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
+    schema; then, for each partition of `open_from`, every record from that offset up to the high-water mark of
+    the first fetch response that reaches it (taken after the lake's snapshot, so the seam stays exact). Raises
+    TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
     schema = spec.schema()
     reader_schema = pa.schema([f for f in schema if f.name not in ("date", "hour")])
     dec = decoder(spec)
-    pending = {p: [sp for sp in ranges if sp[1] > sp[0]] for p, ranges in spans.items()}
+    pending: dict[int, list[tuple[int, int | None]]] = {
+        p: [sp for sp in spans.get(p, []) if sp[1] > sp[0]] for p in {*spans, *(open_from or {})}
+    }
+    for p, start in (open_from or {}).items():
+        pending[p].append((start, None))  # the end: the high-water mark of the partition's first fetch
     pending = {p: ranges for p, ranges in pending.items() if ranges}
     if not pending:
         return schema.empty_table()
@@ -96,12 +110,19 @@ def read(client: dict[str, str], spec: TableSpec, spans: Mapping[int, list[Span]
                 raise TailTimeout(f"reading the tail of {spec.topic} passed the deadline ({where}){why}")
             # At most what the spans still hold (plus an end-of-partition event each): consume() returns as soon
             # as it has that many, instead of waiting out its timeout for a full chunk.
-            want = sum(r[0][1] - max(r[0][0], pos.get(p, 0)) + 1 for p, r in pending.items())
+            want = sum(
+                CHUNK if r[0][1] is None else r[0][1] - max(r[0][0], pos.get(p, 0)) + 1 for p, r in pending.items()
+            )
             for m in consumer.consume(num_messages=max(1, min(CHUNK, want)), timeout=min(1.0, left)):
                 p, err = m.partition(), m.error()
                 if p not in pending:
                     continue
                 start, end = pending[p][0]
+                if end is None and (err is None or err.code() == KafkaError._PARTITION_EOF):
+                    # This message came with a fetch response: its high-water mark is the span's end.
+                    end = consumer.get_watermark_offsets(TopicPartition(spec.topic, p), cached=True)[1]
+                    end = max(end, start, m.offset() + 1 if err is None else m.offset())
+                    pending[p][0] = (start, end)
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         if m.offset() >= end:  # the span ends in offsets without records (markers, compaction)
