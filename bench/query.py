@@ -1,6 +1,6 @@
 """`weir sql` against a raw consumer: one hour's revenue by category out of a 24 h topic, lake plus tail.
 
-    .venv/bin/python bench/query.py [--records 1000000] [--partitions 4] [--tail-minutes 30]
+    .venv/bin/python bench/query.py [--records 2000000] [--partitions 4] [--tail-minutes 10]
 
 Against one embedded broker started here and stopped at the end:
   1. produce N JSON orders whose Kafka timestamps (create time) spread evenly over 24 hours (UTC), all but the
@@ -111,9 +111,9 @@ def raw_scan(bootstrap: str, start: datetime, end: datetime) -> tuple[dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=1_000_000, help="records over 24 hours")
+    parser.add_argument("--records", type=int, default=2_000_000, help="records over 24 hours")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--tail-minutes", type=int, default=30, help="the last minutes, left in the broker only")
+    parser.add_argument("--tail-minutes", type=int, default=10, help="the last minutes, left in the broker only")
     parser.add_argument("--runs", type=int, default=3, help="weir sql runs per query (the median counts)")
     args = parser.parse_args()
     n, parts = args.records, args.partitions

@@ -163,3 +163,28 @@ def test_cli_formats_and_errors(shop, monkeypatch):
     out = Path(tmp) / "answer.parquet"
     res = cli.invoke(app, ["sql", q, "--format", "parquet", "--output", str(out)])
     assert res.exit_code == 0 and out.exists()
+
+
+def test_a_lake_on_s3(bootstrap, spark, s3, tmp_path):
+    topic = f"q{uuid.uuid4().hex[:8]}.s3orders"
+    Admin(bootstrap).create_topic(topic, 2)
+    produce(bootstrap, topic, records(0, 120))
+    s = load(
+        home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "checkpoints"),
+        lake=f"{s3}/{uuid.uuid4().hex[:10]}/lake", restart_backoff=0.2,
+    )  # fmt: skip
+    r = Runner(pipeline(topic), s, spark=spark, available_now=True).start()
+    assert r.wait(300)
+    r.stop()
+    produce(bootstrap, topic, records(120, 150))
+    answer = run(
+        f'SELECT count(*) AS n, count(DISTINCT ("partition", "offset")) AS d, sum(id) AS ids FROM "{topic}" '
+        "WHERE category = 'books' OR category IS NULL",
+        s,
+        pipeline=pipeline(topic),
+    )
+    books = [i for i in good(0, 150) if i % 3 == 0]
+    bad = 150 - len(good(0, 150))
+    assert answer.table.to_pylist() == [{"n": len(books) + bad, "d": len(books) + bad, "ids": sum(books)}]
+    (prov,) = answer.provenance
+    assert (prov.lake_rows, prov.tail_rows, prov.undecodable) == (120, 30, bad)
