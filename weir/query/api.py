@@ -79,6 +79,9 @@ def tables_of(
         if dt is not None:
             opened[t], schemas[t] = dt, pa.schema(dt.schema().to_arrow())
     specs = catalog.build(lake_topics, sorted(partitions), pipeline, schemas)
+    for t in sorted(wanted):
+        if specs[t].problem:
+            raise catalog.CatalogError(specs[t].problem)
     return [specs[t] for t in sorted(wanted)], opened
 
 

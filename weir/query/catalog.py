@@ -51,6 +51,7 @@ class TableSpec:
     fields: pa.Schema = field(default_factory=lambda: pa.schema([]))
     required: frozenset[str] = frozenset()
     declared: bool = False  # the fields come from a pipeline's declaration (else from the lake's columns)
+    problem: str | None = None  # why the table cannot be queried (raised only when a query names it)
 
     @property
     def decoded(self) -> bool:
@@ -102,7 +103,11 @@ def build(
         if topic.endswith(".dlq"):
             pass  # records that did not decode: raw columns only
         elif source in declared:
-            fields, required = declared_fields(declared[source].schema, source)
+            try:
+                fields, required = declared_fields(declared[source].schema, source)
+            except CatalogError as exc:
+                out[topic] = TableSpec(topic, topic, topic in lake_topics, topic in broker_topics, problem=str(exc))
+                continue
             is_declared = True
         elif topic in lake_schemas:
             fields = lake_fields(lake_schemas[topic])

@@ -8,6 +8,7 @@ broker already held when the watermarks were read: the tail reads them, the snap
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,13 +132,16 @@ def _lake_undecodable(dataset: pads.Dataset, flt: pc.Expression | None) -> int:
     return len(errors) - errors.null_count
 
 
-def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | None) -> pa.Table:
-    """The lake's rows with the table's decoded columns computed from their raw values."""
+def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | None, deadline: float) -> pa.Table:
+    """The lake's rows with the table's decoded columns computed from their raw values (bounded by the query's
+    deadline: TailTimeout past it)."""
     decoder = JsonDecoder(spec.fields, set(spec.required))
     schema = spec.schema()
     raw = [n for n in schema.names if n in dataset.schema.names and n not in spec.fields.names and n != ERROR_COLUMN]
     pieces = []
     for batch in dataset.to_batches(columns=raw, filter=flt, batch_size=DECODE_CHUNK):
+        if time.monotonic() > deadline:
+            raise tail.TailTimeout(f"decoding the lake's {spec.topic} values (archived without this schema)")
         columns, errors = decoder.decode(batch.column("value").to_pylist())
         arrays = {n: batch.column(n) for n in raw}
         arrays.update(zip(spec.fields.names, columns, strict=True))
@@ -195,7 +199,7 @@ def resolve(
                 if spec.decoded:
                     prov.undecodable += _lake_undecodable(snap.dataset, flt)
             else:
-                source.lake = _decode_lake(spec, snap.dataset, flt)
+                source.lake = _decode_lake(spec, snap.dataset, flt, deadline)
                 source.lake_decoded = True
                 prov.undecodable += tail.undecodable(source.lake)
         out[spec.name] = source
