@@ -107,10 +107,11 @@ def run(
     client = settings.client_config()
     view = LogView(client, timeout=max(1.0, min(limits.timeout_s, 30.0)))  # one per query: metadata, offsets
     try:
-        specs, opened = tables_of(statement, lake, view.partitions(), pipeline, extra)
+        parts = view.partitions()
+        specs, opened = tables_of(statement, lake, parts, pipeline, extra)
         named = safety.tables(statement, set(extra)) if extra else set()
         given = {n: (p() if callable(p) else p) for n, p in extra.items() if n in named}
-        sources: dict[str, Source] = resolve(lake, view, client, specs, deadline, engine != "spark", opened)
+        sources: dict[str, Source] = resolve(lake, view, client, specs, deadline, engine != "spark", opened, parts)
     except TailTimeout as exc:
         raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s (--timeout)") from None
     except catalog.CatalogError as exc:

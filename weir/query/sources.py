@@ -160,13 +160,14 @@ def resolve(
     deadline: float,
     read_tail: bool = True,
     opened: dict[str, Any] | None = None,
+    parts: dict[str, list[int]] | None = None,
 ) -> dict[str, Source]:
     """Every table of `specs` resolved: lake snapshots first (`opened`: Delta tables already opened, at the
     versions to read), then the watermarks, then the tails (unless the engine reads them itself: `read_tail=False`
     leaves `tail` empty and its counts to the engine)."""
     opened = opened or {}
     snapshots = {s.name: _snapshot(lake, s.topic, opened.get(s.topic)) if s.archived else None for s in specs}
-    marks = tail.watermarks(view, sorted({s.topic for s in specs}), exact=not read_tail)
+    marks = tail.watermarks(view, sorted({s.topic for s in specs}), exact=not read_tail, parts=parts)
     out: dict[str, Source] = {}
     for spec in specs:
         snap = snapshots[spec.name]
@@ -174,9 +175,9 @@ def resolve(
         if read_tail:
             # Spans below the lake's end are gaps, read as planned; past it, the tail runs to the high-water mark of
             # its first fetch (ListOffsets' latest may fall short of it: docs/sql.md).
-            ends = {p: max(marks[spec.topic][p][0], pp.lake[-1][1] if pp.lake else 0)
+            ends = {p: (max(marks[spec.topic][p][0], pp.lake[-1][1] if pp.lake else 0), marks[spec.topic][p][1])
                     for p, pp in plan.partitions.items() if pp.on_broker}  # fmt: skip
-            gaps = {p: [sp for sp in pp.broker if sp[1] <= ends.get(p, sp[1])] for p, pp in plan.partitions.items()}
+            gaps = {p: [sp for sp in plan.partitions[p].broker if sp[1] <= start] for p, (start, _) in ends.items()}
             rows = tail.read(client, spec, gaps, deadline, open_from=ends)
         else:
             rows = spec.schema().empty_table()

@@ -31,11 +31,14 @@ class TailLost(RuntimeError):
     """Offsets the plan read from the broker were deleted while the query ran."""
 
 
-def watermarks(view: LogView, topics: list[str], exact: bool = True) -> dict[str, dict[int, tuple[int, int]]]:
+def watermarks(
+    view: LogView, topics: list[str], exact: bool = True, parts: Mapping[str, list[int]] | None = None
+) -> dict[str, dict[int, tuple[int, int]]]:
     """Per topic, partition -> (earliest, high-water mark); topics the broker does not know are left out. With
     `exact=False` the latest offsets are ListOffsets' answers, which some brokers give short of the high-water
-    mark: `read` then reads the last span up to the high-water mark of its own first fetch."""
-    parts = view.partitions()
+    mark: `read` then reads the last span up to the high-water mark of its own first fetch. `parts`: the broker's
+    partitions, if already known."""
+    parts = parts if parts is not None else view.partitions()
     tps: list[TP] = [(t, p) for t in topics for p in parts.get(t, [])]
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for (t, p), b in (view.bounds(tps) if exact else view.listed(tps)).items():
@@ -61,11 +64,12 @@ def read(
     spec: TableSpec,
     spans: Mapping[int, list[Span]],
     deadline: float,
-    open_from: Mapping[int, int] | None = None,
+    open_from: Mapping[int, tuple[int, int]] | None = None,
 ) -> pa.Table:
     """Every record of `spans` (partition -> [start, end) spans, in order) of the table's topic, in the table's
-    schema; then, for each partition of `open_from`, every record from that offset up to the high-water mark of
-    the first fetch response that reaches it (taken after the lake's snapshot, so the seam stays exact). Raises
+    schema; then, for each partition of `open_from` (partition -> (start, the latest offset listed)), every record
+    from start up to the high-water mark of the first fetch response that reaches it (taken after the lake's
+    snapshot, so the seam stays exact; the listed latest only sizes the reads). Raises
     TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
     schema = spec.schema()
     reader_schema = pa.schema([f for f in schema if f.name not in ("date", "hour")])
@@ -73,8 +77,10 @@ def read(
     pending: dict[int, list[tuple[int, int | None]]] = {
         p: [sp for sp in spans.get(p, []) if sp[1] > sp[0]] for p in {*spans, *(open_from or {})}
     }
-    for p, start in (open_from or {}).items():
+    hints: dict[int, int] = {}
+    for p, (start, listed) in (open_from or {}).items():
         pending[p].append((start, None))  # the end: the high-water mark of the partition's first fetch
+        hints[p] = max(listed, start)
     pending = {p: ranges for p, ranges in pending.items() if ranges}
     if not pending:
         return schema.empty_table()
@@ -110,10 +116,8 @@ def read(
                 raise TailTimeout(f"reading the tail of {spec.topic} passed the deadline ({where}){why}")
             # At most what the spans still hold (plus an end-of-partition event each): consume() returns as soon
             # as it has that many, instead of waiting out its timeout for a full chunk.
-            want = sum(
-                CHUNK if r[0][1] is None else r[0][1] - max(r[0][0], pos.get(p, 0)) + 1 for p, r in pending.items()
-            )
-            for m in consumer.consume(num_messages=max(1, min(CHUNK, want)), timeout=min(1.0, left)):
+            want = sum((r[0][1] or hints[p]) - max(r[0][0], pos.get(p, 0)) + 1 for p, r in pending.items())
+            for m in consumer.consume(num_messages=max(1, min(CHUNK, want)), timeout=min(0.2, left)):
                 p, err = m.partition(), m.error()
                 if p not in pending:
                     continue

@@ -84,16 +84,20 @@ def arrow_dataset(dt: DeltaTable) -> Any:
     its partition expression, and a column without min/max there (weir records them for numeric and time
     columns only) becomes `col >= null`: any filter on it then skips every file (measured with deltalake 1.6.6:
     `category = 'books'` matched 0 of 98 rows, and `_error IS NOT NULL` all 300). Readers still prune by the
-    partition values here, and by the Parquet footers' statistics."""
+    partition values here, and by the Parquet footers' statistics. The files are the log's (add actions), opened
+    through pyarrow with the same URL and AWS settings as delta-rs."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    full = dt.to_pyarrow_dataset()
+    schema = pa.schema(dt.schema().to_arrow())
     columns = dt.metadata().partition_columns
-    partitioning = pads.partitioning(pa.schema([full.schema.field(c) for c in columns]), flavor="hive")
-    files = [f.path for f in full.get_fragments()]
-    return pads.dataset(files, schema=full.schema, filesystem=full.filesystem, format=full.format,
-                        partitioning=partitioning if columns else None)  # fmt: skip
+    filesystem, root = paths.resolve(table_url(dt.table_uri))
+    files = [f"{root}/{unquote(p)}" for p in pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()]
+    partitioning = pads.partitioning(pa.schema([schema.field(c) for c in columns]), flavor="hive") if columns else None
+    return pads.dataset(files, schema=schema, filesystem=filesystem, format="parquet", partitioning=partitioning,
+                        partition_base_dir=root)  # fmt: skip
 
 
 # -- executors: writing files ----------------------------------------------------------------------------
