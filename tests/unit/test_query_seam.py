@@ -61,3 +61,26 @@ def test_minus_and_size():
     assert minus((0, 100), [(10, 20), (50, 200)]) == [(0, 10), (20, 50)]
     assert minus((5, 6), []) == [(5, 6)] and minus((5, 6), [(0, 10)]) == []
     assert size([(0, 10), (20, 25)]) == 15
+
+
+def test_a_lake_snapshot_covers_its_own_commits_only(tmp_path):
+    """delta-rs' history lists every commit whatever version a table was loaded at: the coverage of an older
+    version must come from that version's commits only (its app transactions), or the seam would skip offsets
+    the snapshot does not hold."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from weir.storage.lake import Lake
+
+    for i in range(3):
+        facts = {"app": "archive.t-r1", "batch": i, "rows": 10,
+                 "ranges": [{"partition": 0, "start": 10 * i, "end": 10 * (i + 1), "rows": 10}]}  # fmt: skip
+        props = CommitProperties(
+            custom_metadata={"weir": json.dumps(facts)}, app_transactions=[Transaction("archive.t-r1", i)]
+        )
+        write_deltalake(str(tmp_path / "t"), pa.table({"a": [i]}), mode="append", commit_properties=props)
+    lake = Lake(str(tmp_path))
+    assert [(r.start, r.end) for r in lake.coverage("t", lake.table("t", 1))[0]] == [(0, 20)]
+    assert [(r.start, r.end) for r in lake.coverage("t")[0]] == [(0, 30)]

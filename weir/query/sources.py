@@ -93,8 +93,7 @@ def _snapshot(lake: Lake, topic: str, dt: Any = None) -> _Snapshot | None:
     if dt is None:
         return None
     version = dt.version()
-    facts = [f for f in lake.batches(topic, dt) if f.get("version") is None or int(f["version"]) <= version]
-    coverage = coverage_of(facts)
+    coverage = coverage_of(lake.batches(topic, dt))  # the commits of this version only (see Lake.batches)
     actions = pa.table(dt.get_add_actions(flatten=True))
     dataset = delta.arrow_dataset(dt)
     counts = actions.column("num_records") if "num_records" in actions.column_names else None
