@@ -26,7 +26,7 @@ from weir.pipeline.model import Pipeline
 from weir.query import catalog, duck, safety
 from weir.query.safety import Limits, QueryError, QueryTimeout
 from weir.query.sources import Provenance, Source, resolve
-from weir.query.tail import TailTimeout
+from weir.query.tail import TailLost, TailTimeout
 from weir.storage.lake import Lake
 
 Engine = Literal["duckdb", "spark"]
@@ -98,6 +98,8 @@ def run(
     """Run one read-only query (see the module's docstring). Raises QueryError (refused, malformed, failed;
     QueryTimeout past the timeout) with a one-line message and, for bad SQL, its position."""
     started = time.monotonic()
+    if engine not in ("duckdb", "spark"):
+        raise QueryError(f"unknown engine {engine!r}: duckdb or spark")
     limits = Limits(timeout_s, row_limit)
     deadline = started + limits.timeout_s
     settings = settings or load()
@@ -114,7 +116,7 @@ def run(
         sources: dict[str, Source] = resolve(lake, view, client, specs, deadline, engine != "spark", opened, parts)
     except TailTimeout as exc:
         raise QueryTimeout(f"{exc}: the query's timeout is {limits.timeout_s:g} s (--timeout)") from None
-    except catalog.CatalogError as exc:
+    except (catalog.CatalogError, TailLost) as exc:
         raise QueryError(str(exc)) from None
     finally:
         view.close()
@@ -122,12 +124,10 @@ def run(
     try:
         if engine == "duckdb":
             table, truncated = duck.run(sources, given, statement, left, limits.row_limit)
-        elif engine == "spark":
+        else:
             from weir.query import spark_engine  # PySpark's session only when asked for
 
             table, truncated = spark_engine.run(sources, given, statement, left, limits.row_limit, settings, spark)
-        else:
-            raise QueryError(f"unknown engine {engine!r}: duckdb or spark")
     except QueryTimeout:
         raise QueryTimeout(
             f"the query was stopped after {time.monotonic() - started:.1f} s: it exceeded its timeout of "
