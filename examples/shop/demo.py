@@ -6,7 +6,8 @@ It starts the embedded broker, `weir monitor` (a separate process: its dashboard
 live table), and Spark, runs every processor of the shop pipeline as its own query, and
 shows a live table of each processor's state, rates and accounting (in = out + filtered + dlq + late +
 absorbed, per batch; a batch that does not balance is a violation). It stops after --duration seconds or
-on Ctrl-C, then prints the accounting summary and how many records each topic holds, and stops the monitor.
+on Ctrl-C, then prints the accounting summary and how many records each topic holds, one `weir sql` query
+(revenue by category over the orders topic: its lake plus its live tail), and stops the monitor.
 A monitor that fails to start is a yellow warning with the end of its log; the demo goes on without it.
 
 Event time runs --speedup times faster than the wall clock, so that the 1-minute and 5-minute windows
@@ -51,6 +52,7 @@ from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
 from weir.kafka import Admin, EmbeddedBroker
 from weir.kafka.broker import free_port
+from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts
 
 # Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
@@ -227,6 +229,25 @@ def lake_summary(root: str, topic: str) -> str:
         f"({distinct} distinct records) in {hours} hour partition(s); {parts}; "
         f"`weir lake stats {topic} --lake {root}` shows more"
     )
+
+
+def sql_summary(settings: Settings, pipeline: Pipeline, topic: str = "orders") -> tuple[str, Table, str]:
+    """`weir sql` over the orders topic: revenue by category from the lake plus the live tail (each record once);
+    the query, its answer as a table, and where the rows came from."""
+    from weir.query import QueryError, run
+
+    query = (
+        f'SELECT category, count(*) AS orders, round(sum(amount), 2) AS revenue FROM "{topic}" '
+        "WHERE _error IS NULL GROUP BY category ORDER BY revenue DESC"
+    )
+    try:
+        answer = run(query, settings, pipeline=pipeline, timeout_s=60)
+    except QueryError as exc:
+        return query, Table("error"), f"weir sql failed: {exc}"
+    shown = Table(*answer.table.column_names, title="weir sql: revenue by category (lake + live tail)")
+    for row in answer.table.to_pylist():
+        shown.add_row(*(f"{v:,}" if isinstance(v, int | float) else str(v) for v in row.values()))
+    return query, shown, answer.summary()
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -481,6 +502,10 @@ def main(
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
         console.print(view_line(base if server.poll() is None else None))
+        query, answer, provenance = sql_summary(settings, pipeline)
+        console.print(f'weir sql "{query}"')
+        console.print(answer)
+        console.print(provenance, highlight=False)
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
     except KeyboardInterrupt:
         console.print("interrupted; stopping ...")

@@ -150,6 +150,49 @@ def _check_type(text: str) -> str:
     raise ValueError(f"unknown type {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else ""))
 
 
+_SIMPLE = {
+    "BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "BYTE": pa.int8(), "SMALLINT": pa.int16(), "SHORT": pa.int16(),
+    "INT": pa.int32(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "LONG": pa.int64(), "FLOAT": pa.float32(),
+    "REAL": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"), "TIMESTAMP_NTZ": pa.timestamp("us"), "STRING": pa.string(),
+    "BINARY": pa.binary(), "CHAR": pa.string(), "CHARACTER": pa.string(), "VARCHAR": pa.string(),
+}  # fmt: skip
+
+
+def _split(inner: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in inner:
+        depth += ch in "<("
+        depth -= ch in ">)"
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def arrow_type(ddl: str) -> pa.DataType:
+    """The pyarrow type Spark's `to_arrow_schema` gives a DDL type (the ones `type_problem` accepts)."""
+    text = ddl.strip()
+    name = re.match(r"[A-Za-z_]+", text).group(0).upper()
+    rest = text[len(name) :].strip()
+    if name in ("DECIMAL", "DEC", "NUMERIC"):
+        digits = [int(a) for a in rest.strip("()").split(",") if a.strip()] if rest else []
+        return pa.decimal128(digits[0] if digits else 10, digits[1] if len(digits) > 1 else 0)
+    if name == "ARRAY":
+        return pa.list_(arrow_type(rest[1:-1]))
+    if name == "STRUCT":
+        fields = []
+        for part in _split(rest[1:-1]):
+            fname, _, ftype = part.partition(":") if ":" in part.split()[0] + " " else part.partition(" ")
+            ftype = re.sub(r"\s+NOT\s+NULL\s*$|\s+COMMENT\s+'.*'$", "", ftype.strip(), flags=re.I)
+            fields.append(pa.field(fname.strip().strip("`"), arrow_type(ftype)))
+        return pa.struct(fields)
+    return _SIMPLE[name]
+
+
 def _reader_type(t: pa.DataType) -> pa.DataType:
     """The type the JSON reader is asked for: dates come as strings and are cast afterwards."""
     if pa.types.is_date(t):

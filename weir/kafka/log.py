@@ -125,6 +125,16 @@ class LogView:
         high = self._fetched_high_watermarks({tp: (low[tp], listed[tp]) for tp in tps})
         return {tp: (low[tp], max(listed[tp], high.get(tp, listed[tp]))) for tp in tps}
 
+    def listed(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
+        """(earliest, latest) as ListOffsets answers, without the fetch that corrects latest: for a reader that
+        fetches the partition anyway and takes the high-water mark from its own first fetch response."""
+        tps = sorted(set(tps))
+        if not tps:
+            return {}
+        low = self._list(tps, OffsetSpec.earliest())
+        listed = self._list(tps, OffsetSpec.latest())
+        return {tp: (low[tp], listed[tp]) for tp in tps}
+
     def _list(self, tps: list[TP], spec: OffsetSpec) -> dict[TP, int]:
         request = {TopicPartition(t, p): spec for t, p in tps}
         try:

@@ -126,9 +126,26 @@ class Lake:
 
     # -- coverage -----------------------------------------------------------------------------------------
     def batches(self, topic: str, table: DeltaTable | None = None) -> list[dict[str, Any]]:
-        """weir's facts of every archive commit of `topic` (writer, batch, rows, ranges), oldest first."""
+        """weir's facts of every archive commit of `topic` (writer, batch, rows, ranges) in `table`'s version (the
+        latest by default), oldest first.
+
+        delta-rs' history lists the commits of the whole log whatever version a table was loaded at (and numbers
+        them down from the loaded version: measured with deltalake 1.6.6), so the commits of a loaded version are
+        told by its app transactions instead: an archiver's batches commit in order, each setting its app id's
+        transaction to its batch id, so the version holds exactly the batches up to that id."""
         dt = table if table is not None else self.table(topic)
-        return [] if dt is None else list(reversed([f for f in delta.commit_facts(dt) if "ranges" in f]))
+        if dt is None:
+            return []
+        facts = [f for f in delta.commit_facts(dt) if "ranges" in f]
+        held: dict[str, int | None] = {}
+        for app in {str(f.get("app")) for f in facts if f.get("app") is not None}:
+            held[app] = dt.transaction_version(app)
+        kept = [
+            f for f in facts
+            if f.get("app") is None or f.get("batch") is None
+            or (held.get(str(f["app"])) is not None and int(f["batch"]) <= held[str(f["app"])])
+        ]  # fmt: skip
+        return list(reversed(kept))
 
     def coverage(self, topic: str, table: DeltaTable | None = None) -> dict[int, list[Range]]:
         """Per Kafka partition, the archived offset ranges merged where they touch, in offset order."""
