@@ -13,6 +13,7 @@ import pytest
 from _pipe import Rec, consume_all, postgres_dsn, produce
 from starlette.testclient import TestClient
 
+from weir.cli.serve import sql_answerer
 from weir.config import load
 from weir.pipeline import Pipeline
 from weir.runtime.runner import Runner
@@ -108,6 +109,16 @@ def test_a_view_equals_the_fold_of_its_topic_and_is_served(spark, bootstrap, tmp
         assert [r["category"] for r in rest["rows"]] == sorted(expected)[2:]
         listed = client.get("/views").json()["views"]
         assert [(v["name"], v["rows"], v["key"]) for v in listed] == [(name, len(expected), ["category"])]
+
+        # POST /sql as `weir serve` answers it: weir sql's engine, the view a table beside the topic
+        sql = TestClient(create_app(reader, timeout_s=60, sql=sql_answerer(s, p, reader, 60)))
+        got = sql.post("/sql", json={"sql": f"SELECT count(*) AS keys, sum(n)::BIGINT AS total FROM {name}"})
+        assert got.status_code == 200, got.text
+        assert got.json()["rows"] == [{"keys": len(expected), "total": sum(v["n"] for v in expected.values())}]
+        got = sql.post("/sql", json={"sql": f'SELECT count(*) AS records FROM "{totals.name}"'})
+        assert got.status_code == 200 and got.json()["rows"] == [{"records": len(messages)}], got.text
+        refused = sql.post("/sql", json={"sql": f"DELETE FROM {name}"})
+        assert refused.status_code == 400 and "read-only" in refused.json()["error"]
     finally:
         if dsn:
             with psycopg.connect(dsn, autocommit=True) as db:

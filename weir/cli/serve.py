@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
 from weir.cli.common import clean_errors
+from weir.cli.sql import plain
 from weir.config import load
 
 
@@ -23,11 +25,32 @@ def serve_command(
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each request may take (504 past it).")] = 5.0,
 ) -> None:
-    """Serve GET /views, /views/<name>?limit=&after= and /views/<name>/<key>, each with the view's freshness."""
+    """Serve GET /views, /views/<name>?limit=&after= and /views/<name>/<key>, each with the view's freshness, and
+    POST /sql (weir sql's engine, read-only, the views among its tables)."""
     # The server's imports, only here: other `weir` commands do not load Starlette and uvicorn.
     from weir.pipeline.load import load as load_pipeline
     from weir.serve.service import serve, views_reader
 
     settings = load()
     p = load_pipeline(pipeline) if pipeline else None
-    serve(views_reader(settings, p, timeout), host, port, token, timeout)
+    reader = views_reader(settings, p, timeout)
+    serve(reader, host, port, token, timeout, sql=sql_answerer(settings, p, reader, timeout))
+
+
+def sql_answerer(settings: Any, pipeline: Any, reader: Any, timeout_s: float) -> Callable[[str], dict[str, Any]]:
+    """POST /sql's engine: `weir sql`'s (weir.query, DuckDB, read-only, views among the tables), its own timeout a
+    little inside the request's, so the query stops itself rather than running on behind a 504."""
+    from weir.query import run
+    from weir.query.safety import QueryTimeout
+    from weir.storage.views import view_tables
+
+    def answer(text: str) -> dict[str, Any]:
+        try:
+            got = run(text, settings, pipeline=pipeline, timeout_s=max(0.5, timeout_s * 0.9),
+                      tables=view_tables(reader))  # fmt: skip
+        except QueryTimeout as exc:
+            raise TimeoutError(str(exc)) from None
+        rows = [{k: plain(v) for k, v in row.items()} for row in got.table.to_pylist()]
+        return {"columns": got.table.column_names, "rows": rows, "answer": got.to_json()}
+
+    return answer

@@ -77,9 +77,16 @@ def sql_command(
     # command, the monitor's among them (docs/monitor.md).
     from weir.pipeline.load import load as load_pipeline
     from weir.query import run
+    from weir.storage.views import reader_for, view_tables
 
     declared = load_pipeline(pipeline) if pipeline else None
-    answer = run(query, load(), pipeline=declared, engine=engine, timeout_s=timeout, row_limit=limit)
+    settings = load()
+    views = reader_for(settings.views_path(), settings.views_dsn)  # views are tables too (docs/views.md)
+    try:
+        answer = run(query, settings, pipeline=declared, engine=engine, timeout_s=timeout, row_limit=limit,
+                     tables=view_tables(views))  # fmt: skip
+    finally:
+        views.close()
     table = answer.table
     if fmt == "parquet":
         import pyarrow.parquet as pq

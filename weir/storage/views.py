@@ -15,13 +15,14 @@ transactions are READ ONLY. No Spark, no pandas: the monitor and `weir serve` re
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -473,3 +474,9 @@ def arrow_table(reader: ViewReader, view: str) -> Any:
             values = [None if v is None else str(v) for v in values]
         columns.append(pa.array(values, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def view_tables(reader: ViewReader) -> dict[str, Callable[[], Any]]:
+    """Every view of `reader` as a table for `weir.query.run(tables=...)`: read (`arrow_table`) only when a
+    query names it."""
+    return {name: functools.partial(arrow_table, reader, name) for name in reader.names()}
