@@ -201,20 +201,26 @@ def _connect(job: _Job) -> psycopg.Connection:
         raise SinkError(f"PostgresSink {job.where()}: cannot connect: {scrub(str(exc), job.dsn)}") from None
 
 
+def create_commits(cur: psycopg.Cursor, commits: sql.Composable) -> None:
+    """The commit table (`commits`, the writer's schema's) every exactly-once writer to PostgreSQL shares (sinks
+    and views), created if missing, under the DDL lock: concurrent CREATE TABLE IF NOT EXISTS of several writers
+    can otherwise collide."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext('weir_sink_ddl'))")
+    cur.execute(
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (writer text NOT NULL, batch_id bigint NOT NULL, "
+            "spark_partition int NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT "
+            "now(), PRIMARY KEY (writer, batch_id, spark_partition))"
+        ).format(commits)
+    )
+
+
 def _prepare(job: _Job, columns: list[tuple[str, str]]) -> None:
     """Driver side, one transaction: tables exist and fit the batch; the batch id is not behind the writer."""
     target, commits = job.ident(job.table), job.ident(COMMITS)
     try:
         with _connect(job) as conn, conn.cursor() as cur:
-            # Serialises CREATE TABLE IF NOT EXISTS of concurrent writers, which can otherwise collide.
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext('weir_sink_ddl'))")
-            cur.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (writer text NOT NULL, batch_id bigint NOT NULL, "
-                    "spark_partition int NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT "
-                    "now(), PRIMARY KEY (writer, batch_id, spark_partition))"
-                ).format(commits)
-            )
+            create_commits(cur, commits)
             existing = _existing_columns(cur, target)
             if existing is None:
                 _create(cur, target, columns, job.key)

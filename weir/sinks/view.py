@@ -33,6 +33,7 @@ from weir.sinks.postgres import (
     _create,
     _existing_columns,
     _Job,
+    create_commits,
     csv_safe,
     pg_columns,
     scrub,
@@ -332,14 +333,7 @@ def _pg_prepare(spec: ViewSpec) -> None:
     target = sql.Identifier(job.table)
     try:
         with _connect(job) as conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext('weir_sink_ddl'))")
-            cur.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (writer text NOT NULL, batch_id bigint NOT NULL, "
-                    "spark_partition int NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT "
-                    "now(), PRIMARY KEY (writer, batch_id, spark_partition))"
-                ).format(sql.Identifier(COMMITS))
-            )
+            create_commits(cur, sql.Identifier(COMMITS))
             cur.execute(f"CREATE TABLE IF NOT EXISTS {META} ({META_COLUMNS})")
             cur.execute(f"SELECT key_columns, columns FROM {META} WHERE name = %s", [spec.view])
             _check_description(spec, cur)
