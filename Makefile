@@ -24,6 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check weir tests bench examples
 	$(BIN)/ruff format --check weir tests bench examples
 	$(BIN)/lint-imports
+	@# pytest imports test modules by basename: two of one name in tests/ break a whole run's collection
+	@dups="$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d)"; \
+		if [ -n "$$dups" ]; then echo "test modules sharing a basename: $$dups"; exit 1; fi
 
 test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -ra --durations=15 tests
