@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 from weir.kafka import Admin
 
 pytestmark = pytest.mark.integration
-N, KEYS = 3000, 5
-BASE_MS, STEP_MS, SIZE_MS = 1_700_000_000_000, 200, 10_000  # 600 s of event time: 60 windows per key
+N, KEYS = 1500, 5
+BASE_MS, STEP_MS, SIZE_MS = 1_700_000_000_000, 200, 10_000  # 300 s of event time: 30 windows per key
 KILLS = 3
 
 PIPELINE = """
