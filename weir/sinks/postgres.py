@@ -215,6 +215,26 @@ def create_commits(cur: psycopg.Cursor, commits: sql.Composable) -> None:
     )
 
 
+def claim_batch(cur: psycopg.Cursor, commits: sql.Composable, key: tuple | list) -> int | None:
+    """Claim (writer, batch id, Spark partition) in the commit table, in the caller's transaction: None when
+    this transaction claimed it; otherwise the rows its earlier commit recorded, the transaction rolled back
+    (nothing to write: a replay)."""
+    cur.execute(
+        sql.SQL("INSERT INTO {} (writer, batch_id, spark_partition, rows) VALUES (%s, %s, %s, 0) "
+                "ON CONFLICT DO NOTHING").format(commits),
+        key,
+    )  # fmt: skip
+    if cur.rowcount:
+        return None
+    cur.execute(
+        sql.SQL("SELECT rows FROM {} WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(commits),
+        key,
+    )
+    found = cur.fetchone()
+    cur.connection.rollback()
+    return found[0] if found else 0
+
+
 def _prepare(job: _Job, columns: list[tuple[str, str]]) -> None:
     """Driver side, one transaction: tables exist and fit the batch; the batch id is not behind the writer."""
     target, commits = job.ident(job.table), job.ident(COMMITS)
@@ -303,21 +323,9 @@ def _transaction(conn: psycopg.Connection, job: _Job, partition: int, batches: I
     key = [job.writer, job.batch_id, partition]
     with conn.cursor() as cur:
         if not job.key:
-            cur.execute(
-                sql.SQL("INSERT INTO {} (writer, batch_id, spark_partition, rows) VALUES (%s, %s, %s, 0) "
-                        "ON CONFLICT DO NOTHING").format(commits),
-                key,
-            )  # fmt: skip
-            if cur.rowcount == 0:  # committed before: its rows are in the table already
-                cur.execute(
-                    sql.SQL("SELECT rows FROM {} WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(
-                        commits
-                    ),
-                    key,
-                )
-                found = cur.fetchone()
-                conn.rollback()
-                return (found[0] if found else 0), True
+            earlier = claim_batch(cur, commits, key)
+            if earlier is not None:  # committed before: its rows are in the table already
+                return earlier, True
             rows = _copy(cur, target, job, batches, ordinal=False)
             cur.execute(
                 sql.SQL("UPDATE {} SET rows = %s WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(

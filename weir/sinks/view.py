@@ -33,6 +33,7 @@ from weir.sinks.postgres import (
     _create,
     _existing_columns,
     _Job,
+    claim_batch,
     create_commits,
     csv_safe,
     pg_columns,
@@ -367,21 +368,9 @@ def _pg_transaction(conn: psycopg.Connection, spec: ViewSpec, job: _Job, batches
     ident = functools.partial(map, sql.Identifier)
     with conn.cursor() as cur:
         # The commit row first: it locks (writer, batch) so a concurrent attempt waits for this one, then skips.
-        cur.execute(
-            sql.SQL("INSERT INTO {} (writer, batch_id, spark_partition, rows) VALUES (%s, %s, %s, 0) "
-                    "ON CONFLICT DO NOTHING").format(commits),
-            commit_key,
-        )  # fmt: skip
-        if cur.rowcount == 0:
-            cur.execute(
-                sql.SQL("SELECT rows FROM {} WHERE writer = %s AND batch_id = %s AND spark_partition = %s").format(
-                    commits
-                ),
-                commit_key,
-            )
-            found = cur.fetchone()
-            conn.rollback()
-            return _result(found[0] if found else 0, 0, 0, True)
+        earlier = claim_batch(cur, commits, commit_key)
+        if earlier is not None:
+            return _result(earlier, 0, 0, True)
         cur.execute(sql.SQL("SELECT max(batch_id) FROM {} WHERE writer = %s").format(commits), [spec.writer])
         top = cur.fetchone()[0]
         if top is not None and top > spec.batch_id:
