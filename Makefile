@@ -29,7 +29,8 @@ lint: $(STAMP)
 		if [ -n "$$dups" ]; then echo "test modules sharing a basename: $$dups"; exit 1; fi
 
 test: $(STAMP) browser lint
-	$(BIN)/python -m pytest -q -ra --durations=15 tests
+	@# Two workers: the tests of the one in-process Spark session on one, the rest beside it (tests/conftest.py)
+	$(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadgroup tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

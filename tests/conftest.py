@@ -1,6 +1,11 @@
 """Session-wide fixtures: one embedded broker on a free port and one Spark session per test run, both from
 weir's own pytest plugin (weir.testing), so its tests and weir's share them; and one local S3 server
-(moto_server, started by the first test that asks for it)."""
+(moto_server, started by the first test that asks for it).
+
+`make test` runs two pytest-xdist workers. Every module with a test that uses the in-process Spark session is in
+one xdist group, so one worker runs them all and the run still has one session; the other worker takes the tests that
+need none (unit tests, and the kill tests, whose `weir run` processes have their own). A test that starts a
+session without asking for it fails (`_one_spark_session`), so the split stays true."""
 
 from __future__ import annotations
 
@@ -25,6 +30,38 @@ os.environ.update({
     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_ACCESS_KEY_ID": "weir-test-key",
     "AWS_SECRET_ACCESS_KEY": "weir-test-secret", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
 })  # fmt: skip
+# xdist's workers set COLUMNS=80, which rich's consoles fix at import; the CLI tests set their own width later.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+
+
+SPARK_FIXTURES = frozenset({"spark", "weir_spark", "pipeline_test"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A whole module goes to the Spark worker when any of its tests uses Spark: module-scoped fixtures (the
+    # monitor's held-back processor, for one) carry state from test to test, in file order, on one worker.
+    spark_modules = {item.path for item in items if SPARK_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    for item in items:
+        if item.path in spark_modules:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+def _spark_running() -> bool:
+    context = sys.modules.get("pyspark") and sys.modules.get("pyspark.core.context")
+    return bool(context and context.SparkContext._active_spark_context is not None)
+
+
+@pytest.fixture(autouse=True)
+def _one_spark_session(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test outside the Spark group must not start a session: its worker would hold a second one."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and SPARK_FIXTURES & set(request.fixturenames):
+        assert request.node.nodeid.endswith("@spark"), f"{request.node.nodeid} uses Spark outside the Spark group"
+    before = _spark_running()
+    yield
+    if not before and _spark_running() and not SPARK_FIXTURES & set(request.fixturenames):
+        pytest.fail(f"{request.node.nodeid} started a Spark session without asking for the `spark` fixture")
 
 
 @pytest.fixture(scope="session")

@@ -5,20 +5,61 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from weir.config import Settings, load
 from weir.kafka.source import KafkaDataSource
+from weir.kafka.tolake import KafkaArchiveSource
 
 log = logging.getLogger("weir")
 
 
 def register(spark: SparkSession) -> SparkSession:
-    """Register weir's data sources (`weir-kafka`) on a session built by hand."""
-    spark.dataSource.register(KafkaDataSource)
+    """Register weir's data sources (`weir-kafka`, and `weir-kafka-archive` for the lake's archivers) on a session
+    built by hand."""
+    register_source(spark, KafkaDataSource)
+    register_source(spark, KafkaArchiveSource)
     return spark
+
+
+# The environment entries Spark's driver-side runners of a Python streaming source or sink put into the data
+# source's environment map when a query starts (PythonStreamingSourceRunner.init). That map is one
+# java.util.HashMap per registration, shared with every task of the source: two queries starting at once put
+# into it from two threads, and a HashMap written concurrently can be left with a size that does not match its
+# entries. Every task that carries it then fails to deserialize (java.io.OptionalDataException in
+# HashMap.readObject) for the rest of the session: issue 17's poisoned session. Present from the start, these
+# keys are only ever replaced, which never changes the map's structure.
+RUNNER_ENV_KEYS = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
+
+
+def register_source(spark: SparkSession, source: type) -> None:
+    """Register a Python data source with the entries its streaming runners write already in its environment
+    map (RUNNER_ENV_KEYS), set to the values those runners compute (each puts its own before starting a
+    worker anyway)."""
+    sc = spark.sparkContext
+    env = sc.environment  # the map PySpark hands the JVM at registration (the JVM gets a copy)
+    added = {k: v for k, v in _runner_env(sc).items() if k not in env}
+    env.update(added)
+    try:
+        spark.dataSource.register(source)
+    finally:
+        for k in added:  # UDFs made later need none of them
+            env.pop(k, None)
+
+
+def _runner_env(sc: Any) -> dict[str, str]:
+    conf = sc.getConf()
+    timeout = conf.get("spark.python.authenticate.socketTimeout", "15s")
+    return {
+        # The runner's value is the block manager's directories under spark.local.dir; it replaces this one
+        "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", tempfile.gettempdir()),
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(sc._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
+        "SPARK_BUFFER_SIZE": str(conf.get("spark.buffer.size", "65536")),
+    }
 
 
 def _python_for_workers(master: str) -> None:

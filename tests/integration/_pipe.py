@@ -276,6 +276,8 @@ def finish_once(spec: Path, env: dict[str, str], tmp: Path, timeout: float = 300
         kill_tree(proc)
         raise AssertionError(f"weir run --once did not finish in {timeout} s\n{logs_of(tmp)}") from None
     assert code == 0, logs_of(tmp)
+    # A batch whose progress event never came lost its accounting (and cost a 10 s wait)
+    assert "did not arrive within" not in (tmp / "run-final.log").read_text(), logs_of(tmp)
 
 
 def postgres_dsn() -> str:

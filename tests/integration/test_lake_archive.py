@@ -6,6 +6,7 @@ second run continues where the first stopped; a reset archiver continues where t
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,6 +77,10 @@ def test_archived_topic_lands_in_its_delta_table_once_per_record_for_any_reader(
     for _, row in df.iterrows():
         when = datetime.fromtimestamp((T0 + int(bytes(row["key"]).decode()) * 60_000) / 1000, UTC)
         assert (row["date"], row["hour"]) == (when.strftime("%Y-%m-%d"), when.strftime("%H"))
+    # The archive source's read tasks wrote the files, each named by the archiver's run and batch (handed to the
+    # tasks as a Spark local property), then the task and a uuid.
+    names = [Path(u).name for u in dt.file_uris()]
+    assert all(re.fullmatch(r"part-[0-9a-f]{8}-\d{12}-[0-9a-f]{8}-[0-9a-f]{32}\.parquet", n) for n in names), names
     first = df[df["offset"] == 0].iloc[0]
     assert [(h["key"], bytes(h["value"])) for h in first["headers"]] == [("h", bytes(first["key"]))]
     con = duckdb.connect()
@@ -126,3 +131,5 @@ def test_archived_topic_lands_in_its_delta_table_once_per_record_for_any_reader(
     }  # fmt: skip
     progress = [json.loads(x) for x in (tmp_path / "home" / "progress" / f"lake-{prefix}.jsonl").open()]
     assert all(x["accounting"]["balanced"] for x in progress if x["type"] == "progress")
+    # `in` is what the read tasks consumed (Spark counts their file descriptions), `out` what the commits hold.
+    assert sum(x["accounting"]["in"] for x in progress if x["type"] == "progress") == 300

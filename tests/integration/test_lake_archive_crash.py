@@ -1,6 +1,8 @@
 """The archive commit order, crash by crash (docs/lake.md), on a local disk and on S3: a batch that dies before
 its commit leaves readers nothing (its files are unreferenced, vacuum's to delete) and its replay commits it
-once; a batch that dies after its commit is a no-op when replayed; a reset checkpoint is a new run."""
+once; a batch that dies after its commit is a no-op when replayed; a reset checkpoint is a new run. Both ways a
+batch's files are written: by the archive source's read tasks (the archiver's way), and from a DataFrame of
+records."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _pipe import Rec, produce
 
+from weir.kafka import Admin
 from weir.lake import archive
 from weir.lake.archive import ArchiveSink
 from weir.sinks.base import Written
@@ -66,13 +70,8 @@ class Crash(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("when", ["before the commit", "after the commit"])
-def test_a_crash_around_the_commit_then_the_replay_archives_the_batch_once(
-    spark, tmp_path, table_root, when, monkeypatch
-):
-    topic, lake = "orders", f"{table_root}/lake"
-    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}})
-    df = batch(spark, topic, 60)
+def crash_the_commit(monkeypatch: pytest.MonkeyPatch, when: str):
+    """The Delta commit raises Crash, before or after it wrote; returns the real commit, to put back."""
     real = archive.delta.commit
 
     def crash(*args, **kwargs):
@@ -81,6 +80,17 @@ def test_a_crash_around_the_commit_then_the_replay_archives_the_batch_once(
         raise Crash(when)
 
     monkeypatch.setattr(archive.delta, "commit", crash)
+    return real
+
+
+@pytest.mark.parametrize("when", ["before the commit", "after the commit"])
+def test_a_crash_around_the_commit_then_the_replay_archives_the_batch_once(
+    spark, tmp_path, table_root, when, monkeypatch
+):
+    topic, lake = "orders", f"{table_root}/lake"
+    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}})
+    df = batch(spark, topic, 60)
+    real = crash_the_commit(monkeypatch, when)
     with pytest.raises(Crash):
         new_sink(lake, topic, cp).write(df, 0)
     monkeypatch.setattr(archive.delta, "commit", real)
@@ -119,3 +129,42 @@ def test_a_crash_while_spark_writes_leaves_staging_that_the_restart_deletes(spar
     assert not (tmp_path / "lake" / topic / "_staging").exists()
     assert sink.write(batch(spark, topic, 60, offset0=30), 1) == Written(60)
     assert len(seen(lake, topic)) == 120 == len(set(seen(lake, topic)))
+
+
+@pytest.mark.parametrize("when", ["before the commit", "after the commit"])
+def test_the_files_the_read_tasks_wrote_follow_the_same_commit_order(
+    spark, bootstrap, tmp_path, table_root, when, monkeypatch
+):
+    topic, lake = f"crash-{uuid.uuid4().hex[:8]}", f"{table_root}/lake"
+    Admin(bootstrap).create_topic(topic, 2)
+    t0_ms = T0_US // 1000
+    produce(bootstrap, topic, [Rec(i % 2, str(i).encode(), json.dumps({"id": i}).encode(), None,
+                                   t0_ms + (i % 3) * HOUR_US // 1000) for i in range(60)])  # fmt: skip
+    cp = checkpoint(tmp_path, topic, {0: {0: 30, 1: 30}})
+
+    def described(sink: ArchiveSink):
+        # What the archiver's query hands its sink: the archive source's rows (a bounded read of the same ranges).
+        reader = spark.read.format("weir-kafka-archive").options(**sink.source_options())
+        reader = reader.option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        return reader.option("valueFormat", "json").option("valueSchema", "id BIGINT").load()
+
+    real = crash_the_commit(monkeypatch, when)
+    sink = new_sink(lake, topic, cp)
+    with pytest.raises(Crash):
+        sink.write(described(sink), 0)
+    monkeypatch.setattr(archive.delta, "commit", real)
+    expected = sorted((i % 2, i // 2) for i in range(60))
+    assert sorted(seen(lake, topic)) == ([] if when == "before the commit" else expected)
+
+    restarted = new_sink(lake, topic, cp)  # Spark replays the batch after the restart
+    again = restarted.write(described(restarted), 0)
+    assert again == (Written(60, read=60) if when == "before the commit" else Written(0, replayed=60))
+    assert sorted(seen(lake, topic)) == expected
+    cov = Lake(lake).coverage(topic)
+    assert {p: [(r.start, r.end, r.rows) for r in rs] for p, rs in cov.items()} == {0: [(0, 30, 30)], 1: [(0, 30, 30)]}
+    dt = Lake(lake).table(topic)
+    run = restarted.app_id().rsplit("-", 1)[1]
+    assert all(f"/part-{run}-000000000000-" in u for u in dt.file_uris())  # named by the run and batch
+    orphans = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
+    crashed = 6 if when == "before the commit" else 0  # the crashed attempt's files: 2 tasks, 3 hours each
+    assert len([f for f in orphans if f.endswith(".parquet")]) == crashed

@@ -447,7 +447,7 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             # dead(a) resolves once the new runner's state file names its live process; unhealthy(a) once a
             # is healthy again: its first batch (until then it is stalled, its input pending since the kill).
             back = a.wait_for(lambda: env.history("dead(a)", "resolved", restart_ms), 180, "dead(a) to resolve")
-            well = a.wait_for(lambda: env.history("unhealthy(a)", "resolved", restart_ms), 60, "a healthy again")
+            well = a.wait_for(lambda: env.history("unhealthy(a)", "resolved", restart_ms), 180, "a healthy again")
             assert back[0]["fired_at_ms"] == fired["at_ms"] and well[0]["fired_at_ms"] == unhealthy["at_ms"]
             assert env.active("dead(a)") is None and env.active("unhealthy(a)") is None
             assert env.proc("a")["runner_alive"] is True

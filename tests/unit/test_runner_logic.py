@@ -6,6 +6,7 @@ import pytest
 
 from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts, from_routes
+from weir.runtime.progress import in_records, offset_span, recount
 from weir.runtime.runner import stages
 from weir.runtime.versions import IncompatibleChange, check, read
 
@@ -199,14 +200,21 @@ def test_a_failure_is_told_by_its_python_exception_line_whatever_its_name() -> N
     assert _brief("org.apache.spark.SparkException: Job aborted\n") == "org.apache.spark.SparkException: Job aborted"
 
 
-def test_a_broken_session_is_given_up_after_three_identical_failures_not_retried_for_ever(tmp_path):
+def _copy_runner(tmp_path, name: str):
+    """A runner (never started) of a pipeline whose one processor `copy` copies topic a into b."""
     from weir.config import load
-    from weir.runtime.runner import Runner, session_broken
+    from weir.runtime.runner import Runner
 
-    p = Pipeline("poisoned")
+    p = Pipeline(name)
     a, b = (p.topic(n, schema="x STRING") for n in ("a", "b"))
     p.processor(inputs=[a], outputs=[b], name="copy")(lambda df: df)
-    runner = Runner(p, load(home=str(tmp_path)))
+    return Runner(p, load(home=str(tmp_path)))
+
+
+def test_a_broken_session_is_given_up_after_three_identical_failures_not_retried_for_ever(tmp_path):
+    from weir.runtime.runner import session_broken
+
+    runner = _copy_runner(tmp_path, "poisoned")
     error = "org.apache.spark.SparkException: Job aborted: Task 0 failed: java.io.OptionalDataException at HashMap"
     assert session_broken(error) == "java.io.OptionalDataException" and session_broken("Kafka timed out") is None
     runner._failed("copy", "KafkaException: broker down")  # not the session's fault: restarted
@@ -217,3 +225,62 @@ def test_a_broken_session_is_given_up_after_three_identical_failures_not_retried
         runner._failed("copy", error)
     assert runner.status["copy"].state == "failed"
     assert "copy failed 3 times in a row with java.io.OptionalDataException" in runner.broken
+
+
+def test_an_archivers_books_and_figures_count_the_records_its_read_tasks_read():
+    # Spark saw 5 rows (4 file descriptions and a task's count); the tasks read 1,000 records, 1,000 committed.
+    counts = Counts(out=1000, read=1000)
+    counts.settle(5)
+    assert counts.in_ == 1000 and counts.balanced and "read" not in counts.to_json()
+    short = Counts(out=999, read=1000)
+    short.settle(5)
+    assert not short.balanced  # a record read but not committed unbalances the batch
+    figures = {"input_rows": 5, "input_rows_per_second": 2.5, "processed_rows_per_second": None,
+               "sources": [{"input_rows": 5, "description": "x"}]}  # fmt: skip
+    got = in_records(figures, 1000)
+    assert got["input_rows"] == 1000 and got["input_rows_per_second"] == 500.0
+    assert got["processed_rows_per_second"] is None and got["sources"] == [{"input_rows": 1000, "description": "x"}]
+    plain = Counts(out=5)
+    plain.settle(5)
+    assert plain.in_ == 5  # any other processor: Spark's count
+
+
+def _source(start, end) -> dict:
+    return {"description": "weir-kafka", "start_offset": start, "end_offset": end, "input_rows": None}
+
+
+def test_a_batch_counted_twice_by_spark_is_counted_by_its_offsets():
+    """The standalone run's batch: an executor was lost, its stage ran again, and Spark counted 1,212 rows
+    of a batch whose offsets hold 606 (601 orders from offset 0, 5 customers)."""
+    orders = _source(None, {"o": {"0": 301, "1": 300}, "@admission": {"limit": 10000}})
+    customers = _source(None, '{"c": {"0": 5}}')  # Spark gives offsets as JSON text or as objects
+    figures = {"input_rows": 1212, "sources": [orders, customers]}
+    assert offset_span(figures["sources"]) == 606
+    assert recount(figures) == {**figures, "input_rows": 606, "input_rows_spark": 1212}
+    counts = Counts(out=600, dlq=1, absorbed=5)
+    counts.settle(recount(figures)["input_rows"])
+    assert counts.balanced
+
+
+def test_the_offsets_only_cap_sparks_count():
+    # A later batch starts where the last ended; gaps (compaction) leave fewer records than the span: Spark's
+    # count stands, and so does a loss it shows.
+    later = _source({"o": {"0": 301, "1": 300}}, {"o": {"0": 351, "1": 310}})
+    assert offset_span([later]) == 60
+    assert recount({"input_rows": 55, "sources": [later]}) == {"input_rows": 55, "sources": [later]}
+    assert recount({"input_rows": 61, "sources": [later]})["input_rows"] == 60
+    # Not weir-kafka's offsets (Spark's rate source, a file source): no cap.
+    rate = _source(None, {"offset": 12})
+    assert offset_span([rate]) is None and offset_span([_source(None, None)]) is None
+    assert recount({"input_rows": 99, "sources": [later, rate]})["input_rows"] == 99
+
+
+def test_the_same_data_loss_three_times_in_a_row_gives_the_processor_up(tmp_path):
+    runner = _copy_runner(tmp_path, "lossy")
+    lost = "weir.kafka.read.DataLossError: a partition 0: offsets 0-99 are gone from the broker"
+    runner._failed("copy", lost)  # a first loss: the restart may plan the offsets from the lake
+    runner._failed("copy", lost)
+    assert runner.status["copy"].state == "restarting"
+    runner._failed("copy", lost)
+    assert runner.status["copy"].state == "failed" and runner.status["copy"].restart_at is None
+    assert runner.broken is None  # the session is fine: the pipeline's other processors go on

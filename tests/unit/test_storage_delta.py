@@ -86,3 +86,23 @@ def test_new_columns_evolve_the_schema_and_a_changed_type_is_refused(tmp_path: P
     clash = rows(8, 10).set_column(0, "offset", pa.array(["a", "b"]))
     with pytest.raises(delta.DeltaError, match=r"offset: int64 -> string"):
         delta.commit(url, write(url, clash, "w-2"), ["day"], "w", 2)
+
+
+def test_small_writes_are_buffered_into_large_row_groups_and_all_reach_the_file(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(delta, "ROW_GROUP", 30)  # rows per row group
+    monkeypatch.setattr(delta, "PENDING", 40)  # rows waiting in all files together
+    files = write(str(tmp_path / "t"), rows(0, 100), "w-0")  # 7-row batches, half to each file
+    for f in files:
+        meta = pq.ParquetFile(tmp_path / "t" / f["path"]).metadata
+        groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        assert sum(groups) == f["rows"] == 50 and len(groups) <= 4  # not one group per write of 3-4 rows
+        assert max(groups) >= 14  # several writes per group
+    offsets = sorted(o for f in files for o in pq.read_table(tmp_path / "t" / f["path"]).column("offset").to_pylist())
+    assert offsets == list(range(100))
+
+
+def test_an_aborted_writer_leaves_only_files_no_commit_names(tmp_path: Path):
+    writer = delta.FileWriter(str(tmp_path / "t"), "w-0", ["day"])
+    writer.add(("a",), rows(0, 10).drop_columns(["day"]))
+    writer.abort()
+    assert writer.files == {} and delta.open_table(str(tmp_path / "t")) is None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from weir.pipeline.graph import text
 from weir.serve.app import FRESHNESS_HEADER, create_app
 from weir.serve.urls import MAX_LIMIT, BadRequest, key_values, limit_of, typed
 from weir.sinks.base import SinkError
-from weir.sinks.view import ViewSpec, _sqlite_prepare, _sqlite_task, last_per_key
+from weir.sinks.view import APPLY, DEAD, FATE, REFUSED, Triage, ViewSpec, _sqlite_prepare, _sqlite_task, last_per_key
 from weir.storage.views import SqliteViews, ViewInfo
 
 COLUMNS = (("region", "string"), ("day", "bigint"), ("revenue", "double"))
@@ -34,8 +35,17 @@ def spec(tmp_path, batch_id: int = 0, writer: str = "p.view.v") -> ViewSpec:
                     batch_id=batch_id)  # fmt: skip
 
 
-def apply(s: ViewSpec, rows: list[tuple]) -> dict:
-    return next(_sqlite_task(s, iter([batch(rows)]))).to_pylist()[0]
+def with_fates(b: pa.RecordBatch, fates: list[int]) -> pa.RecordBatch:
+    """A batch as the lean path hands it to the task: every record with its `_weir_fate`."""
+    return b.append_column(FATE, pa.array(fates, pa.int32()))
+
+
+def apply(s: ViewSpec, rows: list[tuple], fates: list[int] | None = None) -> dict:
+    b = batch(rows) if fates is None else with_fates(batch(rows), fates)
+    out = next(_sqlite_task(s, iter([b]))).to_pylist()[0]
+    assert min(out.pop("read_ms"), out.pop("store_ms"), out.pop("commit_ms")) >= 0  # the task's clock
+    out["spans"] = json.loads(out["spans"])
+    return out
 
 
 # -- declaration --------------------------------------------------------------------------------------------
@@ -78,7 +88,7 @@ def test_the_embedded_store_applies_a_batch_once_with_its_freshness(tmp_path) ->
     reader = SqliteViews({"v": tmp_path / "v.sqlite"})
     assert reader.info("v").freshness.as_of_ms is None
     assert apply(spec(tmp_path, 0), [("eu", 1, 1.0, False, 500, 0, 0), ("us", 1, 2.0, False, 600, 1, 0)]) == {
-        "rows": 2, "upserts": 2, "deletes": 0, "skipped": False,
+        "rows": 2, "upserts": 2, "deletes": 0, "skipped": False, "dead": 0, "refused": 0, "spans": {},
     }  # fmt: skip
     # A replay of batch 0 (Spark's, after a crash that followed the commit) changes nothing.
     assert apply(spec(tmp_path, 0), [("eu", 1, 99.0, False, 900, 0, 0)])["skipped"] is True
@@ -111,6 +121,38 @@ def test_a_failed_batch_leaves_nothing(tmp_path) -> None:
     reader = SqliteViews({"v": tmp_path / "v.sqlite"})
     assert reader.page("v", 10)[0] == [] and reader.info("v").freshness.batch_id is None
     assert apply(spec(tmp_path, 0), [("eu", 1, 1.0, False, 500, 0, 0)])["rows"] == 1  # the replay writes it
+
+
+# -- the lean path: fates counted in the task ----------------------------------------------------------------
+def test_triage_keeps_the_records_to_apply_and_counts_the_others() -> None:
+    rows = [("eu", 1, 1.0, False, 500, 0, 0), (None, None, None, False, 501, 0, 1), (None, 2, 3.0, False, 502, 1, 0)]
+    triage = Triage()
+    kept = list(triage.kept([with_fates(batch(rows), [APPLY, DEAD, REFUSED]), with_fates(batch(rows[:1]), [DEAD])]))
+    assert [b.num_rows for b in kept] == [1, 0] and FATE not in kept[0].schema.names
+    assert kept[0].column("region").to_pylist() == ["eu"]
+    assert (triage.dead, triage.refused) == (2, 1)
+    assert triage.spans == {0: (0, 1), 1: (0, 0)}  # where the driver reads the skipped records again
+    plain = Triage()
+    assert [b.num_rows for b in plain.kept([batch(rows)])] == [3]  # no fate column: every record is applied
+    assert (plain.dead, plain.refused, plain.spans) == (0, 0, {})
+
+
+def test_the_task_applies_only_the_records_to_apply_and_counts_the_rest_in_a_replay_too(tmp_path) -> None:
+    _sqlite_prepare(spec(tmp_path))
+    rows = [("eu", 1, 1.0, False, 500, 0, 0), (None, None, None, False, 900, 0, 1), ("us", None, 2.0, False, 901, 1, 0)]
+    fates = [APPLY, DEAD, REFUSED]
+    assert apply(spec(tmp_path, 0), rows, fates) == {
+        "rows": 1, "upserts": 1, "deletes": 0, "skipped": False, "dead": 1, "refused": 1,
+        "spans": {"0": [1, 1], "1": [0, 0]},
+    }  # fmt: skip
+    info = SqliteViews({"v": tmp_path / "v.sqlite"}).info("v")
+    # Freshness is the applied records': the dead letters after them move neither as_of nor the offsets.
+    assert (info.rows, info.freshness.as_of_ms, info.freshness.offsets) == (1, 500, {"0": 1})
+    # A replay applies nothing but still counts the dead letters, which the driver writes again (guarded).
+    assert apply(spec(tmp_path, 0), rows, fates) == {
+        "rows": 1, "upserts": 0, "deletes": 0, "skipped": True, "dead": 1, "refused": 1,
+        "spans": {"0": [1, 1], "1": [0, 0]},
+    }  # fmt: skip
 
 
 # -- URLs ------------------------------------------------------------------------------------------------------
@@ -257,3 +299,20 @@ def test_the_embedded_store_refuses_a_cluster_master_and_a_dsn_never_shows(tmp_p
     with pytest.raises(ValueError, match=r"view\.local_one keep their views in the embedded SQLite store"):
         check_embedded(cluster, procs)
     check_embedded(cluster, [x for x in procs if x.name == "view.pg_one"])
+
+
+def test_only_a_views_processor_takes_the_lean_path(tmp_path) -> None:
+    """ProcessorQuery runs a batch through `_view_batch` when `view_of` names a view, else the generic path."""
+    from dataclasses import replace
+
+    from weir.config import Settings
+    from weir.runtime.views import view_of, with_views
+
+    p = Pipeline("shop")
+    t = p.topic("totals", schema="region STRING, day BIGINT, revenue DOUBLE")
+    p.view("by_region", source=t, key="region")
+    full = with_views(p, Settings(home=str(tmp_path)))
+    proc = full.processors["view.by_region"]
+    assert view_of(full, proc) is p.views["by_region"]
+    assert view_of(full, replace(proc, sink=None)) is None  # a processor named like a view, without its sink
+    assert view_of(full, replace(proc, name="by_region")) is None

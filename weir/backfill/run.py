@@ -46,7 +46,7 @@ from weir.runtime.accounting import Counts
 from weir.runtime.query import Ledger, ProcessorQuery, union
 from weir.runtime.runner import SIDE_TOPIC_CONFIG
 from weir.sinks.delta_read import DeltaDataSource
-from weir.spark import spark_session
+from weir.spark import register_source, spark_session
 from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
@@ -344,7 +344,7 @@ class _Run:
             return self.spark.read.schema(schema).parquet(*[self.lake.spark_url(f.path) for f in files])
         top = self.lake.topic_dir(topic) + "/"
         rel = json.dumps([f.path.removeprefix(top) for f in files])
-        self.spark.dataSource.register(DeltaDataSource)
+        register_source(self.spark, DeltaDataSource)
         version = str(self.report.topics[topic].version)  # the version the plan listed: its files stay
         reader = self.spark.read.format("weir-delta").schema(schema).option("path", self.lake.topic_url(topic))
         return reader.option("version", version).option("files", rel).load()

@@ -3,7 +3,11 @@ by LSN.
 
     slot  <- created with the test_decoding plugin when missing (its changes start there)
     snapshot: every row, read after the slot exists, keyed by primary key  (a ledger unit, as a file's)
-    loop: peek changes -> produce (insert/update: the row; delete: a tombstone) -> acks -> advance the slot
+    loop: peek changes -> produce (insert/update: the row; delete: a tombstone; an update that changes the
+          key: a tombstone of the old key, then the row) -> acks -> advance the slot
+
+The Kafka key is the primary key's value as text; for a primary key of several columns, a JSON object of
+them (`{"order_id":7,"line":2}`), which a view keyed by those columns reads (docs/views.md).
 
 The slot is advanced (`pg_replication_slot_advance`) only after the broker acknowledged every record of the
 batch; a batch cut short by a crash is peeked again, and its records already in the topic are found by
@@ -93,20 +97,36 @@ class Change:
     values: dict  # the new row (INSERT, UPDATE) or the old key (DELETE)
 
 
-def parse_change(data: str) -> tuple[str, str, dict] | None:
-    """(table, op, {column: value}) of a test_decoding line; None for BEGIN and COMMIT."""
-    m = _CHANGE.match(data)
-    if m is None:
-        return None
-    rest = m.group("rest")
-    if rest.startswith("old-key:"):  # a changed primary key: the new tuple follows
-        rest = rest.split("new-tuple:", 1)[1]
+def _columns(text: str) -> dict:
     values = {}
-    for c in _COLUMN.finditer(rest):
+    for c in _COLUMN.finditer(text):
         name = c.group("name")
         name = name[1:-1].replace('""', '"') if name.startswith('"') else name
         values[name] = _typed(c.group("type"), c.group("value"))
-    return m.group("table"), m.group("op"), values
+    return values
+
+
+def parse_change(data: str) -> tuple[str, str, dict, dict | None] | None:
+    """(table, op, {column: value}, the old key's {column: value} when an update changed the primary key) of
+    a test_decoding line; None for BEGIN and COMMIT."""
+    m = _CHANGE.match(data)
+    if m is None:
+        return None
+    rest, old = m.group("rest"), None
+    if rest.startswith("old-key:"):  # a changed primary key: the old key, then the new tuple
+        before, _, rest = rest[len("old-key:") :].partition("new-tuple:")
+        old = _columns(before)
+    return m.group("table"), m.group("op"), _columns(rest), old
+
+
+def kafka_key(values: dict, key: tuple[str, ...]) -> bytes | None:
+    """A row's Kafka key: its primary key's value as text (as weir writes keys), or for several columns a JSON
+    object of them; None when a key column is null."""
+    if any(values.get(k) is None for k in key):
+        return None
+    if len(key) == 1:
+        return str(values[key[0]]).encode()
+    return json.dumps({k: values[k] for k in key}, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -117,7 +137,7 @@ class PgJob:
     intake: Intake
     ledger: Ledger
     client: dict[str, str]
-    key: str
+    key: tuple[str, ...]  # the primary key's columns
     batch: int = 5_000
     max_wait_s: float = 300.0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
@@ -158,15 +178,16 @@ class PgJob:
 
     def _snapshot(self, conn: psycopg.Connection) -> None:
         unit, found = self._unit("snapshot")
-        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(sql.Identifier(*self.table.split(".")),
-                                                                sql.Identifier(self.key))  # fmt: skip
+        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(
+            sql.Identifier(*self.table.split(".")), sql.SQL(", ").join(map(sql.Identifier, self.key))
+        )
         # A server-side cursor in one transaction: the table is read in batches, never whole in memory.
         with conn.transaction(), conn.cursor(name="weir_snapshot") as cur:
             cur.execute(query)
             names = [d.name for d in cur.description]
             while rows := cur.fetchmany(self.batch):
                 docs = [dict(zip(names, (_jsonable(v) for v in r), strict=True)) for r in rows]
-                changes = [Change(_row_of_key(d[self.key]), "INSERT", d) for d in docs]
+                changes = [Change(_row_of_key(d, self.key), "INSERT", d) for d in docs]
                 self._send(unit, [c for c in changes if c.row not in found], "snapshot")
                 self.counts["snapshot_rows"] += len(rows)
         self.ledger.done(KIND, "snapshot", {"rows": self.counts["snapshot_rows"]})
@@ -180,9 +201,11 @@ class PgJob:
         for c in changes:
             headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(c.row).encode())]
             if c.op == "DELETE":  # a tombstone, keyed like the row it deletes
-                outs.append(Out(self.intake.topic, None, str(c.values[self.key]).encode(), headers, c.row))
+                outs.append(Out(self.intake.topic, None, kafka_key(c.values, self.key), headers, c.row))
                 continue
             key, problem = checked[c.row]
+            if problem is None and (len(self.key) > 1 or self.intake.schema.key is None):
+                key = kafka_key(c.values, self.key)  # the schema's check gives one key field's text only
             value = json.dumps(c.values).encode()
             if problem is None:
                 outs.append(Out(self.intake.topic, value, key, headers, c.row))
@@ -205,9 +228,15 @@ class PgJob:
             parsed = parse_change(data)
             if parsed is None or parsed[0] != wanted:
                 continue
-            n = at.get(lsn, 0)
-            at[lsn] = n + 1
-            changes.append(Change(lsn_int(lsn) * 1024 + n, parsed[1], parsed[2]))
+            _, op, values, old = parsed
+            # A changed primary key: the old key's row is gone, so its tombstone goes first (a compacted topic
+            # or a view would keep it for ever otherwise), then the row under its new key.
+            steps = [("DELETE", old), (op, values)] if old and kafka_key(old, self.key) != kafka_key(
+                values, self.key) else [(op, values)]  # fmt: skip
+            for step_op, step_values in steps:
+                n = at.get(lsn, 0)
+                at[lsn] = n + 1
+                changes.append(Change(lsn_int(lsn) * 1024 + n, step_op, step_values))
         unit, found = self._unit("changes")
         self._send(unit, [c for c in changes if c.row not in found], "changes")
         if FAULT == "kill-before-slot-advance" and changes:
@@ -233,13 +262,14 @@ class PgJob:
                     self.stopping.wait(interval_s)
 
 
-def _row_of_key(key: object) -> int:
+def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
     """A snapshot row's position: a digest of its key (rows have no LSN before the slot)."""
-    return int.from_bytes(hashlib.sha256(str(key).encode()).digest()[:7], "big")
+    text = str(row[key[0]]) if len(key) == 1 else json.dumps([row[k] for k in key])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "big")
 
 
-def table_schema(dsn: str, table: str) -> tuple[str, str]:
-    """(value schema DDL, primary key column) of a table, for a topic no pipeline declares."""
+def table_schema(dsn: str, table: str) -> tuple[str, tuple[str, ...]]:
+    """(value schema DDL, primary key columns in the key's order) of a table."""
     schema, _, name = table.rpartition(".")
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         cols = conn.execute(
@@ -248,12 +278,13 @@ def table_schema(dsn: str, table: str) -> tuple[str, str]:
         ).fetchall()  # fmt: skip
         pk = conn.execute(
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary", (table,),
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
+            "ORDER BY array_position(i.indkey::int2[], a.attnum)", (table,),
         ).fetchall()  # fmt: skip
     if not cols:
         raise ValueError(f"table {table} not found")
-    if len(pk) != 1:
-        raise ValueError(f"table {table} needs a primary key of one column (it has {len(pk)})")
-    key = pk[0][0]
-    ddl = ", ".join(f"`{c}` {_DDL.get(t, 'STRING')}{' NOT NULL' if c == key else ''}" for c, t in cols)
+    if not pk:
+        raise ValueError(f"table {table} has no primary key: its changes need one to be keyed (and deleted) by")
+    key = tuple(r[0] for r in pk)
+    ddl = ", ".join(f"`{c}` {_DDL.get(t, 'STRING')}{' NOT NULL' if c in key else ''}" for c, t in cols)
     return ddl, key

@@ -211,14 +211,19 @@ def run_postgres(
     """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left)."""
     from weir.ingest.postgres import PgJob, table_schema
 
+    ddl, key = table_schema(dsn, table)
     if spec:
         found = targets(spec, [topic], None, None, partitions)[0]
-        key = found.topic.key
-        if key is None:
-            raise ValueError(f"topic {topic} declares no key: the table's primary key must be its key")
+        declared = found.topic.key
+        if declared is not None and (declared,) != key:
+            raise ValueError(f"topic {topic} is keyed by {declared!r}, but the primary key of table {table} is "
+                             f"{', '.join(key)}: a topic of a table's changes is keyed by its primary key")  # fmt: skip
+        if declared is None and len(key) == 1:
+            raise ValueError(f"topic {topic} declares no key: declare key={key[0]!r}, the primary key of {table}")
     else:
-        ddl, key = table_schema(dsn, table)
-        found = Target(Topic(topic, ddl, key, partitions, compacted=True), "ingest")
+        # A key of several columns is no one field: the topic declares none, and its records' Kafka keys are
+        # JSON objects of the key's columns.
+        found = Target(Topic(topic, ddl, key[0] if len(key) == 1 else None, partitions, compacted=True), "ingest")
     name = job or f"postgres.{table}"
     slot = slot or "weir_" + "".join(ch if ch.isalnum() else "_" for ch in name.lower())
     client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}

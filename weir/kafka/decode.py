@@ -264,10 +264,11 @@ class JsonDecoder:
         errors: list[str | None] = [None] * n
         # A tombstone (null value) is a delete on a changelog, not a bad record: null fields, no error.
         # Marking it would make the usual `_error IS NULL` filter drop every delete without a trace.
-        present = [i for i, v in enumerate(values) if v is not None]
+        whole = values.count(None) == 0  # the usual case: no per-record Python below unless a record is odd
+        present = list(range(n)) if whole else [i for i, v in enumerate(values) if v is not None]
         try:
             # One C-speed pass: JSON is UTF-8, and pyarrow's reader would pass bad bytes through.
-            b"\n".join(values[i] for i in present).decode("utf-8")
+            b"\n".join(values if whole else [values[i] for i in present]).decode("utf-8")
         except UnicodeDecodeError:
             for i in present:
                 try:
@@ -277,12 +278,15 @@ class JsonDecoder:
                     errors[i] = f"the value is not valid UTF-8 (byte {exc.start}: {byte!r})"
             present = [i for i in present if errors[i] is None]
         # Only objects reach the parser. A blank value parses to zero rows, so excluding it keeps blocks
-        # aligned record for record; a bare literal such as `null` first in a block crashes pyarrow 26.
-        for i in present:
+        # aligned record for record; a bare literal such as `null` first in a block crashes pyarrow 26. Values
+        # that start with "{" are told apart in one Arrow pass; only the others are looked at one by one.
+        odd = pc.invert(pc.fill_null(pc.starts_with(pa.array(values, pa.binary()), b"{"), True))
+        for i in pc.indices_nonzero(odd).to_pylist() if pc.any(odd).as_py() else ():
             v = values[i]
-            if v[:1] != b"{" and v.lstrip()[:1] != b"{":
+            if v.lstrip()[:1] != b"{" and errors[i] is None:
                 errors[i] = "the value is empty" if not v.strip() else "the value is not a JSON object"
-        present = [i for i in present if errors[i] is None]
+        if errors.count(None) != n:
+            present = [i for i in present if errors[i] is None]
         pieces = self._parse_rows(values, errors, present)
         if len(pieces) == 1 and len(pieces[0][0]) == n:
             table = pieces[0][1]
@@ -296,7 +300,7 @@ class JsonDecoder:
             take = pa.array(where, pa.int64())
             columns = [pc.take(table.column(i).combine_chunks(), take) for i in range(table.num_columns)]
         self._check_required(columns, values, errors)
-        if all(e is None for e in errors):
+        if errors.count(None) == n:
             return columns, pa.nulls(n, pa.string())
         err = pa.array(errors, pa.string())
         # An error row carries no half-decoded values: downstream sees the raw bytes and the reason only.

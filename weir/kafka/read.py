@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import methodcaller
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +27,7 @@ class DataLossError(RuntimeError):
 
 
 def _headers(headers: list, target: pa.DataType) -> pa.Array:
-    if all(h is None for h in headers):
+    if headers.count(None) == len(headers):
         return pa.nulls(len(headers), target)
     offsets, keys, values, missing = [0], [], [], []
     for h in headers:
@@ -40,26 +41,32 @@ def _headers(headers: list, target: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=target, mask=pa.array(missing))
 
 
+_VALUE, _TIMESTAMP, _KEY = methodcaller("value"), methodcaller("timestamp"), methodcaller("key")
+_OFFSET, _HEADERS, _ERROR = methodcaller("offset"), methodcaller("headers"), methodcaller("error")
+
+
 def to_batch(
     records: list, topic: str, partition: int, schema: pa.Schema, decoder: JsonDecoder | None
 ) -> pa.RecordBatch:
     """Arrow batch in the source's column order from confluent-kafka messages of one partition."""
     n = len(records)
-    values = [m.value() for m in records]
-    ts_types, ts_ms = zip(*[m.timestamp() for m in records], strict=True)
+    # map() over method callers: no bound method per record (per-record Python was a third of a read task). Not
+    # Message.value itself: the testing kit hands in its own message objects, which that descriptor refuses.
+    values = list(map(_VALUE, records))
+    ts_types, ts_ms = zip(*map(_TIMESTAMP, records), strict=True)
     ts_type = pa.array(ts_types, pa.int32())
     # librdkafka: 0 none, 1 create time, 2 log-append time; Spark's columns: -1, 0, 1.
     no_ts = pc.equal(ts_type, 0)
     micros = pc.multiply(pa.array(ts_ms, pa.int64()), 1000)
     arrays = [
-        pa.array([m.key() for m in records], pa.binary()),
+        pa.array(list(map(_KEY, records)), pa.binary()),
         pa.array(values, pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([m.offset() for m in records], pa.int64()),
+        pa.array(list(map(_OFFSET, records)), pa.int64()),
         pc.if_else(no_ts, pa.scalar(None, pa.int64()), micros).cast(schema.field("timestamp").type),
         pc.subtract(ts_type, pa.scalar(1, pa.int32())),
-        _headers([m.headers() for m in records], schema.field("headers").type),
+        _headers(list(map(_HEADERS, records)), schema.field("headers").type),
     ]
     if decoder is not None:
         columns, errors = decoder.decode(values)
@@ -89,7 +96,7 @@ def read_range(
         unreachable_since: float | None = None  # the broker has been out of reach since (librdkafka reconnects)
         last_outage: KafkaError | None = None
         while pos < r.end:
-            with _gc_paused():
+            with gc_paused():
                 batch, pos, received, outage = _chunk(opts, consumer, r, pos, schema, decoder)
             now = time.monotonic()
             if received:
@@ -131,7 +138,7 @@ def _answers(consumer: Consumer) -> bool:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a chunk is built. 20k messages and their timestamp tuples set
     off full collections (about 60 ms each) that free nothing: everything dies by reference count when
     the chunk is done. Measured: over half of the reader's CPU per record went to them."""
@@ -153,7 +160,7 @@ def _chunk(
     if not msgs:
         return None, pos, False, None
     records = msgs
-    if any(m.error() is not None for m in msgs):
+    if list(map(_ERROR, msgs)).count(None) != len(msgs):
         records = []
         for m in msgs:
             err = m.error()

@@ -19,6 +19,7 @@ from pyarrow import fs as pafs
 from pyspark.sql import functions as F
 
 from weir.kafka import offsets as off
+from weir.kafka.tolake import ARCHIVE_COLUMNS, TABLE_OPTION, TAG_PROPERTY, KafkaArchiveSource
 from weir.pipeline.model import Pipeline, Processor
 from weir.sinks.base import Delivery, Sink, Written
 from weir.sinks.delta import clean_staging, spark_writes, write_files, write_files_spark
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("weir.lake")
 ARCHIVER_PREFIX = "archive."
+ARCHIVE_FORMAT = KafkaArchiveSource.name()  # the archiver's source: its read tasks write the files
+_DESCRIBED = [c.split()[0] for c in ARCHIVE_COLUMNS.split(", ")]
 
 
 def archiver_name(topic: str) -> str:
@@ -68,9 +71,17 @@ class ArchiveSink(Sink):
         """The app transaction id of this run: a reset checkpoint's batch ids start again at 0, under a new id."""
         return f"{archiver_name(self.topic)}-{self._run_id()}"
 
+    def source_options(self) -> dict[str, str]:
+        """The options of the archiver's `weir-kafka-archive` source beyond weir-kafka's: the table it writes."""
+        return {TABLE_OPTION: self.url}
+
     def write(self, batch: DataFrame, batch_id: int) -> Written:
         """Driver: the commit order of docs/lake.md. A batch this run committed before writes nothing and
-        reports the rows its commit recorded as replayed."""
+        reports the rows its commit recorded as replayed.
+
+        `batch` is what the archiver's source hands Spark: the descriptions of the files its read tasks wrote
+        while this call collects them. Any other DataFrame of the weir-kafka columns is written here by
+        executors (Spark's Parquet writer on a local disk, pyarrow in `mapInArrow` tasks elsewhere)."""
         app = self.app_id()
         dt = self.lake.table(self.topic)
         last = dt.transaction_version(app) if dt is not None else None
@@ -78,8 +89,13 @@ class ArchiveSink(Sink):
             log.info("%s: batch %d of %s was committed before; replay skipped", self.name, batch_id, app)
             return Written(0, replayed=delta.committed_rows(dt, app, batch_id))
         began = time.monotonic()
-        write = write_files_spark if spark_writes(self.url) else write_files  # step 2
-        files = write(partitioned(batch), self.url, f"{self._run_id()}-{batch_id:012d}", list(PARTITION_BY))
+        read = None
+        tag = f"{self._run_id()}-{batch_id:012d}"
+        if batch.columns == _DESCRIBED:  # step 2: the read tasks write the files
+            files, read = _collect_written(batch, tag)
+        else:
+            write = write_files_spark if spark_writes(self.url) else write_files
+            files = write(partitioned(batch), self.url, tag, list(PARTITION_BY))
         ranges = self._ranges(batch_id, _observed(self.url, files))  # step 3
         facts = {"ranges": [r.__dict__ for r in ranges], "topic": self.topic}
         written = time.monotonic()
@@ -88,7 +104,7 @@ class ArchiveSink(Sink):
         done = delta.commit(self.url, files, PARTITION_BY, app, batch_id, facts, TABLE_CONFIG)  # step 4
         log.info("%s: batch %d committed as version %s in %.2f s", self.name, batch_id, done.version,
                  time.monotonic() - written)  # fmt: skip
-        return Written(done.rows, done.replayed)
+        return Written(done.rows, done.replayed, read=read)
 
     # -- offsets ------------------------------------------------------------------------------------------
     def _run_id(self) -> str:
@@ -137,6 +153,18 @@ class ArchiveSink(Sink):
                 start, stop = min(start, lo), max(stop, hi + 1)
             out.append(Range(p, start, stop, rows))
         return out
+
+
+def _collect_written(batch: DataFrame, tag: str) -> tuple[list[dict[str, Any]], int]:
+    """Run the archive source's read tasks, which write the batch's files (named with `tag`, handed to them as a
+    Spark local property of this thread's jobs); the files' descriptions, and the records the tasks read."""
+    sc = batch.sparkSession.sparkContext
+    sc.setLocalProperty(TAG_PROPERTY, tag)
+    try:
+        rows = [r.asDict() for r in batch.collect()]  # one small row per file and per task: no record
+    finally:
+        sc.setLocalProperty(TAG_PROPERTY, None)  # type: ignore[arg-type]
+    return [r for r in rows if r["path"] is not None], sum(r["read"] or 0 for r in rows)
 
 
 def partitioned(batch: DataFrame) -> DataFrame:

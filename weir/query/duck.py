@@ -2,13 +2,19 @@
 and projection pushdown) united with its tail (an Arrow table), in an in-memory database that may touch
 nothing else.
 
-DuckDB never fetches an extension (autoinstall and autoload off from the start); once the tables are registered,
-external access is disabled (no file, no URL, no ATTACH, no INSTALL) and the configuration is locked (no SET can
-undo it). A timer interrupts a query that outlives its timeout.
+DuckDB never fetches an extension (autoinstall and autoload off from the start), external access is disabled
+(no file, no URL, no ATTACH, no INSTALL) and the configuration is locked (no SET can undo it). A timer interrupts
+a query that outlives its timeout.
+
+The database is one per process, set up and locked once: opening an in-memory DuckDB database took 20-50 ms
+(DuckDB 2.0 on 2 cores; a tenth of a 0.2 s query), a connection to an open one (a cursor) nothing. Each query
+gets its own connection: the Arrow data it registers and its views (temporary) are that connection's alone,
+gone when it closes, and invisible to other queries running at the same time.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -43,16 +49,45 @@ def _lake_select(source: Source, relation: str) -> str:
 
 def _duck_type(t: pa.DataType) -> str:
     """The DuckDB type of an Arrow type, asked of DuckDB itself (an empty Arrow table's column)."""
-    con = duckdb.connect(config=CONFIG)
-    con.register("t", pa.table({"c": pa.nulls(0, t)}))
-    return str(con.sql("SELECT c FROM t").types[0])
+    con = _database()
+    try:
+        con.register("t", pa.table({"c": pa.nulls(0, t)}))
+        return str(con.sql("SELECT c FROM t").types[0])
+    finally:
+        con.close()
+
+
+_DATABASE: dict[int, duckdb.DuckDBPyConnection] = {}  # by process id: a forked child opens its own
+_DATABASE_LOCK = threading.Lock()
+
+
+def _database() -> duckdb.DuckDBPyConnection:
+    """A new connection to the process's one in-memory database, which no connection can reconfigure."""
+    with _DATABASE_LOCK:
+        db = _DATABASE.get(os.getpid())
+        if db is None:
+            db = duckdb.connect(config=CONFIG)
+            db.execute("SET GLOBAL TimeZone = 'UTC'")
+            db.execute("SET GLOBAL enable_external_access = false")
+            db.execute("SET GLOBAL lock_configuration = true")
+            _DATABASE.clear()
+            _DATABASE[os.getpid()] = db
+        return db.cursor()
 
 
 def connect(sources: Mapping[str, Source], extra: Mapping[str, Any]) -> duckdb.DuckDBPyConnection:
-    """A locked-down connection where every source and every extra table (Arrow table, dataset or reader) is a
+    """A connection where every source and every extra table (Arrow table, dataset or reader) is a temporary
     view named as the table."""
-    con = duckdb.connect(config=CONFIG)
-    con.execute("SET TimeZone = 'UTC'")
+    con = _database()
+    try:
+        _register(con, sources, extra)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _register(con: duckdb.DuckDBPyConnection, sources: Mapping[str, Source], extra: Mapping[str, Any]) -> None:
     for i, (name, source) in enumerate(sorted(sources.items())):
         tail_rel, lake_rel = f"__weir_tail_{i}", f"__weir_lake_{i}"
         con.register(tail_rel, source.tail)
@@ -63,14 +98,11 @@ def connect(sources: Mapping[str, Source], extra: Mapping[str, Any]) -> duckdb.D
                 lake = lake.filter(source.lake_filter)
             con.register(lake_rel, lake)
             parts.insert(0, _lake_select(source, lake_rel))
-        con.execute(f"CREATE VIEW {ident(name)} AS {' UNION ALL '.join(parts)}")
+        con.execute(f"CREATE TEMP VIEW {ident(name)} AS {' UNION ALL '.join(parts)}")
     for i, (name, table) in enumerate(sorted(extra.items())):
         rel = f"__weir_extra_{i}"
         con.register(rel, table)
-        con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM {rel}")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
+        con.execute(f"CREATE TEMP VIEW {ident(name)} AS SELECT * FROM {rel}")
 
 
 def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float, row_limit: int) -> tuple[pa.Table, bool]:

@@ -9,6 +9,7 @@ broker already held when the watermarks were read: the tail reads them, the snap
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ import pyarrow.dataset as pads
 
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
 from weir.kafka.log import LogView
-from weir.query import seam, tail
+from weir.query import lakecount, seam, tail
 from weir.query.catalog import TableSpec
 from weir.storage import delta
 from weir.storage.lake import Lake, coverage_of
@@ -124,13 +125,6 @@ def _lake_usable(spec: TableSpec, dataset: pads.Dataset) -> bool:
     )
 
 
-def _lake_undecodable(dataset: pads.Dataset, flt: pc.Expression | None) -> int:
-    """Lake rows with a non-null `_error`, read from that one column. (Parquet footers' null counts would spare
-    the read, but the archiver's files gave 0 for it: measured, not trusted.)"""
-    errors = dataset.to_table(columns=[ERROR_COLUMN], filter=flt).column(ERROR_COLUMN)
-    return len(errors) - errors.null_count
-
-
 def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | None, deadline: float) -> pa.Table:
     """The lake's rows with the table's decoded columns computed from their raw values (bounded by the query's
     deadline: TailTimeout past it)."""
@@ -151,6 +145,31 @@ def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | No
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
+@dataclass
+class _LakePart:
+    data: Any  # the snapshot's dataset, or a table of its decoded rows
+    flt: pc.Expression | None
+    rows: int
+    excluded: int
+    undecodable: int
+    decoded: bool
+
+
+def _lake_part(spec: TableSpec, snap: _Snapshot, deadline: float) -> _LakePart:
+    """The table's lake part: the snapshot's rows (within its recorded coverage), decoded here if the lake's own
+    columns are not the table's, and its undecodable rows counted."""
+    flt, rows, excluded = None, snap.rows, 0
+    if snap.rows != snap.covered_rows:
+        flt = _coverage_filter(snap.coverage)
+        rows = snap.dataset.count_rows(filter=flt)
+        excluded = snap.rows - rows
+    if _lake_usable(spec, snap.dataset):
+        bad = lakecount.undecodable(snap.dataset, flt, snap.coverage) if spec.decoded else 0
+        return _LakePart(snap.dataset, flt, rows, excluded, bad, False)
+    table = _decode_lake(spec, snap.dataset, flt, deadline)
+    return _LakePart(table, flt, rows, excluded, tail.undecodable(table), True)
+
+
 def resolve(
     lake: Lake,
     view: LogView,
@@ -166,41 +185,36 @@ def resolve(
     leaves `tail` empty and its counts to the engine)."""
     opened = opened or {}
     snapshots = {s.name: _snapshot(lake, s.topic, opened.get(s.topic)) if s.archived else None for s in specs}
-    marks = tail.watermarks(view, sorted({s.topic for s in specs}), exact=not read_tail, parts=parts)
-    out: dict[str, Source] = {}
-    for spec in specs:
-        snap = snapshots[spec.name]
-        plan = seam.plan(snap.coverage if snap else {}, marks.get(spec.topic, {}))
-        if read_tail:
-            # Spans below the lake's end are gaps, read as planned; past it, the tail runs to the high-water mark of
-            # its first fetch (ListOffsets' latest may fall short of it: docs/sql.md).
-            ends = {p: (max(marks[spec.topic][p][0], pp.lake[-1][1] if pp.lake else 0), marks[spec.topic][p][1])
-                    for p, pp in plan.partitions.items() if pp.on_broker}  # fmt: skip
-            gaps = {p: [sp for sp in plan.partitions[p].broker if sp[1] <= start] for p, (start, _) in ends.items()}
-            rows = tail.read(client, spec, gaps, deadline, open_from=ends)
-        else:
-            rows = spec.schema().empty_table()
-        prov = Provenance(spec.name, archived=snap is not None, tail_rows=len(rows))
-        prov.missing_offsets = plan.missing_offsets
-        prov.undecodable = tail.undecodable(rows)
-        source = Source(spec, prov, rows, plan=plan)
-        if snap is not None:
-            prov.lake_version = snap.version
-            flt = None
-            if snap.rows != snap.covered_rows:
-                flt = _coverage_filter(snap.coverage)
-                kept = snap.dataset.count_rows(filter=flt)
-                prov.excluded = snap.rows - kept
-                snap.rows = kept
-            prov.lake_rows = snap.rows
-            source.lake_url, source.lake_filter = snap.url, flt
-            if _lake_usable(spec, snap.dataset):
-                source.lake = snap.dataset
-                if spec.decoded:
-                    prov.undecodable += _lake_undecodable(snap.dataset, flt)
+    # The lake parts need nothing from the broker: one thread works on them (footers, counts, any decoding) while
+    # this one reads the watermarks and the tails, mostly waiting on the network.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weir-lake")
+    try:
+        parts_of = {s.name: pool.submit(_lake_part, s, snap, deadline) for s in specs if (snap := snapshots[s.name])}
+        marks = tail.watermarks(view, sorted({s.topic for s in specs}), exact=not read_tail, parts=parts)
+        out: dict[str, Source] = {}
+        for spec in specs:
+            snap = snapshots[spec.name]
+            plan = seam.plan(snap.coverage if snap else {}, marks.get(spec.topic, {}))
+            if read_tail:
+                # Spans below the lake's end are gaps, read as planned; past it, the tail runs to the high-water
+                # mark of its first fetch (ListOffsets' latest may fall short of it: docs/sql.md).
+                ends = {p: (max(marks[spec.topic][p][0], pp.lake[-1][1] if pp.lake else 0), marks[spec.topic][p][1])
+                        for p, pp in plan.partitions.items() if pp.on_broker}  # fmt: skip
+                gaps = {p: [sp for sp in plan.partitions[p].broker if sp[1] <= s] for p, (s, _) in ends.items()}
+                rows = tail.read(client, spec, gaps, deadline, open_from=ends)
             else:
-                source.lake = _decode_lake(spec, snap.dataset, flt, deadline)
-                source.lake_decoded = True
-                prov.undecodable += tail.undecodable(source.lake)
-        out[spec.name] = source
-    return out
+                rows = spec.schema().empty_table()
+            prov = Provenance(spec.name, archived=snap is not None, tail_rows=len(rows))
+            prov.missing_offsets = plan.missing_offsets
+            prov.undecodable = tail.undecodable(rows)
+            source = Source(spec, prov, rows, plan=plan)
+            if snap is not None:
+                part = parts_of[spec.name].result()
+                prov.lake_version, prov.lake_rows, prov.excluded = snap.version, part.rows, part.excluded
+                prov.undecodable += part.undecodable
+                source.lake_url, source.lake_filter = snap.url, part.flt
+                source.lake, source.lake_decoded = part.data, part.decoded
+            out[spec.name] = source
+        return out
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -8,6 +8,7 @@ the query's deadline, and an unreachable broker fails the query naming it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 
@@ -18,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
 from weir.kafka.log import TP, LogView, client_log, is_outage
 from weir.kafka.options import SourceOptions
-from weir.kafka.read import CHUNK, to_batch
+from weir.kafka.read import CHUNK, gc_paused, to_batch
 from weir.query.catalog import TableSpec
 from weir.query.seam import Span
 
@@ -53,9 +54,12 @@ def decoder(spec: TableSpec) -> JsonDecoder | None:
 def with_partitions(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     """`date` and `hour` (UTC, of the record's timestamp) as the lake partitions by; no timestamp: 1970-01-01/00."""
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    ts = table.column("timestamp")
-    date = pc.fill_null(pc.strftime(ts, format="%Y-%m-%d"), "1970-01-01")
-    hour = pc.fill_null(pc.strftime(ts, format="%H"), "00")
+    # Formatted once per distinct hour, not per row: strftime per row was a fifth of reading a 14k-record tail.
+    hours = pc.floor_temporal(table.column("timestamp"), unit="hour")
+    distinct = pc.unique(hours)
+    at = pc.index_in(hours, value_set=distinct)  # a null timestamp finds the null among `distinct`
+    date = pc.take(pc.fill_null(pc.strftime(distinct, format="%Y-%m-%d"), "1970-01-01"), at)
+    hour = pc.take(pc.fill_null(pc.strftime(distinct, format="%H"), "00"), at)
     return table.append_column("date", date).append_column("hour", hour)
 
 
@@ -106,7 +110,8 @@ def read(
             del pending[p]
             flush(p)
 
-    try:
+    # No cyclic collections while messages pile up (they die by reference count; see gc_paused).
+    with gc_paused(), contextlib.closing(consumer):
         consumer.assign([TopicPartition(spec.topic, p, ranges[0][0]) for p, ranges in sorted(pending.items())])
         while pending:
             left = deadline - time.monotonic()
@@ -151,8 +156,6 @@ def read(
                         flush(p)
                 if o + 1 >= end:
                     advance(p)
-    finally:
-        consumer.close()
     for p in list(records):
         flush(p)
     if not pieces:

@@ -40,6 +40,9 @@ class Counts:
     passed: int | None = None
     has_sources: bool = False  # whether output rows still carry their input's coordinates
     handed: int = 0  # stateless batches: the decoded records weir handed the function, as weir counted them
+    # The archiver: the records its read tasks counted, which stand for `in` (Spark's numInputRows counts the rows
+    # its source hands Spark: the files' descriptions). None: Spark's count.
+    read: int | None = None
 
     @property
     def accounted(self) -> int:
@@ -69,7 +72,7 @@ class Counts:
         that are a fan-out, counted as `emitted`. `filtered` is the handed records with no output row that
         did not make the function raise (those are poison, in `dlq`). A record weir lost or doubled between
         Spark's source and the function changes `handed` but not `in`: the batch does not balance."""
-        self.in_ = in_
+        self.in_ = in_ if self.read is None else self.read
         if self.passed is None:
             return
         # handed, and the function neither raised on them nor dead-lettered them itself
@@ -84,7 +87,7 @@ class Counts:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        del d["passed"], d["has_sources"], d["handed"]
+        del d["passed"], d["has_sources"], d["handed"], d["read"]
         d["in"] = d.pop("in_")
         d["balanced"] = self.balanced
         d["unaccounted"] = self.unaccounted

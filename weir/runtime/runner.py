@@ -34,7 +34,7 @@ from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import versions
 from weir.runtime.accounting import Counts
-from weir.runtime.progress import ProgressPublisher, now_iso, spark_figures
+from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, metadata_probe
@@ -80,6 +80,9 @@ SESSION_BROKEN = (
     "Cannot call methods on a stopped SparkContext",
 )
 SESSION_FAILURES = 3
+# Offsets gone from the broker and from the lake: a first restart can help (offsets deleted while a batch read
+# them are planned from the lake then), the same loss again and again cannot.
+DATA_LOSS = "DataLossError"
 
 
 def session_broken(error: str) -> str | None:
@@ -276,6 +279,11 @@ class Runner:
                 f"the Spark session is broken: {name} failed {st.failures_in_row} times in a row with {marker}; "
                 f"restarting queries in this session cannot help, start weir run again (a new JVM)"
             )
+        if DATA_LOSS in str(exc) and st.failures_in_row >= SESSION_FAILURES:
+            give_up = True
+            log.error("weir: processor %s lost data %d times in a row: restarting cannot bring deleted offsets back. "
+                      "Archive its inputs (docs/retention.md), or restart it with failOnDataLoss=false to skip and "
+                      "count them, or reset it with `weir run --reset %s`", name, st.failures_in_row, name)  # fmt: skip
         delay = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
         st.restart_at = None if give_up else time.monotonic() + delay
         log.error("weir: processor %s failed (%s); %s", name, st.last_error,
@@ -302,7 +310,7 @@ class Runner:
                         continue
                     exc = q.exception()
                     del self._queries[name]
-                    self._await_listener(name, q)
+                    self._await_listener(name)
                     if exc is not None and not self._builders[name].stopping.is_set():
                         self._failed(name, exc)
                     else:
@@ -367,10 +375,12 @@ class Runner:
                 return
             time.sleep(0.05)
 
-    def _await_listener(self, name: str, query: Any, timeout: float = 10.0) -> None:
+    def _await_listener(self, name: str, timeout: float = 10.0) -> None:
         """Spark's listener bus delivers progress events asynchronously: let the last batch's event arrive
-        before the query counts as ended, or its accounting would be lost at stop."""
-        last = (query.lastProgress or {}).get("batchId")
+        before the query counts as ended, or its accounting would be lost at stop. Only a batch that ran here
+        has one: Spark's `lastProgress` also names batches that did not run (a restart with nothing to read
+        reports the next batch id, and no event comes), and waiting for those cost 10 s per query."""
+        last = self._builders[name].ran
         deadline = time.monotonic() + timeout
         while last is not None and time.monotonic() < deadline:
             seen = self.status[name].last_batch_id
@@ -433,7 +443,7 @@ class Runner:
         except Exception as exc:  # stopping the others matters more
             log.warning("weir: stopping %s: %s", name, exc)
         with self._lock:
-            self._await_listener(name, query)
+            self._await_listener(name)
             self._set_state(name, "stopped")
 
     def run(self, duration: float | None = None) -> None:
@@ -464,6 +474,16 @@ class Runner:
             return
         figures = spark_figures(progress)
         counts = self.ledger.take(progress.name, figures["batch_id"]) or Counts()
+        if counts.read is not None:
+            figures = in_records(figures, counts.read)
+        else:
+            figures = recount(figures)
+            if "input_rows_spark" in figures:
+                log.warning(
+                    "weir: processor %s batch %s: Spark counted %d input rows, more than its offsets hold (%d; "
+                    "tasks run again after a lost executor?): the offsets' count is used",
+                    name, figures["batch_id"], figures["input_rows_spark"], figures["input_rows"],
+                )  # fmt: skip
         counts.settle(figures["input_rows"])
         if not counts.balanced:
             counts.violations += 1

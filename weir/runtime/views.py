@@ -3,12 +3,14 @@
 `with_views(pipeline, settings)` adds `view.<name>` for each `Pipeline.view`: it reads the source topic
 through weir-kafka, shapes each record into the view's columns (a tombstone's key comes from its Kafka key),
 dead-letters records without a usable key (counted, in `<topic>.dlq`), and hands the rest to a `ViewSink`,
-which applies each batch exactly once. Its progress records, restarts and accounting are a processor's.
+which applies each batch exactly once. Its progress records, restarts and accounting are a processor's; its
+micro-batches take a lean path (`lean`, `dead_letters`; ProcessorQuery._view_batch): one Spark job per batch.
 docs/views.md.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import replace
@@ -20,9 +22,10 @@ from pyspark.sql import types as T
 from weir.blocks.common import col
 from weir.config import Settings
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
-from weir.pipeline.model import Pipeline, Processor, View
+from weir.pipeline.model import VIEW_PREFIX, Pipeline, Processor, View
 from weir.pipeline.routes import DLQ, OUT, ROUTE
-from weir.sinks.view import DELETE, TS, ViewSink, ViewSpec
+from weir.runtime import routing
+from weir.sinks.view import APPLY, DEAD, DELETE, FATE, REFUSED, TS, ViewSink, ViewSpec
 from weir.storage.views import location
 
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)
@@ -57,12 +60,12 @@ def spec(pipeline: Pipeline, view: View, settings: Settings) -> ViewSpec:
     return ViewSpec(view.name, pipeline.name, view.source, view.key, columns(pipeline, view), sqlite=sqlite, dsn=dsn)
 
 
-def shape(batch: DataFrame, pipeline: Pipeline, view: View) -> DataFrame:
+def shape(batch: DataFrame, pipeline: Pipeline, view: View, fate: bool = False) -> DataFrame:
     """A batch of the source topic's decoded records as the view's rows: its columns, `_weir_delete`,
     `_weir_ts_ms`, the Kafka columns; `_route` "dlq" with `_error` for a record whose key is null (an upsert
-    missing a key field, a tombstone whose Kafka key is null or not the key's type)."""
-    decl = {n: T._parse_datatype_string(t) for n, t in ((f.name, f.type_ddl) for f in parse_fields(
-        pipeline.topics[view.source].schema))}  # fmt: skip
+    missing a key field, a tombstone whose Kafka key is null or not the key's type). With `fate`, the batch
+    may hold undecodable records too, and `_weir_fate` says what becomes of each (the lean path, `lean`)."""
+    decl = dict(_declared(pipeline.topics[view.source].schema))
     tomb = col("value").isNull()
     keys = {k: _tombstone_key(view, k, decl[k]) for k in view.key}
     cols: list[Column] = []
@@ -74,6 +77,8 @@ def shape(batch: DataFrame, pipeline: Pipeline, view: View) -> DataFrame:
         missing = missing | F.when(tomb, keys[k]).otherwise(col(k)).isNull()
     why = F.when(tomb, F.lit(f"view {view.name}: a tombstone's Kafka key does not give the key {_key_text(view)}"))
     why = why.otherwise(F.lit(f"view {view.name}: the record has no value for key {_key_text(view)}"))
+    # The decoder's `_error` of the input, read before this select replaces it with the view's own reason.
+    fates = [F.when(col(ERROR_COLUMN).isNotNull(), DEAD).when(missing, REFUSED).otherwise(APPLY).alias(FATE)]
     return batch.select(
         *cols,
         tomb.alias(DELETE),
@@ -81,7 +86,35 @@ def shape(batch: DataFrame, pipeline: Pipeline, view: View) -> DataFrame:
         *[col(c) for c in ("key", "value", "topic", "partition", "offset", "timestamp")],
         F.when(missing, why).alias(ERROR_COLUMN),
         F.when(missing, F.lit(DLQ)).otherwise(F.lit(OUT)).alias(ROUTE),
+        *(fates if fate else []),
     )
+
+
+def lean(batch: DataFrame, pipeline: Pipeline, view: View) -> DataFrame:
+    """Every record of a micro-batch of the source (undecodable ones included) as the view sink's rows with
+    `_weir_fate`: the sink's one task applies some and counts the rest, so the batch is one Spark job."""
+    return shape(batch, pipeline, view, fate=True)
+
+
+def dead_letters(batch: DataFrame, proc: Processor, pipeline: Pipeline, view: View) -> DataFrame:
+    """The routed dead letters of a micro-batch: its undecodable records, and the records the view refused (no
+    usable key) with the view's reason, as the stateless path routes them to `<topic>.dlq`."""
+    clean = batch.where(col(ERROR_COLUMN).isNull())
+    refused = shape(clean, pipeline, view).where(col(ROUTE) == DLQ)
+    return routing.route(refused, proc, pipeline.topics).unionByName(routing.dead_letters(batch, proc))
+
+
+def view_of(pipeline: Pipeline, proc: Processor) -> View | None:
+    """The view a processor maintains (a `view.<name>` processor with a ViewSink), else None."""
+    if not isinstance(proc.sink, ViewSink) or not proc.name.startswith(VIEW_PREFIX):
+        return None
+    return pipeline.views.get(proc.name[len(VIEW_PREFIX) :])
+
+
+@functools.lru_cache(maxsize=64)
+def _declared(schema: str) -> tuple[tuple[str, T.DataType], ...]:
+    """(field, Spark type) of a topic's schema. Cached: each parse is a JVM call, and a view shapes every batch."""
+    return tuple((f.name, T._parse_datatype_string(f.type_ddl)) for f in parse_fields(schema))
 
 
 def _key_text(view: View) -> str:

@@ -46,10 +46,13 @@ class Written:
     `rows`: rows this call wrote to the target. `replayed`: rows of the batch that were already in the
     target and that this call skipped (an exactly-once sink recognising a replayed batch id, or finding
     that a concurrent attempt published it first); they count as delivered, not as lost. An at-least-once
-    sink writes a replay again: its `replayed` is always 0."""
+    sink writes a replay again: its `replayed` is always 0. `read`: the records the batch's read tasks counted,
+    for a sink whose source hands Spark no records (the archiver's tasks write the files and hand it their
+    descriptions); None: Spark's own input count stands."""
 
     rows: int
     replayed: int = 0
+    read: int | None = None
 
     def __post_init__(self) -> None:
         if self.rows < 0 or self.replayed < 0:

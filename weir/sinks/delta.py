@@ -146,13 +146,14 @@ def read_delta(
     filter pushdown); any other URL (s3://) by weir's `weir-delta` source, whose tasks read through pyarrow with
     the AWS settings of the environment (Spark has no S3 filesystem without hadoop-aws)."""
     from weir.sinks.delta_read import DeltaDataSource, spark_schema
+    from weir.spark import register_source
 
     dt = delta.open_table(path, version, timestamp)
     if dt is None:
         raise SinkError(f"no Delta table at {delta.table_url(path)}")
     root = delta.table_url(path).rstrip("/")
     if "://" in root:
-        spark.dataSource.register(DeltaDataSource)
+        register_source(spark, DeltaDataSource)
         reader = spark.read.format("weir-delta").option("path", root).option("version", str(dt.version()))
         return reader.load()
     schema = spark_schema(dt)

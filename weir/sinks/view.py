@@ -1,7 +1,9 @@
 """A materialized view's sink: keyed upserts and deletes, exactly once per (writer, batch id), from one task.
 
 The rows it gets are a view query's shaped records (weir.runtime.views): the view's columns, `_weir_delete`
-(a tombstone), `_weir_ts_ms` (record time), `partition` and `offset`. Each batch is ONE transaction, written
+(a tombstone), `_weir_ts_ms` (record time), `partition` and `offset`, and on the lean path (`apply`) every
+record of the batch with `_weir_fate`: the task applies the records to keep and counts the dead letters and
+refused records it skips, so the batch costs one Spark job. Each batch is ONE transaction, written
 by one Spark task (the batch is coalesced to one partition, sorted by source partition and offset): the last
 record of a key in the batch wins, the rows, the view's freshness and the commit row of (writer, batch id)
 commit together, and readers see whole batches only. Two stores: PostgreSQL (PostgresSink's commit table and
@@ -14,6 +16,7 @@ import functools
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -47,8 +51,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("weir.sinks")
 DELETE, TS, ORD = "_weir_delete", "_weir_ts_ms", "_weir_ord"
 SOURCE_COLUMNS = ("partition", "offset")
-RESULT_SCHEMA = "rows BIGINT, upserts BIGINT, deletes BIGINT, skipped BOOLEAN"
-_RESULT = pa.schema([("rows", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64()), ("skipped", pa.bool_())])
+# What becomes of a record on the lean path: applied, a dead letter (undecodable), or refused by the view's
+# shaping (no usable key). The two last are counted by the task and written to the dlq by the driver apart.
+FATE = "_weir_fate"
+APPLY, DEAD, REFUSED = 0, 1, 2
+RESULT_SCHEMA = (
+    "rows BIGINT, upserts BIGINT, deletes BIGINT, skipped BOOLEAN, dead BIGINT, refused BIGINT, spans STRING, "
+    "read_ms BIGINT, store_ms BIGINT, commit_ms BIGINT"
+)
+_RESULT = pa.schema([
+    ("rows", pa.int64()), ("upserts", pa.int64()), ("deletes", pa.int64()), ("skipped", pa.bool_()),
+    ("dead", pa.int64()), ("refused", pa.int64()), ("spans", pa.string()), ("read_ms", pa.int64()),
+    ("store_ms", pa.int64()), ("commit_ms", pa.int64()),
+])  # fmt: skip
 _SQLITE_TYPES = {
     "boolean": "INTEGER", "tinyint": "INTEGER", "smallint": "INTEGER", "int": "INTEGER", "bigint": "INTEGER",
     "float": "REAL", "double": "REAL", "binary": "BLOB",
@@ -124,23 +139,97 @@ class ViewSink(Sink):
         """Driver: one task applies the batch in one transaction (executor side); the driver collects one
         small row. A batch id this writer committed before is a replay: nothing is applied, its rows are
         reported as replayed."""
+        return self.apply(batch, batch_id).written
+
+    def apply(self, batch: DataFrame, batch_id: int) -> Applied:
+        """`write`, and on the lean path (the batch has `_weir_fate`) the dead letters and refused records the
+        task skipped, counted in the same job: in a replay too, so that the driver still dead-letters them."""
         spec = replace(self.spec, writer=self._opened_writer(), batch_id=batch_id)
         if not self._prepared:
             raise SinkError(f"{self.name}: call open() before write()")
+        fate = [FATE] if FATE in batch.columns else []
         missing = [c for c in (*spec.names, DELETE, TS, *SOURCE_COLUMNS) if c not in batch.columns]
         if missing:
             raise SinkError(f"{self.name}: the batch lacks column(s) {missing}; it has {batch.columns}")
-        shaped = batch.select(*spec.names, DELETE, TS, *SOURCE_COLUMNS)
+        shaped = batch.select(*spec.names, DELETE, TS, *SOURCE_COLUMNS, *fate)
         # One task, records in source order: the last record of a key wins, and the whole batch (rows,
         # freshness, commit row) is one transaction. Deterministic: a replay applies the same records.
         ordered = shaped.coalesce(1).sortWithinPartitions(*SOURCE_COLUMNS)
         fn = _sqlite_task if self.embedded else _pg_task
-        results = ordered.mapInArrow(functools.partial(fn, spec), RESULT_SCHEMA).collect()
+        began = time.monotonic()
+        results = ordered.mapInArrow(functools.partial(fn, spec), RESULT_SCHEMA).collect()  # one row per task
         rows = sum(r["rows"] for r in results if not r["skipped"])
         replayed = sum(r["rows"] for r in results if r["skipped"])
+        dead, refused = sum(r["dead"] for r in results), sum(r["refused"] for r in results)
+        spans = {int(p): (lo, hi) for r in results for p, (lo, hi) in json.loads(r["spans"]).items()}  # one task
+        ms = {k: sum(r[k] for r in results) for k in ("read_ms", "store_ms", "commit_ms")}
+        # Where a batch's time goes (docs/views.md, "Limits"): the job, and in its task the wait for the records
+        # (read and decode), the fold and statements, and the commit.
+        log.info("%s: batch %d: %d applied, %d replayed, %d dead, %d refused; the job %.0f ms: read %d ms, store %d "
+                 "ms, commit %d ms", self.name, batch_id, rows, replayed, dead, refused,
+                 (time.monotonic() - began) * 1000, ms["read_ms"], ms["store_ms"], ms["commit_ms"])  # fmt: skip
         if replayed:
             log.info("%s: batch %d was committed before; replay skipped", self.name, batch_id)
-        return Written(rows, replayed=replayed)
+        return Applied(Written(rows, replayed=replayed), dead, refused, spans)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What `ViewSink.apply` did: the rows written (or found committed: a replay), and the records of the batch
+    it skipped, counted in its task: dead letters (undecodable) and records the view refused (no usable key)."""
+
+    written: Written
+    dead: int = 0
+    refused: int = 0
+    # (first, last) source offset of those records per source partition: where the driver reads them again
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class Triage:
+    """Splits a task's record batches by `_weir_fate`: `kept` yields the records to apply (without the column),
+    counting the others; `drain` only counts (a replay applies nothing). Batches without the column are all
+    kept. `spans`: the first and last offset of the skipped records per source partition. Pure: unit-tested
+    without Spark. It also clocks the task: the time spent waiting for records (read and decoded upstream), and
+    the commit's."""
+
+    def __init__(self) -> None:
+        self.dead = 0
+        self.refused = 0
+        self.spans: dict[int, tuple[int, int]] = {}
+        self.began = time.monotonic()
+        self.waited = 0.0
+        self.committed = 0.0
+
+    def kept(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending = iter(batches)
+        while True:
+            asked = time.monotonic()
+            b = next(pending, None)
+            self.waited += time.monotonic() - asked
+            if b is None:
+                return
+            i = b.schema.get_field_index(FATE)
+            if i < 0:
+                yield b
+                continue
+            fate = b.column(i)
+            dead, refused = (pc.sum(pc.equal(fate, f)).as_py() or 0 for f in (DEAD, REFUSED))
+            if dead or refused:
+                self.dead, self.refused = self.dead + dead, self.refused + refused
+                self._span(b.filter(pc.not_equal(fate, APPLY)))
+            yield b.filter(pc.equal(fate, APPLY)).drop_columns([FATE])
+
+    def _span(self, skipped: pa.RecordBatch) -> None:
+        table = pa.Table.from_batches([skipped.select(list(SOURCE_COLUMNS))])
+        ends = table.group_by("partition", use_threads=False).aggregate([("offset", "min"), ("offset", "max")])
+        for row in ends.to_pylist():
+            p, lo, hi = row["partition"], row["offset_min"], row["offset_max"]
+            was = self.spans.get(p, (lo, hi))
+            self.spans[p] = (min(was[0], lo), max(was[1], hi))
+
+    def drain(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for _ in self.kept(batches):
+            pass
 
 
 # -- applying records: the same last-wins rule for both stores ------------------------------------------------
@@ -148,21 +237,34 @@ def last_per_key(
     batches: Iterable[pa.RecordBatch], spec: ViewSpec
 ) -> tuple[dict[tuple, tuple[bool, tuple]], int, int | None, dict[str, int]]:
     """(key -> (delete, row values) of the key's last record, records seen, max record time, next offset per
-    source partition) of records given in source order. Pure: unit-tested without Spark."""
+    source partition) of records given in source order. Pure: unit-tested without Spark.
+
+    Folded by Arrow, batch by batch: only each batch's last record per key becomes Python values (a changelog
+    batch holds far more records than keys; a Python loop over every record was most of a batch's cost)."""
     last: dict[tuple, tuple[bool, tuple]] = {}
     seen, max_ts, offsets = 0, None, {}
     key_idx = [spec.names.index(k) for k in spec.key]
     for b in batches:
-        cols = {n: b.column(n).to_pylist() for n in (*spec.names, DELETE, TS, *SOURCE_COLUMNS)}
-        for i in range(b.num_rows):
+        if not b.num_rows:
+            continue
+        seen += b.num_rows
+        table = pa.Table.from_batches([b.select([*spec.names, DELETE, TS, *SOURCE_COLUMNS])])
+        table = table.append_column(ORD, pa.array(range(b.num_rows), pa.int64()))
+        picked = table.group_by(list(spec.key), use_threads=False).aggregate([(ORD, "max")])
+        rows = picked.column(f"{ORD}_max")
+        kept = table.take(pc.take(rows, pc.sort_indices(rows)))  # each key's last record, in source order
+        cols = {n: kept.column(n).to_pylist() for n in (*spec.names, DELETE)}
+        for i in range(kept.num_rows):
             values = tuple(_plain(cols[n][i]) for n in spec.names)
             last[tuple(values[j] for j in key_idx)] = (bool(cols[DELETE][i]), values)
-            ts, p, o = cols[TS][i], cols["partition"][i], cols["offset"][i]
-            if ts is not None and (max_ts is None or ts > max_ts):
-                max_ts = ts
-            if p is not None and o is not None:
-                offsets[str(p)] = max(offsets.get(str(p), 0), o + 1)
-        seen += b.num_rows
+        ts = pc.max(table.column(TS)).as_py()
+        if ts is not None and (max_ts is None or ts > max_ts):
+            max_ts = ts
+        located = table.filter(pc.and_(pc.is_valid(table.column("partition")), pc.is_valid(table.column("offset"))))
+        ends = located.group_by("partition", use_threads=False).aggregate([("offset", "max")]).to_pylist()
+        for row in ends:
+            p = str(row["partition"])
+            offsets[p] = max(offsets.get(p, 0), row["offset_max"] + 1)
     return last, seen, max_ts, offsets
 
 
@@ -185,10 +287,16 @@ def _merged(old: str | None, new: dict[str, int]) -> str:
     return json.dumps(offsets, sort_keys=True)
 
 
-def _result(rows: int, upserts: int, deletes: int, skipped: bool) -> pa.RecordBatch:
+def _result(rows: int, upserts: int, deletes: int, skipped: bool, triage: Triage) -> pa.RecordBatch:
+    took = time.monotonic() - triage.began
     return pa.RecordBatch.from_pydict(
-        {"rows": [rows], "upserts": [upserts], "deletes": [deletes], "skipped": [skipped]}, schema=_RESULT
-    )
+        {"rows": [rows], "upserts": [upserts], "deletes": [deletes], "skipped": [skipped], "dead": [triage.dead],
+         "refused": [triage.refused], "spans": [json.dumps({str(p): list(v) for p, v in triage.spans.items()})],
+         "read_ms": [int(triage.waited * 1000)],
+         "store_ms": [int((took - triage.waited - triage.committed) * 1000)],
+         "commit_ms": [int(triage.committed * 1000)]},
+        schema=_RESULT,
+    )  # fmt: skip
 
 
 def _describe(spec: ViewSpec) -> list[Any]:
@@ -263,6 +371,7 @@ def _check_description(spec: ViewSpec, cur: Any) -> None:
 
 def _sqlite_task(spec: ViewSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Executor: the whole batch in one SQLite transaction (docs/views.md, "The embedded store")."""
+    triage = Triage()
     conn = _sqlite_connect(spec.sqlite)
     try:
         conn.execute("BEGIN IMMEDIATE")  # the write lock first: a concurrent attempt waits, then sees our commit
@@ -271,12 +380,13 @@ def _sqlite_task(spec: ViewSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[
         ).fetchone()
         if found is not None:  # committed before: a replay
             conn.execute("ROLLBACK")
-            yield _result(found[0], 0, 0, True)
+            triage.drain(batches)  # its dead letters are still written (the driver's write skips delivered ones)
+            yield _result(found[0], 0, 0, True, triage)
             return
         top = conn.execute(f"SELECT max(batch_id) FROM {SQLITE_COMMITS} WHERE writer = ?", [spec.writer]).fetchone()[0]
         if top is not None and top > spec.batch_id:
             raise _reset_error(spec, top, SQLITE_COMMITS)
-        last, seen, max_ts, offsets = last_per_key(batches, spec)
+        last, seen, max_ts, offsets = last_per_key(triage.kept(batches), spec)
         table, names = table_name(spec.view), spec.names
         keys = [n for n in names if n in spec.key]
         key_idx = [names.index(k) for k in spec.key]
@@ -308,8 +418,10 @@ def _sqlite_task(spec: ViewSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[
             f"DELETE FROM {SQLITE_COMMITS} WHERE writer = ? AND batch_id < ?",
             [spec.writer, spec.batch_id - KEEP_BATCHES],
         )
+        committing = time.monotonic()
         conn.execute("COMMIT")
-        yield _result(seen, len(upserts), len(deletes), False)
+        triage.committed = time.monotonic() - committing
+        yield _result(seen, len(upserts), len(deletes), False, triage)
     except sqlite3.Error as exc:
         raise SinkError(f"{spec.where()}: batch {spec.batch_id}: {exc}") from None
     finally:
@@ -353,16 +465,23 @@ def _pg_task(spec: ViewSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """Executor: the whole batch in one PostgreSQL transaction (docs/views.md, "PostgreSQL")."""
     staged = (*spec.names, DELETE, TS, *SOURCE_COLUMNS)
     job = _pg_job(spec, staged, table_name(spec.view))
-    pending = (b for b in batches if b.num_rows)
+    triage = Triage()
+    pending = (b for b in triage.kept(batches) if b.num_rows)
     try:
         with _connect(job) as conn:  # leaving the block commits, or rolls back on an exception
-            out = _pg_transaction(conn, spec, job, pending)
+            out = _pg_transaction(conn, spec, job, pending, triage)
+            committing = time.monotonic()
+        triage.committed = time.monotonic() - committing
+        out = _result(*out, triage)
     except psycopg.Error as exc:
         raise SinkError(f"{spec.where()}: batch {spec.batch_id}: {scrub(str(exc), spec.dsn or '')}") from None
     yield out
 
 
-def _pg_transaction(conn: psycopg.Connection, spec: ViewSpec, job: _Job, batches: Iterable[pa.RecordBatch]):
+def _pg_transaction(
+    conn: psycopg.Connection, spec: ViewSpec, job: _Job, batches: Iterable[pa.RecordBatch], triage: Triage
+) -> tuple[int, int, int, bool]:
+    """(records, upserts, deletes, skipped) of the batch's transaction; the caller's block commits it."""
     commits, target = sql.Identifier(COMMITS), sql.Identifier(job.table)
     commit_key = [spec.writer, spec.batch_id, 0]
     ident = functools.partial(map, sql.Identifier)
@@ -370,7 +489,8 @@ def _pg_transaction(conn: psycopg.Connection, spec: ViewSpec, job: _Job, batches
         # The commit row first: it locks (writer, batch) so a concurrent attempt waits for this one, then skips.
         earlier = claim_batch(cur, commits, commit_key)
         if earlier is not None:
-            return _result(earlier, 0, 0, True)
+            triage.drain(batches)  # its dead letters are still written (the driver's write skips delivered ones)
+            return earlier, 0, 0, True
         cur.execute(sql.SQL("SELECT max(batch_id) FROM {} WHERE writer = %s").format(commits), [spec.writer])
         top = cur.fetchone()[0]
         if top is not None and top > spec.batch_id:
@@ -438,7 +558,7 @@ def _pg_transaction(conn: psycopg.Connection, spec: ViewSpec, job: _Job, batches
             sql.SQL("DELETE FROM {} WHERE writer = %s AND batch_id < %s").format(commits),
             [spec.writer, spec.batch_id - KEEP_BATCHES],
         )
-        return _result(seen, upserts, deletes, False)
+        return seen, upserts, deletes, False
 
 
 def csv_ok(spec: ViewSpec) -> bool:

@@ -9,11 +9,12 @@ weir passes them on and never logs them. Commit order and crash cases: docs/lake
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,15 @@ class _Open:
     values: dict[str, str | None]
     rows: int = 0
     stats: dict[str, Any] | None = None
+    pending: list = field(default_factory=list)  # tables not yet written: a row group is written when enough wait
+    waiting: int = 0
+
+
+# Rows buffered per file before a row group is written, and in all of a writer's files together (a task's memory:
+# about 60 MB of 250-byte records): each write call of a ParquetWriter is a row group, and 20k-row groups (one per
+# consumed chunk) compress and read worse.
+ROW_GROUP = 65_536
+PENDING = 4 * ROW_GROUP
 
 
 class FileWriter:
@@ -116,26 +126,57 @@ class FileWriter:
     combination, and describes each (for the driver's commit). Files are named `part-<tag>-<uuid>.parquet`:
     never overwritten, and invisible to Delta readers until a commit adds them."""
 
-    def __init__(self, url: str, tag: str, partition_by: Sequence[str] = ()) -> None:
+    def __init__(self, url: str, tag: str, partition_by: Sequence[str] = (), plain: Sequence[str] = ()) -> None:
         self.fs, self.root = paths.resolve(table_url(url))
         self.tag, self.partition_by = tag, list(partition_by)
+        # Columns written without a dictionary: values nearly all distinct (raw bytes, offsets), where building
+        # one only to drop it cost about a third of the Parquet write.
+        self.plain = set(plain)
         self.files: dict[tuple, _Open] = {}
+        self.waiting = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
+        """Rows that carry their partition columns: split by their values."""
         import pyarrow as pa
 
         if batch.num_rows == 0:
             return
-        table = pa.Table.from_batches([batch])
-        for key, part in _split(table, self.partition_by):
-            self._file(key, part.schema).writer.write_table(part)
-            f = self.files[key]
-            f.rows += part.num_rows
-            f.stats = _merge(f.stats, _stats(part))
+        for key, part in _split(pa.Table.from_batches([batch]), self.partition_by):
+            self.add(key, part)
+
+    def add(self, key: tuple[str | None, ...], rows: pa.Table | pa.RecordBatch) -> None:
+        """Rows of the partition whose values (as strings) are `key`, without the partition columns."""
+        import pyarrow as pa
+
+        if rows.num_rows == 0:
+            return
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        f = self._file(key, table.schema)
+        f.pending.append(table)
+        f.waiting += table.num_rows
+        self.waiting += table.num_rows
+        if f.waiting >= ROW_GROUP:
+            self._flush(f)
+        elif self.waiting >= PENDING:
+            for other in self.files.values():
+                self._flush(other)
+
+    def _flush(self, f: _Open) -> None:
+        import pyarrow as pa
+
+        if not f.pending:
+            return
+        table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
+        f.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        f.rows += table.num_rows
+        f.stats = _merge(f.stats, _stats(table))
+        self.waiting -= f.waiting
+        f.pending, f.waiting = [], 0
 
     def close(self) -> Iterator[dict[str, Any]]:
         """Close every file; one description per file, the FILE_META columns."""
         for f in self.files.values():
+            self._flush(f)
             f.writer.close()
             f.sink.close()
             size = self.fs.get_file_info(f"{self.root}/{f.rel}").size
@@ -144,6 +185,14 @@ class FileWriter:
                 "stats": json.dumps(_stats_json(f.rows, f.stats or {})),
                 "schema": f.writer.schema.serialize().to_pybytes(),
             }  # fmt: skip
+        self.files = {}
+
+    def abort(self) -> None:
+        """Close what is open after a failure: the files stay unreferenced (no commit names them)."""
+        for f in self.files.values():
+            for close in (f.writer.close, f.sink.close):
+                with contextlib.suppress(Exception):  # the failure that brought us here is the one to raise
+                    close()
         self.files = {}
 
     def _file(self, key: tuple, schema: pa.Schema) -> _Open:
@@ -156,7 +205,8 @@ class FileWriter:
             parent = f"{self.root}/{rel}".rsplit("/", 1)[0]
             self.fs.create_dir(parent, recursive=True)
             sink = self.fs.open_output_stream(f"{self.root}/{rel}")
-            writer = pq.ParquetWriter(sink, schema, compression="snappy")
+            dictionary = [n for n in schema.names if n not in self.plain] if self.plain else True
+            writer = pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=dictionary)
             self.files[key] = _Open(rel, sink, writer, values)
         return self.files[key]
 
