@@ -8,10 +8,13 @@ the listed latest returns the true high-water mark on any broker, for one round 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -170,3 +173,30 @@ class LogView:
             return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in probe}
         finally:
             self.consumer.unassign()
+
+
+_idle: dict[str, list[LogView]] = {}
+_idle_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def pooled(client: dict, timeout: float) -> Iterator[LogView]:
+    """A LogView of `client` for one use (driver), taken from this process's idle ones or new, put back after a
+    use that raised nothing (one that raised is closed: its clients may hold a failed connection). Why: a
+    processor notes where each batch begins writing, and a new admin client and consumer per batch means two
+    librdkafka handles (threads, sockets) made and destroyed every trigger; a segfault inside list_offsets was
+    seen once in that churn. Concurrent users (queries of one runner) each get a view of their own."""
+    key = json.dumps(client, sort_keys=True, default=str)
+    with _idle_lock:
+        views = _idle.get(key)
+        view = views.pop() if views else None
+    if view is None:
+        view = LogView(client, timeout=timeout)
+    view.timeout = timeout
+    try:
+        yield view
+    except BaseException:
+        view.close()
+        raise
+    with _idle_lock:
+        _idle.setdefault(key, []).append(view)

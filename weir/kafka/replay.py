@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyarrow import fs as pafs
 
 from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
-from weir.kafka.log import LogView, client_log, is_outage, servers_of
+from weir.kafka.log import client_log, is_outage, pooled, servers_of
 from weir.kafka.outage import ride_out
 from weir.storage import paths
 
@@ -104,12 +104,9 @@ def take_marks(client: dict, topics: list[str], timeout: float) -> Marks:
     """Each partition's high-water mark now, for the topics that exist (driver). Exact, not ListOffsets alone
     (some brokers answer below it, shared/FACTS.md): a mark below the end would count the processor's records
     of the batch before as delivered by this one."""
-    view = LogView(client, timeout=timeout)
-    try:
+    with pooled(client, timeout) as view:
         parts = view.partitions()
         bounds = view.bounds([(t, p) for t in topics for p in parts.get(t, [])])
-    finally:
-        view.close()
     marks: Marks = {}
     for (t, p), (_, end) in bounds.items():
         marks.setdefault(t, {})[p] = end
