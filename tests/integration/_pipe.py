@@ -157,14 +157,16 @@ def end_offsets(progress: list[dict]) -> list[dict]:
     return out
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, about=None):
+    """The predicate's first true value within `timeout`; else a failure naming what it waited for, with what
+    `about()` says of the state it waited on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{about()}" if about else ""))
 
 
 # -- `weir run` in a process of its own, for kill tests ------------------------------------------------------

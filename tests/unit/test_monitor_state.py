@@ -134,6 +134,22 @@ def test_silence_makes_it_dead_unless_the_broker_is_unreachable(clock):
     assert overview["topology"]["nodes"][1]["health"] == "unknown"  # a topic while the broker is down
 
 
+def test_an_idle_processor_says_so_and_stays_healthy_past_dead_after(clock):
+    """Spark 3.5+ reports an idle query by an idle event every 10 s, not a progress event: the runner's `idle`
+    records are its sign of life (a processor with no input overnight is not dead)."""
+    m = monitor(clock, dead_after="30s")
+    m.ingest(progress(clock))
+    for _ in range(6):  # a minute with no input, an idle record every 10 s
+        clock.t += 10
+        m.observe_broker(snapshot(clock, 100))
+        idle = {"type": "idle", "pipeline": "shop", "processor": "enrich", "at_ms": clock.ms(), "query_id": "q"}
+        m.ingest(json.dumps(idle).encode())
+    assert health(m) == "healthy" and m.counts["unknown_kind"] == 0
+    clock.t += 31  # and silence after them is death again
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == "dead"
+
+
 def test_a_declared_processor_that_never_reports_turns_dead(clock):
     m = monitor(clock, dead_after="60s")
     m.declare("shop", "ghost", ["orders"], ["x"], trigger_ms=1000)

@@ -15,7 +15,7 @@ from typing import Any
 from weir.units import InstantError, instant_ms
 
 TP = tuple[str, int]
-KINDS = ("progress", "failure", "state", "retention_risk")
+KINDS = ("progress", "failure", "state", "retention_risk", "idle")
 _ACCOUNTING = ("in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
 
 
@@ -77,6 +77,11 @@ class Failure(Record):
 class StateChange(Record):
     state: str
     note: str | None = None
+
+
+@dataclass(frozen=True)
+class Idle(Record):
+    """The processor's query runs and waits for input (Spark's idle event, every 10 s while nothing comes)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +242,8 @@ def parse(value: bytes | str | None, key: bytes | None = None) -> Record:
         )
     if kind == "state":
         return StateChange(**base, state=_get(d, "state", str, ""), note=_get(d, "note", str, "", required=False))
+    if kind == "idle":
+        return Idle(**base)
     if kind == "retention_risk":
         return RetentionReport(
             **base,

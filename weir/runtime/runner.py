@@ -121,7 +121,13 @@ class _Listener(StreamingQueryListener):
             log.exception("weir: progress record failed")
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        # Spark 3.5+ reports an idle query (no new input) by this event every noDataProgressEventInterval
+        # (10 s), not by a progress event: without a record of it, an idle processor falls silent and the
+        # monitor would call it dead after dead_after.
+        try:
+            self.runner._on_idle(str(event.id))
+        except Exception:
+            log.exception("weir: idle record failed")
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
@@ -169,6 +175,7 @@ class Runner:
         self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
+        self._by_id: dict[str, str] = {}  # Spark's query id (kept across restarts) -> processor
 
     # -- setup --------------------------------------------------------------------------------------------
     def checkpoint(self, proc: Processor) -> str:
@@ -253,6 +260,7 @@ class Runner:
         self._set_state(name, "starting")
         try:
             self._queries[name] = self._builders[name].start()
+            self._by_id[str(self._queries[name].id)] = name
             self._set_state(name, "running")
         except Exception as exc:  # a query that cannot start is a failure like any other
             self._failed(name, exc)
@@ -468,6 +476,11 @@ class Runner:
             return dict(self.status)
 
     # -- progress -----------------------------------------------------------------------------------------
+    def _on_idle(self, query_id: str) -> None:
+        name = self._by_id.get(query_id)
+        if name is not None and self.publisher is not None:
+            self.publisher.publish("idle", name, query_id=query_id)
+
     def _on_progress(self, progress: Any) -> None:
         name = self._by_query.get(progress.name)
         if name is None or self.publisher is None:
