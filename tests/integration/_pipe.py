@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from weir.kafka import Admin
+from weir.testing.environment import TEST_SPARK_CONF
 
 QUERY_TIMEOUT_S = 120
 
@@ -178,7 +179,7 @@ def weir_env(tmp: Path, bootstrap: str, **extra: str) -> dict[str, str]:
         "WEIR_BOOTSTRAP_SERVERS": bootstrap,
         "WEIR_CHECKPOINT_ROOT": str(tmp / "checkpoints"),
         "WEIR_SPARK_MASTER": "local[2]",
-        "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
+        "WEIR_SPARK_CONF": json.dumps(TEST_SPARK_CONF),
         "WEIR_TRIGGER": "100 milliseconds",
         "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute
         "WEIR_RESTART_BACKOFF_MAX": "5",

@@ -18,6 +18,7 @@ import sys
 import time
 
 import weir
+from weir.testing.environment import TEST_SPARK_CONF
 
 
 def rows_read(progress: dict | None, topic: str) -> int:
@@ -43,7 +44,7 @@ def main() -> int:
     spark = weir.spark_session(
         "weir-restart-test",
         master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+        conf=TEST_SPARK_CONF,
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = (

@@ -20,6 +20,7 @@ from _pipe import Rec, produce, wait_for
 
 from weir.kafka import Admin
 from weir.storage.lake import Lake
+from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
 N = 2000
@@ -50,7 +51,7 @@ def test_sigkill_mid_commit_leaves_every_record_once_for_duckdb_and_pandas(boots
         "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
         "WEIR_LAKE": lake,
         "WEIR_SPARK_MASTER": "local[2]",
-        "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}),
+        "WEIR_SPARK_CONF": json.dumps(TEST_SPARK_CONF),
         "WEIR_MAX_OFFSETS_PER_TRIGGER": "600",  # 4 batches: the kill lands in the second one's commit
         "WEIR_TRIGGER": "100 milliseconds",
         "WEIR_RESTART_BACKOFF": "0.5",  # a failed start on a loaded machine is retried soon, not after a minute

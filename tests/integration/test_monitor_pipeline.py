@@ -42,6 +42,7 @@ from weir.monitor.service import MonitorService, declare_pipeline
 from weir.pipeline import Pipeline
 from weir.pipeline.load import load as load_pipeline
 from weir.runtime.runner import Runner
+from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
 RETENTION_MS = 3_600_000
@@ -153,8 +154,7 @@ class Env:
             home=f"{self.root}/home", bootstrap_servers=self.bootstrap, checkpoint_root=f"{self.root}/checkpoints",
             lake=f"{self.root}/lake", progress_topic=f"{self.tag}.progress", trigger="1 second",
             processors=processors, max_restarts=0, restart_backoff=0.2, spark_master="local[2]",
-            spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-                        "spark.local.dir": f"{self.root}/spark-local"},  # a killed JVM leaves its files here
+            spark_conf={**TEST_SPARK_CONF, "spark.local.dir": f"{self.root}/spark-local"},  # a killed JVM's files
         )  # fmt: skip
         if self.service is not None:
             declare_pipeline(self.service.monitor, self.pipeline, s)

@@ -20,6 +20,7 @@ from weir.config import load
 from weir.kafka import Admin
 from weir.pipeline import Pipeline
 from weir.query import run
+from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
 FIRST, MORE, CHUNK = 1200, 1200, 60
@@ -42,7 +43,7 @@ def test_each_record_once_while_producing_archiving_and_after_the_archiver_is_ki
         "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
         "WEIR_LAKE": lake,
         "WEIR_SPARK_MASTER": "local[1]",
-        "WEIR_SPARK_CONF": json.dumps({"spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"}),
+        "WEIR_SPARK_CONF": json.dumps({**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}),
         "WEIR_MAX_OFFSETS_PER_TRIGGER": "150",  # many small commits while the queries run
         "WEIR_TRIGGER": "200 milliseconds",
         "WEIR_RESTART_BACKOFF": "0.5",

@@ -19,6 +19,7 @@ from _pipe import Rec, produce, wait_for
 
 from weir.kafka import Admin
 from weir.kafka.broker import free_port
+from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +93,7 @@ def test_a_pipeline_runs_on_a_spark_standalone_master(bootstrap, tmp_path, stand
         "WEIR_BOOTSTRAP_SERVERS": bootstrap,
         "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
         "WEIR_SPARK_MASTER": standalone,
-        "WEIR_SPARK_CONF": json.dumps({"spark.ui.enabled": "false", "spark.cores.max": "2"}),
+        "WEIR_SPARK_CONF": json.dumps({**TEST_SPARK_CONF, "spark.cores.max": "2"}),
     }
     done = subprocess.run(
         [sys.executable, "-m", "weir.cli", "run", str(spec), "--once"], env=env, capture_output=True, timeout=600

@@ -48,9 +48,9 @@ def main() -> int:
 
     import weir
     from weir.sinks import ParquetSink
+    from weir.testing.environment import TEST_SPARK_CONF
 
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-    spark = weir.spark_session("weir-sink-kill-test", master="local[2]", conf=conf)
+    spark = weir.spark_session("weir-sink-kill-test", master="local[2]", conf=TEST_SPARK_CONF)
     spark.sparkContext.setLogLevel("ERROR")
     sink = ParquetSink(args.output, partition_by=["bucket"])
     sink.open(WRITER)
