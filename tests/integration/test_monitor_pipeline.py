@@ -153,7 +153,9 @@ class Env:
         s = load(
             home=f"{self.root}/home", bootstrap_servers=self.bootstrap, checkpoint_root=f"{self.root}/checkpoints",
             lake=f"{self.root}/lake", progress_topic=f"{self.tag}.progress", trigger="1 second",
-            processors=processors, max_restarts=0, restart_backoff=0.2, spark_master="local[2]",
+            # A failed query restarts, as in a deployment: at a load of 10, Spark's 10 s (fixed) wait for a Python
+            # worker to connect back ran out once, and with max_restarts=0 that gave b up for good.
+            processors=processors, max_restarts=3, restart_backoff=0.2, spark_master="local[2]",
             spark_conf={**TEST_SPARK_CONF, "spark.local.dir": f"{self.root}/spark-local"},  # a killed JVM's files
         )  # fmt: skip
         if self.service is not None:
