@@ -137,6 +137,10 @@ def spark_session(
         # Python processes (workers, the streaming source runner) connect back to the JVM within this time;
         # the 15 s default fails a query on a loaded machine with CANNOT_OPEN_SOCKET.
         "spark.python.authenticate.socketTimeout": "120s",
+        # Python workers connect back over a Unix socket, not a loopback port: a Kafka client whose broker is gone
+        # reconnects to the dead port many times a second, and when Spark's listener gets that port number the
+        # stray connection fails the query with "Python worker failed to connect back" (Authentication failed).
+        "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),

@@ -11,9 +11,12 @@ import base64
 import contextlib
 import io
 import json
+import os
 import textwrap
 
 import pytest
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.functions import udf
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +103,52 @@ def test_a_private_key_is_redacted_in_any_plan_text(spark) -> None:
 def test_the_session_keeps_sparks_default_redaction_terms(spark) -> None:
     regex = spark.sparkContext.getConf().get("spark.redaction.regex")
     assert regex.startswith("(?i)secret|password|token|access[.]?key|")
+
+
+def test_python_workers_connect_back_over_a_unix_socket_not_a_loopback_port(spark, tmp_path) -> None:
+    """A Kafka client whose broker is gone reconnects to the dead port many times a second; a Spark listener that
+    got that port number took its connection for a worker's and failed the query ("Python worker failed to
+    connect back": Authentication failed). Workers and the streaming source runner use a Unix socket instead."""
+
+    # Defined here: a class of a test module is pickled by reference, and workers cannot import tests.
+    class _ConnectBack(DataSource):
+        """Reports how its streaming source runner (a Python process of the driver) was told to reach the JVM."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "weir_test_connect_back"
+
+        def schema(self) -> str:
+            return "how string"
+
+        def simpleStreamReader(self, schema) -> SimpleDataSourceStreamReader:
+            return _ConnectBackReader()
+
+    class _ConnectBackReader(SimpleDataSourceStreamReader):
+        def initialOffset(self) -> dict:
+            return {"n": 0}
+
+        def read(self, start: dict):
+            if start["n"]:
+                return iter([]), start
+            env = os.environ
+            how = env.get("PYTHON_WORKER_FACTORY_SOCK_PATH") or f"port {env.get('PYTHON_WORKER_FACTORY_PORT')}"
+            return iter([(how,)]), {"n": 1}
+
+        def readBetweenOffsets(self, start: dict, end: dict):
+            return iter([])
+
+    how = udf(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED"))
+    assert spark.range(1).select(how("id")).first()[0] == "True"  # the daemon's workers
+    spark.dataSource.register(_ConnectBack)
+    q = (
+        spark.readStream.format("weir_test_connect_back").load().writeStream.format("memory")
+        .queryName("connect_back").option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True)
+        .start()
+    )  # fmt: skip
+    try:
+        assert q.awaitTermination(120), "the probe query did not end in 120 s"
+    finally:
+        q.stop()
+    [(runner,)] = spark.sql("SELECT how FROM connect_back").collect()
+    assert not runner.startswith("port"), runner

@@ -27,3 +27,21 @@ def test_a_view_whose_use_raised_is_not_handed_out_again():
         raise RuntimeError("a failed listing")
     with pooled(CLIENT, 5.0) as view:
         assert view is not broken
+
+
+def test_a_view_idle_past_the_limit_is_closed_and_not_handed_out(monkeypatch):
+    import weir.kafka.log as log
+
+    clock = [1000.0]
+    monkeypatch.setattr(log.time, "monotonic", lambda: clock[0])
+    closed = []
+    with pooled(CLIENT, 5.0) as idle:
+        monkeypatch.setattr(idle, "close", lambda: closed.append(idle))
+    clock[0] += log.IDLE_CLOSE_S / 2
+    with pooled(CLIENT, 5.0) as view:
+        assert view is idle and not closed
+    clock[0] += log.IDLE_CLOSE_S + 1
+    with pooled({**CLIENT, "client.id": "another"}, 5.0):
+        assert closed == [idle]  # closed at any use of the pool, whoever's it was
+    with pooled(CLIENT, 5.0) as view:
+        assert view is not idle

@@ -175,8 +175,11 @@ class LogView:
             self.consumer.unassign()
 
 
-_idle: dict[str, list[LogView]] = {}
+_idle: dict[str, list[tuple[LogView, float]]] = {}
 _idle_lock = threading.Lock()
+# An idle view is closed after this long: a librdkafka client outlives its broker otherwise, and one whose
+# broker is gone reconnects to the dead address many times a second, into whatever listens there next.
+IDLE_CLOSE_S = 60.0
 
 
 @contextlib.contextmanager
@@ -185,11 +188,18 @@ def pooled(client: dict, timeout: float) -> Iterator[LogView]:
     use that raised nothing (one that raised is closed: its clients may hold a failed connection). Why: a
     processor notes where each batch begins writing, and a new admin client and consumer per batch means two
     librdkafka handles (threads, sockets) made and destroyed every trigger; a segfault inside list_offsets was
-    seen once in that churn. Concurrent users (queries of one runner) each get a view of their own."""
+    seen once in that churn. Concurrent users (queries of one runner) each get a view of their own; views idle
+    for IDLE_CLOSE_S are closed at the next use of the pool."""
     key = json.dumps(client, sort_keys=True, default=str)
+    now = time.monotonic()
     with _idle_lock:
+        stale = [v for views in _idle.values() for v, since in views if now - since > IDLE_CLOSE_S]
+        for k in list(_idle):
+            _idle[k] = [(v, since) for v, since in _idle[k] if now - since <= IDLE_CLOSE_S]
         views = _idle.get(key)
-        view = views.pop() if views else None
+        view = views.pop()[0] if views else None
+    for old in stale:
+        old.close()
     if view is None:
         view = LogView(client, timeout=timeout)
     view.timeout = timeout
@@ -199,4 +209,4 @@ def pooled(client: dict, timeout: float) -> Iterator[LogView]:
         view.close()
         raise
     with _idle_lock:
-        _idle.setdefault(key, []).append(view)
+        _idle.setdefault(key, []).append((view, time.monotonic()))

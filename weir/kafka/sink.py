@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -106,6 +107,7 @@ class _Pooled:
     def __init__(self, settings: dict) -> None:
         self.failures: list[str] = []
         self.lock = threading.Lock()  # one write at a time: the failures belong to it
+        self.idle_since = time.monotonic()
         self.producer = Producer({**settings, "on_delivery": self._on_delivery, "logger": client_log})
 
     def _on_delivery(self, err, msg) -> None:  # called only for failures (delivery.report.only.error)
@@ -115,11 +117,20 @@ class _Pooled:
 
 _POOL: dict[tuple, _Pooled] = {}
 _POOL_LOCK = threading.Lock()
+# A producer unused this long is closed (at the worker's next write): librdkafka reconnects to a broker that is
+# gone many times a second, into whatever listens on its address next; a new one costs a batch 0.5-1 s.
+IDLE_CLOSE_S = 300.0
 
 
 def _pooled(settings: dict) -> _Pooled:
     key = tuple(sorted((k, repr(v)) for k, v in settings.items()))
+    now = time.monotonic()
     with _POOL_LOCK:
+        for other, p in list(_POOL.items()):
+            if other != key and now - p.idle_since > IDLE_CLOSE_S and p.lock.acquire(blocking=False):
+                del _POOL[other]
+                p.producer.close()  # flushed: its last write waited for every acknowledgement
+                p.lock.release()
         if key not in _POOL:
             _POOL[key] = _Pooled(settings)
         return _POOL[key]
@@ -152,6 +163,8 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
         except BaseException:
             _discard(pooled)
             raise
+        finally:
+            pooled.idle_since = time.monotonic()
     if rewrite is not None:
         rewrite.report()
     return commit
