@@ -33,7 +33,7 @@ def register(spark: SparkSession) -> SparkSession:
 # entries. Every task that carries it then fails to deserialize (java.io.OptionalDataException in
 # HashMap.readObject) for the rest of the session: issue 17's poisoned session. Present from the start, these
 # keys are only ever replaced, which never changes the map's structure.
-RUNNER_ENV_KEYS = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
+RUNNER_ENV_KEYS = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_PYTHON_RUNTIME")
 
 
 def register_source(spark: SparkSession, source: type) -> None:
@@ -59,6 +59,7 @@ def _runner_env(sc: Any) -> dict[str, str]:
         "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", tempfile.gettempdir()),
         "SPARK_AUTH_SOCKET_TIMEOUT": str(sc._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
         "SPARK_BUFFER_SIZE": str(conf.get("spark.buffer.size", "65536")),
+        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",  # Spark 4.3's runner puts this fourth key too
     }
 
 

@@ -383,7 +383,7 @@ def test_an_idle_pipeline_stops_within_seconds(spark, bootstrap, tmp_path):
     assert took < 6, f"stopping 5 idle processors took {took:.1f}s"
 
 
-def test_streaming_runners_never_grow_a_registered_sources_shared_environment(spark):
+def test_streaming_runners_never_grow_a_registered_sources_shared_environment(spark, bootstrap, topic_name, tmp_path):
     """Issue 17, item 4: each query's streaming source runner puts RUNNER_ENV_KEYS into its data source's one
     environment HashMap, which every task of the source carries; two queries starting at once grew it from two
     threads and could leave it corrupt, and every later task failed to deserialize (OptionalDataException).
@@ -400,6 +400,19 @@ def test_streaming_runners_never_grow_a_registered_sources_shared_environment(sp
         env = manager.lookupDataSource(name).dataSourceCls().envVars()
         assert all(env.containsKey(k) for k in RUNNER_ENV_KEYS), (name, dict(env))
     assert not set(RUNNER_ENV_KEYS) & set(spark.sparkContext.environment), "UDFs' own environment changed"
+    # A query's runner puts what this Spark version puts: no key of it may be new to the map.
+    env = manager.lookupDataSource("weir-kafka").dataSourceCls().envVars()
+    before = set(env.keySet())
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    q = (
+        source(spark, bootstrap, topic_name, stream=True).writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    try:
+        assert q.awaitTermination(120), "the query did not end in 120 s"
+    finally:
+        q.stop()
+    assert set(env.keySet()) == before, set(env.keySet()) - before
 
 
 def test_the_session_logs_through_weirs_log4j2_file(spark):
