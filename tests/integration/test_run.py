@@ -357,6 +357,55 @@ def test_a_record_lost_or_doubled_inside_weir_is_a_published_violation(
     assert runner.snapshot()["bigger"].totals.violations == 1
 
 
+def test_a_planned_range_the_batch_never_read_is_a_published_gap(spark, bootstrap, tmp_path, monkeypatch):
+    """The read observation is checked against the batch's planned offsets: a partition whose records never reach
+    the job (injected here: the stream loses partition 1 before it is observed) is a violation naming the topic,
+    the partition and the range, on top of whatever the books say."""
+    import weir.runtime.query as query
+
+    observe = query._observe_reads
+    monkeypatch.setattr(query, "_observe_reads", lambda stream, topic: observe(stream.where("partition != 1"), topic))
+    prefix = uuid.uuid4().hex[:8]
+    p = orders_pipeline(prefix)
+    Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
+    records = [Rec(i % 2, f"o{i}".encode(), json.dumps({"id": f"o{i}", "amount": 9.0}).encode()) for i in range(20)]
+    produce(bootstrap, f"{prefix}.orders", records)
+    s = settings(tmp_path, bootstrap)
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(300)
+    runner.stop()
+    progress = [r for r in progress_records(s, p.name) if r["accounting"]["gaps"]]
+    assert len(progress) == 1, progress
+    (gap,) = progress[0]["accounting"]["gaps"]
+    assert gap | {"batch": 0} == {
+        "kind": "unread", "topic": f"{prefix}.orders", "partition": 1, "start": 0, "end": 10, "records": 10,
+        "exact": True, "batch": 0,
+    }  # fmt: skip
+    assert runner.snapshot()["bigger"].totals.violations >= 1
+
+
+def test_records_a_sink_acknowledged_but_the_topic_does_not_hold_are_a_published_gap(
+    spark, bootstrap, tmp_path, monkeypatch
+):
+    """A batch's writes are checked against how far its topics' marks moved by the next batch: a sink that counts
+    records as written and loses them (the weir-kafka sink's testing hook) is reported, naming the topic."""
+    from weir.runtime.query import ProcessorQuery
+
+    prefix = uuid.uuid4().hex[:8]
+    monkeypatch.setattr(ProcessorQuery, "write_hooks", {"weir.simulatedDroppedTopics": f"{prefix}.big"})
+    p = orders_pipeline(prefix)
+    Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
+    records = [Rec(i % 2, f"o{i}".encode(), json.dumps({"id": f"o{i}", "amount": 9.0}).encode()) for i in range(20)]
+    produce(bootstrap, f"{prefix}.orders", records)
+    s = settings(tmp_path, bootstrap, max_offsets_per_trigger=10)  # two batches: the second checks the first
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(300)
+    runner.stop()
+    gaps = [g for r in progress_records(s, p.name) for g in r["accounting"]["gaps"]]
+    assert {"kind": "unappended", "topic": f"{prefix}.big", "records": 10, "batch": 0}.items() <= gaps[0].items()
+    assert runner.snapshot()["bigger"].totals.violations >= 1
+
+
 def test_an_idle_pipeline_stops_within_seconds(spark, bootstrap, tmp_path):
     """Five idle processors (issue 17, item 10: a stop took 53 s, stopping one query after the other): the
     queries stop side by side, each batch-free one at once, and none waits for the progress of a batch that

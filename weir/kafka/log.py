@@ -92,6 +92,7 @@ class LogView:
         self.admin = AdminClient({**admin_keys, "logger": client_log})
         self.consumer = Consumer({**self.settings, "logger": client_log})
         self._record_bytes: float | None = None
+        self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view
 
     def average_record_bytes(self) -> int:
         """Key+value bytes per record, averaged over the records sampled by `bounds` (1 KiB until then)."""
@@ -119,14 +120,52 @@ class LogView:
         return out
 
     def bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
-        """(earliest, latest) offset of each topic-partition; latest is the high-water mark."""
+        """(earliest, latest) offset of each topic-partition; latest is the high-water mark, as observed by this
+        call. An answer that cannot be true (a latest below the earliest or below 0, a probe the broker answered
+        with an offset reset instead of records, a mark below one seen before) is asked again with a fresh probe;
+        one still impossible raises BrokerUnavailable naming the broker and the partition. A mark below an earlier
+        one that the fresh probe confirms is returned (the partition was truncated or recreated: the caller's
+        data-loss checks name it)."""
         tps = sorted(set(tps))
         if not tps:
             return {}
+        found, doubts = self._observe(tps)
+        if doubts:
+            again, still = self._observe(sorted(doubts))
+            for tp, why in still.items():
+                if not why.startswith("lower"):
+                    raise BrokerUnavailable(
+                        f"the broker at {servers_of(self.settings)} gave impossible offsets for {tp[0]} partition "
+                        f"{tp[1]} twice: {doubts[tp]}; then {why}"
+                    )
+                client_log.logger.warning("weir-kafka: %s partition %d: %s, confirmed by a fresh probe", *tp, why)
+            found.update(again)
+        for tp, (_, hi) in found.items():
+            self._seen_high[tp] = hi
+        return found
+
+    def _observe(self, tps: list[TP]) -> tuple[dict[TP, tuple[int, int]], dict[TP, str]]:
+        """One listing and one probe: the bounds that make sense, and why the others do not."""
         low = self._list(tps, OffsetSpec.earliest())
         listed = self._list(tps, OffsetSpec.latest())
-        high = self._fetched_high_watermarks({tp: (low[tp], listed[tp]) for tp in tps})
-        return {tp: (low[tp], max(listed[tp], high.get(tp, listed[tp]))) for tp in tps}
+        doubts: dict[TP, str] = {}
+        for tp in tps:
+            if low[tp] < 0 or listed[tp] < low[tp]:
+                doubts[tp] = f"listed earliest {low[tp]} and latest {listed[tp]}"
+        sane = {tp: (low[tp], listed[tp]) for tp in tps if tp not in doubts}
+        high, unfetched = self._fetched_high_watermarks(sane)
+        for tp in unfetched:
+            doubts[tp] = f"the probe at offset {sane[tp][1] - 1} was answered with an offset reset"
+        found: dict[TP, tuple[int, int]] = {}
+        for tp, (lo, hi) in sane.items():
+            if tp in doubts:
+                continue
+            hi = max(hi, high.get(tp, hi))
+            seen = self._seen_high.get(tp)
+            if seen is not None and hi < seen:
+                doubts[tp] = f"lower high-water mark {hi} after {seen}"
+            found[tp] = (lo, hi)
+        return found, doubts
 
     def listed(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """(earliest, latest) as ListOffsets answers, without the fetch that corrects latest: for a reader that
@@ -146,31 +185,38 @@ class LogView:
         except KafkaException as exc:
             raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
 
-    def _fetched_high_watermarks(self, listed: dict[TP, tuple[int, int]]) -> dict[TP, int]:
+    def _fetched_high_watermarks(self, listed: dict[TP, tuple[int, int]]) -> tuple[dict[TP, int], set[TP]]:
+        """The high-water mark of every non-empty partition, from a fetch made by this call (one record just below
+        the listed latest), and the partitions whose fetch the broker answered with an offset reset instead (retention
+        passed the probe offset meanwhile): their mark was not observed, and a cached one may be another call's."""
         probe = {tp: hi - 1 for tp, (lo, hi) in listed.items() if hi - 1 >= lo and hi > 0}
         if not probe:
-            return {}
+            return {}, set()
         self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in probe.items()])
         pending = set(probe)
+        reset: set[TP] = set()
         deadline = time.monotonic() + self.timeout
         try:
             while pending:
                 if time.monotonic() > deadline:
                     raise _unreachable(self.settings, f"fetch {sorted(pending)[:3]}", None, self.timeout)
                 for msg in self.consumer.consume(num_messages=1000, timeout=0.2):
-                    err = msg.error()
+                    err, tp = msg.error(), (msg.topic(), msg.partition())
                     if err is not None and err.code() not in (KafkaError._PARTITION_EOF,):
                         if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                            # Retention moved past the probe offset meanwhile: the listing stands.
-                            pending.discard((msg.topic(), msg.partition()))
+                            reset.add(tp)
+                            pending.discard(tp)
                             continue
                         if is_outage(err):
                             raise _unreachable(self.settings, "fetch the high-water marks", KafkaException(err), 0)
                         raise KafkaException(err)
                     if err is None:
                         self._sample(len(msg.key() or b"") + len(msg.value() or b""))
-                    pending.discard((msg.topic(), msg.partition()))
-            return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in probe}
+                    pending.discard(tp)
+            # Fresh for the partitions that answered: librdkafka updates a partition's mark from each fetch
+            # response before it hands over that response's records or end-of-partition event.
+            marks = {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in probe}
+            return {tp: m for tp, m in marks.items() if tp not in reset}, reset
         finally:
             self.consumer.unassign()
 

@@ -2,7 +2,9 @@
 
 An offset is Spark's Kafka shape, `{"topic": {"0": 42}}` (next offset per partition), plus keys starting
 with `@` (no topic can): the cumulative counts `"@dataLoss"` and `"@lakeFallback"`, which thus live in the
-checkpoint and every progress event. They are never positions. See docs/delivery.md and docs/retention.md.
+checkpoint and every progress event, and a batch's plan, `"@start"`: the first offset the batch reads in each
+partition it covers. They are never positions. See docs/delivery.md ("The plan of a batch") and
+docs/retention.md.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 Positions = dict[str, dict[int, int]]  # topic -> partition -> offset
 DATA_LOSS_KEY = "@dataLoss"
 LAKE_FALLBACK_KEY = "@lakeFallback"
+# Where a batch starts, logged with its end: Spark asks a source for its initial offset again when batch 0 runs
+# (and on a restart that replays it), so a start resolved twice could differ from the one the batch was planned on.
+START_KEY = "@start"
 LAST_FALLBACKS = 10  # ranges kept in "@lakeFallback".last: enough to find them, small in every offset log line
 
 
@@ -84,8 +89,20 @@ class LakeFallback:
         return cls(int(raw.get("offsets", 0)), int(raw.get("ranges", 0)), int(raw.get("events", 0)), last)
 
 
-def to_json(positions: Positions, loss: DataLoss | None = None, fallback: LakeFallback | None = None) -> dict:
-    out: dict = {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(positions.items())}
+def _positions_json(positions: Positions) -> dict:
+    return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(positions.items())}
+
+
+def to_json(
+    positions: Positions,
+    loss: DataLoss | None = None,
+    fallback: LakeFallback | None = None,
+    start: Positions | None = None,
+) -> dict:
+    """An offset as Spark logs it; `start`, the batch's first offsets, only in the end offset of a planned batch."""
+    out: dict = _positions_json(positions)
+    if start is not None:
+        out[START_KEY] = _positions_json(start)
     if loss is not None and loss.events:
         out[DATA_LOSS_KEY] = {"skippedOffsets": loss.skipped_offsets, "events": loss.events}
     if fallback is not None and fallback.events:
@@ -98,6 +115,15 @@ def from_json(offset: dict) -> tuple[Positions, DataLoss]:
     loss = DataLoss(int(loss_raw.get("skippedOffsets", 0)), int(loss_raw.get("events", 0)))
     positions = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offset.items() if not t.startswith("@")}
     return positions, loss
+
+
+def starts_from_json(offset: dict) -> Positions | None:
+    """The first offsets of the batch that ends at `offset` (its `@start`), None for an offset logged without
+    them (before weir kept them, or an initial offset)."""
+    raw = offset.get(START_KEY)
+    if not isinstance(raw, dict):
+        return None
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
 
 def fallback_from_json(offset: dict) -> LakeFallback:

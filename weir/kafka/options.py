@@ -71,6 +71,8 @@ SINK_OPTIONS = {
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
+    "weir.simulateddroppedtopics": "testing hook: topics (comma-separated) whose records are counted as written but "
+    "never produced, as a broker that acknowledges and loses them would",
 }
 
 log = logging.getLogger("weir.kafka")
@@ -318,6 +320,7 @@ class SinkOptions:
     topic: str | None
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a write waits out an unreachable broker
     replay_guard: str | None = None  # weir.kafka.replay.Guard as JSON: a processor's write skips its replays
+    dropped: frozenset[str] = frozenset()  # testing hook: topics whose records are counted, never produced
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {
@@ -344,6 +347,11 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     if client.get("enable.idempotence", "true").lower() == "false":
         log.warning("weir-kafka sink: kafka.enable.idempotence=false allows reordering and duplicates on retry")
     guard = opts.get("replayguard")
+    dropped = frozenset(t.strip() for t in opts.get("weir.simulateddroppedtopics", "").split(",") if t.strip())
     return SinkOptions(
-        client=client, topic=opts.get("topic"), broker_timeout_s=_broker_timeout(opts), replay_guard=guard
+        client=client,
+        topic=opts.get("topic"),
+        broker_timeout_s=_broker_timeout(opts),
+        replay_guard=guard,
+        dropped=dropped,
     )

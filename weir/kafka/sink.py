@@ -158,7 +158,13 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
         pooled.failures = []
         try:
             commit = _produce(
-                pooled.producer, pooled.failures, lay, batches, opts.broker_timeout_s + FLUSH_MARGIN_S, rewrite
+                pooled.producer,
+                pooled.failures,
+                lay,
+                batches,
+                opts.broker_timeout_s + FLUSH_MARGIN_S,
+                rewrite,
+                opts.dropped,
             )
         except BaseException:
             _discard(pooled)
@@ -196,6 +202,7 @@ def _produce(
     batches: Iterator[pa.RecordBatch],
     flush_s: float,
     rewrite: Rewrite | None = None,
+    dropped: frozenset[str] = frozenset(),
 ) -> SinkCommit:
     commit = SinkCommit()
     try:
@@ -226,7 +233,7 @@ def _produce(
                     kwargs["headers"] = hs
                 elif headers is not None and headers[i]:
                     kwargs["headers"] = headers[i]
-                while True:
+                while topic not in dropped:
                     try:
                         producer.produce(topic, values[i], keys[i], **kwargs)
                         break

@@ -227,6 +227,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._measurement_seq: int | None = None
         self._catching_up = False
         self._reached = False  # whether this query's source has had an answer from the broker yet
+        self._initial: dict | None = None  # this query's initial offset, resolved once
 
     @property
     def view(self) -> LogView:
@@ -256,8 +257,14 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return ", ".join(self.opts.topics) if self.opts.topics else f"topics matching {self.opts.pattern}"
 
     def initialOffset(self) -> dict:
-        bounds = self._discover(must_exist=bool(self.opts.topics))
-        return off.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
+        """Where a new query starts, resolved once per query: Spark asks again when batch 0 runs, and a second
+        answer (`latest` after new records, `earliest` after retention) is not the start batch 0 was planned on.
+        The plan's own start (`@start` of the batch's end offset) is what `partitions` reads from, so a restart
+        that replays batch 0 reads the logged range, whatever this answers then."""
+        if self._initial is None:
+            bounds = self._discover(must_exist=bool(self.opts.topics))
+            self._initial = off.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._admission is not None:
@@ -269,6 +276,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        # Exact high-water marks, each observed by this call (LogView.bounds refuses what it did not observe): a
+        # target below the true end would end the run "finished" with records unread.
         self._target = {tp: hi for tp, (_, hi) in self._discover().items()}
 
     def _effective_start(self, start: Positions, loss: DataLoss) -> tuple[Positions, DataLoss]:
@@ -338,8 +347,16 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         latest: Positions = {}
         for (t, p), (_, hi) in self._bounds.items():
             if self._target is not None:
+                target = self._target.get((t, p), eff[t][p])
+                if hi < target and eff[t][p] < target:
+                    # The run would end short of the marks it took at its start: loudly, never "finished".
+                    raise DataLossError(
+                        f"weir-kafka: {t} partition {p}: the run must read to offset {target} (its high-water "
+                        f"mark when the run began), but the broker's latest offset is now {hi}; the partition "
+                        f"was truncated or recreated"
+                    )
                 # AvailableNow: nothing past the target, and no partition born after it.
-                hi = min(hi, self._target.get((t, p), eff[t][p]))
+                hi = min(hi, target)
             latest.setdefault(t, {})[p] = max(hi, eff[t][p])
         end = latest
         decision = None
@@ -355,16 +372,19 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._uncounted_loss.events:
             loss = DataLoss(loss.skipped_offsets + self._uncounted_loss.skipped_offsets, loss.events + 1)
             self._uncounted_loss = DataLoss()
-        out = off.to_json(end, loss, fallback)
+        if end == positions and loss == off.from_json(start)[1] and fallback == off.fallback_from_json(start):
+            # No batch: the offset must equal the start's exactly, or Spark would run an empty batch for it.
+            self._catching_up = False
+            return start
+        # The plan carries its start (every partition it covers, new ones too): `partitions` reads from it.
+        planned = {t: {p: eff[t][p] for p in parts} for t, parts in end.items()}
+        out = off.to_json(end, loss, fallback, start=planned)
         if decision is not None:
             admitted, waiting = _records(eff, end), _records(eff, latest)
             self._catching_up = waiting > admitted
             if admitted > 0:
                 self._planned = (end, admitted, time.monotonic())
                 out[ADMISSION_KEY] = decision.to_json(self._admission.opts.target_s) | {"waiting": waiting}
-            elif ADMISSION_KEY in start:
-                # No batch: the offset must equal the start's, or Spark would run an empty batch for it.
-                out[ADMISSION_KEY] = start[ADMISSION_KEY]
         return out
 
     def _admit(self, start: Positions) -> Decision:
@@ -401,8 +421,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return off.to_json(latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        begin, _ = off.from_json(start)
         until, _ = off.from_json(end)
+        begin = self._planned_start(start, end)
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
             # A restart replaying a logged batch: nothing discovered yet in this process.
@@ -438,13 +458,46 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                     log.warning("%s; skipping (failOnDataLoss=false)", _loss_message(t, p, e, lo, hi))
                     continue
                 if s is None or s > e or s < lo:
-                    s = lo  # new partition, or a loss counted in @dataLoss when the batch was planned
+                    # Only a batch logged before plans carried their start: a new partition, or a loss counted in
+                    # @dataLoss when the batch was planned.
+                    s = lo
                 ranges.append(OffsetRange(t, p, s, e))
         self._count_replayed(start, end, lake, skipped)
         tasks = self.opts.min_partitions
         if self._catching_up and self.opts.flow is not None and self.opts.flow.cores:
             tasks = max(tasks or 0, self.opts.flow.cores)  # a backlog: a read task for every core
         return [*lake, *(KafkaPartition(r) for r in off.split(ranges, tasks))]
+
+    def _planned_start(self, start: dict, end: dict) -> Positions:
+        """Where the batch ending at `end` reads from: the start logged in its plan (`@start`). Checked against the
+        end of the batch before (`start`, as Spark hands it), partition by partition: a difference must be a skip
+        the plan counted in `@dataLoss`, or batch 0's start asked again (Spark's second `initialOffset`, which
+        this source answers from the plan). Anything else is refused: offsets no batch reads, or read twice."""
+        previous, loss_before = off.from_json(start)
+        planned = off.starts_from_json(end)
+        if planned is None:
+            return previous  # an offset logged before plans carried their start
+        _, loss_after = off.from_json(end)
+        counted = loss_after.skipped_offsets - loss_before.skipped_offsets
+        initial = self._initial is not None and off.from_json(self._initial)[0] == previous
+        for t, parts in planned.items():
+            for p, s in parts.items():
+                was = previous.get(t, {}).get(p)
+                if was is None or was == s or initial:
+                    continue
+                if s > was and loss_after.events > loss_before.events and counted >= s - was:
+                    continue  # skipped and counted when planned (failOnDataLoss=false)
+                if s < was and loss_after.events > loss_before.events:
+                    continue  # the log was recreated below the old end: counted when planned
+                gap = f"offsets [{was}, {s}) would never be read" if s > was else f"offsets [{s}, {was}) read twice"
+                raise DataLossError(
+                    f"weir-kafka: the plan of this batch starts {t} partition {p} at offset {s}, but the batch "
+                    f"before ended at {was}: {gap}. The checkpoint's offset log is inconsistent; see `weir audit`."
+                )
+        if initial and planned != {t: {p: previous.get(t, {}).get(p) for p in ps} for t, ps in planned.items()}:
+            log.info("weir-kafka: batch 0 reads from its planned start %s (Spark asked for the initial offset "
+                     "again and got %s)", planned, previous)  # fmt: skip
+        return planned
 
     def _count_replayed(self, start: dict, end: dict, lake: list[LakePartition], skipped: int) -> None:
         """A batch planned before retention passed it and replayed after (a restart after a crash mid-batch)

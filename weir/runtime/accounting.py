@@ -43,6 +43,9 @@ class Counts:
     # The archiver: the records its read tasks counted, which stand for `in` (Spark's numInputRows counts the rows
     # its source hands Spark: the files' descriptions). None: Spark's count.
     read: int | None = None
+    # Offsets a batch did not read or write as planned (weir.runtime.completeness), each a Gap's JSON; exact ones
+    # are violations too.
+    gaps: list[dict] = field(default_factory=list)
 
     @property
     def accounted(self) -> int:

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from weir import units
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
+from weir.kafka.offsets import START_KEY
 
 log = logging.getLogger("weir.pipeline")
 TOPIC = "_weir.progress"
@@ -131,20 +132,21 @@ def in_records(figures: dict, records: int) -> dict:
 
 
 def offset_span(sources: list[dict]) -> int | None:
-    """The most records a batch can hold: the sum, over its sources' partitions, of end offset minus start
-    offset (a first batch from offset 0). None when a source's offsets are not weir-kafka's
-    (`{topic: {partition: offset}}`). Equal to the records read when the partitions have no gaps (compaction,
-    transaction markers), more when they have."""
+    """The most records a batch can hold: the sum, over its sources' partitions, of end offset minus the start
+    its plan logged (`@start`; else Spark's start offset, and 0 for a first batch). None when a source's offsets
+    are not weir-kafka's (`{topic: {partition: offset}}`). Equal to the records read when the partitions have no
+    gaps (compaction, transaction markers), more when they have."""
     span = 0
     for s in sources:
         start, end = _offset(s.get("start_offset")), _offset(s.get("end_offset"))
         topics = {t: parts for t, parts in end.items() if not t.startswith("@")}
         if not topics:
             return None
+        planned = end.get(START_KEY) if isinstance(end.get(START_KEY), dict) else start
         for topic, parts in topics.items():
             if not isinstance(parts, dict):
                 return None
-            began = start.get(topic) if isinstance(start.get(topic), dict) else {}
+            began = planned.get(topic) if isinstance(planned.get(topic), dict) else {}
             for p, off in parts.items():
                 if not isinstance(off, int):
                     return None

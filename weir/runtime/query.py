@@ -33,7 +33,7 @@ from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
-from weir.runtime import routing, views
+from weir.runtime import completeness, routing, views
 from weir.runtime.accounting import Counts, from_routes
 
 log = logging.getLogger("weir.pipeline")
@@ -59,6 +59,10 @@ class Ledger:
         with self._lock:
             return self._counts.pop((query, batch_id), None)
 
+    def peek(self, query: str, batch_id: int) -> Counts | None:
+        with self._lock:
+            return self._counts.get((query, batch_id))
+
 
 class StopRequested(RuntimeError):
     """A batch refused because its processor is stopping (see Runner.stop)."""
@@ -70,6 +74,9 @@ def query_name(pipeline: Pipeline, proc: Processor) -> str:
 
 class ProcessorQuery:
     """Builds and starts the streaming query of one processor."""
+
+    # Extra options of every topic write: the weir-kafka sink's testing hooks (tests set them), never settings.
+    write_hooks: dict[str, str] = {}  # noqa: RUF012 - read-only unless a test replaces it
 
     def __init__(
         self,
@@ -105,6 +112,9 @@ class ProcessorQuery:
         # (topic, source) pairs already in the topics (a backfill's: what streaming delivered), never written again
         self.delivered: DataFrame | None = None
         self.skipped: dict[str, int] = {}  # of the running batch, per destination topic: rows not written again
+        # The last batch that wrote topics without a replay: (batch id, its marks, records written per topic),
+        # checked against the next batch's marks (weir.runtime.completeness.check_writes).
+        self._wrote: tuple[int, dict, dict[str, int]] | None = None
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -136,7 +146,7 @@ class ProcessorQuery:
             # passed: the source consults the lake only then, and the archiver may run in another pipeline.
             # Never for the archiver itself: it would copy the lake into the lake.
             reader = reader.option("lake", self.settings.lake)
-        return reader.load()
+        return reader.load() if archive else _observe_reads(reader.load(), topic)
 
     def static_limit(self) -> int | None:
         """The static records-per-batch limit when admission is static (0: none), else None (flow = auto). A
@@ -386,6 +396,7 @@ class ProcessorQuery:
             .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
             .write.format("weir-kafka")
             .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
+            .options(**self.write_hooks)
             .mode("append")
             .save()
         )
@@ -537,6 +548,26 @@ class ProcessorQuery:
         wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
         return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000)
 
+    def _unappended(self, batch_id: int) -> list[completeness.Gap]:
+        """What the batch before wrote and its topics do not hold: its records per topic against how far the
+        marks moved up to this batch's (driver; only after a first write that skipped nothing, in this process)."""
+        wrote, self._wrote = self._wrote, None
+        if wrote is None or wrote[0] != batch_id - 1 or self.guard is None or self.guard.replay:
+            return []
+        return completeness.check_writes(wrote[1], self.guard.marks, wrote[2])
+
+    def _books_writes(self, batch_id: int, unappended: list[completeness.Gap]) -> None:
+        counts = self.ledger.peek(self.name, batch_id)
+        if counts is None:
+            return
+        for gap in unappended:
+            log.error("weir: processor %s batch %d: %s", self.proc.name, batch_id - 1, gap.describe())
+            counts.gaps.append(gap.to_json() | {"batch": batch_id - 1})
+            counts.violations += 1
+        if self.guard is not None and not self.guard.replay and not counts.replayed:
+            written = {t: counts.outputs.get(t, 0) for t in self.guard.marks}
+            self._wrote = (batch_id, self.guard.marks, written)
+
     # -- start --------------------------------------------------------------------------------------------
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
         if self.proc.sink is not None:
@@ -562,7 +593,9 @@ class ProcessorQuery:
                 began = time.monotonic()
                 # A view takes its replay marks only when it has dead letters to write (see _view_batch).
                 self.guard, self.replayed = (None if self.view else self._guard(batch_id)), 0
+                unappended = self._unappended(batch_id)
                 handler(batch, batch_id)
+                self._books_writes(batch_id, unappended)
                 # The sources' admission control sizes the next batch from this one's duration (docs/flow.md).
                 admission.write_measurement(self.measurements, batch_id, time.monotonic() - began)
                 if on_batch:
@@ -580,6 +613,23 @@ class ProcessorQuery:
             interval = self.trigger
             writer = writer.trigger(processingTime=units.spark_trigger(interval, f"{self.name}: trigger"))
         return writer.start()
+
+
+def _observe_reads(stream: DataFrame, topic: Topic) -> DataFrame:
+    """`stream` observed per declared partition (records, first and last offset) in the job that reads it: Spark
+    publishes the figures with the batch's progress, where the runner checks them against the batch's planned
+    offsets (weir.runtime.completeness). No extra job, no shuffle: a few aggregates on columns already read."""
+    part, offset = col("partition"), col("offset")
+    metrics = []
+    for p in range(topic.partitions):
+        mine = part == p
+        metrics += [
+            F.count_if(mine).alias(f"c{p}"),
+            F.min(F.when(mine, offset)).alias(f"lo{p}"),
+            F.max(F.when(mine, offset)).alias(f"hi{p}"),
+        ]
+    metrics.append(F.count_if((part >= topic.partitions) | (part < 0)).alias(completeness.OTHER))
+    return stream.observe(completeness.READ_OBSERVATION + topic.name, *metrics)
 
 
 def union(frames: list[DataFrame]) -> DataFrame:

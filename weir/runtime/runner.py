@@ -32,7 +32,7 @@ from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
-from weir.runtime import versions
+from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
@@ -498,6 +498,7 @@ class Runner:
                     name, figures["batch_id"], figures["input_rows_spark"], figures["input_rows"],
                 )  # fmt: skip
         counts.settle(figures["input_rows"])
+        self._check_reads(name, progress, figures, counts)
         if not counts.balanced:
             counts.violations += 1
             log.error(
@@ -523,6 +524,35 @@ class Runner:
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
             version=next(p.version for p in self.selected if p.name == name),
         )  # fmt: skip
+
+    def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
+        """The records the batch's inputs yielded, per partition (observed in the job that read them), against
+        the offsets its plan covers: a gap is a violation naming topic, partition and range, unless the plan
+        counted it as a skip (@dataLoss, failOnDataLoss=false)."""
+        observed = {
+            n[len(completeness.READ_OBSERVATION) :]: row.asDict()
+            for n, row in (getattr(progress, "observedMetrics", None) or {}).items()
+            if n.startswith(completeness.READ_OBSERVATION)
+        }
+        topics = {t: self.pipeline.topics[t] for t in observed if t in self.pipeline.topics}
+        if not topics:
+            return
+        gaps = completeness.check_reads(
+            completeness.planned_spans(figures["sources"]),
+            {t: observed[t] for t in topics},
+            {t: topic.partitions for t, topic in topics.items()},
+            {t for t, topic in topics.items() if not topic.compacted},
+        )
+        skipped = completeness.counted_skips(figures["sources"])
+        for gap in gaps:
+            kind = gap.kind
+            if kind == "unread" and gap.records <= skipped:
+                skipped -= gap.records
+                kind = "skipped"  # counted in @dataLoss when the batch was planned: a loss allowed, not silent
+            elif gap.exact:
+                counts.violations += 1
+                log.error("weir: processor %s batch %s: %s", name, figures["batch_id"], gap.describe())
+            counts.gaps.append(gap.to_json() | {"kind": kind, "batch": figures["batch_id"]})
 
     def _write_state(self) -> None:
         """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state). A runner of

@@ -1,0 +1,104 @@
+"""LogView.bounds returns only what its own call observed: impossible listings and probes answered without a fetch
+are asked again, and refused loudly when they stay impossible. A fake cluster stands in for the broker (the
+anomalies are ones the embedded broker does not produce on demand)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from weir.kafka.log import BrokerUnavailable, LogView
+
+TP0 = ("t", 0)
+
+
+class FakeMessage:
+    def __init__(self, tp, offset, code=None) -> None:
+        self.tp, self.off, self.code = tp, offset, code
+
+    def error(self):
+        return None if self.code is None else KafkaError(self.code)
+
+    def topic(self):
+        return self.tp[0]
+
+    def partition(self):
+        return self.tp[1]
+
+    def offset(self):
+        return self.off
+
+    def key(self):
+        return b"k"
+
+    def value(self):
+        return b"v"
+
+
+class FakeConsumer:
+    """Answers a probe per the script: ("record", mark) fetches and sets the cached mark; ("reset",) does not fetch,
+    and leaves whatever mark an earlier use of this (pooled) consumer cached."""
+
+    def __init__(self, script: list, cached: int) -> None:
+        self.script, self.cached, self.assigned = script, cached, []
+
+    def assign(self, tps):
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def consume(self, num_messages, timeout):
+        t, p, o = self.assigned[0]
+        step = self.script.pop(0)
+        if step[0] == "reset":
+            return [FakeMessage((t, p), o, KafkaError._AUTO_OFFSET_RESET)]
+        self.cached = step[1]
+        return [FakeMessage((t, p), o)]
+
+    def get_watermark_offsets(self, tp, cached):
+        return (0, self.cached)
+
+    def unassign(self):
+        self.assigned = []
+
+    def close(self):
+        pass
+
+
+def view(listings: list[tuple[int, int]], probes: list, cached: int = 999) -> LogView:
+    v = LogView({"bootstrap.servers": "127.0.0.1:1"})
+    answers = list(listings)
+    state: dict = {"calls": 0}
+
+    def listing(tps, spec):  # each observation lists the earliest, then the latest offsets
+        state["calls"] += 1
+        if state["calls"] % 2:
+            state["now"] = answers.pop(0)
+            return {TP0: state["now"][0]}
+        return {TP0: state["now"][1]}
+
+    v._list = listing  # type: ignore[method-assign]
+    v.consumer = FakeConsumer(probes, cached)  # type: ignore[assignment]
+    return v
+
+
+def test_a_listed_latest_below_the_earliest_is_asked_again():
+    v = view([(5, -1), (5, 40)], [("record", 42)])
+    assert v.bounds([TP0]) == {TP0: (5, 42)}
+
+
+def test_a_listed_latest_of_minus_one_twice_is_a_loud_error_naming_the_broker():
+    v = view([(5, -1), (5, -1)], [])
+    with pytest.raises(BrokerUnavailable, match=r"127\.0\.0\.1:1.*t partition 0.*latest -1"):
+        v.bounds([TP0])
+
+
+def test_a_probe_answered_by_an_offset_reset_is_not_read_from_a_stale_cached_mark():
+    # The pooled consumer cached 999 from an earlier use; the probe got no fetch: the mark must come from a new one.
+    v = view([(0, 40), (0, 50)], [("reset",), ("record", 51)], cached=999)
+    assert v.bounds([TP0]) == {TP0: (0, 51)}
+
+
+def test_a_lower_mark_than_seen_before_is_probed_again_and_then_accepted():
+    v = view([(0, 40), (0, 30), (0, 30)], [("record", 40), ("record", 30), ("record", 30)])
+    assert v.bounds([TP0]) == {TP0: (0, 40)}
+    assert v.bounds([TP0]) == {TP0: (0, 30)}  # confirmed by the fresh probe: a truncated or recreated log
+    assert not v.consumer.script  # both probes ran
