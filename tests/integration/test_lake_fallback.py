@@ -166,8 +166,11 @@ def log_uncommitted_batch(checkpoint: Path, topic: str, end: dict[str, int]) -> 
     offsets = checkpoint / "offsets"
     last = max(int(f.name) for f in offsets.iterdir() if f.name.isdigit())
     lines = (offsets / str(last)).read_text().splitlines()
-    assert json.loads(lines[-1]).keys() == {topic}
-    (offsets / str(last + 1)).write_text("\n".join([*lines[:-1], json.dumps({topic: end})]))
+    before = json.loads(lines[-1])
+    assert before.keys() == {topic, "@start"}  # version, metadata, then our one source
+    # The plan starts where the committed batch ended, as the source logs it.
+    planned = {topic: end, "@start": {topic: {p: before[topic][p] for p in end}}}
+    (offsets / str(last + 1)).write_text("\n".join([*lines[:-1], json.dumps(planned)]))
 
 
 def test_replayed_batch_reads_from_the_lake_and_counts_it_in_the_next_offset(spark, bootstrap, tmp_path):

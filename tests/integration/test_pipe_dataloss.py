@@ -175,8 +175,11 @@ def log_uncommitted_batch(checkpoint: Path, topic: str, end: dict[str, int]) -> 
     last = max(int(f.name) for f in offsets.iterdir() if f.name.isdigit())
     assert sorted(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())[-1] == last
     lines = (offsets / str(last)).read_text().splitlines()
-    assert json.loads(lines[-1]).keys() == {topic}  # version, metadata, then our one source
-    (offsets / str(last + 1)).write_text("\n".join([*lines[:-1], json.dumps({topic: end})]))
+    before = json.loads(lines[-1])
+    assert before.keys() == {topic, "@start"}  # version, metadata, then our one source
+    # The plan starts where the committed batch ended, as the source logs it.
+    planned = {topic: end, "@start": {topic: {p: before[topic][p] for p in end}}}
+    (offsets / str(last + 1)).write_text("\n".join([*lines[:-1], json.dumps(planned)]))
 
 
 def test_replayed_batch_after_retention_fails_then_skips(spark, bootstrap, topic_name, tmp_path) -> None:
