@@ -8,10 +8,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
+import weir.kafka.sink as ks
 from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.kafka import heal
+from weir.kafka.log import pooled
+from weir.monitor.config import MonitorConfig
+from weir.monitor.metrics import render
+from weir.monitor.sources import ProgressReader
+from weir.monitor.state import Monitor
+from weir.runtime.progress import ProgressPublisher
 
 MUST_REBUILD = {
     "fenced producer": KafkaError(KafkaError.PRODUCER_FENCED),
@@ -142,3 +149,69 @@ def test_records_are_refused_while_the_producer_is_rebuilt():
         assert producer.in_flight == 0
     finally:
         producer.producer.flush(0)
+
+
+@pytest.mark.parametrize("name", sorted(MUST_REBUILD))
+def test_a_pooled_sink_producer_that_cannot_go_on_is_replaced_at_the_next_write(name):
+    settings = {"bootstrap.servers": "127.0.0.1:1", "client.id": f"heal-{name}"}
+    before = heal.rebuilds().get("sink producer", 0)
+    first = ks._pooled(settings)
+    first._on_error(MUST_REBUILD[name])  # as librdkafka's error callback, while the producer is idle
+    second = ks._pooled(settings)
+    assert second is not first and heal.rebuilds()["sink producer"] == before + 1
+    ks._discard(second)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSIENT))
+def test_a_pooled_sink_producer_rides_a_transient_error_out(name):
+    settings = {"bootstrap.servers": "127.0.0.1:1", "client.id": f"heal-{name}"}
+    first = ks._pooled(settings)
+    first._on_error(TRANSIENT[name])
+    assert ks._pooled(settings) is first and first.broken is None
+    ks._discard(first)
+
+
+@pytest.mark.parametrize(("name", "rebuilt"), [("fenced producer", True), ("connection reset", False)])
+def test_the_progress_publisher_rebuilds_only_a_producer_that_cannot_go_on(name, rebuilt, tmp_path):
+    err = {**MUST_REBUILD, **TRANSIENT}[name]
+    publisher = ProgressPublisher("p", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path))
+    try:
+        first = publisher._producer
+        before = heal.rebuilds().get("progress producer", 0)
+        publisher._on_error(err)
+        publisher.publish("state", "x", state="running")
+        record = publisher.publish("state", "x", state="running")
+        assert (publisher._producer is not first) == rebuilt
+        assert record["client_rebuilds"].get("progress producer", 0) == before + rebuilt  # published with records
+    finally:
+        publisher.close(0.1)
+
+
+@pytest.mark.parametrize(("name", "rebuilt"), [("fenced (local)", True), ("fatal (local)", True),
+                                               ("all brokers down", False)])  # fmt: skip
+def test_the_monitor_rebuilds_only_a_progress_consumer_that_cannot_go_on(name, rebuilt):
+    monitor = Monitor(MonitorConfig())
+    reader = ProgressReader(monitor, {"bootstrap.servers": "127.0.0.1:1"}, "_weir.progress", positions={0: 41},
+                            timeout=0.2)  # fmt: skip
+    try:
+        first = reader._consumer()
+        reader._assigned = {0}
+        reader._error({**MUST_REBUILD, **TRANSIENT}[name])
+        reader.step(0.05)
+        assert (reader.consumer is not first) == rebuilt and reader.rebuilds == int(rebuilt)
+        assert reader.positions == {0: 41}  # read positions kept: the new consumer goes on from there
+        metrics = render(monitor).decode() if rebuilt else ""
+        assert not rebuilt or 'weir_monitor_client_rebuilds_total{client="monitor consumer"}' in metrics
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize(("name", "counted"), [("fatal (local)", True), ("request timed out", False)])
+def test_a_pooled_log_view_that_raised_is_closed_and_a_rebuild_counted_by_code(name, counted):
+    client = {"bootstrap.servers": "127.0.0.1:1", "client.id": f"heal-view-{name}"}
+    before = heal.rebuilds().get("log view", 0)
+    with pytest.raises(KafkaException), pooled(client, 0.1) as view:
+        raise KafkaException({**MUST_REBUILD, **TRANSIENT}[name])
+    with pooled(client, 0.1) as again:
+        assert again is not view  # the view that raised is not reused
+    assert heal.rebuilds().get("log view", 0) == before + counted
