@@ -1,5 +1,6 @@
 """A TCP proxy for outage tests, in the style of Toxiproxy: it forwards connections to a target until it is
-cut, then drops every open connection and refuses new ones until it is restored."""
+cut, then drops every open connection and refuses new ones until it is restored. Stalled, it keeps every
+connection open and forwards nothing (a network partition no peer has noticed yet)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class Proxy:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._cut = threading.Event()
+        self._stalled = threading.Event()
         self._closed = threading.Event()
         self._server = socket.create_server(("127.0.0.1", port), reuse_port=False)
         self._server.settimeout(0.2)
@@ -32,7 +34,12 @@ class Proxy:
                     s.close()
             self._open.clear()
 
+    def stall(self) -> None:
+        """Bytes in either direction are dropped from now on; connections stay open (until `cut`)."""
+        self._stalled.set()
+
     def restore(self) -> None:
+        self._stalled.clear()
         self._cut.clear()
 
     def close(self) -> None:
@@ -62,7 +69,8 @@ class Proxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while chunk := src.recv(65536):
-                dst.sendall(chunk)
+                if not self._stalled.is_set():
+                    dst.sendall(chunk)
         except OSError:
             pass
         finally:

@@ -224,7 +224,7 @@ async def _finish(state: HttpIngest, intake: Intake, plan: Plan, acks: Acks | No
 
 async def healthz(request: Request) -> Response:
     state: HttpIngest = request.app.state.ingest
-    down = state.producer.down_reason or state.producer.fatal
+    down = state.producer.down_reason or state.producer.broken
     return JSONResponse({"ok": not down, "broker": down or "reachable"}, 503 if down else 200)
 
 

@@ -4,7 +4,9 @@ chunk of a file) as one `Acks` object.
 Nothing waits without a bound: a unit is admitted only when its records fit under `max_in_flight` (else
 `Backpressure`, nothing produced), every record is acknowledged or failed by librdkafka within
 `message.timeout.ms`, and the broker's reachability comes from librdkafka's own error callback
-(`_ALL_BROKERS_DOWN`), rechecked by a metadata probe while it is down.
+(`_ALL_BROKERS_DOWN`), rechecked by a metadata probe while it is down. A producer that cannot go on (fenced,
+an epoch or producer id the broker refuses, a fatal error: weir.kafka.heal) is rebuilt on the poll thread, after
+what it still held failed back to its units.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaError, Producer
 
+from weir.kafka import heal
 from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.ingest")
 ACK_MARGIN_S = 1.0  # beyond message.timeout.ms, librdkafka has failed every record: no longer wait
+DRAIN_S = 5.0  # a purged producer's failure reports come at once; the bound is for a wedged client only
 
 
 class Backpressure(RuntimeError):
@@ -82,33 +86,49 @@ class IngestProducer:
         self.ack_timeout_s = ack_timeout_s
         self.in_flight = 0
         self.down_reason: str | None = None
-        self.fatal: str | None = None
+        self.broken: str | None = None  # why the producer cannot go on: rebuilt by the poll thread
         self.next_offsets: dict[tuple[str, int], int] = {}  # per partition: above the last acknowledged offset
-        self.counts = {"produced": 0, "failed": 0, "backpressure": 0, "queue_full": 0}
+        self.counts = {"produced": 0, "failed": 0, "backpressure": 0, "queue_full": 0, "rebuilds": 0}
         self._lock = threading.Lock()
+        self._swap = threading.Lock()  # a send's records all go to one producer, never to one being purged
         self._closed = threading.Event()
-        settings = {
+        self._backoff = heal.Backoff()
+        # message.timeout.ms is the request's own bound: past it the client hears 503 and the record is failed,
+        # not left to land behind the answer. An outage longer than it makes librdkafka bump the idempotent
+        # epoch by itself (KIP-360); a broker that refuses the bump fences the producer, and it is rebuilt.
+        self.settings = {
             **client, "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "message.timeout.ms": int(ack_timeout_s * 1000), "queue.buffering.max.messages": max_in_flight * 2,
             "error_cb": self._on_error, "logger": client_log,
         }  # fmt: skip
-        self.producer = Producer(settings)
+        self.producer = Producer(self.settings)
         self._thread = threading.Thread(target=self._poll, name="weir-ingest-poll", daemon=True)
         self._thread.start()
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.fatal = err.str()
-            log.error("weir ingest: the producer hit a fatal error, restart the process: %s", err.str())
+        if heal.cannot_go_on(err):
+            self._break(err)
         elif err.code() == KafkaError._ALL_BROKERS_DOWN:
             if self.down_reason is None:
                 log.warning("weir ingest: the broker is unreachable: %s", err.str())
             self.down_reason = err.str()
 
+    def _break(self, err: KafkaError) -> None:
+        if self.broken is None:
+            log.warning("weir ingest: the producer cannot go on (%s, %s): it is rebuilt", err.name(), err.str())
+        self.broken = f"{err.name()}: {err.str()}"
+
+    def _delivered(self, acks: Acks, i: int, err: KafkaError | None, msg) -> None:
+        if err is not None and heal.cannot_go_on(err):
+            self._break(err)
+        acks.delivered(i, err, msg)
+
     def _poll(self) -> None:
         last_probe = 0.0
         while not self._closed.is_set():
             self.producer.poll(0.05)
+            if self.broken is not None and self._backoff.wait_s() == 0.0:
+                self._rebuild()
             # librdkafka says when all brokers went down, never when one came back: a metadata probe says.
             if self.down_reason is not None and time.monotonic() - last_probe > 1.0:
                 last_probe = time.monotonic()
@@ -119,10 +139,28 @@ class IngestProducer:
                 except Exception:  # still down: the next probe in a second
                     pass
 
+    def _rebuild(self) -> None:
+        """Fail what the old producer holds back to its units (each request is answered; the Idempotency-Key
+        ledger and its read-back decide what was stored), then a new producer with a new producer id."""
+        with self._swap:
+            old, why = self.producer, self.broken
+            old.purge()  # queued and in-flight records fail now, not after message.timeout.ms
+        left = old.flush(DRAIN_S)  # their failure reports, on this (the poll) thread
+        if left:
+            log.error("weir ingest: %d records of the old producer were not reported within %.0f s", left, DRAIN_S)
+        with self._swap:
+            self.producer = Producer(self.settings)
+            self.broken = None
+        self._backoff.rebuilt()
+        self.counts["rebuilds"] += 1
+        total = heal.counted("ingest producer")
+        log.warning("weir ingest: the producer was rebuilt (%d so far) after: %s", total, why)
+
     def check(self, n: int) -> None:
         """Backpressure unless `n` more records can be taken now."""
-        if self.fatal:
-            raise Backpressure(f"the producer failed and needs a restart: {self.fatal}", 30)
+        if self.broken is not None:
+            self.counts["backpressure"] += 1
+            raise Backpressure(f"the producer is being rebuilt after: {self.broken}", 1)
         if self.down_reason is not None:
             self.counts["backpressure"] += 1
             raise Backpressure(f"the broker is unreachable: {self.down_reason}", 5)
@@ -143,24 +181,32 @@ class IngestProducer:
             return acks
         with self._lock:
             self.in_flight += len(records)
-        produce = self.producer.produce
-        for i, r in enumerate(records):
-            try:
-                produce(r.topic, r.value, r.key, headers=r.headers, on_delivery=partial(acks.delivered, i))
-            except BufferError:
-                # Past librdkafka's own queue bound despite admission (large records): the rest is not sent.
-                self.counts["queue_full"] += 1
-                with self._lock:
-                    self.in_flight -= len(records) - i
-                for rest in records[i:]:
-                    acks.failed[rest.row] = "not sent: the producer's queue is full"
-                with self._lock:  # the poll thread may settle the produced ones meanwhile
-                    acks.pending -= len(records) - i
-                    finished = acks.pending == 0 and not acks.done.is_set()
-                if finished:
-                    acks.finish()
-                break
+        with self._swap:
+            if self.broken is not None:  # broken since `check`: none of it goes to the producer being purged
+                self._unsent(acks, records, 0, f"not sent: the producer is being rebuilt after: {self.broken}")
+                return acks
+            produce = self.producer.produce
+            for i, r in enumerate(records):
+                try:
+                    produce(r.topic, r.value, r.key, headers=r.headers, on_delivery=partial(self._delivered, acks, i))
+                except BufferError:
+                    # Past librdkafka's own queue bound despite admission (large records): the rest is not sent.
+                    self.counts["queue_full"] += 1
+                    self._unsent(acks, records, i, "not sent: the producer's queue is full")
+                    break
         return acks
+
+    def _unsent(self, acks: Acks, records: list[Out], i: int, why: str) -> None:
+        """Records `i:` of a unit fail without being produced."""
+        with self._lock:
+            self.in_flight -= len(records) - i
+        for rest in records[i:]:
+            acks.failed[rest.row] = why
+        with self._lock:  # the poll thread may settle the produced ones meanwhile
+            acks.pending -= len(records) - i
+            finished = acks.pending == 0 and not acks.done.is_set()
+        if finished:
+            acks.finish()
 
     def _settled(self, acks: Acks) -> None:
         """A unit's records all settled: the producer's counters and the ends of the partitions written."""

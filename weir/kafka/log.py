@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from weir.config import redact, redact_text
+from weir.kafka import heal
 
 TP = tuple[str, int]
 
@@ -231,11 +232,12 @@ IDLE_CLOSE_S = 60.0
 @contextlib.contextmanager
 def pooled(client: dict, timeout: float) -> Iterator[LogView]:
     """A LogView of `client` for one use (driver), taken from this process's idle ones or new, put back after a
-    use that raised nothing (one that raised is closed: its clients may hold a failed connection). Why: a
-    processor notes where each batch begins writing, and a new admin client and consumer per batch means two
-    librdkafka handles (threads, sockets) made and destroyed every trigger; a segfault inside list_offsets was
-    seen once in that churn. Concurrent users (queries of one runner) each get a view of their own; views idle
-    for IDLE_CLOSE_S are closed at the next use of the pool."""
+        use that raised nothing (one that raised is closed: its clients may hold a failed connection, or an error
+    that they cannot go on from, counted as a rebuild: weir.kafka.heal). Why: a
+        processor notes where each batch begins writing, and a new admin client and consumer per batch means two
+        librdkafka handles (threads, sockets) made and destroyed every trigger; a segfault inside list_offsets was
+        seen once in that churn. Concurrent users (queries of one runner) each get a view of their own; views idle
+        for IDLE_CLOSE_S are closed at the next use of the pool."""
     key = json.dumps(client, sort_keys=True, default=str)
     now = time.monotonic()
     with _idle_lock:
@@ -251,8 +253,11 @@ def pooled(client: dict, timeout: float) -> Iterator[LogView]:
     view.timeout = timeout
     try:
         yield view
-    except BaseException:
+    except BaseException as exc:
         view.close()
+        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        if isinstance(err, KafkaError) and heal.cannot_go_on(err):  # any failure closes it; these are counted
+            heal.counted("log view")
         raise
     with _idle_lock:
         _idle.setdefault(key, []).append((view, time.monotonic()))

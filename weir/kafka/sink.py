@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from weir.kafka import heal
 from weir.kafka.headers import SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.options import OptionError, SinkOptions
@@ -106,13 +107,22 @@ class _Pooled:
 
     def __init__(self, settings: dict) -> None:
         self.failures: list[str] = []
+        self.broken: str | None = None  # why it cannot go on (weir.kafka.heal): never used for another write
         self.lock = threading.Lock()  # one write at a time: the failures belong to it
         self.idle_since = time.monotonic()
-        self.producer = Producer({**settings, "on_delivery": self._on_delivery, "logger": client_log})
+        self.producer = Producer(
+            {**settings, "on_delivery": self._on_delivery, "error_cb": self._on_error, "logger": client_log}
+        )
 
     def _on_delivery(self, err, msg) -> None:  # called only for failures (delivery.report.only.error)
         if err is not None:
             self.failures.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+            if heal.cannot_go_on(err):
+                self.broken = f"{err.name()}: {err.str()}"
+
+    def _on_error(self, err) -> None:
+        if heal.cannot_go_on(err):
+            self.broken = f"{err.name()}: {err.str()}"
 
 
 _POOL: dict[tuple, _Pooled] = {}
@@ -131,9 +141,24 @@ def _pooled(settings: dict) -> _Pooled:
                 del _POOL[other]
                 p.producer.close()  # flushed: its last write waited for every acknowledgement
                 p.lock.release()
+        kept = _POOL.get(key)
+        if kept is not None and kept.broken is not None and kept.lock.acquire(blocking=False):
+            # Fenced or fatal while idle (error_cb): the next write gets a new producer (a new producer id).
+            del _POOL[key]
+            _rebuilt(kept)
+            kept.producer.purge()
+            kept.producer.flush(0)
+            kept.lock.release()
         if key not in _POOL:
             _POOL[key] = _Pooled(settings)
         return _POOL[key]
+
+
+def _rebuilt(pooled: _Pooled) -> None:
+    """Count and log a producer dropped because it cannot go on (the next write of its settings makes a new one)."""
+    total = heal.counted("sink producer")
+    log.warning("weir-kafka sink: a producer that cannot go on is rebuilt (%d in this worker): %s", total,
+                pooled.broken)  # fmt: skip
 
 
 def _discard(pooled: _Pooled) -> None:
@@ -143,6 +168,8 @@ def _discard(pooled: _Pooled) -> None:
         for key, p in list(_POOL.items()):
             if p is pooled:
                 del _POOL[key]
+    if pooled.broken is not None:
+        _rebuilt(pooled)
     # Not delivered later behind Spark's retry of the task: what is queued or in flight is dropped (the retry
     # writes it again; what was acknowledged stays, at-least-once, as docs/delivery.md says).
     pooled.producer.purge()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from weir.kafka import heal
 from weir.monitor.compute import HEALTH_STATES
 from weir.monitor.model import ProcessorFigures
 from weir.monitor.series import Histogram
@@ -62,6 +63,14 @@ class MonitorCollector:
             yield CounterMetricFamily(
                 "weir_monitor_bad_records", "Malformed progress records skipped.", value=m.counts.get("bad", 0)
             )
+            rebuilds = CounterMetricFamily(
+                "weir_monitor_client_rebuilds",
+                "Kafka clients of the monitor rebuilt because they could not go on.",
+                labels=["client"],
+            )
+            for kind, n in sorted(heal.rebuilds().items()):
+                rebuilds.add_metric([kind], n)
+            yield rebuilds
             hook = m.webhook
             yield CounterMetricFamily("weir_monitor_webhook_posts", "Alerts posted.", value=hook.sent if hook else 0)
             yield CounterMetricFamily(

@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
+from weir.kafka import heal
 from weir.kafka.log import BrokerUnavailable, LogView, client_log
 from weir.monitor.compute import TP
 from weir.monitor.state import BrokerSnapshot, Monitor
@@ -54,11 +55,16 @@ class ProgressReader:
         self.timeout = timeout
         self.skipped = 0  # records not read because more than catch_up_max were published meanwhile
         self.consumer: Consumer | None = None
+        self.rebuilds = 0  # consumers closed and made anew because they could not go on (weir.kafka.heal)
+        self._broken: str | None = None
+        self._backoff = heal.Backoff()
         self._assigned: set[int] = set()
         self._next_check = 0.0
         self._lock = threading.Lock()
 
     def _error(self, err: KafkaError) -> None:
+        if heal.cannot_go_on(err):
+            self._broken = f"{err.name()}: {err.str()}"
         if err.code() in _DOWN:
             self.monitor.observe_progress_error(f"cannot read {self.topic}: {err.str()}")
 
@@ -110,6 +116,8 @@ class ProgressReader:
     def step(self, timeout: float = 0.5) -> int:
         """Read what is there (up to `timeout`), feed the monitor; the number of messages read."""
         with self._lock:
+            if self._broken is not None and self._backoff.wait_s() == 0.0:
+                self._rebuild()
             if time.monotonic() >= self._next_check:
                 self._next_check = time.monotonic() + (30.0 if self._assigned else 2.0)
                 if not self.assign():
@@ -143,6 +151,20 @@ class ProgressReader:
                 log.warning("weir monitor: reading %s: %s", self.topic, exc)
                 self.monitor.observe_progress_error(f"reading {self.topic}: {exc}")
                 stop.wait(1.0)
+
+    def _rebuild(self) -> None:
+        """Close a consumer that cannot go on; the next step makes a new one, assigned from `positions` (what
+        was read stays read, nothing is skipped)."""
+        why, self._broken = self._broken, None
+        if self.consumer is not None:
+            self.consumer.close()
+        self.consumer = None
+        self._assigned.clear()
+        self._next_check = 0.0
+        self._backoff.rebuilt()
+        self.rebuilds += 1
+        total = heal.counted("monitor consumer")
+        log.warning("weir monitor: the consumer of %s is rebuilt (%d so far) after: %s", self.topic, total, why)
 
     def close(self) -> None:
         with self._lock:

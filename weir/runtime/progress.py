@@ -3,7 +3,8 @@
 Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records stay
 in order), which the monitor consumes, and to `<home>/progress/<pipeline>.jsonl`, which keeps them when the
 broker is down. Kinds: "progress", "failure", "state", "retention_risk". Fields: docs/pipelines.md
-("Progress stream").
+("Progress stream"). Every record carries `client_rebuilds`: this process's rebuilt Kafka clients, per kind
+(weir.kafka.heal), the publisher's own producer among them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from weir import units
+from weir.kafka import heal
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
 from weir.kafka.offsets import START_KEY
@@ -41,15 +43,41 @@ class ProgressPublisher:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path / f"{pipeline}.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
-        self._producer = Producer(
-            {**client_config, "linger.ms": 50, "acks": "all", "logger": client_log, "message.timeout.ms": 30_000}
-        )
+        self._settings = {
+            **client_config, "linger.ms": 50, "acks": "all", "logger": client_log, "message.timeout.ms": 30_000,
+            "error_cb": self._on_error,
+        }  # fmt: skip
+        self._producer = Producer(self._settings)
+        self._broken: str | None = None  # why the producer cannot go on: a new one before the next record
+        self._backoff = heal.Backoff()
+        self._swap = threading.Lock()
+
+    def _on_error(self, err: Any) -> None:
+        if heal.cannot_go_on(err):
+            self._broken = f"{err.name()}: {err.str()}"
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             with self._lock:
                 self.undelivered += 1
+            if heal.cannot_go_on(err):
+                self._broken = f"{err.name()}: {err.str()}"
             log.warning("weir: a progress record was not delivered to %s: %s", self.topic, err)
+
+    def _rebuild(self) -> None:
+        """A new producer for one that cannot go on; what the old one held fails (counted undelivered: the JSONL
+        log has it)."""
+        with self._swap:
+            if self._broken is None or self._backoff.wait_s() > 0:
+                return
+            old, why = self._producer, self._broken
+            old.purge()
+            old.flush(1.0)
+            self._producer = Producer(self._settings)
+            self._broken = None
+            self._backoff.rebuilt()
+        total = heal.counted("progress producer")
+        log.warning("weir: the progress producer was rebuilt (%d in this process) after: %s", total, why)
 
     def publish(self, kind: str, processor: str, **fields: Any) -> dict:
         record = {
@@ -60,11 +88,14 @@ class ProgressPublisher:
             "at_ms": int(time.time() * 1000),
             **fields,
             "progress_undelivered": self.undelivered,
+            "client_rebuilds": heal.rebuilds(),
         }
         line = json.dumps(record, default=str, separators=(",", ":"))
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
+        if self._broken is not None:
+            self._rebuild()
         try:
             self._producer.produce(
                 self.topic, line.encode(), f"{self.pipeline}/{processor}".encode(), on_delivery=self._on_delivery
