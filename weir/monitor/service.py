@@ -18,6 +18,7 @@ from weir.monitor.config import MonitorConfig, parse_duration
 from weir.monitor.sources import BrokerPoller, ProgressReader, read_checkpoint, read_runs, read_views
 from weir.monitor.state import Monitor
 from weir.monitor.store import StateFile
+from weir.storage.checkpoint import processor_checkpoint
 
 log = logging.getLogger("weir.monitor")
 _CLIENT_ID = re.compile(r"#(consumer|producer|admin)-\d+")
@@ -71,7 +72,7 @@ def declare_pipeline(monitor: Monitor, pipeline: Any, settings: Settings) -> Non
         sink = proc.sink.name if proc.sink is not None else None
         monitor.declare(
             pipeline.name, proc.name, proc.inputs, [*proc.outputs, *([sink] if sink else [])], trigger,
-            settings.checkpoint_root.rstrip("/") + "/" + proc.checkpoint,
+            processor_checkpoint(settings.checkpoint_root, proc.checkpoint),
         )  # fmt: skip
 
 

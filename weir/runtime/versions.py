@@ -14,8 +14,9 @@ from pyarrow import fs
 
 from weir.pipeline.model import Processor
 from weir.storage import paths
+from weir.storage.checkpoint import VERSION_RECORD, Checkpoint
 
-RECORD = "weir.json"
+RECORD = VERSION_RECORD
 
 
 class IncompatibleChange(RuntimeError):
@@ -32,8 +33,7 @@ class VersionRecord:
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
-    filesystem, path = paths.resolve(checkpoint)
-    return filesystem, paths.join(path, RECORD)
+    return paths.resolve(Checkpoint(checkpoint).version_record)
 
 
 def read(checkpoint: str) -> VersionRecord | None:
