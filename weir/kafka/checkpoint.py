@@ -119,10 +119,20 @@ def read_offsets(checkpoint: str) -> CheckpointOffsets:
     return CheckpointOffsets(done, planned[-1] if planned else None, committed_pos, planned_pos, loss)
 
 
-def read_log(checkpoint: str) -> OffsetLog:
-    """Every batch of the offset log, with whether it is committed: what `weir audit` checks."""
+def read_log(checkpoint: str, cache: dict[int, tuple[SourceLine, ...]] | None = None) -> OffsetLog:
+    """Every batch of the offset log, with whether it is committed: what `weir audit` checks. `cache` keeps the
+    batches read, for a caller that reads the log again (Spark never rewrites a batch's offsets file; a reset
+    deletes the checkpoint, and a caller's cache with it: the monitor keys it by the run id)."""
     cp, planned, committed = _open(checkpoint)
-    return OffsetLog(checkpoint, [LoggedBatch(b, b in committed, tuple(_lines(cp, b))) for b in planned])
+    cache = {} if cache is None else cache
+    for b in [b for b in cache if b not in planned]:
+        del cache[b]
+    out = OffsetLog(checkpoint)
+    for b in planned:
+        if b not in cache:
+            cache[b] = tuple(_lines(cp, b))
+        out.batches.append(LoggedBatch(b, b in committed, cache[b]))
+    return out
 
 
 def logged_end(checkpoint: str, batch: int, topic: str) -> tuple[dict[int, int], int] | None:

@@ -28,6 +28,11 @@ def processor_checkpoint(root: str, name: str) -> str:
     return paths.join(root, name)
 
 
+def default_name(pipeline: str, processor: str) -> str:
+    """The checkpoint name of a processor that declares none (a view's processor among them)."""
+    return f"{pipeline}/{processor}"
+
+
 def archive_name(topic: str) -> str:
     """The checkpoint name of a topic's archiver."""
     return f"{ARCHIVE_ROOT}/{topic}"
