@@ -2,7 +2,8 @@
 
 `<checkpoint>/weir.json` records the processor's version, its inputs and, when stateful, the shape of its
 result. A stateless processor resumes with changed code; a stateful one whose shape or inputs changed is
-refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions").
+refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions"). A reset
+keeps the deleted run's input coverage in the checkpoint's history for `weir audit` (docs/delivery.md, "Audit").
 """
 
 from __future__ import annotations
