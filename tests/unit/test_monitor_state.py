@@ -418,3 +418,48 @@ def test_a_partition_left_behind_while_the_others_advance_is_stuck_not_idle(cloc
     # An idle partition (nothing pending on it) is never stuck, however long it stays put.
     m.observe_broker(BrokerSnapshot(clock.ms(), {("orders", 0): (0, 500), ("orders", 1): (0, 50)}, {}, {}))
     assert health(m) == "healthy"
+
+
+def test_the_monitor_shows_the_audits_silent_gaps_and_alerts_on_them(clock, tmp_path):
+    from weir.config import Settings
+    from weir.monitor.metrics import render
+    from weir.monitor.service import MonitorService
+    from weir.pipeline import Pipeline
+
+    p = Pipeline("shop")
+    orders = p.topic("orders", schema="id STRING")
+
+    @p.processor(inputs=[orders], outputs=[])
+    def enrich(df):
+        return df
+
+    settings = Settings(home=str(tmp_path / "home"), checkpoint_root=str(tmp_path / "cp"),
+                        bootstrap_servers="127.0.0.1:1")  # fmt: skip
+    config = MonitorConfig.model_validate({"read_checkpoints": True, "alerts": [{"expr": "gaps(*)"}]})
+    service = MonitorService(settings, config, [p], clock=clock)
+    service.poller.poll_once = lambda: None  # no broker here: the checkpoints are what is read
+    cp = tmp_path / "cp" / "shop" / "enrich"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    (cp / "metadata").write_text('{"id":"5f1e0000-0000-0000-0000-000000000000"}')
+    for batch, start, end in ((0, 0, 10), (1, 14, 20)):  # batch 1 skips 10-13, counted nowhere
+        line = {"orders": {"0": end}, "@start": {"orders": {"0": start}}}
+        (cp / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(line)}\n')
+        (cp / "commits" / str(batch)).write_text("v1\n{}\n")
+    try:
+        service.poll()
+        m = service.monitor
+        m.refresh()
+        f = m.tracks["shop/enrich"].figures
+        assert (f.completeness.silent_gaps, f.completeness.silent_offsets) == (1, 4)
+        assert f.to_json()["gaps"] == ["orders/0 10-13"]
+        assert [a["kind"] for a in m.alerts.firing()] == ["gaps"]
+        assert 'weir_processor_silent_gaps{pipeline="shop",processor="enrich"} 1.0' in render(m).decode()
+        line = {"orders": {"0": 20}, "@start": {"orders": {"0": 10}}}  # the same log without the skip
+        (cp / "offsets" / "1").write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(line)}\n')
+        service._audits.clear()  # the cache trusts Spark never to rewrite a batch: this test does
+        service.poll()
+        m.refresh()
+        assert m.tracks["shop/enrich"].figures.completeness.silent_gaps == 0 and not m.alerts.firing()
+    finally:
+        service.reader.close()

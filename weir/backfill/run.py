@@ -10,14 +10,17 @@ dedup, reruns, boundaries, refusals): docs/backfill.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -36,6 +39,7 @@ from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
+from weir.kafka.audit import Backfilled
 from weir.kafka.headers import BACKFILL_HEADER
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
@@ -43,10 +47,13 @@ from weir.pipeline import validate
 from weir.pipeline.load import load as load_pipeline
 from weir.pipeline.model import Pipeline, Processor
 from weir.runtime.accounting import Counts
+from weir.runtime.progress import now_iso
 from weir.runtime.query import Ledger, ProcessorQuery, union
 from weir.runtime.runner import SIDE_TOPIC_CONFIG
 from weir.sinks.delta_read import DeltaDataSource
 from weir.spark import register_source, spark_session
+from weir.storage import paths
+from weir.storage.checkpoint import Checkpoint, processor_checkpoint, write_json
 from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
@@ -309,6 +316,10 @@ class _Run:
     ) -> None:
 
         self.spark, self.lake, self.target, self.report = spark, lake, target, report
+        self.ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}  # input offsets read, for `weir audit`
+        self.began = now_iso()
+        history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
+        self.record = paths.join(history, f"{report.id}.{int(time.time() * 1000)}.json")
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
         effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
         self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
@@ -359,13 +370,15 @@ class _Run:
             return None
         # Rows per Kafka partition: a small job over two columns of the files. It is also the batch's input
         # count, measured apart from the records run_batch hands the function (two independent counts).
-        by_partition = batch.groupBy("topic", "partition").agg(F.count("*").alias("n")).collect()
+        aggregates = (F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+        by_partition = batch.groupBy("topic", "partition").agg(*aggregates).collect()
         if not by_partition:
             report.chunks_empty += 1
             return None
         for row in by_partition:
             parts = report.read.setdefault(row["topic"], {})
             parts[row["partition"]] = parts.get(row["partition"], 0) + row["n"]
+        self.note_ranges(batch, by_partition)
         if self.target.sink is not None:
             self.target.sink.open(writer_name(report.id, chunk))
         listed = sum(r["n"] for r in by_partition)
@@ -376,4 +389,32 @@ class _Run:
             log.error("weir backfill %s: chunk %s does not balance: %s", report.id, chunk, counts.to_json())
         report.counts.add(counts)
         report.chunks_run += 1
+        self.keep_ranges()
         return counts
+
+    def note_ranges(self, batch: DataFrame, by_partition: list) -> None:
+        """The chunk's input offset ranges per partition, for `weir audit`: one range where the offsets are
+        contiguous (the count says so), else its runs of consecutive offsets (a small job over two columns)."""
+        broken = [(r["topic"], r["partition"]) for r in by_partition if r["hi"] - r["lo"] + 1 != r["n"]]
+        found = [
+            (r["topic"], r["partition"], r["lo"], r["hi"])
+            for r in by_partition
+            if (r["topic"], r["partition"]) not in broken
+        ]
+        if broken:
+            which = [(F.col("topic") == t) & (F.col("partition") == p) for t, p in broken]
+            runs = batch.where(functools.reduce(operator.or_, which))
+            rank = F.dense_rank().over(Window.partitionBy("topic", "partition").orderBy("offset"))
+            runs = runs.select("topic", "partition", "offset", (F.col("offset") - rank).alias("run"))
+            runs = runs.groupBy("topic", "partition", "run").agg(
+                F.min("offset").alias("lo"), F.max("offset").alias("hi")
+            )
+            found += [(r["topic"], r["partition"], r["lo"], r["hi"]) for r in runs.collect()]
+        for topic, partition, lo, hi in found:
+            self.ranges.setdefault((topic, partition), []).append((lo, hi + 1))
+
+    def keep_ranges(self) -> None:
+        """Write the ranges read so far into the processor's checkpoint history (rewritten after each chunk, so a
+        backfill that stops half-way says how far it went)."""
+        record = Backfilled(self.report.id, self.began, dict(self.ranges))
+        write_json(self.record, record.to_json() | {"target": self.report.target})

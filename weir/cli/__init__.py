@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from weir.cli.audit import audit_command
 from weir.cli.backfill import backfill_command
 from weir.cli.broker import broker_app
 from weir.cli.ingest import ingest_app
@@ -28,6 +29,7 @@ app.command("archive")(archive)
 app.command("status")(status)
 app.command("config")(show_config)
 app.command("backfill")(backfill_command)
+app.command("audit")(audit_command)
 app.command("monitor")(monitor_command)
 app.command("serve")(serve_command)
 app.command("sql")(sql_command)

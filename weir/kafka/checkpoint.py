@@ -2,19 +2,21 @@
 pyarrow's filesystems open: file://, s3://, gs://, hdfs://).
 
 Spark writes `offsets/<batch>` when it plans a batch and `commits/<batch>` when the batch's output is
-committed. The offsets file holds a version line, a metadata line, then one line per source; a weir-kafka
-source line is `{"topic": {"partition": next_offset}}` (plus "@dataLoss" after skipped losses).
+committed (storage/checkpoint.py says where). The offsets file holds a version line, a metadata line, then one
+line per source; a weir-kafka source line is `{"topic": {"partition": next_offset}}` plus counts under keys
+starting with "@": "@start" (where the batch starts reading), "@dataLoss", "@lakeFallback" (kafka/offsets.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pyarrow import fs
-
-from weir.kafka.offsets import DataLoss, Positions, from_json
+from weir.kafka.offsets import DataLoss, LakeFallback, Positions, fallback_from_json, from_json
 from weir.storage import paths
+from weir.storage.checkpoint import Checkpoint, batches, read_text
+
+START_KEY = "@start"  # the lead's weir.kafka.offsets.START_KEY: swap for it (and starts_of) once merged
 
 
 class CheckpointError(RuntimeError):
@@ -30,50 +32,116 @@ class CheckpointOffsets:
     data_loss: DataLoss
 
 
-def _batches(filesystem: fs.FileSystem, path: str) -> list[int]:
-    try:
-        infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
-    except OSError as exc:
-        raise CheckpointError(f"cannot list {path}: {exc}") from None
-    return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+@dataclass(frozen=True)
+class SourceLine:
+    """One weir-kafka source's part of a batch's plan: where it ends (and starts, when the log says)."""
+
+    end: Positions
+    start: Positions | None  # None in a log written before batches carried "@start"
+    loss: DataLoss  # cumulative over the checkpoint's life
+    fallback: LakeFallback  # cumulative too
 
 
-def _kafka_positions(filesystem: fs.FileSystem, path: str) -> tuple[Positions, DataLoss]:
-    with filesystem.open_input_stream(path) as f:
-        lines = f.read().decode("utf-8").splitlines()
-    positions: Positions = {}
-    loss = DataLoss()
-    for line in lines[2:]:
+@dataclass(frozen=True)
+class LoggedBatch:
+    batch: int
+    committed: bool
+    sources: tuple[SourceLine, ...]
+
+
+@dataclass
+class OffsetLog:
+    """Every batch the checkpoint's offset log still holds (Spark purges old ones), oldest first."""
+
+    checkpoint: str
+    batches: list[LoggedBatch] = field(default_factory=list)
+
+
+def starts_of(offset: dict) -> Positions | None:
+    """The "@start" positions of an end offset, None when it has none (a log written before it existed)."""
+    raw = offset.get(START_KEY)
+    if not isinstance(raw, dict):
+        return None
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+
+
+def _source_lines(text: str) -> list[SourceLine]:
+    out = []
+    for line in text.splitlines()[2:]:
         try:
             parsed = json.loads(line)
         except ValueError:
             continue  # another kind of source
         if isinstance(parsed, dict) and all(isinstance(v, dict) for v in parsed.values()):
-            p, lo = from_json(parsed)
-            positions.update(p)
-            loss = DataLoss(loss.skipped_offsets + lo.skipped_offsets, loss.events + lo.events)
+            end, loss = from_json(parsed)
+            out.append(SourceLine(end, starts_of(parsed), loss, fallback_from_json(parsed)))
+    return out
+
+
+def _open(checkpoint: str) -> tuple[Checkpoint, list[int], set[int]]:
+    cp = Checkpoint(checkpoint)
+    try:
+        paths.resolve(checkpoint)
+    except (ValueError, OSError) as exc:
+        raise CheckpointError(f"{checkpoint} is not a path or a URL pyarrow can open ({exc})") from None
+    try:
+        from pyarrow import fs
+
+        filesystem, offsets = paths.resolve(cp.offsets)
+        if filesystem.get_file_info(offsets).type != fs.FileType.Directory:
+            raise CheckpointError(f"{checkpoint} is not a streaming checkpoint: it has no offsets/ directory")
+        planned = batches(cp.offsets)
+        committed = set(batches(cp.commits)) & set(planned)
+    except OSError as exc:
+        raise CheckpointError(f"cannot list {checkpoint}: {exc}") from None
+    return cp, planned, committed
+
+
+def _lines(cp: Checkpoint, batch: int) -> list[SourceLine]:
+    return _source_lines(read_text(cp.offset_file(batch)) or "")
+
+
+def _merged(lines: list[SourceLine]) -> tuple[Positions, DataLoss]:
+    positions: Positions = {}
+    loss = DataLoss()
+    for s in lines:
+        positions.update(s.end)
+        loss = DataLoss(loss.skipped_offsets + s.loss.skipped_offsets, loss.events + s.loss.events)
     return positions, loss
 
 
 def read_offsets(checkpoint: str) -> CheckpointOffsets:
+    """The last committed and the last planned batch's positions."""
+    cp, planned, committed = _open(checkpoint)
+    done = max(committed) if committed else None
+    committed_pos, loss = _merged(_lines(cp, done)) if done is not None else ({}, DataLoss())
+    planned_pos, _ = _merged(_lines(cp, planned[-1])) if planned else ({}, DataLoss())
+    return CheckpointOffsets(done, planned[-1] if planned else None, committed_pos, planned_pos, loss)
 
-    try:
-        filesystem, root = paths.resolve(checkpoint)
-    except (ValueError, OSError) as exc:
-        raise CheckpointError(f"{checkpoint} is not a path or a URL pyarrow can open ({exc})") from None
-    if filesystem.get_file_info(f"{root}/offsets").type != fs.FileType.Directory:
-        raise CheckpointError(f"{checkpoint} is not a streaming checkpoint: it has no offsets/ directory")
-    planned = _batches(filesystem, f"{root}/offsets")
-    committed = [b for b in _batches(filesystem, f"{root}/commits") if b in planned]
-    empty: Positions = {}
-    committed_pos, loss = (
-        _kafka_positions(filesystem, f"{root}/offsets/{committed[-1]}") if committed else (empty, DataLoss())
-    )
-    planned_pos, _ = _kafka_positions(filesystem, f"{root}/offsets/{planned[-1]}") if planned else (empty, DataLoss())
-    return CheckpointOffsets(
-        committed[-1] if committed else None,
-        planned[-1] if planned else None,
-        committed_pos,
-        planned_pos,
-        loss,
-    )
+
+def read_log(checkpoint: str, cache: dict[int, tuple[SourceLine, ...]] | None = None) -> OffsetLog:
+    """Every batch of the offset log, with whether it is committed: what `weir audit` checks. `cache` keeps the
+    batches read, for a caller that reads the log again (Spark never rewrites a batch's offsets file; a reset
+    deletes the checkpoint, and a caller's cache with it: the monitor keys it by the run id)."""
+    cp, planned, committed = _open(checkpoint)
+    cache = {} if cache is None else cache
+    for b in [b for b in cache if b not in planned]:
+        del cache[b]
+    out = OffsetLog(checkpoint)
+    for b in planned:
+        if b not in cache:
+            cache[b] = tuple(_lines(cp, b))
+        out.batches.append(LoggedBatch(b, b in committed, cache[b]))
+    return out
+
+
+def logged_end(checkpoint: str, batch: int, topic: str) -> tuple[dict[int, int], int] | None:
+    """`topic`'s next offsets per partition and the data-loss events logged for batch `batch`, or None when
+    the log has no such batch or topic."""
+    if batch < 0:
+        return None
+    text = read_text(Checkpoint(checkpoint).offset_file(batch))
+    for line in _source_lines(text or ""):
+        if topic in line.end:
+            return line.end[topic], line.loss.events
+    return None

@@ -24,6 +24,7 @@ from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER, SOURCE_HEADER,
 from weir.kafka.log import client_log, is_outage, pooled, servers_of
 from weir.kafka.outage import ride_out
 from weir.storage import paths
+from weir.storage.checkpoint import Checkpoint
 
 Marks = dict[str, dict[int, int]]  # topic -> partition -> high-water mark before the batch's first write
 
@@ -191,14 +192,14 @@ def begin(checkpoint: str, processor: str, batch_id: int, topics: list[str], cli
     its marks in `<checkpoint>/weir/marks/<batch>.json`; a later begin of the same batch (Spark replays it after
     a crash or a failed attempt) finds them there and is a replay. Marks of older batches are deleted: Spark
     replays only the last batch."""
-    root = paths.join(checkpoint, "weir", "marks")
-    filesystem, base = paths.resolve(root)
-    path = f"{base}/{batch_id}.json"
-    reports = paths.join(root, f"{batch_id}.tasks")
+    cp = Checkpoint(checkpoint)
+    filesystem, base = paths.resolve(cp.marks)
+    _, path = paths.resolve(cp.mark(batch_id))
+    reports = cp.mark_reports(batch_id)
     if filesystem.get_file_info(path).type == pafs.FileType.File:
         with filesystem.open_input_stream(path) as f:
             guard = Guard.from_option(f.read().decode())
-        _delete(filesystem, f"{base}/{batch_id}.tasks")  # the reports of an earlier attempt are not this one's
+        _delete(filesystem, paths.resolve(reports)[1])  # the reports of an earlier attempt are not this one's
         return Guard(processor, guard.marks, replay=True, reports=reports)
     marks = ride_out(
         lambda: take_marks(client, topics, timeout=min(30.0, timeout_s)),

@@ -15,15 +15,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
-from pyarrow import fs as pafs
 from pyspark.sql import functions as F
 
-from weir.kafka import offsets as off
+from weir.kafka.checkpoint import logged_end
 from weir.kafka.tolake import ARCHIVE_COLUMNS, TABLE_OPTION, TAG_PROPERTY, KafkaArchiveSource
 from weir.pipeline.model import Pipeline, Processor
 from weir.sinks.base import Delivery, Sink, Written
 from weir.sinks.delta import clean_staging, spark_writes, write_files, write_files_spark
 from weir.storage import delta, paths
+from weir.storage.checkpoint import Checkpoint, archive_name
 from weir.storage.lake import PARTITION_BY, TABLE_CONFIG, Lake, LakeError, Range
 
 if TYPE_CHECKING:
@@ -111,26 +111,14 @@ class ArchiveSink(Sink):
         if self.run is None:
             if self.checkpoint is None:
                 raise LakeError(f"{self.name}: no checkpoint; open(query_name, checkpoint) gives it before write()")
-            fs, root = paths.resolve(self.checkpoint)
-            with fs.open_input_stream(f"{root}/metadata") as f:
-                self.run = json.loads(f.read().decode("utf-8"))["id"].replace("-", "")[:8]
+            self.run = Checkpoint(self.checkpoint).run_id()
         return self.run
 
     def _logged(self, batch_id: int) -> tuple[dict[int, int], int] | None:
         """This topic's next offsets per partition and the data-loss events logged for batch `batch_id`."""
-        if batch_id < 0 or self.checkpoint is None:
+        if self.checkpoint is None:
             return None
-        fs, root = paths.resolve(self.checkpoint)
-        path = f"{root}/offsets/{batch_id}"
-        if fs.get_file_info(path).type == pafs.FileType.NotFound:
-            return None
-        with fs.open_input_stream(path) as f:
-            for line in f.read().decode("utf-8").splitlines()[2:]:
-                parsed = json.loads(line)
-                if isinstance(parsed, dict) and self.topic in parsed:
-                    positions, loss = off.from_json(parsed)
-                    return positions[self.topic], loss.events
-        return None
+        return logged_end(self.checkpoint, batch_id, self.topic)
 
     def _ranges(self, batch_id: int, observed: dict[int, tuple[int, int, int]]) -> list[Range]:
         """The offset range each partition's part of the batch covered: from the previous batch's logged end
@@ -216,7 +204,7 @@ def archiver(lake: str | Lake, topic: str) -> Processor:
 
     return Processor(
         name=archiver_name(topic), fn=_as_archived, inputs=(topic,), outputs=(), version="weir-archive-1",
-        checkpoint=f"_archive/{topic}", sink=ArchiveSink(lake, topic),
+        checkpoint=archive_name(topic), sink=ArchiveSink(lake, topic),
     )  # fmt: skip
 
 

@@ -66,6 +66,7 @@ VALUE: dict[str, Callable[[ProcessorFigures], Any]] = {
     "retention_left": _retention_left,
     "violations": lambda f: f.accounting.violations_window,
     "failures": lambda f: f.run.failures_window,
+    "gaps": lambda f: f.completeness.silent_gaps,
 }
 if missing := {k for k, spec in KINDS.items() if spec[3] != "broker"} ^ set(VALUE):
     raise RuntimeError(f"alert kinds without a figure, or figures without a kind: {sorted(missing)}")

@@ -65,6 +65,7 @@ KINDS: dict[str, tuple[str | None, Any, float | None, str]] = {
     "retention_left": ("<", parse_duration, None, "processor"),  # before retention deletes unprocessed records
     "violations": (">", _count, 0.0, "processor"),  # accounting violations over rate_window
     "failures": (">", _count, 0.0, "processor"),  # failure records over rate_window
+    "gaps": (">", _count, 0.0, "processor"),  # silent gaps in its input offsets (`weir audit`; read_checkpoints)
     "broker_unreachable": (None, None, None, "broker"),
 }
 

@@ -332,6 +332,8 @@ function drawTables() {
         `${fmt(p.batch_ms_p50)} ms, p95 ${fmt(p.batch_ms_p95)} ms`,
       admission(p.last_batch),
       `violations ${p.violations_total} (in window ${p.violations_window}); lost offsets ${p.lost_offsets}`,
+      p.silent_gaps === null ? "" : `audit: ${p.silent_gaps} silent gap(s)` +
+        (p.gaps.length ? ` (${p.gaps.join(", ")})` : "") + `; ${p.counted_lost_offsets} counted lost offsets`,
       p.last_error ? "last error: " + p.last_error : ""];
     detail.appendChild(el("pre", {}, lines.filter(Boolean).join("\n")));
   } else {

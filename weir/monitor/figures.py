@@ -143,5 +143,6 @@ def figures(
             version=lp.version, lake_fallback=lp.lake_fallback, admission=lp.admission,
         ),
         batch_ms=Distribution.of(t.batch_hist), scheduling_delay_ms=Distribution.of(t.delay_hist),
+        completeness=t.completeness,
     )  # fmt: skip
     return fig, stage

@@ -28,6 +28,10 @@ GAUGES: tuple[tuple[str, Callable[[ProcessorFigures], object], str], ...] = (
     ("retention_left_seconds", lambda f: f.retention.left_s, "Time before retention may delete an unprocessed "
      "record."),
     ("restarts", lambda f: f.run.restarts, "Restarts of its query, as its runner counts them."),
+    ("silent_gaps", lambda f: f.completeness.silent_gaps, "Silent gaps in its input offsets (weir audit; read "
+     "from checkpoints)."),
+    ("counted_lost_offsets", lambda f: f.completeness.lost_offsets if f.completeness.silent_gaps is not None
+     else None, "Input offsets skipped and counted in @dataLoss (weir audit)."),
 )  # fmt: skip
 
 

@@ -99,6 +99,24 @@ class Accounting:
 
 
 @dataclass(frozen=True, slots=True)
+class Completeness:
+    """What `weir audit` says of the processor's checkpoint (weir/kafka/audit.py), when the monitor reads
+    checkpoints: silent gaps (None: not audited), counted losses, in flight, and the first gaps by name."""
+
+    silent_gaps: int | None = None
+    silent_offsets: int = 0
+    lost_offsets: int = 0
+    in_flight_offsets: int = 0
+    gaps: tuple[str, ...] = ()  # "topic/partition start-end", the first few
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"silent_gaps": self.silent_gaps, "silent_offsets": self.silent_offsets,
+                "counted_lost_offsets": self.lost_offsets, "in_flight_offsets": self.in_flight_offsets,
+                "gaps": list(self.gaps), "audit_error": self.error}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Retention:
     left_s: float | None = None  # before retention may delete an unprocessed record
     partition: str | None = None  # "topic/partition" of the nearest risk
@@ -199,6 +217,7 @@ class ProcessorFigures:
     batch_ms: Distribution = field(default_factory=Distribution)  # batch durations
     scheduling_delay_ms: Distribution = field(default_factory=Distribution)  # how late batches started
     freshness: Freshness = field(default_factory=Freshness)
+    completeness: Completeness = field(default_factory=Completeness)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,6 +235,7 @@ class ProcessorFigures:
             "last_batch": self.last_batch.to_json() if self.last_batch else None,
             "batch_ms": self.batch_ms.to_json(), "scheduling_delay_ms": self.scheduling_delay_ms.to_json(),
             **self.freshness.to_json(),
+            **self.completeness.to_json(),
         }  # fmt: skip
 
 

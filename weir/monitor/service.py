@@ -15,9 +15,10 @@ from typing import Any
 from weir.config import Settings
 from weir.monitor.alerts import AlertEngine, Webhook
 from weir.monitor.config import MonitorConfig, parse_duration
-from weir.monitor.sources import BrokerPoller, ProgressReader, read_checkpoint, read_runs, read_views
+from weir.monitor.sources import BrokerPoller, ProgressReader, read_audit, read_checkpoint, read_runs, read_views
 from weir.monitor.state import Monitor
 from weir.monitor.store import StateFile
+from weir.storage.checkpoint import processor_checkpoint
 
 log = logging.getLogger("weir.monitor")
 _CLIENT_ID = re.compile(r"#(consumer|producer|admin)-\d+")
@@ -71,7 +72,7 @@ def declare_pipeline(monitor: Monitor, pipeline: Any, settings: Settings) -> Non
         sink = proc.sink.name if proc.sink is not None else None
         monitor.declare(
             pipeline.name, proc.name, proc.inputs, [*proc.outputs, *([sink] if sink else [])], trigger,
-            settings.checkpoint_root.rstrip("/") + "/" + proc.checkpoint,
+            processor_checkpoint(settings.checkpoint_root, proc.checkpoint),
         )  # fmt: skip
 
 
@@ -117,6 +118,7 @@ class MonitorService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._quiet = _OncePerMinute()
+        self._audits: dict[str, dict] = {}  # per processor: the offset files its audit read (sources.read_audit)
 
     def start(self) -> MonitorService:
         logging.getLogger("weir.kafka.client").addFilter(self._quiet)
@@ -138,6 +140,8 @@ class MonitorService:
                 committed = read_checkpoint(path)
                 if committed is not None:
                     self.monitor.observe_checkpoint(key, committed)
+                # The same figure `weir audit` prints: gaps per processor, for the "gaps" alert kind.
+                self.monitor.observe_audit(key, read_audit(key, path, self._audits.setdefault(key, {})))
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():

@@ -23,6 +23,7 @@ from confluent_kafka.admin import ConfigResource
 from weir.kafka import heal
 from weir.kafka.log import BrokerUnavailable, LogView, client_log
 from weir.monitor.compute import TP
+from weir.monitor.model import Completeness
 from weir.monitor.state import BrokerSnapshot, Monitor
 from weir.process import process_alive
 from weir.storage.views import ViewError, reader_for
@@ -292,6 +293,27 @@ def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
     except (CheckpointError, OSError, ValueError):
         return None
     return {(t, p): off for t, parts in committed.items() for p, off in parts.items()}
+
+
+def read_audit(name: str, checkpoint: str, cache: dict) -> Completeness:
+    """`weir audit`'s figures of one processor's checkpoint; `cache` (the caller's, per processor) keeps the
+    offset files read, for the run that wrote them (a reset starts a new run, whose batch 0 is another file)."""
+    from weir.kafka.audit import SILENT, audit
+    from weir.storage.checkpoint import Checkpoint
+
+    try:
+        run = Checkpoint(checkpoint).run_id()
+    except (OSError, ValueError, KeyError):
+        run = None
+    if cache.get("run") != run:
+        cache.clear()
+        cache["run"], cache["batches"] = run, {}
+    try:
+        a = audit(name, checkpoint, cache["batches"] if run else None)
+    except (OSError, ValueError) as exc:
+        return Completeness(error=str(exc))
+    gaps = tuple(f"{p.topic}/{p.partition} {s.start}-{s.end - 1}" for p, s in a.holes(SILENT)[:5])
+    return Completeness(a.silent_gaps, a.offsets(SILENT), a.offsets("loss"), a.offsets("in flight"), gaps)
 
 
 def read_views(settings: Any, timeout_s: float = 2.0) -> list[dict]:

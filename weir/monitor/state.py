@@ -22,7 +22,15 @@ from weir.monitor.compute import TP, HealthRules
 from weir.monitor.config import MonitorConfig
 from weir.monitor.figures import Moment, figures
 from weir.monitor.freshness import Stage, propagate
-from weir.monitor.model import SAMPLED, BrokerState, Freshness, OutputFigures, ProcessorFigures, ProgressState
+from weir.monitor.model import (
+    SAMPLED,
+    BrokerState,
+    Completeness,
+    Freshness,
+    OutputFigures,
+    ProcessorFigures,
+    ProgressState,
+)
 from weir.monitor.records import BadRecord, Record, UnknownKind, time_ms
 from weir.monitor.series import Ring, arrivals
 from weir.monitor.track import BrokerSnapshot, TopicTrack, Track, finite
@@ -214,6 +222,11 @@ class Monitor:
         with self.lock:
             if key in self.tracks:
                 self.tracks[key].checkpoint_committed = dict(committed)
+
+    def observe_audit(self, key: str, completeness: Completeness) -> None:
+        with self.lock:
+            if key in self.tracks:
+                self.tracks[key].completeness = completeness
 
     def checkpoints(self) -> dict[str, str]:
         with self.lock:

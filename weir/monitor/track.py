@@ -13,7 +13,7 @@ from typing import Any
 
 from weir.monitor import compute
 from weir.monitor.compute import TP
-from weir.monitor.model import SAMPLED, ProcessorFigures, Violation
+from weir.monitor.model import SAMPLED, Completeness, ProcessorFigures, Violation
 from weir.monitor.records import Failure, Progress, Record, RetentionReport, StateChange
 from weir.monitor.series import Histogram, Ring
 
@@ -74,6 +74,7 @@ class Track:
     committed: dict[TP, int] = field(default_factory=dict)
     moved_ms: dict[TP, int] = field(default_factory=dict)  # when each input partition's offset last advanced
     checkpoint_committed: dict[TP, int] = field(default_factory=dict)
+    completeness: Completeness = field(default_factory=Completeness)  # the audit of its checkpoint
     lifecycle: str | None = None
     lifecycle_ms: int | None = None
     note: str | None = None

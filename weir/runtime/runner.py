@@ -39,6 +39,7 @@ from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, metadata_probe
 from weir.spark import spark_session
+from weir.storage.checkpoint import processor_checkpoint
 
 log = logging.getLogger("weir.pipeline")
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * 86_400_000), "retention.bytes": "-1"}
@@ -179,7 +180,7 @@ class Runner:
 
     # -- setup --------------------------------------------------------------------------------------------
     def checkpoint(self, proc: Processor) -> str:
-        return self.settings.checkpoint_root.rstrip("/") + "/" + proc.checkpoint
+        return processor_checkpoint(self.settings.checkpoint_root, proc.checkpoint)
 
     def create_topics(self) -> list[str]:
         """Create missing declared topics, the dead-letter and late topics of every input, and the progress topic."""

@@ -2,20 +2,28 @@
 
 `<checkpoint>/weir.json` records the processor's version, its inputs and, when stateful, the shape of its
 result. A stateless processor resumes with changed code; a stateful one whose shape or inputs changed is
-refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions").
+refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions"). A reset
+keeps the deleted run's input coverage in the checkpoint's history for `weir audit` (docs/delivery.md, "Audit").
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
 
 from pyarrow import fs
 
+from weir import units
+from weir.kafka import audit
+from weir.kafka.checkpoint import CheckpointError, read_log
 from weir.pipeline.model import Processor
 from weir.storage import paths
+from weir.storage.checkpoint import VERSION_RECORD, Checkpoint, json_files, write_json
 
-RECORD = "weir.json"
+log = logging.getLogger("weir.pipeline")
+
+RECORD = VERSION_RECORD
 
 
 class IncompatibleChange(RuntimeError):
@@ -32,8 +40,7 @@ class VersionRecord:
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
-    filesystem, path = paths.resolve(checkpoint)
-    return filesystem, paths.join(path, RECORD)
+    return paths.resolve(Checkpoint(checkpoint).version_record)
 
 
 def read(checkpoint: str) -> VersionRecord | None:
@@ -77,10 +84,30 @@ def check(proc: Processor, checkpoint: str, result_schema: str) -> str | None:
 
 
 def reset(checkpoint: str) -> bool:
-    """Delete a processor's checkpoint (offsets, state and version); True when there was one."""
+    """Delete a processor's checkpoint (offsets, state and version); True when there was one. Its coverage (the
+    input ranges its committed batches read, weir/kafka/audit.py) is kept first in the checkpoint's history,
+    which the reset leaves, so `weir audit` still states what that run processed."""
     filesystem, path = _location(checkpoint)
     root = path.rsplit("/", 1)[0]
     if filesystem.get_file_info(root).type == fs.FileType.NotFound:
         return False
+    keep_history(checkpoint)
     filesystem.delete_dir(root)
     return True
+
+
+def keep_history(checkpoint: str) -> str:
+    """Write the coverage of the checkpoint's run into its history (`resets/<n>.json`); where it went. A run
+    whose log cannot be read is kept as such, with the reason: the audit then says it does not know."""
+    cp = Checkpoint(checkpoint)
+    stored = read(checkpoint)
+    try:
+        epoch = audit.epoch_of(read_log(checkpoint), label="reset")
+    except CheckpointError as exc:
+        epoch = audit.Epoch("reset", error=str(exc))
+        log.warning("weir: reset of %s: its coverage is not known: %s", checkpoint, exc)
+    epoch.at, epoch.version = units.now_iso(), stored.version if stored else None
+    n = len(json_files(cp.resets)) + 1
+    where = paths.join(cp.resets, f"{n:06d}.json")
+    write_json(where, epoch.to_json())
+    return where

@@ -26,6 +26,7 @@ from weir.pipeline.model import VIEW_PREFIX, Pipeline, Processor, View
 from weir.pipeline.routes import DLQ, OUT, ROUTE
 from weir.runtime import routing
 from weir.sinks.view import APPLY, DEAD, DELETE, FATE, REFUSED, TS, ViewSink, ViewSpec
+from weir.storage.checkpoint import default_name
 from weir.storage.views import location
 
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)
@@ -147,7 +148,7 @@ def view_processor(pipeline: Pipeline, view: View, settings: Settings) -> Proces
         inputs=(view.source,),
         outputs=(),
         version="view-" + hashlib.sha256(shape_id.encode()).hexdigest()[:12],
-        checkpoint=f"{pipeline.name}/{view.processor}",
+        checkpoint=default_name(pipeline.name, view.processor),
         trigger=view.trigger,
         sink=ViewSink(s),
     )

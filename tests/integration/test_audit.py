@@ -1,0 +1,150 @@
+"""`weir audit` on a real pipeline's checkpoints: a `weir run` killed with SIGKILL mid-run, restarted, then its
+processor reset and backfilled, reports no gap, every input offset processed once per run (the run before the
+reset, the run after it, the backfill); the same checkpoint doctored to skip a range names the range and
+exits 1. The commands of docs/delivery.md ("Audit") are the ones run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from _pipe import Rec, produce, wait_for, weir_env
+from typer.testing import CliRunner
+
+from weir.backfill import backfill
+from weir.cli import app
+from weir.config import load
+from weir.kafka import Admin
+
+pytestmark = pytest.mark.integration
+N = 600
+T0 = datetime(2026, 11, 20, 20, 0, tzinfo=UTC)
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "delivery.md"
+
+PIPELINE = """
+from pyspark.sql import functions as F
+from weir.pipeline import Pipeline
+
+p = Pipeline("audit")
+events = p.topic("{prefix}.events", schema="id BIGINT NOT NULL, amount DOUBLE", key="id", partitions=2,
+                 archived=True)
+scaled = p.topic("{prefix}.scaled", schema="id BIGINT, amount DOUBLE, cents BIGINT", key="id", partitions=2)
+
+@p.processor(inputs=[events], outputs=[scaled])
+def scale(df):
+    return df.withColumn("cents", (F.col("amount") * 100).cast("long"))
+"""
+
+
+def documented_commands() -> list[list[str]]:
+    """The `weir audit` lines of docs/delivery.md's "Audit" section, as argument lists."""
+    section = DOCS.read_text().split("## Audit", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```\n(.*?)```", section, re.S)
+    assert block, "docs/delivery.md: the Audit section has no command block"
+    return [shlex.split(line)[1:] for line in block.group(1).splitlines() if line.startswith("weir audit")]
+
+
+def scale_batches(home: Path) -> int:
+    path = home / "progress" / "audit.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return sum(1 for r in lines if r["type"] == "progress" and r["processor"] == "scale" and r["input_rows"] > 0)
+
+
+def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_skip_is_named(
+    spark, bootstrap, tmp_path, monkeypatch
+):
+    prefix = uuid.uuid4().hex[:8]
+    spec = tmp_path / "pipeline.py"
+    spec.write_text(textwrap.dedent(PIPELINE.format(prefix=prefix)))
+    Admin(bootstrap).create_topic(f"{prefix}.events", 2)
+    stamp = int(T0.timestamp() * 1000)
+    produce(bootstrap, f"{prefix}.events", [
+        Rec(i % 2, str(i).encode(), json.dumps({"id": i, "amount": i / 4}).encode(), (), stamp + i) for i in range(N)
+    ])  # fmt: skip
+    env = weir_env(tmp_path, bootstrap, WEIR_LAKE=str(tmp_path / "lake"))
+    log = open(tmp_path / "run.log", "ab")  # noqa: SIM115 (the runs append to it)
+
+    def run(*args: str, **extra: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "weir.cli", "run", str(spec), *args], env=env | extra,
+                                stdout=log, stderr=log, start_new_session=True)  # fmt: skip
+
+    def finish(proc: subprocess.Popen) -> None:
+        try:
+            code = proc.wait(300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(
+                "weir run --once did not finish in 300 s\n" + (tmp_path / "run.log").read_text()[-4000:]
+            ) from None
+        assert code == 0, (tmp_path / "run.log").read_text()[-4000:]
+
+    # Killed mid-run (small batches, so that some are committed and one is in flight), then restarted.
+    proc = run(WEIR_MAX_OFFSETS_PER_TRIGGER="100")
+    wait_for(lambda: scale_batches(tmp_path / "home") >= 1, 240, "a batch of scale before the kill")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    finish(run("--once"))
+    # Reset: the run so far is kept in the history; the new one reads everything again, in several batches.
+    finish(run("--once", "--reset", "scale", WEIR_MAX_OFFSETS_PER_TRIGGER="250"))
+    s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "checkpoints"),
+             lake=str(tmp_path / "lake"))  # fmt: skip
+    report = backfill(str(spec), "scale", T0, T0 + timedelta(hours=1), settings=s, spark=spark)
+    assert report.rows_read == N
+
+    monkeypatch.chdir(tmp_path)
+    for key, value in env.items():
+        if key.startswith("WEIR_"):
+            monkeypatch.setenv(key, value)
+    cli = CliRunner()
+    commands = documented_commands()
+    assert len(commands) == 2
+    for args in commands:
+        result = cli.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    found = json.loads(cli.invoke(app, ["audit", "pipeline.py", "--json"]).output)
+    assert found["silent_gaps"] == 0 and found["lost_offsets"] == 0, found
+    by_name = {p["processor"]: p for p in found["processors"]}
+    assert set(by_name) == {"scale", f"archive.{prefix}.events"}
+    scale = by_name["scale"]
+    assert [r["label"] for r in scale["runs"]] == ["before reset 1", "current"] and len(scale["backfills"]) == 1
+    # Logs written since batches carry "@start" place every batch; older ones leave each run's batch 0 unknown.
+    with_starts = "@start" in (tmp_path / "checkpoints" / "audit" / "scale" / "offsets" / "0").read_text()
+    for part in scale["partitions"]:
+        assert (part["from"], part["to"]) == (0, N // 2), part
+        # Every offset was read by the backfill; by both runs too, except what an old log cannot place.
+        assert all(any(b.startswith("backfill ") for b in seg["by"]) for seg in part["processed"]), part
+        assert all(h["kind"] == "unknown" for h in part["holes"]), part
+        if with_starts:  # each offset read by each run exactly once
+            runs = sorted(["before reset 1", "current", f"backfill {scale['backfills'][0]['id']}"])
+            assert part["processed"] == [{"start": 0, "end": N // 2, "times": 3, "by": runs}], part
+
+    # The current run's checkpoint alone, doctored: batch 1 starts 7 offsets past batch 0's end on partition 0.
+    doctored = tmp_path / "doctored"
+    shutil.copytree(tmp_path / "checkpoints" / "audit" / "scale", doctored / "audit" / "scale")
+    offsets = doctored / "audit" / "scale" / "offsets"
+    first = json.loads((offsets / "0").read_text().splitlines()[2])
+    end0 = first[f"{prefix}.events"]["0"]
+    head, meta, line = (offsets / "1").read_text().splitlines()[:3]
+    second = json.loads(line)
+    second.setdefault("@start", {}).setdefault(f"{prefix}.events", {})["0"] = end0 + 7
+    second["@start"][f"{prefix}.events"].setdefault("1", first[f"{prefix}.events"]["1"])
+    (offsets / "1").write_text(f"{head}\n{meta}\n{json.dumps(second)}\n")
+    monkeypatch.setenv("WEIR_CHECKPOINT_ROOT", str(doctored))
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path / "elsewhere"))  # no state file: the spec names the checkpoints
+    result = cli.invoke(app, ["audit", "pipeline.py", "--processor", "scale"])
+    assert result.exit_code == 1, result.output
+    assert f"{end0}-{end0 + 6}" in result.output and "1 silent gap" in result.output, result.output
+    result = cli.invoke(app, ["audit", "pipeline.py", "--processor", "scale", "--json"])
+    holes = [h for p in json.loads(result.output)["processors"][0]["partitions"] for h in p["holes"]]
+    assert {"start": end0, "end": end0 + 7, "kind": "silent"} in holes

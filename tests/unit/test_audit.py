@@ -1,0 +1,154 @@
+"""`weir audit`'s logic on hand-made checkpoint directories (files only, no Spark, no broker): gaps, overlaps,
+a batch in flight, counted losses, logs without @start, purged logs, a reset's history and a backfill."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from weir.cli import app
+from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, Backfilled, audit
+from weir.runtime import versions
+from weir.storage.checkpoint import Checkpoint, write_json
+
+META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
+
+
+def batch(cp, n: int, end: dict, start: dict | None = None, committed: bool = True, lost: int = 0) -> None:
+    """Batch `n` of a one-source query: its end (and @start), committed or not, with cumulative @dataLoss."""
+    line: dict = {t: {str(p): o for p, o in ps.items()} for t, ps in end.items()}
+    if start is not None:
+        line["@start"] = {t: {str(p): o for p, o in ps.items()} for t, ps in start.items()}
+    if lost:
+        line["@dataLoss"] = {"skippedOffsets": lost, "events": 1}
+    (cp / "offsets").mkdir(parents=True, exist_ok=True)
+    (cp / "commits").mkdir(exist_ok=True)
+    (cp / "offsets" / str(n)).write_text(f"v1\n{META}\n{json.dumps(line)}\n")
+    if committed:
+        (cp / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def segments(result, tp=("t", 0)):
+    part = next(p for p in result.partitions if (p.topic, p.partition) == tp)
+    return [(s.start, s.end, s.kind or s.times) for s in part.segments]
+
+
+def test_contiguous_batches_are_processed_once(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10, 1: 4}}, {"t": {0: 0, 1: 0}})
+    batch(cp, 1, {"t": {0: 25, 1: 4}}, {"t": {0: 10, 1: 4}})
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 25, 1)] and segments(result, ("t", 1)) == [(0, 4, 1)]
+    assert result.silent_gaps == 0 and result.offsets(LOSS) == 0
+
+
+def test_a_skipped_range_is_a_silent_gap_and_a_counted_one_a_loss(tmp_path):
+    silent, counted = tmp_path / "silent", tmp_path / "counted"
+    for cp, lost in ((silent, 0), (counted, 5)):
+        batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+        batch(cp, 1, {"t": {0: 20}}, {"t": {0: 15}}, lost=lost)
+    s = audit("p", str(silent))
+    assert segments(s) == [(0, 10, 1), (10, 15, SILENT), (15, 20, 1)] and s.silent_gaps == 1
+    c = audit("p", str(counted))
+    assert segments(c) == [(0, 10, 1), (10, 15, LOSS), (15, 20, 1)] and c.silent_gaps == 0 and c.offsets(LOSS) == 5
+
+
+def test_an_overlap_is_processed_twice(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 6}})
+    assert segments(audit("p", str(cp))) == [(0, 6, 1), (6, 10, 2), (10, 20, 1)]
+
+
+def test_a_batch_not_committed_is_in_flight_not_a_gap(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 30}}, {"t": {0: 10}}, committed=False)
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 10, 1), (10, 30, IN_FLIGHT)] and result.silent_gaps == 0
+
+
+def test_a_log_without_start_continues_from_the_batch_before_and_does_not_guess_batch_0(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}})  # written before batches carried @start: where batch 0 began is unknown
+    batch(cp, 1, {"t": {0: 20}})
+    batch(cp, 2, {"t": {0: 30}}, {"t": {0: 25}})  # a newer source, after an upgrade: skips are seen again
+    result = audit("p", str(cp))
+    assert segments(result) == [(10, 20, 1), (20, 25, SILENT), (25, 30, 1)]
+    assert any("unknown" in n for n in result.notes)
+
+
+def test_a_purged_log_and_an_unknown_start_are_unknown_below_not_gaps(tmp_path):
+    cp = str(tmp_path / "cp")
+    batch(tmp_path / "cp", 0, {"t": {0: 30}}, {"t": {0: 0}})
+    versions.reset(cp)  # the first run read [0, 30)
+    batch(tmp_path / "cp", 7, {"t": {0: 60}}, {"t": {0: 50}})  # Spark purged batches 0-6 of the second run
+    result = audit("p", cp)
+    assert segments(result) == [(0, 30, 1), (30, 50, UNKNOWN), (50, 60, 1)] and result.silent_gaps == 0
+
+
+def test_a_reset_keeps_its_coverage_and_the_reread_counts_twice(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 10}})
+    batch(cp, 2, {"t": {0: 28}}, {"t": {0: 20}}, committed=False)  # in flight when reset: never processed
+    (cp / "weir.json").write_text(json.dumps({"processor": "p", "version": "v1", "stateful": True, "inputs": ["t"],
+                                              "result_schema": "x"}))  # fmt: skip
+    assert versions.reset(str(cp)) and not cp.exists()
+    kept = json.loads((tmp_path / "cp.weir-history" / "resets" / "000001.json").read_text())
+    assert kept["processed"] == {"t": {"0": [[0, 20]]}} and kept["version"] == "v1" and kept["at"]
+    batch(cp, 0, {"t": {0: 30}}, {"t": {0: 0}})
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 20, 2), (20, 30, 1)]
+    twice = result.partitions[0].segments[0]
+    assert twice.by == ("before reset 1", "current") and result.silent_gaps == 0
+
+
+def test_a_reset_that_left_offsets_behind_is_a_gap(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    versions.reset(str(cp))
+    batch(cp, 0, {"t": {0: 30}}, {"t": {0: 18}})  # the new run began at 18 (latest): 10-18 never read
+    assert segments(audit("p", str(cp))) == [(0, 10, 1), (10, 18, SILENT), (18, 30, 1)]
+
+
+def test_a_backfill_counts_on_top_and_fills_a_gap(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 15}})
+    write_json(f"{Checkpoint(str(cp)).backfills}/b1.1.json", Backfilled("b1", "now", {("t", 0): [(5, 16)]}).to_json())
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 5, 1), (5, 10, 2), (10, 15, 1), (15, 16, 2), (16, 20, 1)]
+    assert result.silent_gaps == 0 and result.partitions[0].segments[2].by == ("backfill b1",)
+
+
+def test_the_cli_names_the_gap_and_exits_1(tmp_path, monkeypatch):
+    spec = tmp_path / "pipe.py"
+    spec.write_text(
+        "from weir.pipeline import Pipeline\np = Pipeline('au')\nt = p.topic('t', 'x INT')\n"
+        "@p.processor(inputs=[t], outputs=[])\ndef copy(df):\n    return df\n"
+    )
+    monkeypatch.setenv("WEIR_CHECKPOINT_ROOT", str(tmp_path / "cps"))
+    cp = tmp_path / "cps" / "au" / "copy"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 12}})
+    runner = CliRunner()
+    result = runner.invoke(app, ["audit", str(spec)])
+    assert result.exit_code == 1, result.output
+    assert "t/0" in result.output and "10" in result.output and "silent" in result.output
+    result = runner.invoke(app, ["audit", str(spec), "--json"])
+    found = json.loads(result.output)
+    assert found["silent_gaps"] == 1 and result.exit_code == 1
+    holes = found["processors"][0]["partitions"][0]["holes"]
+    assert holes == [{"start": 10, "end": 12, "kind": "silent"}]
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 10}})  # the same checkpoint without the skip
+    assert runner.invoke(app, ["audit", str(spec)]).exit_code == 0
+
+
+def test_the_audit_never_imports_pyspark():
+    code = "import sys, weir.cli.audit, weir.kafka.audit; print('pyspark' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
