@@ -28,7 +28,7 @@ from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka import admission, replay
 from weir.kafka.decode import ERROR_COLUMN
-from weir.kafka.headers import PROCESSOR_HEADER, SOURCE_HEADER
+from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import Pipeline, Processor, Topic
@@ -99,7 +99,9 @@ class ProcessorQuery:
         # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
         self.archive = proc.sink is not None and proc.sink.reads_raw
         self.view = views.view_of(pipeline, proc)  # a view's processor: the lean path (`_view_batch`)
-        self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
+        # Stamped on every record written to Kafka: the writer's pipeline (weir.processor is in the routed
+        # headers), and a backfill's id (weir.backfill).
+        self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name}
         self.guard: replay.Guard | None = None  # the running batch's replay guard (a streaming batch's write)
         self.replayed = 0  # records the running batch's write found already delivered, and skipped
         # (topic, source) pairs already in the topics (a backfill's: what streaming delivered), never written again
@@ -535,7 +537,7 @@ class ProcessorQuery:
             return None
         client = self.settings.client_config()
         wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
-        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000)
+        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
 
     # -- start --------------------------------------------------------------------------------------------
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
