@@ -324,7 +324,7 @@ class _Run:
         effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
         self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
         self.query.name = f"backfill.{p.name}.{target.proc.name}"
-        self.query.headers = {BACKFILL_HEADER: report.id}
+        self.query.headers[BACKFILL_HEADER] = report.id
         # What the processor already delivered to the topics this backfill writes (streaming's output, an earlier
         # run's): written again, it would reach every downstream consumer twice (docs/backfill.md, "Identities").
         written = [*target.output_topics, *(f"{t}.dlq" for t in target.proc.inputs)]

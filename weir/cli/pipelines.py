@@ -46,27 +46,38 @@ def run(
     duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
     reset: Annotated[
         list[str] | None,
-        typer.Option("--reset", help="Delete this processor's checkpoint first (restart from the earliest offsets)."),
+        typer.Option(
+            "--reset",
+            help="Delete this processor's checkpoint first: it rebuilds its state from the earliest offsets, and "
+            "does not write again what its topics already hold (repeatable).",
+        ),
     ] = None,
+    republish: Annotated[
+        bool, typer.Option("--republish", help="With --reset: write every output again, delivered or not.")
+    ] = False,
 ) -> None:
     """Run a pipeline: create its topics, then one streaming query per processor, until Ctrl-C or SIGTERM."""
     # Imported when the command runs: PySpark and pandas would cost every `weir` command, the monitor's among
     # them, about 100 MB (docs/monitor.md).
     from weir.pipeline import validate
     from weir.pipeline.load import load as load_pipeline
-    from weir.runtime import versions
+    from weir.runtime import rebuild, versions
     from weir.runtime.runner import Runner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM callback otherwise
     p = validate(load_pipeline(pipeline))
     settings = load()
+    if republish and not reset:
+        raise ValueError("--republish goes with --reset <processor>: it says what the reset writes again")
     runner = Runner(p, settings, available_now=once, processors=processor or None)
     for name in reset or []:
         if name not in p.processors:
             raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
         cp = runner.checkpoint(p.processors[name])
-        out.print(f"reset {name}: " + ("checkpoint deleted" if versions.reset(cp) else "no checkpoint"))
+        deleted = "checkpoint deleted" if rebuild.reset(cp, republish) else "no checkpoint"
+        writes = "every output written again" if republish else "what its topics hold is not written again"
+        out.print(f"reset {name}: {deleted}; {writes}")
     # Declared HTTP sources are served while the pipeline runs, not for a --once run or part of a pipeline
     serve = p.http_sources and not once and not processor
     try:

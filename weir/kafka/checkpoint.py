@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from weir.kafka.offsets import DataLoss, LakeFallback, Positions, fallback_from_json, from_json
+from weir.kafka.offsets import DataLoss, LakeFallback, Positions, fallback_from_json, from_json, starts_from_json
 from weir.storage import paths
 from weir.storage.checkpoint import Checkpoint, batches, read_text
-
-START_KEY = "@start"  # the lead's weir.kafka.offsets.START_KEY: swap for it (and starts_of) once merged
 
 
 class CheckpointError(RuntimeError):
@@ -57,14 +55,6 @@ class OffsetLog:
     batches: list[LoggedBatch] = field(default_factory=list)
 
 
-def starts_of(offset: dict) -> Positions | None:
-    """The "@start" positions of an end offset, None when it has none (a log written before it existed)."""
-    raw = offset.get(START_KEY)
-    if not isinstance(raw, dict):
-        return None
-    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
-
-
 def _source_lines(text: str) -> list[SourceLine]:
     out = []
     for line in text.splitlines()[2:]:
@@ -74,7 +64,7 @@ def _source_lines(text: str) -> list[SourceLine]:
             continue  # another kind of source
         if isinstance(parsed, dict) and all(isinstance(v, dict) for v in parsed.values()):
             end, loss = from_json(parsed)
-            out.append(SourceLine(end, starts_of(parsed), loss, fallback_from_json(parsed)))
+            out.append(SourceLine(end, starts_from_json(parsed), loss, fallback_from_json(parsed)))
     return out
 
 

@@ -4,8 +4,9 @@ A batch that crashed half-written is written again in full (Spark replays it; a 
 a batch's first write, the runner notes the high-water mark of every partition it may write (the batch's
 *marks*, kept in the checkpoint). A task that writes again first reads what its processor already delivered
 past the marks, and skips each of its rows that is already there, as many times as it is there. A row is
-known by what made it: its input record (`weir.source`) or, for a row without one (a window's result), its
-task (`weir.task`), plus its key and value. The commit order and the limits: docs/delivery.md, "Replays".
+known by its destination topic, what made it (its input record, `weir.source`, or for a row without one, a
+window's result, its batch and task, `weir.task`), its key and its value; a writer by its pipeline and
+processor. The commit order and the limits: docs/delivery.md, "Replays".
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import hashlib
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyarrow import fs as pafs
 
-from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
+from weir.kafka.headers import BACKFILL_HEADER, PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
 from weir.kafka.log import client_log, is_outage, pooled, servers_of
 from weir.kafka.outage import ride_out
 from weir.storage import paths
@@ -33,25 +34,51 @@ Marks = dict[str, dict[int, int]]  # topic -> partition -> high-water mark befor
 class Guard:
     """What a processor's Kafka write needs to skip its own replays; travels to the tasks as one option.
 
-    `processor`: whose records count as delivered (their `weir.processor` header, without `weir.backfill`).
-    `marks`: where the batch's first write began. `replay`: the batch was begun before (its marks were
-    already in the checkpoint), so every task reads back; a retried task reads back even without it.
-    `reports`: a directory (path or URL) where each task that read back says what it skipped."""
+    `processor` and `pipeline`: whose records count as delivered (their `weir.processor` and `weir.pipeline`
+    headers, without `weir.backfill`). `marks`: where the batch's first write began. `replay`: the batch was
+    begun before (its marks were already in the checkpoint), so every task reads back; a retried task reads
+    back even without it. `reports`: a directory (path or URL) where each task that read back says what it
+    skipped. `batch`: the batch id, part of the `weir.task` of rows without an input record.
+
+    A batch whose first attempt ran before writers were known by pipeline and task rows by batch (marks
+    without `batch`) is replayed as it was written: `pipeline` and `batch` None, `weir.task` the task alone,
+    any pipeline (the records carry none)."""
 
     processor: str
     marks: Marks = field(default_factory=dict)
     replay: bool = False
     reports: str | None = None
+    pipeline: str | None = None
+    batch: int | None = None
 
     def to_option(self) -> str:
         marks = {t: {str(p): o for p, o in ps.items()} for t, ps in self.marks.items()}
-        return json.dumps({"processor": self.processor, "marks": marks, "replay": self.replay, "reports": self.reports})
+        return json.dumps(
+            {"processor": self.processor, "pipeline": self.pipeline, "batch": self.batch, "marks": marks,
+             "replay": self.replay, "reports": self.reports}
+        )  # fmt: skip
 
     @classmethod
     def from_option(cls, text: str) -> Guard:
         raw = json.loads(text)
         marks = {t: {int(p): int(o) for p, o in ps.items()} for t, ps in raw["marks"].items()}
-        return cls(processor=raw["processor"], marks=marks, replay=bool(raw["replay"]), reports=raw.get("reports"))
+        batch = raw.get("batch")
+        return cls(
+            processor=raw["processor"], marks=marks, replay=bool(raw["replay"]), reports=raw.get("reports"),
+            pipeline=raw.get("pipeline"), batch=None if batch is None else int(batch),
+        )  # fmt: skip
+
+    def task_origin(self, task: int) -> bytes:
+        """The `weir.task` of a row without an input record: `<batch>:<task>`, so that a row equal to one of
+        an earlier batch is not taken for this batch's (the task alone for a batch begun before the change)."""
+        return (str(task) if self.batch is None else f"{self.batch}:{task}").encode()
+
+    def wrote(self, headers: list[tuple[str, bytes]]) -> bool:
+        """Whether a record with these headers was written by this guard's writer (not by a backfill)."""
+        found = {k: v for k, v in headers}
+        if found.get(PROCESSOR_HEADER) != self.processor.encode() or BACKFILL_HEADER in found:
+            return False
+        return self.pipeline is None or found.get(PIPELINE_HEADER) == self.pipeline.encode()
 
 
 class Rewrite:
@@ -59,18 +86,21 @@ class Rewrite:
     task writes again, skips the rows already delivered (runs in a task)."""
 
     def __init__(self, guard: Guard, task: int, seen: Counter | None) -> None:
-        self.guard, self.task, self.seen = guard, str(task).encode(), seen
+        self.guard, self.task, self.seen = guard, task, seen
+        self.origin = guard.task_origin(task)
         self.skipped = 0
 
-    def admit(self, headers: list[tuple[str, bytes]] | None, key: Any, value: Any) -> list[tuple[str, bytes]] | None:
+    def admit(
+        self, topic: str, headers: list[tuple[str, bytes]] | None, key: Any, value: Any
+    ) -> list[tuple[str, bytes]] | None:
         """The row's headers, or None when the row is already in its topic and must not be written again."""
         hs = list(headers or ())
         origin = origin_of(hs)
         if origin is None:
-            hs.append((TASK_HEADER, self.task))
-            origin = self.task
+            hs.append((TASK_HEADER, self.origin))
+            origin = self.origin
         if self.seen:
-            ident = identity(origin, _bytes(key), _bytes(value))
+            ident = identity(topic, origin, _bytes(key), _bytes(value))
             if self.seen[ident] > 0:
                 self.seen[ident] -= 1
                 self.skipped += 1
@@ -83,7 +113,7 @@ class Rewrite:
             return
         filesystem, path = paths.resolve(self.guard.reports)
         body = json.dumps({"skipped": self.skipped, "left": sum(self.seen.values())}).encode()
-        paths.write_atomic(filesystem, f"{path}/{self.task.decode()}.json", body)
+        paths.write_atomic(filesystem, f"{path}/{self.task}.json", body)
 
 
 def skipped(reports: str) -> int:
@@ -114,11 +144,12 @@ def take_marks(client: dict, topics: list[str], timeout: float) -> Marks:
     return marks
 
 
-def identity(origin: bytes | None, key: bytes | None, value: bytes | None) -> bytes:
-    """A row's identity: 16 bytes of a hash over its origin, key and value, each length-prefixed (so that no two
-    different triples hash the same input)."""
+def identity(topic: str, origin: bytes | None, key: bytes | None, value: bytes | None) -> bytes:
+    """A row's identity: 16 bytes of a hash over its destination topic, origin, key and value, each
+    length-prefixed (so that no two different tuples hash the same input). The topic is part of it: the copy
+    of a row in one topic says nothing about its copy in another."""
     h = hashlib.blake2b(digest_size=16)
-    for part in (origin, key, value):
+    for part in (topic.encode(), origin, key, value):
         if part is None:
             h.update(b"\xff")
         else:
@@ -139,7 +170,7 @@ def origin_of(headers: list[tuple[str, bytes]] | None) -> bytes | None:
 
 
 def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
-    """Identities of the records `guard.processor` wrote past the marks, with how often (runs in a task). Reads
+    """Identities of the records the guard's writer wrote past the marks, with how often (runs in a task). Reads
     every marked partition at once to its end now (the end-of-partition event, not ListOffsets, which may answer
     short of the high-water mark, shared/FACTS.md); gives up after `timeout` seconds without progress, naming
     the partitions it waited for."""
@@ -158,7 +189,6 @@ def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
             "logger": client_log,
         }
     )
-    want = guard.processor.encode()
     try:
         consumer.assign([TopicPartition(t, p, mark) for (t, p), mark in pending.items()])
         last_progress = time.monotonic()
@@ -180,18 +210,26 @@ def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
                 if tp in pending:
                     pending[tp], last_progress = m.offset() + 1, time.monotonic()
                 headers = m.headers() or []
-                if (PROCESSOR_HEADER, want) in headers and not any(k == BACKFILL_HEADER for k, _ in headers):
-                    seen[identity(origin_of(headers), m.key(), m.value())] += 1
+                if guard.wrote(headers):
+                    seen[identity(m.topic(), origin_of(headers), m.key(), m.value())] += 1
     finally:
         consumer.close()
     return seen
 
 
-def begin(checkpoint: str, processor: str, batch_id: int, topics: list[str], client: dict, timeout_s: float) -> Guard:
+def begin(
+    checkpoint: str,
+    processor: str,
+    batch_id: int,
+    topics: list[str],
+    client: dict,
+    timeout_s: float,
+    pipeline: str | None = None,
+) -> Guard:
     """The guard of a batch's Kafka write (driver), before it writes anything. The first begin of a batch notes
     its marks in `<checkpoint>/weir/marks/<batch>.json`; a later begin of the same batch (Spark replays it after
-    a crash or a failed attempt) finds them there and is a replay. Marks of older batches are deleted: Spark
-    replays only the last batch."""
+    a crash or a failed attempt) finds them there and is a replay, written as its first attempt wrote (see
+    Guard). Marks of older batches are deleted: Spark replays only the last batch."""
     cp = Checkpoint(checkpoint)
     filesystem, base = paths.resolve(cp.marks)
     _, path = paths.resolve(cp.mark(batch_id))
@@ -200,14 +238,14 @@ def begin(checkpoint: str, processor: str, batch_id: int, topics: list[str], cli
         with filesystem.open_input_stream(path) as f:
             guard = Guard.from_option(f.read().decode())
         _delete(filesystem, paths.resolve(reports)[1])  # the reports of an earlier attempt are not this one's
-        return Guard(processor, guard.marks, replay=True, reports=reports)
+        return replace(guard, processor=processor, replay=True, reports=reports)
     marks = ride_out(
         lambda: take_marks(client, topics, timeout=min(30.0, timeout_s)),
         f"note where batch {batch_id} of {processor} begins writing",
         servers_of(client),
         timeout_s,
     )
-    guard = Guard(processor, marks, replay=False, reports=reports)
+    guard = Guard(processor, marks, replay=False, reports=reports, pipeline=pipeline, batch=batch_id)
     paths.write_atomic(filesystem, path, guard.to_option().encode())
     for info in filesystem.get_file_info(pafs.FileSelector(base)):
         done = info.base_name.split(".", 1)[0]

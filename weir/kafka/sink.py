@@ -254,7 +254,7 @@ def _produce(
                 if millis is not None and millis[i] is not None:
                     kwargs["timestamp"] = millis[i]
                 if rewrite is not None:
-                    hs = rewrite.admit(headers[i], keys[i], values[i])
+                    hs = rewrite.admit(topic, headers[i], keys[i], values[i])
                     if hs is None:
                         continue  # delivered by an earlier attempt of this batch
                     kwargs["headers"] = hs

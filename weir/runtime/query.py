@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -28,12 +28,12 @@ from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka import admission, replay
 from weir.kafka.decode import ERROR_COLUMN
-from weir.kafka.headers import PROCESSOR_HEADER, SOURCE_HEADER
+from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
-from weir.runtime import completeness, routing, views
+from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 
 log = logging.getLogger("weir.pipeline")
@@ -41,7 +41,7 @@ STATIC_LIMIT = 100_000  # records per input topic per batch with flow = static a
 # A batch with a backlog aims at the trigger interval, but at least this: each batch has a fixed cost of
 # planning and commits (about 0.5-1 s), which shorter catch-up batches would spend most of their time on.
 MIN_TARGET_MS = 10_000
-_INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT)
+_INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT, provenance.PROVENANCE)
 
 
 @dataclass
@@ -106,11 +106,16 @@ class ProcessorQuery:
         # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
         self.archive = proc.sink is not None and proc.sink.reads_raw
         self.view = views.view_of(pipeline, proc)  # a view's processor: the lean path (`_view_batch`)
-        self.headers: dict[str, str] = {}  # stamped on every record written to Kafka (weir.backfill)
+        # Stamped on every record written to Kafka: the writer's pipeline (weir.processor is in the routed
+        # headers), and a backfill's id (weir.backfill).
+        self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name}
         self.guard: replay.Guard | None = None  # the running batch's replay guard (a streaming batch's write)
         self.replayed = 0  # records the running batch's write found already delivered, and skipped
-        # (topic, source) pairs already in the topics (a backfill's: what streaming delivered), never written again
+        # What this writer already delivered to its topics (a backfill's: what streaming delivered; a rebuild's:
+        # what the processor wrote before its reset), never written again: `read_delivered`'s rows.
         self.delivered: DataFrame | None = None
+        self.rebuild: rebuild.Rebuild | None = None  # a reset's rebuild still skipping what was delivered
+        self._rebuild_checked = False
         self.skipped: dict[str, int] = {}  # of the running batch, per destination topic: rows not written again
         # The last batch that wrote topics without a replay: (batch id, its marks, records written per topic),
         # checked against the next batch's marks (weir.runtime.completeness.check_writes).
@@ -286,12 +291,14 @@ class ProcessorQuery:
         `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
         in a task are isolated by bisection and dead-lettered (docs/pipelines.md, poison records)."""
         sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
-        result = self.proc.fn(*sub)  # a driver-side error (bad column, bad code) is not a record's fault
+        # Each input record's coordinates ride along hidden, so that its output rows know it whatever the
+        # function keeps (weir.runtime.provenance). A driver-side error (bad column, bad code) is no record's fault.
+        result = provenance.attach_all(self.proc.fn(*map(provenance.carry, sub)))
         routing.check_outputs(self.proc, result, self.topics)
         frame = _with_output(result) if isinstance(result, dict) else result
         self._routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
         frame = self._cache(frame if self._routes_own else frame.withColumn(ROUTE, F.lit(OUT)))
-        self._has_sources = all(c in frame.columns for c in routing.COORDINATES)
+        self._has_sources = routing.origin(frame) is not None
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
         # value and headers, even those of a sink's rows that never go to Kafka.
@@ -385,6 +392,8 @@ class ProcessorQuery:
         leave for Kafka: the testing kit's fast path (weir.testing) collects them in memory here instead."""
         rows = routed.where(col(routing.DEST).isNotNull())
         seen = None
+        if not self._rebuild_checked:
+            self._start_rebuild()
         if self.delivered is not None:
             rows, seen = self._undelivered(rows)
         (
@@ -406,41 +415,117 @@ class ProcessorQuery:
         if seen is not None:
             self.skipped = {d: int(n) for d, n in seen.get.items() if d != "_none" and int(n)}
             self.replayed += sum(self.skipped.values())
+            if self.rebuild is not None:
+                self._note_rebuild(sum(self.skipped.values()))
 
-    def read_delivered(self, topics: list[str]) -> DataFrame:
-        """(topic, source) of every record this processor wrote to `topics` with a `weir.source`, read from Kafka
-        by one job when used: what a backfill must not write again (docs/backfill.md). The caller caches it."""
-        picked = lambda name: F.filter(col("headers"), lambda h: h["key"] == name)[0]["value"].cast("string")  # noqa: E731
-        frame = (
+    def _start_rebuild(self) -> None:
+        """After `weir run --reset` (weir.runtime.rebuild): note the marks of the topics this processor writes
+        (at its first write after the reset only) and read what it delivered below them, to skip it."""
+        self._rebuild_checked = True
+        if not self.checkpoint or self.delivered is not None:
+            return
+        found = rebuild.pending(self.checkpoint)
+        if found is None:
+            return
+        if not [d for _, d in routing.destinations(self.proc) if d is not None]:
+            return
+        if found.marks is None:
+            topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+            wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+            marks = replay.take_marks(self.settings.client_config(), topics, timeout=min(30.0, wait / 1000))
+            found.marks = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}
+            rebuild.save(self.checkpoint, found)
+        if not found.marks:  # none of its topics existed: nothing was delivered
+            rebuild.done(self.checkpoint)
+            return
+        self.delivered = self.read_delivered(sorted(found.marks), found.marks).persist()
+        if found.delivered is None:
+            found.delivered = int(self.delivered.agg(F.coalesce(F.sum("n"), F.lit(0))).first()[0])
+            rebuild.save(self.checkpoint, found)
+        self.rebuild = found
+        log.info("weir: %s rebuilds after a reset (since %s): %d rows it delivered before are not written again",
+                 self.name, found.since, found.remaining)  # fmt: skip
+        self._note_rebuild(0)
+
+    def _note_rebuild(self, skipped: int) -> None:
+        """Note the running batch's skips; once every delivered row was met, the rebuild ends."""
+        if self.in_batch is not None and skipped:
+            self.rebuild.skipped[str(self.in_batch)] = skipped
+            rebuild.save(self.checkpoint, self.rebuild)
+        if self.rebuild.remaining is not None and self.rebuild.remaining <= 0:
+            log.info("weir: %s met every row it delivered before its reset; it writes as usual", self.name)
+            rebuild.done(self.checkpoint)
+            self.delivered.unpersist()
+            self.delivered, self.rebuild = None, None
+
+    def read_delivered(self, topics: list[str], marks: dict[str, dict[str, int]] | None = None) -> DataFrame:
+        """What this writer (its pipeline and processor; a record without `weir.pipeline` was written before
+        writers had one) delivered to `topics`, below `marks` if given, read from Kafka by one job when used:
+        (topic, source, key, value, n), with key and value null for rows with a source (known by it), and `n`
+        the rows of each. What a backfill or a rebuild must not write again (docs/backfill.md,
+        docs/pipelines.md "Resets"). The caller caches it."""
+        picked = lambda name: F.try_element_at(  # noqa: E731
+            F.filter(col("headers"), lambda h: h["key"] == name), F.lit(1)
+        )["value"].cast("string")
+        reader = (
             self.spark.read.format("weir-kafka")
             .options(**self._kafka_options())
             .option("subscribe", ",".join(topics))
             .option("startingOffsets", "earliest")
-            .load()
-            .where(picked(PROCESSOR_HEADER) == F.lit(self.proc.name))
-            .select("topic", picked(SOURCE_HEADER).alias("source"))
-            .where(col("source").isNotNull())
-            .distinct()
         )
-        return frame
+        if marks is not None:
+            reader = reader.option("endingOffsets", json.dumps(marks))
+        pipeline = picked(PIPELINE_HEADER)
+        ours = (picked(PROCESSOR_HEADER) == F.lit(self.proc.name)) & (
+            pipeline.isNull() | (pipeline == F.lit(self.pipeline.name))
+        )
+        sourced = col("source").isNotNull()
+        known = [F.when(~sourced, col(c)).alias(c) for c in ("key", "value")]  # a row with a source: by it alone
+        records = reader.load().where(ours).select("topic", picked(SOURCE_HEADER).alias("source"), "key", "value")
+        return (
+            records.select("topic", "source", *known)
+            .groupBy("topic", "source", "key", "value")
+            .count()
+            .select("topic", "source", "key", "value", col("count").alias("n"))
+        )
 
     def _undelivered(self, rows: DataFrame) -> tuple[DataFrame, Observation]:
-        """`rows` without those whose (destination, `weir.source`) is in `self.delivered`, and an Observation of
-        how many were left out per destination (read once the write ran)."""
-        source = F.filter(col("headers"), lambda h: h["key"] == SOURCE_HEADER)[0]["value"].cast("string")
-        seen = self.delivered.select(
+        """`rows` without those already delivered (`self.delivered`): a row with a `weir.source` when its
+        (destination, source) was; a row without one (a window's result) as often as its (destination, key,
+        value) was, a multiset. And an Observation of how many were left out per destination (read once the
+        write ran)."""
+        source = F.try_element_at(F.filter(col("headers"), lambda h: h["key"] == SOURCE_HEADER), F.lit(1))
+        d = self.delivered
+        by_source = d.where(col("source").isNotNull()).select(
             col("topic").alias("_d_topic"), col("source").alias("_d_source"), F.lit(True).alias("_d_seen")
         )
-        marked = rows.withColumn("_d_row_source", source).join(
-            seen, (col(routing.DEST) == col("_d_topic")) & (col("_d_row_source") == col("_d_source")), "left"
+        by_row = d.where(col("source").isNull()).select(
+            col("topic").alias("_r_topic"), col("key").alias("_r_key"), col("value").alias("_r_value"),
+            col("n").alias("_r_n"),
+        )  # fmt: skip
+        marked = rows.withColumn("_d_row_source", source["value"].cast("string"))
+        marked = marked.join(
+            by_source, (col(routing.DEST) == col("_d_topic")) & (col("_d_row_source") == col("_d_source")), "left"
         )
+        # Rows without a source: the k-th equal row of the batch is skipped while k <= how often it was delivered
+        rank = F.row_number().over(
+            Window.partitionBy(routing.DEST, "key", "value", col("_d_row_source").isNull()).orderBy("timestamp")
+        )
+        marked = marked.withColumn("_r_rank", F.when(col("_d_row_source").isNull(), rank)).join(
+            by_row,
+            col("_d_row_source").isNull() & (col(routing.DEST) == col("_r_topic"))
+            & col("key").eqNullSafe(col("_r_key")) & col("value").eqNullSafe(col("_r_value")),
+            "left",
+        )  # fmt: skip
+        skip = col("_d_seen").isNotNull() | (col("_r_n").isNotNull() & (col("_r_rank") <= col("_r_n")))
         dests = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
         observed = Observation(f"weir-{self.name}-delivered-{uuid.uuid4().hex[:8]}")
-        marked = marked.observe(
+        marked = marked.withColumn("_d_skip", skip).observe(
             observed, F.lit(0).alias("_none"),
-            *[F.count_if(col("_d_seen").isNotNull() & (col(routing.DEST) == d)).alias(d) for d in dests],
+            *[F.count_if(col("_d_skip") & (col(routing.DEST) == d)).alias(d) for d in dests],
         )  # fmt: skip
-        kept = marked.where(col("_d_seen").isNull()).drop("_d_row_source", "_d_topic", "_d_source", "_d_seen")
+        helpers = ["_d_row_source", "_d_topic", "_d_source", "_d_seen", "_r_rank", "_r_topic", "_r_key", "_r_value"]
+        kept = marked.where(~col("_d_skip")).drop(*helpers, "_r_n", "_d_skip")
         return kept, observed
 
     def _observed_delivery(self, routed: DataFrame, batch_id: int) -> Counts:
@@ -469,6 +554,8 @@ class ProcessorQuery:
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned
         counts.replayed = self.replayed
+        for dest, n in self.skipped.items():  # routed there, delivered before: not written by this batch
+            counts.outputs[dest] -= n
         return counts
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -546,7 +633,7 @@ class ProcessorQuery:
             return None
         client = self.settings.client_config()
         wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
-        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000)
+        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
 
     def _unappended(self, batch_id: int) -> list[completeness.Gap]:
         """What the batch before wrote and its topics do not hold: its records per topic against how far the

@@ -18,6 +18,7 @@ from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
+from weir.runtime.provenance import PROVENANCE
 
 DEST = "_dest"
 SOURCE = "_src"  # (topic, partition, offset) of the input record behind an output row, when the row has it
@@ -76,12 +77,23 @@ def _header(name: str, value: Column) -> Column:
     return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
 
 
-def _headers(df: DataFrame, proc: Processor) -> Column:
-    """weir.source (when the row has coordinates), weir.processor, and weir.error for dead letters."""
-    hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
+def origin(df: DataFrame) -> Column | None:
+    """(topic, partition, offset) of the input record behind each row: its coordinates, else the provenance a
+    stateless function's result carried (weir.runtime.provenance); None when the rows have neither."""
     if all(c in df.columns for c in COORDINATES):
-        source = F.concat_ws("/", col("topic"), col("partition").cast("string"), col("offset").cast("string"))
-        hs.append(F.when(col("offset").isNotNull(), _header(SOURCE_HEADER, source)))
+        return F.struct(*map(col, COORDINATES)).cast(SOURCE_TYPE)
+    if PROVENANCE in df.columns:
+        return col(PROVENANCE).cast(SOURCE_TYPE)
+    return None
+
+
+def _headers(df: DataFrame, proc: Processor) -> Column:
+    """weir.source (when the row has an input record), weir.processor, and weir.error for dead letters."""
+    hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
+    src = origin(df)
+    if src is not None:
+        parts = (src["topic"], src["partition"].cast("string"), src["offset"].cast("string"))
+        hs.append(F.when(src["offset"].isNotNull(), _header(SOURCE_HEADER, F.concat_ws("/", *parts))))
     if ERROR_COLUMN in df.columns:
         hs.append(F.when(col(ERROR_COLUMN).isNotNull(), _header(ERROR_HEADER, col(ERROR_COLUMN))))
     return F.filter(F.array(*hs), lambda h: h.isNotNull())
@@ -135,12 +147,10 @@ def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame
     if proc.sink is not None:  # a sink processor's results go to its sink, not to a topic
         dest = F.when(is_output, F.lit(None).cast("string")).otherwise(dest)
     stamp = col("timestamp").cast("timestamp") if "timestamp" in df.columns else F.lit(None).cast("timestamp")
-    if all(c in df.columns for c in COORDINATES):
-        # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building
-        # and shuffling a string per row (this column is only ever counted, see query._groups).
-        source = F.when(is_output & col("offset").isNotNull(), F.struct(*map(col, COORDINATES)).cast(SOURCE_TYPE))
-    else:
-        source = F.lit(None).cast(SOURCE_TYPE)
+    # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building and
+    # shuffling a string per row (this column is only ever counted, see query._groups).
+    src = origin(df)
+    source = F.lit(None).cast(SOURCE_TYPE) if src is None else F.when(is_output & src["offset"].isNotNull(), src)
     absorbed = col(ABSORBED).cast("long") if ABSORBED in df.columns else F.lit(None).cast("long")
     return df.select(
         route_col.alias(ROUTE),
