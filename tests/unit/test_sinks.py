@@ -63,6 +63,15 @@ class Chain:
         return call
 
 
+@pytest.fixture(autouse=True)
+def _no_read_observation(monkeypatch) -> None:
+    """The fake session builds no Spark columns: the read observation (a Spark expression) is left out here; its
+    own tests run with Spark (tests/integration/test_run.py)."""
+    import weir.runtime.query
+
+    monkeypatch.setattr(weir.runtime.query, "_observe_reads", lambda stream, topic: stream)
+
+
 def query(tmp_path, sink: Sink | None, inputs=("orders",), lake: str | None = None) -> tuple[ProcessorQuery, Chain]:
     p = Pipeline("shop")
     for name in inputs:
