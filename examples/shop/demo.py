@@ -37,6 +37,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from confluent_kafka import Consumer, TopicPartition
@@ -54,6 +55,9 @@ from weir.kafka import Admin, EmbeddedBroker
 from weir.kafka.broker import free_port
 from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts
+
+if TYPE_CHECKING:
+    from weir.runtime.runner import Runner
 
 # Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
 console = Console(width=None if sys.stdout.isatty() else 130)
@@ -228,6 +232,22 @@ def lake_summary(root: str, topic: str) -> str:
         f"lake {root}/{topic} (Delta, version {table.version()}), read back by DuckDB: {rows} rows "
         f"({distinct} distinct records) in {hours} hour partition(s); {parts}; "
         f"`weir lake stats {topic} --lake {root}` shows more"
+    )
+
+
+def audit_summary(runner: Runner) -> str:
+    """`weir audit` of the run, from its checkpoints (docs/delivery.md, "Audit"): every input offset each processor
+    processed, how often, and every hole (a silent gap, a counted loss, a batch in flight)."""
+    from weir.kafka.audit import IN_FLIGHT, audit
+
+    audits = [audit(name, runner.checkpoint(proc)) for name, proc in runner.pipeline.processors.items()]
+    processed = sum(s.size for a in audits for p in a.partitions for s in p.segments if not s.kind)
+    twice = sum(p.more_than_once for a in audits for p in a.partitions)
+    silent = sum(a.silent_gaps for a in audits)
+    flight = sum(a.offsets(IN_FLIGHT) for a in audits)
+    return (
+        f"weir audit: {len(audits)} processors, {processed:,} input offsets processed, {twice} more than once, "
+        f"{silent} silent gap(s), {flight} in flight (`WEIR_HOME={runner.settings.home} weir audit shop` per partition)"
     )
 
 
@@ -501,6 +521,7 @@ def main(
                 console.print(f"  {doc}")
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
+        console.print(audit_summary(runner), highlight=False)
         console.print(view_line(base if server.poll() is None else None))
         query, answer, provenance = sql_summary(settings, pipeline)
         console.print(f'weir sql "{query}"')

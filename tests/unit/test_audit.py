@@ -45,6 +45,14 @@ def test_contiguous_batches_are_processed_once(tmp_path):
     assert result.silent_gaps == 0 and result.offsets(LOSS) == 0
 
 
+def test_a_batch_without_new_records_repeats_the_plan_before_and_processes_nothing(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 10}}, {"t": {0: 0}})  # a watermark's batch: Spark logs the same end, plan included
+    batch(cp, 2, {"t": {0: 12}}, {"t": {0: 10}})
+    assert segments(audit("p", str(cp))) == [(0, 12, 1)]
+
+
 def test_a_skipped_range_is_a_silent_gap_and_a_counted_one_a_loss(tmp_path):
     silent, counted = tmp_path / "silent", tmp_path / "counted"
     for cp, lost in ((silent, 0), (counted, 5)):

@@ -78,3 +78,11 @@ def test_writes_the_marks_did_not_move_for_are_unappended():
     after = {"o": {0: 15, 1: 6}, "o.dlq": {0: 3}}
     assert check_writes(before, after, {"o": 7, "o.dlq": 2}) == []  # another writer may add: more is fine
     assert check_writes(before, after, {"o": 9, "o.dlq": 2}) == [Gap("unappended", "o", None, None, None, 2)]
+
+
+def test_a_batch_without_new_records_repeats_the_plan_before_and_read_nothing():
+    # Spark runs a batch to advance a watermark with the end offset of the batch before, its @start included
+    end = {"t": {"0": 3, "1": 0}, "@start": {"t": {"0": 0, "1": 0}}}
+    spans = planned_spans([source(end, end)])
+    assert spans == {"t": {0: (3, 3), 1: (0, 0)}}
+    assert check_reads(spans, {"t": seen(p0=(0, None, None), p1=(0, None, None))}, {"t": 2}, {"t"}) == []

@@ -118,6 +118,8 @@ def epoch_of(log: OffsetLog, label: str = CURRENT) -> Epoch:
                     before = prev_end.get(tp) if follows else None
                     prev_end[tp] = end
                     start = (line.start or {}).get(topic, {}).get(part, before)
+                    if before is not None and end == before:
+                        start = end  # a batch without new records (a watermark's) repeats the plan before it
                     if start is None:  # the log does not say where this batch began reading the partition
                         ep.unknown.setdefault(tp, []).append(end)
                         continue

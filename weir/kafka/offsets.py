@@ -126,6 +126,22 @@ def starts_from_json(offset: dict) -> Positions | None:
     return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
 
 
+def batch_start(end: dict, before: Positions | None) -> Positions | None:
+    """Where the batch ending at `end` began reading, per partition: its plan's `@start`, except where its end
+    equals the batch before's (`before`): Spark runs batches without new records (a watermark to advance), whose
+    end offset repeats the one before, plan included, and such a batch read nothing there. None for an offset
+    logged without `@start`."""
+    planned = starts_from_json(end)
+    if planned is None:
+        return None
+    until, _ = from_json(end)
+    before = before or {}
+    return {
+        t: {p: e if before.get(t, {}).get(p) == e else planned.get(t, {}).get(p, e) for p, e in parts.items()}
+        for t, parts in until.items()
+    }
+
+
 def fallback_from_json(offset: dict) -> LakeFallback:
     """The `@lakeFallback` counts of an offset (zero when it has none)."""
     return LakeFallback.from_json(offset.get(LAKE_FALLBACK_KEY))

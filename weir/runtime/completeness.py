@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from weir.kafka.offsets import from_json, starts_from_json
+from weir.kafka.offsets import batch_start, from_json
 
 READ_OBSERVATION = "weir.read:"  # + topic: the observation of an input stream's records, per partition
 OTHER = "other"  # records of partitions beyond the declared ones (checked in total only)
@@ -70,8 +70,8 @@ def planned_spans(sources: list[dict]) -> dict[str, dict[int, Span]]:
         if not end:
             continue
         until, _ = from_json(end)
-        planned = starts_from_json(end)
         before = from_json(start)[0] if start else {}
+        planned = batch_start(end, before)
         for t, parts in until.items():
             for p, e in parts.items():
                 first = (planned or before).get(t, {}).get(p)

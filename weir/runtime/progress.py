@@ -22,7 +22,8 @@ from weir import units
 from weir.kafka import heal
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
-from weir.kafka.offsets import START_KEY
+from weir.kafka.offsets import START_KEY, batch_start, from_json
+from weir.kafka.offsets import to_json as offsets_json
 
 log = logging.getLogger("weir.pipeline")
 TOPIC = "_weir.progress"
@@ -173,7 +174,8 @@ def offset_span(sources: list[dict]) -> int | None:
         topics = {t: parts for t, parts in end.items() if not t.startswith("@")}
         if not topics:
             return None
-        planned = end.get(START_KEY) if isinstance(end.get(START_KEY), dict) else start
+        begun = batch_start(end, from_json(start)[0]) if START_KEY in end else None
+        planned = offsets_json(begun) if begun is not None else start
         for topic, parts in topics.items():
             if not isinstance(parts, dict):
                 return None
