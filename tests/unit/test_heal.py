@@ -215,3 +215,16 @@ def test_a_pooled_log_view_that_raised_is_closed_and_a_rebuild_counted_by_code(n
     with pooled(client, 0.1) as again:
         assert again is not view  # the view that raised is not reused
     assert heal.rebuilds().get("log view", 0) == before + counted
+
+
+def test_only_a_record_that_may_have_been_stored_is_read_back_before_it_is_sent_again():
+    """A record purged from the queue never left this process; one that timed out or was purged in flight may
+    be stored: `doubtful` says which of a unit's failed records a files or PostgreSQL job reads back."""
+    codes = {0: KafkaError._PURGE_QUEUE, 1: KafkaError._MSG_TIMED_OUT, 2: KafkaError._PURGE_INFLIGHT,
+             3: KafkaError.PRODUCER_FENCED}  # fmt: skip
+    acks = Acks([Out("t", b"v", None, [], row) for row in (*codes, 4)])
+    for i, code in codes.items():
+        acks.delivered(i, KafkaError(code), Msg())
+    acks.delivered(4, None, Msg())
+    assert acks.done.is_set() and set(acks.failed) == {0, 1, 2, 3} and acks.placed == {4: ("t", 0, 7)}
+    assert acks.doubtful == {1, 2, 3}
