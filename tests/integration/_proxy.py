@@ -1,6 +1,7 @@
 """A TCP proxy for outage tests, in the style of Toxiproxy: it forwards connections to a target until it is
 cut, then drops every open connection and refuses new ones until it is restored. Stalled, it keeps every
-connection open and forwards nothing (a network partition no peer has noticed yet)."""
+connection open and forwards nothing (a network partition no peer has noticed yet); deaf, it forwards requests
+and drops the answers (the broker stores what a client then believes failed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from weir.kafka.broker import EmbeddedBroker, free_port
 
 
 class Proxy:
@@ -19,6 +24,7 @@ class Proxy:
         self._lock = threading.Lock()
         self._cut = threading.Event()
         self._stalled = threading.Event()
+        self._deaf = threading.Event()
         self._closed = threading.Event()
         self._server = socket.create_server(("127.0.0.1", port), reuse_port=False)
         self._server.settimeout(0.2)
@@ -38,7 +44,12 @@ class Proxy:
         """Bytes in either direction are dropped from now on; connections stay open (until `cut`)."""
         self._stalled.set()
 
+    def deafen(self) -> None:
+        """Bytes from the target are dropped from now on (answers lost), bytes to it still forwarded."""
+        self._deaf.set()
+
     def restore(self) -> None:
+        self._deaf.clear()
         self._stalled.clear()
         self._cut.clear()
 
@@ -63,13 +74,13 @@ class Proxy:
                 continue
             with self._lock:
                 self._open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pipe, args=(a, b, answers), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while chunk := src.recv(65536):
-                if not self._stalled.is_set():
+                if not self._stalled.is_set() and not (answers and self._deaf.is_set()):
                     dst.sendall(chunk)
         except OSError:
             pass
@@ -80,3 +91,18 @@ class Proxy:
             with self._lock:
                 self._open.discard(src)
                 self._open.discard(dst)
+
+
+@contextlib.contextmanager
+def proxied_broker(path: Path) -> Iterator[tuple[str, str, Proxy]]:
+    """(bootstrap through the proxy, bootstrap straight to the broker, the proxy) of an embedded broker that
+    advertises the proxy's port, so every client comes back through it after bootstrapping."""
+    real, front = free_port(), free_port()
+    proxy = Proxy(front, real)
+    broker = EmbeddedBroker(path, real, advertised_port=front)
+    broker.start()
+    try:
+        yield f"127.0.0.1:{front}", broker.bootstrap, proxy
+    finally:
+        proxy.close()
+        broker.stop()

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 from _ingest import http_server, read_topic
-from _proxy import Proxy
+from _proxy import proxied_broker
 from test_ingest_http import SCHEMA, ndjson, post
-
-from weir.kafka.broker import EmbeddedBroker, free_port
 
 pytestmark = pytest.mark.integration
 CUT_S, STALL_S, RECOVER_S, CLIENTS, ROWS = 20.0, 2.0, 10.0, 4, 50
@@ -28,15 +26,8 @@ CUT_S, STALL_S, RECOVER_S, CLIENTS, ROWS = 20.0, 2.0, 10.0, 4, 50
 def proxied(tmp_path: Path):
     """(bootstrap through the proxy, bootstrap straight to the broker, the proxy): the broker advertises the
     proxy's port, so every client of weir comes back through it after bootstrapping."""
-    real, front = free_port(), free_port()
-    proxy = Proxy(front, real)
-    broker = EmbeddedBroker(tmp_path / "broker", real, advertised_port=front)
-    broker.start()
-    try:
-        yield f"127.0.0.1:{front}", broker.bootstrap, proxy
-    finally:
-        proxy.close()
-        broker.stop()
+    with proxied_broker(tmp_path / "broker") as found:
+        yield found
 
 
 class Client(threading.Thread):

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 import weir.kafka.sink as ks
 from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.kafka import heal
-from weir.kafka.log import pooled
+from weir.kafka.log import BrokerUnavailable, pooled
 from weir.monitor.config import MonitorConfig
 from weir.monitor.metrics import render
 from weir.monitor.sources import ProgressReader
@@ -215,3 +215,52 @@ def test_a_pooled_log_view_that_raised_is_closed_and_a_rebuild_counted_by_code(n
     with pooled(client, 0.1) as again:
         assert again is not view  # the view that raised is not reused
     assert heal.rebuilds().get("log view", 0) == before + counted
+
+
+def test_only_a_record_that_may_have_been_stored_is_read_back_before_it_is_sent_again():
+    """A record purged from the queue never left this process; one that timed out or was purged in flight may
+    be stored: `doubtful` says which of a unit's failed records a files or PostgreSQL job reads back."""
+    codes = {0: KafkaError._PURGE_QUEUE, 1: KafkaError._MSG_TIMED_OUT, 2: KafkaError._PURGE_INFLIGHT,
+             3: KafkaError.PRODUCER_FENCED}  # fmt: skip
+    acks = Acks([Out("t", b"v", None, [], row) for row in (*codes, 4)])
+    for i, code in codes.items():
+        acks.delivered(i, KafkaError(code), Msg())
+    acks.delivered(4, None, Msg())
+    assert acks.done.is_set() and set(acks.failed) == {0, 1, 2, 3} and acks.placed == {4: ("t", 0, 7)}
+    assert acks.doubtful == {1, 2, 3}
+
+
+@pytest.mark.parametrize(("name", "rebuilt"), [("fenced (local)", True), ("fatal (local)", True),
+                                               ("all brokers down", False)])  # fmt: skip
+def test_a_source_query_rebuilds_only_a_view_that_cannot_go_on(name, rebuilt):
+    """KafkaStreamReader's long-lived LogView: an error that cannot go on (raised, or the context of the
+    BrokerUnavailable LogView raises) closes it and counts a rebuild; the outage is ridden out with a new view.
+    A transient error leaves the view alone."""
+    from pyspark.sql.types import StructType
+
+    from weir.kafka.options import parse_source
+    from weir.kafka.source import KafkaStreamReader
+
+    opts = parse_source({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, streaming=True)
+    reader = KafkaStreamReader(opts, StructType())
+    reader._reached = True  # after a first answer: outages are ridden out
+    err = {**MUST_REBUILD, **TRANSIENT}[name]
+    before = heal.rebuilds().get("source view", 0)
+    views, calls = [], []
+
+    def look():
+        views.append(reader.view)
+        calls.append(1)
+        if len(calls) == 1:
+            try:
+                raise KafkaException(err)
+            except KafkaException:
+                raise BrokerUnavailable("cannot read metadata") from None  # as LogView.partitions raises
+        return "answer"
+
+    try:
+        assert reader._ask(look, "plan a batch") == "answer"
+        assert (views[0] is not views[1]) == rebuilt
+        assert heal.rebuilds().get("source view", 0) == before + rebuilt
+    finally:
+        reader.stop()

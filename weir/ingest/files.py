@@ -28,7 +28,8 @@ from weir.kafka.log import BrokerUnavailable
 
 log = logging.getLogger("weir.ingest")
 FILE = "file"  # the ledger's kind
-COUNTS = ("files_done", "files_changed", "files_bad", "files_resumed", "rows_skipped", "retries", "waits")
+COUNTS = ("files_done", "files_changed", "files_bad", "files_resumed", "rows_skipped", "retries", "waits",
+          "read_backs", "rows_found")  # fmt: skip
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after-file-acks" (docs/ingest.md)
 
 
@@ -79,8 +80,7 @@ class FileJob:
             self.counts["files_resumed"] += 1
             log.info("weir ingest: resuming %s: %d rows already in the topics", found.name, len(skip))
         else:
-            since = {tp: o for tp, o in intake.producer.next_offsets.items() if tp[0] in (intake.topic, intake.dlq)}
-            self.ledger.started(FILE, found.name, 0, found.fingerprint, since)
+            self.ledger.started(FILE, found.name, 0, found.fingerprint, intake.since())
         provenance = [("weir.ingest.file", found.name.encode())]
         totals = {"rows": 0, "produced": 0, "rejected": 0, "skipped": 0}
         try:
@@ -90,7 +90,7 @@ class FileJob:
                 totals["rows"] += len(values)
                 totals["skipped"] += skipped
                 self.counts["rows_skipped"] += skipped
-                self._deliver(found, plan.outs)
+                self._deliver(found, unit, plan.outs)
                 totals["rejected"] += len(plan.invalid)
                 if self.stopping.is_set():
                     return 0  # stays `started`: the next run resumes it by reading back
@@ -106,8 +106,8 @@ class FileJob:
         log.info("weir ingest: %s done: %s", found.name, totals)
         return 1
 
-    def _deliver(self, found: Found, outs: list[Out]) -> None:
-        deliver(self.intake, outs, found.name, self.max_wait_s, self.counts)
+    def _deliver(self, found: Found, unit: bytes, outs: list[Out]) -> None:
+        deliver(self.intake, outs, found.name, self.max_wait_s, self.counts, unit, self.client)
 
     def _bad(self, found: Found, unit: bytes, provenance: list, exc: BaseException) -> None:
         self.counts["files_bad"] += 1
@@ -115,7 +115,7 @@ class FileJob:
         log.error("weir ingest: %s: %s", found.name, reason)
         headers = [("weir.ingest", unit), ("weir.ingest.row", b"0"), *provenance, ("weir.error", reason.encode()),
                    ("weir.processor", self.intake.job.encode())]  # fmt: skip
-        self._deliver(found, [Out(self.intake.dlq, None, None, headers, 0)])
+        self._deliver(found, unit, [Out(self.intake.dlq, None, None, headers, 0)])
 
     def run(self, interval_s: float, once: bool) -> None:
         while not self.stopping.is_set():

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.ingest.progress import Books
-from weir.ingest.readback import ROW_HEADER, UNIT_HEADER
+from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, found_rows
 from weir.ingest.schema import Invalid, RecordSchema
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER  # the runtime's dead letters' names
+from weir.kafka.log import BrokerUnavailable
 
 log = logging.getLogger("weir.ingest")
 
@@ -67,6 +68,11 @@ class Intake:
                 outs.append(Out(self.dlq, value, None, headers, row))
         return Plan(outs, invalid, len(values))
 
+    def since(self) -> dict[tuple[str, int], int]:
+        """Per partition of the topic and its dead-letter topic, the offset above the last one this process saw
+        acknowledged: every record produced from now on lands at or above it (a read-back starts there)."""
+        return {tp: o for tp, o in self.producer.next_offsets.items() if tp[0] in (self.topic, self.dlq)}
+
     def send(self, plan: Plan, on_done=None) -> Acks:
         """Produce the plan's records; the books count them in now and settle them with their acks."""
         return self.send_outs(plan.outs, on_done)
@@ -91,14 +97,32 @@ class StuckError(RuntimeError):
     """The broker did not take a unit's records within the job's patience: the job stops, loudly."""
 
 
-def deliver(intake: Intake, outs: list[Out], what: str, max_wait_s: float, counts: dict[str, int]) -> None:
-    """Produce `outs` until every one is acknowledged: failed ones again with a doubling pause (0.2 s to 5 s),
-    at most `max_wait_s` in all, then StuckError naming `what` and the last reason. Counts `retries` (records
-    failed) and `waits` (backpressure) in `counts`."""
+def deliver(
+    intake: Intake, outs: list[Out], what: str, max_wait_s: float, counts: dict[str, int], unit: bytes,
+    client: dict[str, str],
+) -> None:  # fmt: skip
+    """Produce `outs` (records of `unit`) until every one is in the topics, exactly once: failed ones again
+    with a doubling pause (0.2 s to 5 s), at most `max_wait_s` in all, then StuckError naming `what` and the
+    last reason. A record that failed after it was produced (timed out, purged in flight) may be stored all the
+    same, and once librdkafka bumped its epoch or the producer was rebuilt the broker cannot drop a second copy:
+    so before sending such records again, the topics are read back from where this delivery started, and rows
+    of `unit` found there are not sent again (as a keyed HTTP request's retry does). Counts `retries` (attempts
+    that left records failed), `waits` (backpressure, or a read-back the broker did not answer), `read_backs`
+    and `rows_found` (failed records found stored) in `counts`."""
     deadline = time.monotonic() + max_wait_s
-    pause = 0.2
+    since = intake.since()  # every record of this delivery lands at or above these offsets
+    pause, doubtful = 0.2, False
     while outs:
         try:
+            if doubtful:
+                timeout = max(1.0, min(intake.producer.ack_timeout_s, deadline - time.monotonic()))
+                found = found_rows(client, since, unit, timeout)
+                counts["read_backs"] += 1
+                left = [o for o in outs if o.row not in found]
+                counts["rows_found"] += len(outs) - len(left)
+                outs, doubtful = left, False
+                if not outs:
+                    return
             intake.producer.check(len(outs))
             acks = intake.send_outs(outs)
             if not intake.producer.wait(acks):
@@ -106,11 +130,15 @@ def deliver(intake: Intake, outs: list[Out], what: str, max_wait_s: float, count
             outs = [o for o in outs if o.row in acks.failed]
             if not outs:
                 return
+            doubtful = any(o.row in acks.doubtful for o in outs)
             counts["retries"] += 1
             reason = next(iter(acks.failed.values()))
         except Backpressure as exc:
             counts["waits"] += 1
             reason = str(exc)
+        except BrokerUnavailable as exc:  # the read-back: the broker is still away
+            counts["waits"] += 1
+            reason = f"reading back what the failed attempt stored: {exc}"
         if time.monotonic() > deadline:
             raise StuckError(f"{what}: {len(outs)} record(s) not taken by the broker within {max_wait_s:g}s: {reason}")
         log.warning("weir ingest: %s: %d record(s) wait (%s); again in %.1fs", what, len(outs), reason, pause)

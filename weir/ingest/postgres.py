@@ -41,7 +41,8 @@ from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-slot-advance" (docs/ingest.md)
-COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits")
+COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits",
+          "read_backs", "rows_found")  # fmt: skip
 _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$", re.S)
 _COLUMN = re.compile(r"""\s*(?P<name>"(?:[^"]|"")+"|[^\[\s]+)\[(?P<type>[^\]]+)\]:(?P<value>'(?:[^']|'')*'|\S+)""")
 _INTEGER = ("smallint", "integer", "bigint")
@@ -171,9 +172,7 @@ class PgJob:
             found = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
             log.info("weir ingest: resuming %s of %s: %d records already in the topics", name, self.table, len(found))
             return unit, found
-        since = {tp: o for tp, o in self.intake.producer.next_offsets.items() if tp[0] in (self.intake.topic,
-                 self.intake.dlq)}  # fmt: skip
-        self.ledger.started(KIND, name, 0, "", since)
+        self.ledger.started(KIND, name, 0, "", self.intake.since())
         return unit, set()
 
     def _snapshot(self, conn: psycopg.Connection) -> None:
@@ -212,7 +211,7 @@ class PgJob:
             else:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
                 outs.append(Out(self.intake.dlq, value, None, headers, c.row))
-        deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts)
+        deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts, unit, self.client)
 
     def step(self, conn: psycopg.Connection) -> int:
         """One batch of changes: peek, produce, wait for the acks, advance the slot. The changes taken."""

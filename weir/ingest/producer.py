@@ -58,6 +58,9 @@ class Acks:
         self.pending = len(records)
         self.placed: dict[int, tuple[str, int, int]] = {}  # row -> (topic, partition, offset)
         self.failed: dict[int, str] = {}  # row -> error
+        # Failed rows the broker may have stored all the same (timed out, purged in flight, a lost answer): only
+        # a read-back says; a row purged from the queue or never produced is certainly not stored.
+        self.doubtful: set[int] = set()
         self._settled: Callable[[Acks], None] | None = None  # the producer's books, then on_done
 
     def delivered(self, i: int, err: KafkaError | None, msg) -> None:
@@ -66,6 +69,8 @@ class Acks:
             self.placed[r.row] = (r.topic, msg.partition(), msg.offset())
         else:
             self.failed[r.row] = err.str()
+            if err.code() != KafkaError._PURGE_QUEUE:
+                self.doubtful.add(r.row)
         self.pending -= 1
         if self.pending == 0:
             self.finish()

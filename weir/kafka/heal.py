@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 # A producer id or epoch the broker no longer accepts, or sequence state it cannot trust: the producer's
 # idempotence state is gone, and only a new producer (a new InitProducerId) writes again.
@@ -32,6 +32,18 @@ _lock = threading.Lock()
 def cannot_go_on(err: KafkaError | None) -> bool:
     """Whether `err` shows that its client must be rebuilt (by code, never by message text)."""
     return err is not None and (bool(err.fatal()) or err.code() in REBUILD_CODES)
+
+
+def raised_cannot_go_on(exc: BaseException | None) -> KafkaError | None:
+    """The error of a KafkaException, `exc` or one it was raised from or during (a BrokerUnavailable hides
+    the client's exception as its context), that shows the client must be rebuilt; None for anything else."""
+    seen = 0
+    while exc is not None and seen < 8:
+        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        if isinstance(err, KafkaError) and cannot_go_on(err):
+            return err
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def counted(kind: str) -> int:

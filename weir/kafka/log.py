@@ -255,8 +255,7 @@ def pooled(client: dict, timeout: float) -> Iterator[LogView]:
         yield view
     except BaseException as exc:
         view.close()
-        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-        if isinstance(err, KafkaError) and heal.cannot_go_on(err):  # any failure closes it; these are counted
+        if heal.raised_cannot_go_on(exc) is not None:  # any failure closes it; these are counted
             heal.counted("log view")
         raise
     with _idle_lock:

@@ -100,6 +100,9 @@ def client_settings(opts: dict[str, str]) -> dict[str, str]:
         raise OptionError(
             "option kafka.bootstrap.servers is required, e.g. .option('kafka.bootstrap.servers', 'host:9092')"
         )
+    # librdkafka waits up to 10 s between reconnects by default: after an outage a client would sit that long
+    # beside a broker that is back. 1 s keeps the retries cheap and the heal within seconds (issue 26).
+    settings.setdefault("reconnect.backoff.max.ms", "1000")
     return settings
 
 

@@ -17,7 +17,9 @@ from weir.kafka.log import BrokerUnavailable
 log = logging.getLogger("weir.kafka")
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 600.0
-FIRST_DELAY_S, MAX_DELAY_S = 0.5, 10.0
+# The longest pause between two attempts is also how late a waiting query may notice that the broker is back:
+# short enough that a pipeline runs again within seconds of an outage's end (issue 26: within 10 s, two hops).
+FIRST_DELAY_S, MAX_DELAY_S = 0.5, 4.0
 LOG_EVERY_S = 30.0  # one warning per half minute of waiting: the wait is visible, not a flood
 
 

@@ -26,11 +26,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from weir.kafka import heal
 from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
-from weir.kafka.log import TP, LogView
+from weir.kafka.log import TP, BrokerUnavailable, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
 from weir.kafka.outage import ride_out
@@ -248,7 +249,20 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         query's start is no outage to wait out, and a start should say so now rather than after
         broker_unavailable_timeout. After it, an outage is waited out here, in the planning of a batch: the
         query stays up."""
-        found = ride_out(look, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else look()
+
+        def healed() -> T:  # a view that cannot go on (weir.kafka.heal) is closed; the next call builds a new one
+            try:
+                return look()
+            except Exception as exc:
+                err = heal.raised_cannot_go_on(exc)
+                if err is None or self._view is None:
+                    raise
+                self._view.close()
+                self._view = None
+                heal.counted("source view")
+                raise BrokerUnavailable(f"the source's metadata client cannot go on ({err.name()}): rebuilt") from exc
+
+        found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else healed()
         self._reached = True
         return found
 
