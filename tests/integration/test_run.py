@@ -388,11 +388,15 @@ def test_records_a_sink_acknowledged_but_the_topic_does_not_hold_are_a_published
     spark, bootstrap, tmp_path, monkeypatch
 ):
     """A batch's writes are checked against how far its topics' marks moved by the next batch: a sink that counts
-    records as written and loses them (the weir-kafka sink's testing hook) is reported, naming the topic."""
+    records as written and loses them (the weir-kafka sink's testing hook) is reported, naming the topic. And what
+    the writes' Spark workers report back reaches the progress records: each write here finds its pooled producer
+    fenced (another testing hook) and rebuilds it in the worker; the batches' books count those rebuilds, and
+    the records' `client_rebuilds` (the monitor's figure) add them up."""
     from weir.runtime.query import ProcessorQuery
 
     prefix = uuid.uuid4().hex[:8]
-    monkeypatch.setattr(ProcessorQuery, "write_hooks", {"weir.simulatedDroppedTopics": f"{prefix}.big"})
+    hooks = {"weir.simulatedDroppedTopics": f"{prefix}.big", "weir.simulatedFencing": "true"}
+    monkeypatch.setattr(ProcessorQuery, "write_hooks", hooks)
     p = orders_pipeline(prefix)
     Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
     records = [Rec(i % 2, f"o{i}".encode(), json.dumps({"id": f"o{i}", "amount": 9.0}).encode()) for i in range(20)]
@@ -404,6 +408,10 @@ def test_records_a_sink_acknowledged_but_the_topic_does_not_hold_are_a_published
     gaps = [g for r in progress_records(s, p.name) for g in r["accounting"]["gaps"]]
     assert {"kind": "unappended", "topic": f"{prefix}.big", "records": 10, "batch": 0}.items() <= gaps[0].items()
     assert runner.snapshot()["bigger"].totals.violations >= 1
+    progress = [r for r in progress_records(s, p.name) if r["type"] == "progress"]
+    per_batch = sum(r["accounting"]["client_rebuilds"] for r in progress)
+    assert per_batch >= 2, progress  # at least one per batch that wrote
+    assert progress[-1]["client_rebuilds"]["sink producer"] == per_batch
 
 
 def test_an_idle_pipeline_stops_within_seconds(spark, bootstrap, tmp_path):

@@ -264,3 +264,58 @@ def test_a_source_query_rebuilds_only_a_view_that_cannot_go_on(name, rebuilt):
         assert heal.rebuilds().get("source view", 0) == before + rebuilt
     finally:
         reader.stop()
+
+
+def test_a_sink_producer_rebuilt_in_a_worker_goes_back_with_the_next_write_once(tmp_path):
+    """Sink producers are rebuilt in Spark's Python workers, whose counts never reach the runner by themselves:
+    each successful write carries what its worker rebuilt since the last one (a failed write's too), the commit
+    sums its tasks' into the report the runner reads, and the runner's publisher adds them to its own."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from weir.kafka.options import parse_sink
+    from weir.runtime.accounting import Counts
+
+    report = str(tmp_path / "commit.json")
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.client.id": "heal-carried", "topic": "t",
+               "commitReport": report}  # fmt: skip
+    opts = parse_sink(options)
+    schema = StructType([StructField("value", StringType())])
+    writer = ks.KafkaBatchWriter(opts, schema)
+    heal.take_unreported("sink producer")  # what earlier tests rebuilt is no write's here
+    ks._pooled(opts.producer_settings())._on_error(KafkaError(KafkaError.PRODUCER_FENCED))  # fenced while idle
+    first = ks.write_batches(opts, writer.layout, iter([]))  # rebuilds it, and carries the rebuild
+    second = ks.write_batches(opts, writer.layout, iter([]))
+    assert (first.rebuilds, second.rebuilds) == (1, 0)
+    # A write that fails with a producer that cannot go on: discarded and counted, carried by the next write
+    failed = ks._pooled(opts.producer_settings())
+    failed.broken = "PRODUCER_FENCED: fenced"
+    ks._discard(failed)
+    third = ks.write_batches(opts, writer.layout, iter([]))
+    assert third.rebuilds == 1
+    # The driver's commit sums its tasks' (a failed task's message is None) into the runner's report, read once
+    writer.commit([first, None, second, third])
+    assert ks.take_report(report) == {"tasks": 3, "records": 0, "rebuilds": 2}
+    assert ks.take_report(report) is None
+    # The testing hook fences every write's producer: each write rebuilds one
+    hooked = parse_sink({**options, "weir.simulatedFencing": "true"})
+    assert ks.write_batches(hooked, writer.layout, iter([])).rebuilds == 1
+    # The runner's books: a batch's rebuilds add up over batches and are no records
+    batch, totals = Counts(in_=5, out=5, client_rebuilds=2), Counts()
+    totals.add(batch)
+    totals.add(batch)
+    assert totals.client_rebuilds == 4 and batch.balanced and batch.to_json()["client_rebuilds"] == 2
+
+
+def test_the_publisher_publishes_rebuilds_carried_back_to_it(tmp_path):
+    publisher = ProgressPublisher("p", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path))
+    try:
+        own = heal.rebuilds().get("sink producer", 0)
+        publisher.carried("sink producer", 0)
+        assert publisher.publish("state", "x", state="running")["client_rebuilds"].get("sink producer", 0) == own
+        publisher.carried("sink producer", 2)
+        publisher.carried("sink producer", 1)
+        record = publisher.publish("state", "x", state="running")
+        assert record["client_rebuilds"]["sink producer"] == own + 3
+        assert heal.merged({"a": 1}, {"a": 2, "b": 1}, {}) == {"a": 3, "b": 1}
+    finally:
+        publisher.close(0.1)

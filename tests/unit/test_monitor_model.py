@@ -34,7 +34,8 @@ from weir.monitor.track import BATCH_SERIES, SAMPLED_SERIES
 PROCESSOR_KEYS = [
     "key", "pipeline", "name", "health", "health_reason", "stale", "declared", "inputs", "outputs",
     "side_outputs", "trigger_ms", "checkpoint", "lifecycle", "runner_alive", "note", "restarts", "failures_total",
-    "failures_window", "last_error", "failed_at_ms", "first_seen_ms", "last_record_ms", "last_advance_ms", "lag",
+    "failures_window", "last_error", "failed_at_ms", "client_rebuilds", "first_seen_ms", "last_record_ms",
+    "last_advance_ms", "lag",
     "lag_by_partition", "lag_seconds", "lag_growing", "pending_since_ms", "input_rate", "processing_rate",
     "spark_input_rate", "spark_processed_rate", "dlq_rate", "late_rate", "violations_window", "violations_total",
     "unbalanced_batches", "last_violation", "totals", "retention_left_s", "retention_partition", "lost_offsets",

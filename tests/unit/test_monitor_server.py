@@ -33,6 +33,7 @@ def fed_monitor() -> Monitor:
             "input_rows": 100, "batch_duration_ms": 250, "input_rows_per_second": float("inf") if i else 10.0,
             "sources": [{"end_offset": {inp: {"0": 100}}, "latest_offset": {inp: {"0": 100}}}],
             "accounting": {"in": 100, "out": 95, "dlq": 5, "outputs": {out: 95, f"{inp}.dlq": 5}},
+            "client_rebuilds": {} if i else {"sink producer": 2},  # enrich's Spark workers rebuilt two producers
         }  # fmt: skip
         m.ingest(json.dumps(record).encode())
     m.ingest(b"garbage")
@@ -110,6 +111,9 @@ def test_metrics_parse_as_prometheus_text(monitor):
                     (("le", "0.25"), ("pipeline", "shop"), ("processor", "enrich")))] == 1  # fmt: skip
     assert samples[("weir_alert_firing", (("rule", "dlq_rate(*) > 1%"), ("target", "shop/enrich")))] == 1
     assert samples[("weir_topic_latest_offset", (("partition", "0"), ("topic", "orders")))] == 120
+    rebuilt = (("client", "sink producer"), ("pipeline", "shop"), ("processor", "enrich"))
+    assert samples[("weir_processor_client_rebuilds_total", rebuilt)] == 2
+    assert not [k for k in samples if k[0] == "weir_processor_client_rebuilds_total" and ("processor", "total") in k[1]]
 
 
 def test_dashboard_is_self_contained_with_stable_hooks(monitor):

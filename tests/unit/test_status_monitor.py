@@ -23,12 +23,12 @@ T0 = 1_800_000_000.0
 MS = int(T0 * 1000)
 
 
-def progress(processor: str, source: str, output: str) -> bytes:
+def progress(processor: str, source: str, output: str, rebuilds: dict | None = None) -> bytes:
     return json.dumps({
         "type": "progress", "pipeline": "shop", "processor": processor, "at_ms": MS, "batch_id": 1, "run_id": "r",
         "input_rows": 100, "batch_duration_ms": 250,
         "sources": [{"end_offset": {source: {"0": 100}}, "latest_offset": {source: {"0": 100}}}],
-        "accounting": {"in": 100, "out": 100, "outputs": {output: 100}},
+        "accounting": {"in": 100, "out": 100, "outputs": {output: 100}}, "client_rebuilds": rebuilds or {},
     }).encode()  # fmt: skip
 
 
@@ -37,7 +37,8 @@ def stalled_shop() -> Monitor:
     batch: stalled, lag 40, the oldest pending record written at T0 + 2 s. total is caught up: healthy."""
     now = [T0]
     m = Monitor(MonitorConfig.model_validate({"alerts": [{"expr": "lag(*) > 10"}]}), clock=lambda: now[0])
-    m.ingest(progress("enrich", "orders", "enriched"))
+    # enrich's process rebuilt clients that could not go on: one of its own, two in its Spark workers
+    m.ingest(progress("enrich", "orders", "enriched", {"progress producer": 1, "sink producer": 2}))
     m.ingest(progress("total", "enriched", "totals"))
     for dt, latest in ((0, 100), (10, 120), (20, 140)):
         now[0] = T0 + dt
@@ -77,10 +78,11 @@ def test_status_shows_the_monitors_view(home):
     out = result.output
     assert f"from the monitor at {url} (broker" in out and "reachable" in out
     assert "pipeline shop" in out and "runners' state files" not in out
-    # processor, health, lag, lag age, in/s, processed/s, freshness, dlq, late, restarts, why
+    # processor, health, lag, lag age, in/s, processed/s, freshness, dlq, late, restarts, rebuilds, why
     enrich = row(out, "enrich")
     assert enrich[:10] == ["enrich", "stalled", "40", "18s", "2.0", "0.0", "18s", "0.00%", "0.00%", "0"]
-    assert enrich[10].startswith("40 records pending and no batch for")
+    assert enrich[10] == "3 (sink producer 2, progress producer 1)" and row(out, "total")[10] == "0"
+    assert enrich[11].startswith("40 records pending and no batch for")
     assert row(out, "total")[:7] == ["total", "healthy", "0", "0.0s", "0.0", "0.0", "18s"]  # as fresh as enrich
     assert row(out, "enriched") == ["enriched", "topic", "18s", "shop/enrich"]  # outputs' freshness
     assert row(out, "totals") == ["totals", "topic", "18s", "shop/total"]
@@ -89,6 +91,7 @@ def test_status_shows_the_monitors_view(home):
     body = json.loads(as_json.output)  # the monitor's own JSON, nothing around it
     assert set(body["processors"]) == {"shop/enrich", "shop/total"} and body["broker"]["reachable"] is True
     assert body["processors"]["shop/enrich"]["health"] == "stalled" and body["processors"]["shop/enrich"]["lag"] == 40
+    assert body["processors"]["shop/enrich"]["client_rebuilds"] == {"progress producer": 1, "sink producer": 2}
 
 
 def test_status_falls_back_to_the_state_files_and_says_so(home):

@@ -27,7 +27,7 @@ def status(
     and the checkpoints."""
     from rich.markup import escape
 
-    from weir.monitor.client import Answer, ask, narrowed, status_views
+    from weir.monitor.client import Answer, ask, narrowed, rebuilds_text, status_views
     from weir.runtime.status import collect
 
     settings = load()
@@ -55,7 +55,7 @@ def status(
     for name, body in report.items():
         table = new_table(
             "processor", "state", "last batch", "at", "lag", "admission", "in", "out", "filtered", "dlq", "late",
-            "violations", "restarts", "last error", title=f"pipeline {name} ({body['runner']})",
+            "violations", "restarts", "rebuilds", "last error", title=f"pipeline {name} ({body['runner']})",
         )  # fmt: skip
         for proc, st in body["processors"].items():
             t = st.get("totals", {})
@@ -64,7 +64,7 @@ def status(
                 "-" if st.get("lag") is None else str(st["lag"]), _admission(st.get("admission")),
                 *(str(t.get(k, 0)) for k in
                 ("in", "out", "filtered", "dlq", "late", "violations")), str(st.get("restarts", 0)),
-                (st.get("last_error") or "")[:60],
+                rebuilds_text(st.get("client_rebuilds")), (st.get("last_error") or "")[:60],
             )  # fmt: skip
         starts = sorted({st.get("totals_since") or "an unrecorded start" for st in body["processors"].values()})
         table.caption = f"in to violations: totals since the runner's start ({', '.join(starts)}), not all time"

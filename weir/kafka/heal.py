@@ -26,6 +26,9 @@ FIRST_DELAY_S, MAX_DELAY_S = 0.5, 30.0
 SETTLED_S = 60.0  # a client that lasted this long was healthy: its next rebuild starts the backoff again
 
 _counts: dict[str, int] = {}
+# Rebuilds not yet carried to the process that publishes them: a Spark Python worker's sink producers are rebuilt
+# in that worker, and each successful write carries what it takes from here back to the runner's books.
+_unreported: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -50,7 +53,23 @@ def counted(kind: str) -> int:
     """Note one rebuild of a client of `kind` in this process; the count so far."""
     with _lock:
         _counts[kind] = _counts.get(kind, 0) + 1
+        _unreported[kind] = _unreported.get(kind, 0) + 1
         return _counts[kind]
+
+
+def take_unreported(kind: str) -> int:
+    """The rebuilds of `kind` in this process not taken before (each is taken once): what a write carries back."""
+    with _lock:
+        return _unreported.pop(kind, 0)
+
+
+def merged(*counts: dict[str, int]) -> dict[str, int]:
+    """Rebuilds per client kind summed over `counts` (this process's own and those carried back to it)."""
+    out: dict[str, int] = {}
+    for c in counts:
+        for kind, n in c.items():
+            out[kind] = out.get(kind, 0) + n
+    return out
 
 
 def rebuilds() -> dict[str, int]:

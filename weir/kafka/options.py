@@ -68,11 +68,15 @@ SINK_OPTIONS = {
     "brokerunavailabletimeoutms": "how long a write waits for an unreachable broker before failing (default 600000)",
     "replayguard": "set by weir's runner: where a processor's batch began writing, so that its replays skip what "
     "is already delivered (docs/delivery.md, Replays)",
+    "commitreport": "set by weir's runner: a file on the driver where the write's commit says what its tasks "
+    "reported (records, rebuilt producers)",
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
     "weir.simulateddroppedtopics": "testing hook: topics (comma-separated) whose records are counted as written but "
     "never produced, as a broker that acknowledges and loses them would",
+    "weir.simulatedfencing": "testing hook: true fences each task's pooled producer before its write, as "
+    "librdkafka's error callback would after a fenced epoch, so that the write rebuilds it",
 }
 
 log = logging.getLogger("weir.kafka")
@@ -324,6 +328,8 @@ class SinkOptions:
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a write waits out an unreachable broker
     replay_guard: str | None = None  # weir.kafka.replay.Guard as JSON: a processor's write skips its replays
     dropped: frozenset[str] = frozenset()  # testing hook: topics whose records are counted, never produced
+    commit_report: str | None = None  # a driver-side file: the commit writes its tasks' reports there
+    fenced: bool = False  # testing hook: each write finds its pooled producer fenced, and rebuilds it
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {
@@ -357,4 +363,6 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         broker_timeout_s=_broker_timeout(opts),
         replay_guard=guard,
         dropped=dropped,
+        commit_report=opts.get("commitreport") or None,
+        fenced=opts.get("weir.simulatedfencing", "false").lower() == "true",
     )

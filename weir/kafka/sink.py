@@ -7,14 +7,18 @@ drop replays. Columns and options: README "Sink options"; the commit order and f
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -44,6 +48,38 @@ class DeliveryError(RuntimeError):
 class SinkCommit(WriterCommitMessage):
     records: int = 0
     per_topic: dict[str, int] = field(default_factory=dict)
+    # This worker's sink producers rebuilt since its last successful write (weir.kafka.heal): carried back to
+    # the driver, where no other path leads from a Python worker to the runner's progress records.
+    rebuilds: int = 0
+
+
+def report_path() -> str:
+    """A new file for one write's commit report (`commitReport`): local to the driver, where Spark runs the
+    commit, as the runner is."""
+    return os.path.join(tempfile.gettempdir(), "weir-commits", f"{os.getpid()}-{uuid.uuid4().hex}.json")
+
+
+def write_report(path: str, messages: list[SinkCommit | None]) -> dict:
+    """What the tasks of a write reported, summed (a failed task's message is None), to `path` (driver)."""
+    done = [m for m in messages if m is not None]
+    report = {"tasks": len(done), "records": sum(m.records for m in done), "rebuilds": sum(m.rebuilds for m in done)}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
+    return report
+
+
+def take_report(path: str) -> dict | None:
+    """The commit report at `path`, removed (None: no commit wrote one)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+    except FileNotFoundError:
+        return None
+    os.unlink(path)
+    return report
 
 
 @dataclass(frozen=True)
@@ -180,6 +216,8 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
     on an executor's Python worker, with that worker's pooled producer."""
     rewrite = _rewrite(opts)
+    if opts.fenced:  # testing hook: as librdkafka's error callback says of a producer whose epoch was fenced
+        _pooled(opts.producer_settings())._on_error(KafkaError(KafkaError.PRODUCER_FENCED))
     pooled = _pooled(opts.producer_settings())
     with pooled.lock:
         pooled.failures = []
@@ -200,6 +238,8 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
             pooled.idle_since = time.monotonic()
     if rewrite is not None:
         rewrite.report()
+    # Rebuilds of this worker's producers, by this write or an earlier one that failed, go back with this one.
+    commit.rebuilds = heal.take_unreported("sink producer")
     return commit
 
 
@@ -317,16 +357,34 @@ class _Writing:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_batches(self.opts, self.layout, iterator)
 
+    def reported(self, messages: list[SinkCommit | None]) -> dict:
+        """The tasks' reports summed; written to `commitReport` when the runner asked (it runs in a Python
+        worker of the driver, not in the runner's process). An aborted write's successful tasks report too:
+        the producers they rebuilt were rebuilt all the same."""
+        if self.opts.commit_report:
+            report = write_report(self.opts.commit_report, messages)
+        else:
+            done = [m for m in messages if m is not None]
+            report = {"records": sum(m.records for m in done), "rebuilds": sum(m.rebuilds for m in done)}
+        if report["rebuilds"]:
+            log.warning("weir-kafka sink: %d producer(s) rebuilt by this write's workers", report["rebuilds"])
+        return report
+
 
 class KafkaBatchWriter(_Writing, DataSourceArrowWriter):
     def commit(self, messages: list[SinkCommit | None]) -> None:
-        log.info("weir-kafka sink: wrote %d records", sum(m.records for m in messages if m))
+        log.info("weir-kafka sink: wrote %d records", self.reported(messages)["records"])
+
+    def abort(self, messages: list[SinkCommit | None]) -> None:
+        self.reported(messages)
+        log.warning("weir-kafka sink: write aborted; delivered records stay (at-least-once)")
 
 
 class KafkaStreamWriter(_Writing, DataSourceStreamArrowWriter):
     def commit(self, messages: list[SinkCommit | None], batchId: int) -> None:
-        log.info("weir-kafka sink: batch %d wrote %d records", batchId, sum(m.records for m in messages if m))
+        log.info("weir-kafka sink: batch %d wrote %d records", batchId, self.reported(messages)["records"])
 
     def abort(self, messages: list[SinkCommit | None], batchId: int) -> None:
         # Records that tasks delivered before the failure stay in Kafka: at-least-once, by design.
+        self.reported(messages)
         log.warning("weir-kafka sink: batch %d aborted; delivered records stay and will be written again", batchId)

@@ -125,6 +125,15 @@ def percent(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:.2f}%"
 
 
+def rebuilds_text(per_kind: dict | None) -> str:
+    """Kafka clients rebuilt because they could not go on (weir.kafka.heal), "3 (sink producer 2, progress
+    producer 1)"; "0" for none."""
+    if not per_kind:
+        return "0"
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(per_kind.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{sum(per_kind.values())} ({kinds})"
+
+
 def narrowed(body: dict, pipeline: str | None) -> dict | None:
     """The overview with only `pipeline`'s processors and their outputs (all of it when None); None when
     the monitor knows no processor of that pipeline."""
@@ -165,7 +174,7 @@ def status_views(body: dict, url: str) -> list[Any]:
     for name, procs in by_pipeline.items():
         table = new_table(
             "processor", "health", "lag", "lag age", "in/s", "processed/s", "freshness", "dlq", "late", "restarts",
-            "why", title=f"pipeline {e(name)}",
+            "rebuilds", "why", title=f"pipeline {e(name)}",
         )  # fmt: skip
         for p in procs:
             health = str(p.get("health") or "unknown")
@@ -176,7 +185,7 @@ def status_views(body: dict, url: str) -> list[Any]:
                 e(str(p.get("name"))), shown + (" (stale)" if p.get("stale") else ""), number(p.get("lag")),
                 duration(p.get("lag_seconds")), number(p.get("input_rate"), 1), number(p.get("processing_rate"), 1),
                 duration(p.get("freshness_s")), percent(p.get("dlq_rate")), percent(p.get("late_rate")),
-                str(p.get("restarts", 0)), why,
+                str(p.get("restarts", 0)), e(rebuilds_text(p.get("client_rebuilds"))), why,
             )  # fmt: skip
         views.append(table)
     outputs = body.get("outputs") or {}

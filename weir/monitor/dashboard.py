@@ -135,6 +135,11 @@ function admission(b) {  // flow = auto: the last batch's limit and why (docs/fl
   return `admission: ${fmt(a.limit)} records per batch (${a.reason}); ${fmt(a.waiting)} waiting; ` +
     `last batch ${fmt(a.measured_ms)} ms of a ${fmt(a.target_ms)} ms target`;
 }
+function rebuilds(r) {  // Kafka clients of its process rebuilt after errors they could not go on from
+  const kinds = Object.entries(r || {}).filter(([, n]) => n > 0);
+  if (!kinds.length) return "";
+  return "client rebuilds: " + kinds.map(([k, n]) => `${k} ${fmt(n)}`).join(", ");
+}
 async function get(path) {
   const r = await fetch(path, {headers: HEADERS, cache: "no-store"});
   if (!r.ok) throw new Error(path + ": HTTP " + r.status);
@@ -334,6 +339,7 @@ function drawTables() {
       `violations ${p.violations_total} (in window ${p.violations_window}); lost offsets ${p.lost_offsets}`,
       p.silent_gaps === null ? "" : `audit: ${p.silent_gaps} silent gap(s)` +
         (p.gaps.length ? ` (${p.gaps.join(", ")})` : "") + `; ${p.counted_lost_offsets} counted lost offsets`,
+      rebuilds(p.client_rebuilds),
       p.last_error ? "last error: " + p.last_error : ""];
     detail.appendChild(el("pre", {}, lines.filter(Boolean).join("\n")));
   } else {

@@ -115,7 +115,7 @@ def figures(
         run=Run(
             state=t.lifecycle, runner_alive=t.runner_alive, note=t.note, restarts=t.restarts,
             failures_total=t.failures_total, failures_window=sum(1 for at in t.failures if at >= now - rw),
-            last_error=t.last_error, failed_at_ms=t.failed_at_ms,
+            last_error=t.last_error, failed_at_ms=t.failed_at_ms, client_rebuilds=dict(t.client_rebuilds),
         ),
         first_seen_ms=t.first_seen_ms, last_record_ms=t.last_record_ms, last_advance_ms=t.last_advance_ms,
         lag=Lag(

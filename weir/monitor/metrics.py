@@ -90,6 +90,9 @@ class MonitorCollector:
                                          "since the monitor started.", labels=[*labels, "kind"])  # fmt: skip
             violations = CounterMetricFamily("weir_processor_violations", "Accounting violations.", labels=labels)
             failures = CounterMetricFamily("weir_processor_failures", "Failure records.", labels=labels)
+            rebuilt = CounterMetricFamily("weir_processor_client_rebuilds", "Kafka clients of its process rebuilt "
+                                          "because they could not go on (its Spark workers' sink producers "
+                                          "included).", labels=[*labels, "client"])  # fmt: skip
             batch: dict[tuple, Histogram] = {}
             delay: dict[tuple, Histogram] = {}
             for t in m.tracks.values():
@@ -105,10 +108,12 @@ class MonitorCollector:
                     totals.add_metric([*lv, kind], t.totals.get(kind, 0))
                 violations.add_metric(lv, t.totals.get("violations", 0))
                 failures.add_metric(lv, t.failures_total)
+                for kind, n in sorted(t.client_rebuilds.items()):
+                    rebuilt.add_metric([*lv, kind], n)
                 batch[tuple(lv)], delay[tuple(lv)] = t.batch_hist, t.delay_hist
             yield health
             yield from gauges.values()
-            yield from (last, totals, violations, failures)
+            yield from (last, totals, violations, failures, rebuilt)
             yield _histogram("weir_processor_batch_duration_seconds", "Micro-batch durations.", labels, batch)
             yield _histogram("weir_processor_scheduling_delay_seconds", "How late batches started.", labels, delay)
             fresh = GaugeMetricFamily("weir_output_freshness_seconds", "How far behind real time an output "

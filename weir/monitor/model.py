@@ -41,12 +41,16 @@ class Run:
     failures_window: int = 0  # over rate_window
     last_error: str | None = None
     failed_at_ms: int | None = None
+    # Its process's Kafka clients rebuilt because they could not go on, per kind (weir.kafka.heal), as its last
+    # record said: Spark workers' sink producers included (carried back by the runner's writes)
+    client_rebuilds: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "lifecycle": self.state, "runner_alive": self.runner_alive, "note": self.note, "restarts": self.restarts,
             "failures_total": self.failures_total, "failures_window": self.failures_window,
             "last_error": self.last_error, "failed_at_ms": self.failed_at_ms,
+            "client_rebuilds": dict(self.client_rebuilds),
         }  # fmt: skip
 
 

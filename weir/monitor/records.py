@@ -35,6 +35,9 @@ class Record:
     pipeline: str
     processor: str
     at_ms: int
+    # Its process's Kafka clients rebuilt because they could not go on, per kind (weir.kafka.heal): cumulative
+    # since that process started. Keyword-only, so that the kinds' own fields need no defaults.
+    client_rebuilds: dict[str, int] = field(default_factory=dict, kw_only=True)
 
     @property
     def key(self) -> str:
@@ -200,6 +203,15 @@ def _progress(d: dict, base: dict) -> Progress:
     )
 
 
+def _rebuilds(d: dict) -> dict[str, int]:
+    """`client_rebuilds` ({client kind: count}; {} when absent: a runner from before it was published)."""
+    raw = _get(d, "client_rebuilds", dict, "", required=False, default={})
+    for kind, n in raw.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise BadRecord(f"client_rebuilds[{kind!r}] is {n!r}, not a count")
+    return dict(raw)
+
+
 def _no_number(name: str) -> None:
     """NaN and Infinity (not JSON, but Python writes them) read as null: a missing figure, not a lost record."""
     return None
@@ -229,7 +241,8 @@ def parse(value: bytes | str | None, key: bytes | None = None) -> Record:
         at_ms = time_ms(d.get("at"), "at")
         if at_ms is None:
             raise BadRecord("missing field 'at_ms' (and no 'at')")
-    base = {"kind": kind, "pipeline": pipeline, "processor": processor, "at_ms": at_ms}
+    base = {"kind": kind, "pipeline": pipeline, "processor": processor, "at_ms": at_ms,
+            "client_rebuilds": _rebuilds(d)}  # fmt: skip
     if kind == "progress":
         return _progress(d, base)
     if kind == "failure":

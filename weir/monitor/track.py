@@ -81,6 +81,7 @@ class Track:
     failed_at_ms: int | None = None
     last_error: str | None = None
     restarts: int = 0
+    client_rebuilds: dict[str, int] = field(default_factory=dict)  # its process's, as its last record said
     failures_total: int = 0
     failures: deque = field(default_factory=lambda: deque(maxlen=10_000))  # at_ms
     batches: deque = field(default_factory=lambda: deque(maxlen=20_000))  # (at_ms, in, dlq, late, violations)
@@ -117,6 +118,7 @@ class Track:
         """A record of this processor; `trigger_ms` its trigger (for the scheduling delay of a batch)."""
         self.first_seen_ms = self.first_seen_ms or record.at_ms
         self.last_record_ms = max(self.last_record_ms or 0, record.at_ms)
+        self.client_rebuilds = dict(record.client_rebuilds)
         if isinstance(record, Progress):
             self._progress(record, trigger_ms)
         elif isinstance(record, Failure):

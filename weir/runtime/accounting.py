@@ -14,7 +14,7 @@ from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, O
 
 _TOTALS = (
     "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "replayed",
-    "refused",
+    "refused", "client_rebuilds",
 )  # fmt: skip
 
 
@@ -46,6 +46,9 @@ class Counts:
     # Offsets a batch did not read or write as planned (weir.runtime.completeness), each a Gap's JSON; exact ones
     # are violations too.
     gaps: list[dict] = field(default_factory=list)
+    # Sink producers that the workers writing this batch (or a failed write before it) rebuilt because they could
+    # not go on (weir.kafka.heal): carried back by the writes' commit reports. Not records: no part of `accounted`.
+    client_rebuilds: int = 0
 
     @property
     def accounted(self) -> int:

@@ -4,7 +4,8 @@ Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so 
 in order), which the monitor consumes, and to `<home>/progress/<pipeline>.jsonl`, which keeps them when the
 broker is down. Kinds: "progress", "failure", "state", "retention_risk". Fields: docs/pipelines.md
 ("Progress stream"). Every record carries `client_rebuilds`: this process's rebuilt Kafka clients, per kind
-(weir.kafka.heal), the publisher's own producer among them.
+(weir.kafka.heal), the publisher's own producer among them, and those its Spark workers rebuilt, as their
+writes carried them back (`carried`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class ProgressPublisher:
         self._broken: str | None = None  # why the producer cannot go on: a new one before the next record
         self._backoff = heal.Backoff()
         self._swap = threading.Lock()
+        self._carried: dict[str, int] = {}  # rebuilds in other processes (Spark's Python workers), carried back
 
     def _on_error(self, err: Any) -> None:
         if heal.cannot_go_on(err):
@@ -80,6 +82,19 @@ class ProgressPublisher:
         total = heal.counted("progress producer")
         log.warning("weir: the progress producer was rebuilt (%d in this process) after: %s", total, why)
 
+    def carried(self, kind: str, n: int) -> None:
+        """Note `n` rebuilds of clients of `kind` in another process of this one's (a Spark Python worker's sink
+        producers, carried back by a batch's writes): published with every record from now on."""
+        if n:
+            with self._lock:
+                self._carried[kind] = self._carried.get(kind, 0) + n
+
+    def rebuilds(self) -> dict[str, int]:
+        """This process's rebuilt clients per kind, those carried back to it included."""
+        with self._lock:
+            carried = dict(self._carried)
+        return heal.merged(heal.rebuilds(), carried)
+
     def publish(self, kind: str, processor: str, **fields: Any) -> dict:
         record = {
             "type": kind,
@@ -89,7 +104,7 @@ class ProgressPublisher:
             "at_ms": int(time.time() * 1000),
             **fields,
             "progress_undelivered": self.undelivered,
-            "client_rebuilds": heal.rebuilds(),
+            "client_rebuilds": self.rebuilds(),
         }
         line = json.dumps(record, default=str, separators=(",", ":"))
         with self._lock:

@@ -27,6 +27,7 @@ from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka import admission, replay
+from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMN_NAMES
@@ -120,6 +121,9 @@ class ProcessorQuery:
         # The last batch that wrote topics without a replay: (batch id, its marks, records written per topic),
         # checked against the next batch's marks (weir.runtime.completeness.check_writes).
         self._wrote: tuple[int, dict, dict[str, int]] | None = None
+        # Sink producers rebuilt by the workers of this processor's writes, not yet in a batch's books (a failed
+        # write's are booked with the next batch that succeeds).
+        self.client_rebuilds = 0
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -396,19 +400,24 @@ class ProcessorQuery:
             self._start_rebuild()
         if self.delivered is not None:
             rows, seen = self._undelivered(rows)
-        (
-            routing.stamped(rows, self.headers)
-            # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
-            # reading while it is written) sees the older records, not a scatter whose newest event times
-            # would push its watermark past the rest (a stateful result comes grouped by key).
-            .sortWithinPartitions("timestamp")
-            .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
-            .write.format("weir-kafka")
-            .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
-            .options(**self.write_hooks)
-            .mode("append")
-            .save()
-        )
+        report = kafka_sink.report_path()
+        try:
+            (
+                routing.stamped(rows, self.headers)
+                # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
+                # reading while it is written) sees the older records, not a scatter whose newest event times
+                # would push its watermark past the rest (a stateful result comes grouped by key).
+                .sortWithinPartitions("timestamp")
+                .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
+                .write.format("weir-kafka")
+                .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
+                .option("commitReport", report)
+                .options(**self.write_hooks)
+                .mode("append")
+                .save()
+            )
+        finally:
+            self._take_report(report)
         if self.guard is not None and self.guard.reports is not None:
             self.replayed += replay.skipped(self.guard.reports)
         self.skipped = {}
@@ -417,6 +426,13 @@ class ProcessorQuery:
             self.replayed += sum(self.skipped.values())
             if self.rebuild is not None:
                 self._note_rebuild(sum(self.skipped.values()))
+
+    def _take_report(self, path: str) -> None:
+        """The rebuilt producers a write's commit reported, kept for the batch's books (`client_rebuilds`)."""
+        report = kafka_sink.take_report(path)
+        if report is None:  # a write that failed before its commit (or a collecting test double) reports nothing
+            return
+        self.client_rebuilds += int(report.get("rebuilds", 0))
 
     def _start_rebuild(self) -> None:
         """After `weir run --reset` (weir.runtime.rebuild): note the marks of the topics this processor writes
@@ -647,6 +663,7 @@ class ProcessorQuery:
         counts = self.ledger.peek(self.name, batch_id)
         if counts is None:
             return
+        counts.client_rebuilds, self.client_rebuilds = counts.client_rebuilds + self.client_rebuilds, 0
         for gap in unappended:
             log.error("weir: processor %s batch %d: %s", self.proc.name, batch_id - 1, gap.describe())
             counts.gaps.append(gap.to_json() | {"batch": batch_id - 1})

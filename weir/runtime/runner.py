@@ -26,6 +26,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from weir import units
 from weir.config import Settings, load
+from weir.kafka import heal
 from weir.kafka.admin import Admin
 from weir.kafka.log import servers_of
 from weir.lake.archive import with_archivers
@@ -500,6 +501,7 @@ class Runner:
                 )  # fmt: skip
         counts.settle(figures["input_rows"])
         self._check_reads(name, progress, figures, counts)
+        self.publisher.carried("sink producer", counts.client_rebuilds)  # in this record's client_rebuilds
         if not counts.balanced:
             counts.violations += 1
             log.error(
@@ -571,6 +573,8 @@ class Runner:
             "updated": now_iso(),
             "started": self.started,
             "stopping": self._stop.is_set(),
+            # Kafka clients rebuilt because they could not go on, per kind: this process's and its workers'
+            "client_rebuilds": self.publisher.rebuilds() if self.publisher is not None else heal.rebuilds(),
             "processors": {
                 n: {**st.to_json(), "checkpoint": self.checkpoint(self.pipeline.processors[n])}
                 for n, st in self.status.items()

@@ -54,6 +54,7 @@ def collect(settings: Settings, pipeline: str | None = None) -> dict[str, Any]:
             st = dict(st)
             # The totals are the runner's own, from its start: a state file names no earlier run.
             st["totals_since"] = body.get("started")
+            st["client_rebuilds"] = body.get("client_rebuilds") or {}  # its process's (weir.kafka.heal)
             if not alive and st["state"] in ("running", "starting", "restarting", "pending"):
                 st["state"] = f"not running (was {st['state']})"
             entry["processors"][name] = st
