@@ -50,6 +50,9 @@ class FakeConsumer:
         step = self.script.pop(0)
         if step[0] == "reset":
             return [FakeMessage((t, p), o, KafkaError._AUTO_OFFSET_RESET)]
+        if step[0] == "eof":
+            self.cached = step[1]
+            return [FakeMessage((t, p), step[1], KafkaError._PARTITION_EOF)]
         self.cached = step[1]
         return [FakeMessage((t, p), o)]
 
@@ -102,3 +105,10 @@ def test_a_lower_mark_than_seen_before_is_probed_again_and_then_accepted():
     assert v.bounds([TP0]) == {TP0: (0, 40)}
     assert v.bounds([TP0]) == {TP0: (0, 30)}  # confirmed by the fresh probe: a truncated or recreated log
     assert not v.consumer.script  # both probes ran
+
+
+def test_a_listed_latest_beyond_the_fetched_high_water_mark_is_not_planned():
+    # The probe at listed - 1 = 40 is answered by the end of the partition at 40: the log ends there, and a read
+    # planned to 41 would wait for an offset that never comes.
+    v = view([(0, 41)], [("eof", 40)])
+    assert v.bounds([TP0]) == {TP0: (0, 40)}

@@ -161,7 +161,9 @@ class LogView:
         for tp, (lo, hi) in sane.items():
             if tp in doubts:
                 continue
-            hi = max(hi, high.get(tp, hi))
+            # The Fetch response's high-water mark is the end of the log, by the protocol: a listing above it (a
+            # broker's ListOffsets beyond what a fetch returns) would plan reads of offsets that never come.
+            hi = high.get(tp, hi)
             seen = self._seen_high.get(tp)
             if seen is not None and hi < seen:
                 doubts[tp] = f"lower high-water mark {hi} after {seen}"
