@@ -73,19 +73,22 @@ class Controller:
         self.limit = opts.start_records
         self.measured = 0
 
-    def decide(self, rows: int | None, seconds: float | None, cap: int) -> Decision:
+    def decide(self, rows: int | None, seconds: float | None, cap: int, waiting: bool | None = None) -> Decision:
         """The next batch's limit, from the last batch's admitted `rows` and measured `seconds` (None when no
-        batch ran since the last decision), never above `cap`."""
+        batch ran since the last decision), never above `cap`. `waiting`: whether that batch left records
+        waiting when it was planned (unknown: whether it filled its limit)."""
         if rows is None or seconds is None or rows <= 0:
             reason = WARMING_UP if self.measured == 0 else ON_TARGET
             return self._capped(self.limit, reason, cap, None, None)
         self.measured += 1
         ratio = self.opts.target_s / max(seconds, 1e-3)
-        if rows < self.limit:
-            # The batch took all there was: it says nothing about a bigger one. Hold, unless even this small
-            # batch ran over (a slower processor, or a skewed partition).
-            limit, reason = (self.limit, CAUGHT_UP) if ratio >= 1 - BAND else (rows * ratio, OVER_TARGET)
-        elif self.measured <= WARMUP_BATCHES:
+        warming = self.measured <= WARMUP_BATCHES
+        if not (rows >= self.limit if waiting is None else waiting):
+            # The batch took all there was: it says nothing about what a full batch costs, so it never shrinks the
+            # limit, even when it ran over (a warm-up, a quiet start's first records). If it did run over, records
+            # piled up meanwhile: the next batch fills its limit, and that batch's duration is the measure.
+            limit, reason = self.limit, WARMING_UP if warming else CAUGHT_UP
+        elif warming:
             limit, reason = (self.limit * MAX_STEP if ratio > 1 else self.limit), WARMING_UP
         elif abs(ratio - 1) <= BAND:
             limit, reason = self.limit, ON_TARGET
