@@ -77,6 +77,7 @@ class Result:
     missing: int = 0
     load: tuple[float, float] = (0.0, 0.0)
     batches: list[tuple[int, float]] = field(default_factory=list)  # (input rows, addBatch s) with input
+    cpu: float | None = None  # CPU s of the system's process tree, launch to stop
     note: str = ""
 
     def pct(self, q: float) -> int | None:
@@ -131,6 +132,8 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         launched = time.time()
         proc = subprocess.Popen(cmd, env={**env, **base}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
+        sampler = peers.TreeSampler(proc.pid)
+        sampler.start()
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
         rng = random.Random(7)
         try:
@@ -154,6 +157,9 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         finally:
             producer.flush(30)
             res.load = (load0, os.getloadavg()[0])
+            sampler.sample()
+            sampler.stopped.set()
+            res.cpu = sampler.cpu
             stop_group(proc)
             stop_group(consumer, 10)
     got = read_json(result_file)
@@ -258,7 +264,8 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
             r.label, *(f"{v:,}" if v is not None else "-" for v in (r.pct(0.5), r.pct(0.95), r.pct(0.99), r.pct(1.0))),
             f"{r.launch_s:.1f} s" if r.launch_s is not None else "-", once,
             ratio(r.pct(0.5), plain and plain.pct(0.5)), ratio(r.pct(0.99), plain and plain.pct(0.99)),
-            ratio(r.launch_s, plain and plain.launch_s), f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
+            ratio(r.launch_s, plain and plain.launch_s), f"{r.cpu:,.0f}" if r.cpu is not None else "-",
+            f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
             (f"{first} ({len(r.batches)} in all)" if r.batches else "-"), r.note,
         )  # fmt: skip
     t.caption = "first batches: records / addBatch s, from the query's progress"

@@ -89,16 +89,21 @@ def test_warm_up_batches_never_shrink_even_when_they_took_all_there_was() -> Non
     assert (d.limit, d.reason) == (10_000, adm.WARMING_UP)
 
 
-def _live(c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int) -> list[tuple]:
+def _live(
+    c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int, told: bool = False
+) -> list[tuple]:
     """A stream at `rate` records/s with `backlog` waiting, run for `batches` batches by a processor whose batch
-    costs cost[0] s plus cost[1] s per record; each batch's (records, waiting before, took all, seconds)."""
+    costs cost[0] s plus cost[1] s per record; each batch's (records, waiting before, took all, seconds). With
+    `told`, the controller hears what arrived during each batch, as the source tells it."""
     out = []
     for _ in range(batches):
         took = min(backlog, c.limit)
         seconds = cost[0] + took * cost[1] if took else 0.1  # with nothing there, the next look comes soon
         out.append((took, backlog, took == backlog, seconds))
-        backlog += round(rate * seconds) - took
-        c.decide(took or None, seconds if took else None, BIG)
+        arrived = round(rate * seconds)
+        backlog += arrived - took
+        extra = {"waiting": took < out[-1][1], "arrived": arrived} if told else {}
+        c.decide(took or None, seconds if took else None, BIG, **extra)
     return out
 
 
@@ -108,16 +113,29 @@ def _quiet_start(c: adm.Controller, cap: int = BIG) -> None:
     c.decide(47, 35.0, cap)
 
 
+@pytest.mark.parametrize("told", [False, True])
 @pytest.mark.parametrize("arrived_during_warm_up", [0, 175_000])
-def test_a_live_stream_after_a_quiet_start_catches_up_within_3_batches(arrived_during_warm_up: int) -> None:
+def test_a_live_stream_after_a_quiet_start_catches_up_within_3_batches(arrived_during_warm_up: int, told: bool) -> None:
     """After a quiet start, 5,000 records/s arrive (after batch 0, or already during its warm-up). Default
     settings: within 3 batches with input a batch takes all there is, and the stream stays caught up."""
     c = adm.Controller(adm.FlowOptions())
     _quiet_start(c)
-    batches = _live(c, arrived_during_warm_up or 500, 5000, (1.0, 20e-6), 12)
+    batches = _live(c, arrived_during_warm_up or 500, 5000, (1.0, 20e-6), 12, told=told)
     caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
     assert caught_up is not None and caught_up < 3, batches
     assert all(b[2] for b in batches[caught_up:]), batches
+
+
+def test_a_live_stream_whose_batches_cost_mostly_a_fixed_time_still_catches_up() -> None:
+    """Issue 27 on a loaded machine: a batch cost about 7 s whatever its size. Batches of the 10 s target's size
+    took fewer records than arrived meanwhile, so aiming at the target kept the stream behind for good; told what
+    arrived, the controller grows the batches past the target until they keep up, then it catches up."""
+    c = adm.Controller(adm.FlowOptions())
+    _quiet_start(c)
+    batches = _live(c, 175_000, 5000, (7.0, 100e-6), 40, told=True)
+    caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
+    assert caught_up is not None and caught_up <= 12, batches
+    assert all(b[0] <= 900_000 for b in batches)
 
 
 def test_catch_up_after_a_quiet_start_aims_at_the_target_within_the_memory_cap() -> None:
