@@ -1,7 +1,7 @@
 """Live latency at a steady rate: every system in one run on one embedded broker, each output timed against its
 input's produce time.
 
-    .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--only loop,plain,weir,bytewax,quix]
+    .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20] [--only loop,plain,weir,bytewax,quix]
                                       [--weir-variant 'LABEL:KEY=VALUE[,KEY=VALUE...]' ...] [--drain 120]
 
 The job (issue 27): parse an event's JSON, keep amount > 10 (about 90% of events), write {id, user, amount, ts} to
@@ -23,8 +23,9 @@ Per system, in order:
   3. the paced producer (this process) sends --rate events/s for --seconds, each stamped with its produce time;
   4. drain: until every kept paced event has come out, at most --drain s; then the system and the consumer stop.
 Figures over the paced events: p50, p95, p99 and max of output time minus produce time; launch to first output;
-the exactly-once check (every kept event once, nothing else); the load average over the system's run; for the
-Spark systems, the first batches with input (records / addBatch s). Ratios are against the plain query: the
+the exactly-once check (every kept event once, nothing else); the load average over the system's run; CPU s of
+its process tree, and its CPU share over --idle s with no input after the drain (what polling for input costs);
+for the Spark systems, the first batches with input (records / addBatch s). Ratios are against the plain query: the
 machine's speed varies from day to day and with other load, so compare rows of one run.
 """
 
@@ -78,6 +79,7 @@ class Result:
     load: tuple[float, float] = (0.0, 0.0)
     batches: list[tuple[int, float]] = field(default_factory=list)  # (input rows, addBatch s) with input
     cpu: float | None = None  # CPU s of the system's process tree, launch to stop
+    idle_cpu: float | None = None  # its CPU share (1.0: one core) while caught up with no input, after the drain
     note: str = ""
 
     def pct(self, q: float) -> int | None:
@@ -154,6 +156,13 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                 if read_json(status).get("paced", 0) >= len(kept):
                     break
                 time.sleep(0.25)
+            if args.idle and proc.poll() is None:
+                time.sleep(2.0)  # the last batch's commit and progress
+                sampler.sample()
+                before, t0 = sampler.cpu, time.monotonic()
+                time.sleep(args.idle)
+                sampler.sample()
+                res.idle_cpu = (sampler.cpu - before) / (time.monotonic() - t0)
         finally:
             producer.flush(30)
             res.load = (load0, os.getloadavg()[0])
@@ -245,31 +254,42 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
         "p50 / plain",
         "p99 / plain",
         "launch / plain",
+        "CPU s",
+        "idle CPU",
         "load 1 min",
-        "first batches with input",
-        "notes",
     ):
-        t.add_column(h, justify="left" if h in ("system", "first batches with input", "notes") else "right",
-                     overflow="fold")  # fmt: skip
+        t.add_column(h, justify="left" if h in ("system", "exactly once") else "right", overflow="fold")  # fmt: skip
     plain = next((r for r in results if r.label == "plain Structured Streaming"), None)
 
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:.2f}x" if a is not None and b else "-"
 
     for r in results:
-        once = "-" if not r.expected else "yes" if r.exactly_once else (
-            f"NO: {r.missing:,} missing, {r.duplicates:,} twice, {r.unexpected:,} unexpected")  # fmt: skip
-        first = ", ".join(f"{n:,}/{s:.1f}" for n, s in r.batches[:8])
+        once = (
+            r.note or "-"
+            if not r.expected
+            else "yes"
+            if r.exactly_once
+            else (f"NO: {r.missing:,} not out within the drain, {r.duplicates:,} twice, {r.unexpected:,} unexpected")
+        )
         t.add_row(
             r.label, *(f"{v:,}" if v is not None else "-" for v in (r.pct(0.5), r.pct(0.95), r.pct(0.99), r.pct(1.0))),
             f"{r.launch_s:.1f} s" if r.launch_s is not None else "-", once,
             ratio(r.pct(0.5), plain and plain.pct(0.5)), ratio(r.pct(0.99), plain and plain.pct(0.99)),
-            ratio(r.launch_s, plain and plain.launch_s), f"{r.cpu:,.0f}" if r.cpu is not None else "-",
-            f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
-            (f"{first} ({len(r.batches)} in all)" if r.batches else "-"), r.note,
+            ratio(r.launch_s, plain and plain.launch_s), f"{r.cpu:,.1f}" if r.cpu is not None else "-",
+            f"{r.idle_cpu:.0%}" if r.idle_cpu is not None else "-", f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
         )  # fmt: skip
-    t.caption = "first batches: records / addBatch s, from the query's progress"
     return t
+
+
+def batches(results: list[Result]) -> None:
+    """The Spark systems' first batches with input, from their progress: records / addBatch s."""
+    for r in results:
+        if r.batches:
+            first = ", ".join(f"{n:,}/{s:.1f}" for n, s in r.batches[:10])
+            median = sorted(s for _, s in r.batches)[len(r.batches) // 2]
+            console.print(f"{r.label}: {len(r.batches)} batches with input, addBatch median {median:.1f} s; first "
+                          f"(records/addBatch s): {first}", highlight=False)  # fmt: skip
 
 
 def main() -> int:
@@ -277,6 +297,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=5000.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of paced traffic per system")
     parser.add_argument("--drain", type=float, default=120.0, help="seconds to wait for the last outputs")
+    parser.add_argument("--idle", type=float, default=20.0, help="then seconds with no input, measuring CPU (0: none)")
     parser.add_argument("--only", default="loop,plain,weir", help=f"systems among {','.join(SYSTEMS)}, in order")
     parser.add_argument("--weir-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                         help="`weir run` again with these settings")  # fmt: skip
@@ -335,6 +356,7 @@ def main() -> int:
         broker.stop()
         shutil.rmtree(scratch / "broker-home", ignore_errors=True)
     console.print(table(results, args))
+    batches(results)
     console.print(f"load average {os.getloadavg()} at end; logs kept in {scratch}")
     return 0 if all(r.exactly_once for r in results if r.expected) else 1
 
