@@ -2,7 +2,7 @@
 input's produce time.
 
     .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20] [--only loop,plain,weir,bytewax,quix]
-                                      [--weir-variant 'LABEL:KEY=VALUE[,KEY=VALUE...]' ...] [--drain 120]
+                                      [--weir-variant 'LABEL:KEY=VALUE[;KEY=VALUE...]' ...] [--drain 120]
 
 The job (issue 27): parse an event's JSON, keep amount > 10 (about 90% of events), write {id, user, amount, ts} to
 a topic keyed by user. Each system gets its own 4-partition input and output topic on the same broker, and runs
@@ -231,6 +231,37 @@ def _batches(progress: Path) -> list[tuple[int, float]]:
     return [(x["input_rows"], (x.get("duration_ms") or {}).get("addBatch", 0) / 1000) for x in lines]
 
 
+def event_log(scratch: Path, label: str) -> dict[str, str]:
+    where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
+    where.mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": where.as_uri()}
+
+
+def jobs_per_batch(scratch: Path, label: str) -> str:
+    """From Spark's event log: Spark jobs per streaming batch (median), and the median of their summed time."""
+    where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
+    jobs: dict[str, list[float]] = {}
+    started: dict[int, tuple[str, float]] = {}
+    for path in where.glob("*"):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("Event") == "SparkListenerJobStart":
+                batch = (ev.get("Properties") or {}).get("streaming.sql.batchId")
+                if batch is not None:
+                    started[ev["Job ID"]] = (batch, ev["Submission Time"])
+            elif ev.get("Event") == "SparkListenerJobEnd" and ev.get("Job ID") in started:
+                batch, t0 = started.pop(ev["Job ID"])
+                jobs.setdefault(batch, []).append((ev["Completion Time"] - t0) / 1000)
+    if not jobs:
+        return "no event log"
+    counts = sorted(len(v) for v in jobs.values())
+    spent = sorted(sum(v) for v in jobs.values())
+    return f"{counts[len(counts) // 2]} Spark jobs per batch (median), {spent[len(spent) // 2]:.1f} s in them"
+
+
 def weir_env(scratch: Path, label: str, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
     home = scratch / f"weir-{''.join(c if c.isalnum() else '-' for c in label)}"
     home.mkdir(parents=True, exist_ok=True)
@@ -297,9 +328,11 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=5000.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of paced traffic per system")
     parser.add_argument("--drain", type=float, default=120.0, help="seconds to wait for the last outputs")
+    parser.add_argument("--event-log", action="store_true",
+                        help="Spark's event log for the Spark systems: Spark jobs per batch with input")  # fmt: skip
     parser.add_argument("--idle", type=float, default=20.0, help="then seconds with no input, measuring CPU (0: none)")
     parser.add_argument("--only", default="loop,plain,weir", help=f"systems among {','.join(SYSTEMS)}, in order")
-    parser.add_argument("--weir-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+    parser.add_argument("--weir-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[;KEY=VALUE]",
                         help="`weir run` again with these settings")  # fmt: skip
     args = parser.parse_args()
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -310,9 +343,9 @@ def main() -> int:
     for v in args.weir_variant:
         label, _, pairs = v.partition(":")
         try:
-            variants.append((label, dict(p.split("=", 1) for p in pairs.split(",") if p)))
+            variants.append((label, dict(p.split("=", 1) for p in pairs.split(";") if p)))
         except ValueError:
-            parser.error(f"--weir-variant {v!r}: expected LABEL:KEY=VALUE[,KEY=VALUE...]")
+            parser.error(f"--weir-variant {v!r}: expected LABEL:KEY=VALUE[;KEY=VALUE...]")
     console.print(f"load average {os.getloadavg()} on {os.cpu_count()} cores")
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-latency-"))
     broker = EmbeddedBroker(scratch / "broker-home", free_port())
@@ -330,10 +363,13 @@ def main() -> int:
             elif system == "plain":
                 stats = scratch / "plain.progress"
                 env = {**base, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))), "LAT_STATS": str(stats),
-                       "LAT_CHECKPOINT": str(scratch / "plain-checkpoint")}  # fmt: skip
+                       "LAT_CHECKPOINT": str(scratch / "plain-checkpoint"),
+                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, "plain Structured Streaming") if args.event_log else {})}  # fmt: skip
                 runs.append(("plain Structured Streaming", [py, str(HERE / "spark_query.py")], env, stats))
             elif system == "weir":
                 for label, extra in [("weir run, defaults", {}), *variants]:
+                    if args.event_log:
+                        extra = {"WEIR_SPARK_CONF": json.dumps(event_log(scratch, label)), **extra}
                     env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra})
                     cmd = [py, "-m", "weir.cli", "run", "bench/latency/weir_latency.py:latency"]
                     runs.append((label, cmd, env, progress))
@@ -357,6 +393,10 @@ def main() -> int:
         shutil.rmtree(scratch / "broker-home", ignore_errors=True)
     console.print(table(results, args))
     batches(results)
+    if args.event_log:
+        for r in results:
+            if r.batches:
+                console.print(f"{r.label}: {jobs_per_batch(scratch, r.label)}", highlight=False)
     console.print(f"load average {os.getloadavg()} at end; logs kept in {scratch}")
     return 0 if all(r.exactly_once for r in results if r.expected) else 1
 

@@ -43,6 +43,7 @@ class Progress(StreamingQueryListener):
 
 def main() -> None:
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+    conf.update(json.loads(os.environ.get("LAT_SPARK_CONF") or "{}"))
     spark = weir.spark_session("latency-plain", master="local[2]", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     spark.streams.addListener(Progress(os.environ["LAT_STATS"]))
