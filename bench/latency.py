@@ -65,6 +65,7 @@ SYSTEMS = ("loop", "plain", "weir", "bytewax", "quix")
 KEEP_ABOVE = 10.0
 LAUNCH_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
+PLAIN = "plain Structured Streaming"
 
 
 @dataclass
@@ -290,7 +291,7 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
         "load 1 min",
     ):
         t.add_column(h, justify="left" if h in ("system", "exactly once") else "right", overflow="fold")  # fmt: skip
-    plain = next((r for r in results if r.label == "plain Structured Streaming"), None)
+    plain = next((r for r in results if r.label == PLAIN), None)
 
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:.2f}x" if a is not None and b else "-"
@@ -364,8 +365,8 @@ def main() -> int:
                 stats = scratch / "plain.progress"
                 env = {**base, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))), "LAT_STATS": str(stats),
                        "LAT_CHECKPOINT": str(scratch / "plain-checkpoint"),
-                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, "plain Structured Streaming") if args.event_log else {})}  # fmt: skip
-                runs.append(("plain Structured Streaming", [py, str(HERE / "spark_query.py")], env, stats))
+                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, PLAIN) if args.event_log else {})}  # fmt: skip
+                runs.append((PLAIN, [py, str(HERE / "spark_query.py")], env, stats))
             elif system == "weir":
                 for label, extra in [("weir run, defaults", {}), *variants]:
                     if args.event_log:
