@@ -235,7 +235,7 @@ def _batches(progress: Path) -> list[tuple[int, float]]:
 def event_log(scratch: Path, label: str) -> dict[str, str]:
     where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
     where.mkdir(parents=True, exist_ok=True)
-    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": where.as_uri()}
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false", "spark.eventLog.dir": where.as_uri()}
 
 
 def jobs_per_batch(scratch: Path, label: str) -> str:
@@ -243,7 +243,7 @@ def jobs_per_batch(scratch: Path, label: str) -> str:
     where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
     jobs: dict[str, list[float]] = {}
     started: dict[int, tuple[str, float]] = {}
-    for path in where.glob("*"):
+    for path in sorted(p for p in where.rglob("*") if p.is_file()):  # Spark 4 writes a directory per application
         for line in path.read_text(errors="replace").splitlines():
             try:
                 ev = json.loads(line)
