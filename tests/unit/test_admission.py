@@ -54,13 +54,103 @@ def test_within_the_band_the_limit_holds() -> None:
     assert (d.limit, d.reason) == (1000, adm.ON_TARGET)
 
 
-def test_a_batch_that_took_all_there_was_holds_unless_it_ran_over() -> None:
+def test_a_batch_that_took_all_there_was_never_shrinks_the_limit() -> None:
     c = controller()
-    c.decide(None, None, BIG)
+    for _ in range(adm.WARMUP_BATCHES):
+        c.decide(c.limit, 5.0, BIG)  # two warm-up batches that filled their limit: 1000 -> 4000 -> 16000
     d = c.decide(10, 0.01, BIG)
-    assert (d.limit, d.reason) == (1000, adm.CAUGHT_UP)
-    d = c.decide(100, 40.0, BIG)  # 100 records took 40 s: a 10 s batch holds 25
-    assert (d.limit, d.reason) == (25, adm.OVER_TARGET)
+    assert (d.limit, d.reason) == (16_000, adm.CAUGHT_UP)
+    # 100 records took 40 s: a slow batch, but it says nothing about what 16,000 would cost; the records that
+    # piled up meanwhile fill the next batch, and that one is measured against its limit.
+    d = c.decide(100, 40.0, BIG)
+    assert (d.limit, d.reason) == (16_000, adm.CAUGHT_UP)
+    d = c.decide(16_000, 40.0, BIG)
+    assert (d.limit, d.reason) == (4_000, adm.OVER_TARGET)
+
+
+def test_whether_records_were_left_waiting_decides_not_the_count() -> None:
+    c = controller()
+    for _ in range(adm.WARMUP_BATCHES):
+        c.decide(c.limit, 20.0, BIG)
+    # As many records as the limit, but nothing was left waiting: it took all there was.
+    assert c.decide(1000, 40.0, BIG, waiting=False).limit == 1000
+    # Fewer than the limit because the planner shared it out, yet records were left: a full batch.
+    assert c.decide(999, 40.0, BIG, waiting=True).limit == 250
+
+
+def test_warm_up_batches_never_shrink_even_when_they_took_all_there_was() -> None:
+    """Issue 27: batch 0 of a quiet start took the 47 records there were in 35 s of JVM warm-up; the limit fell
+    to 17 and a live stream at 5,000 events/s never caught up."""
+    c = controller(start_records=10_000)
+    c.decide(None, None, BIG)
+    d = c.decide(47, 35.0, BIG)
+    assert (d.limit, d.reason) == (10_000, adm.WARMING_UP)
+    d = c.decide(3, 12.0, BIG)
+    assert (d.limit, d.reason) == (10_000, adm.WARMING_UP)
+
+
+def _live(
+    c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int, told: bool = False
+) -> list[tuple]:
+    """A stream at `rate` records/s with `backlog` waiting, run for `batches` batches by a processor whose batch
+    costs cost[0] s plus cost[1] s per record; each batch's (records, waiting before, took all, seconds). With
+    `told`, the controller hears what arrived during each batch, as the source tells it."""
+    out = []
+    for _ in range(batches):
+        took = min(backlog, c.limit)
+        seconds = cost[0] + took * cost[1] if took else 0.1  # with nothing there, the next look comes soon
+        out.append((took, backlog, took == backlog, seconds))
+        arrived = round(rate * seconds)
+        backlog += arrived - took
+        extra = {"waiting": took < out[-1][1], "arrived": arrived} if told else {}
+        c.decide(took or None, seconds if took else None, BIG, **extra)
+    return out
+
+
+def _quiet_start(c: adm.Controller, cap: int = BIG) -> None:
+    """Batch 0 takes the 47 records a quiet topic has, in 35 s of JVM and worker warm-up."""
+    c.decide(None, None, cap)
+    c.decide(47, 35.0, cap)
+
+
+@pytest.mark.parametrize("told", [False, True])
+@pytest.mark.parametrize("arrived_during_warm_up", [0, 175_000])
+def test_a_live_stream_after_a_quiet_start_catches_up_within_3_batches(arrived_during_warm_up: int, told: bool) -> None:
+    """After a quiet start, 5,000 records/s arrive (after batch 0, or already during its warm-up). Default
+    settings: within 3 batches with input a batch takes all there is, and the stream stays caught up."""
+    c = adm.Controller(adm.FlowOptions())
+    _quiet_start(c)
+    batches = _live(c, arrived_during_warm_up or 500, 5000, (1.0, 20e-6), 12, told=told)
+    caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
+    assert caught_up is not None and caught_up < 3, batches
+    assert all(b[2] for b in batches[caught_up:]), batches
+
+
+def test_a_live_stream_whose_batches_cost_mostly_a_fixed_time_still_catches_up() -> None:
+    """Issue 27 on a loaded machine: a batch cost about 7 s whatever its size. Batches of the 10 s target's size
+    took fewer records than arrived meanwhile, so aiming at the target kept the stream behind for good; told what
+    arrived, the controller grows the batches past the target until they keep up, then it catches up."""
+    c = adm.Controller(adm.FlowOptions())
+    _quiet_start(c)
+    batches = _live(c, 175_000, 5000, (7.0, 100e-6), 40, told=True)
+    caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
+    assert caught_up is not None and caught_up <= 12, batches
+    assert all(b[0] <= 900_000 for b in batches)
+
+
+def test_catch_up_after_a_quiet_start_aims_at_the_target_within_the_memory_cap() -> None:
+    """A backlog after a quiet start: batches settle within ±25% of the target; under a memory cap, they stop
+    at the cap."""
+    c = adm.Controller(adm.FlowOptions())
+    _quiet_start(c)
+    durations = [b[3] for b in _live(c, 50_000_000, 0, (0.5, 20e-6), 10)]
+    assert all(7.5 <= d <= 12.5 for d in durations[4:]), durations
+    capped = adm.Controller(adm.FlowOptions())
+    _quiet_start(capped, 200_000)
+    for _ in range(10):
+        d = capped.decide(capped.limit, 0.5 + capped.limit * 20e-6, 200_000)
+        assert d.limit <= 200_000
+    assert (d.limit, d.reason) == (200_000, adm.MEMORY_CAP)
 
 
 def test_the_memory_cap_always_wins() -> None:

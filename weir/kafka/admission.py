@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ADMISSION_KEY = "@admission"
-WARMING_UP, GROWING, ON_TARGET, OVER_TARGET, MEMORY_CAP, CAUGHT_UP = (
+WARMING_UP, GROWING, ON_TARGET, OVER_TARGET, MEMORY_CAP, CAUGHT_UP, FALLING_BEHIND = (
     "warming up",
     "growing",
     "on target",
     "over target",
     "memory cap",
     "caught up",
+    "falling behind",
 )
 WARMUP_BATCHES = 2  # the first batches pay JVM, Python worker and state store warm-up: never shrink on them
 MAX_STEP = 4.0  # at most this factor per batch while warming up, and down: one odd batch does not swing the next far
@@ -27,6 +28,10 @@ MAX_STEP = 4.0  # at most this factor per batch while warming up, and down: one 
 # batch's fixed cost makes the estimate fall short of the target, not past it), and a backlog wants few steps.
 MAX_GROWTH = 10.0
 BAND = 0.1  # within ±10% of the target the limit holds
+# A live stream whose batches take fewer records than arrive meanwhile never catches up at that size; each batch's
+# fixed cost (planning, commits, jobs) makes bigger batches take more per second. The next batch may take at least
+# this many times what arrived during the last one, past the target if need be (never past the memory cap).
+KEEP_UP = 1.25
 # What a batch holds in memory against its records' bytes on the wire: Spark streams a batch through its
 # operators and spills shuffles, so this is not the sum of every copy of a record. Calibrated on
 # bench/backlog.py (docs/flow.md): 8 held a 1 GiB driver's batches to 226k of the peers' 148-byte events,
@@ -73,19 +78,25 @@ class Controller:
         self.limit = opts.start_records
         self.measured = 0
 
-    def decide(self, rows: int | None, seconds: float | None, cap: int) -> Decision:
+    def decide(
+        self, rows: int | None, seconds: float | None, cap: int, waiting: bool | None = None, arrived: int | None = None
+    ) -> Decision:
         """The next batch's limit, from the last batch's admitted `rows` and measured `seconds` (None when no
-        batch ran since the last decision), never above `cap`."""
+        batch ran since the last decision), never above `cap`. `waiting`: whether that batch left records
+        waiting when it was planned (unknown: whether it filled its limit); `arrived`: records that reached
+        the input from its planning to now (unknown: None)."""
         if rows is None or seconds is None or rows <= 0:
             reason = WARMING_UP if self.measured == 0 else ON_TARGET
             return self._capped(self.limit, reason, cap, None, None)
         self.measured += 1
         ratio = self.opts.target_s / max(seconds, 1e-3)
-        if rows < self.limit:
-            # The batch took all there was: it says nothing about a bigger one. Hold, unless even this small
-            # batch ran over (a slower processor, or a skewed partition).
-            limit, reason = (self.limit, CAUGHT_UP) if ratio >= 1 - BAND else (rows * ratio, OVER_TARGET)
-        elif self.measured <= WARMUP_BATCHES:
+        warming = self.measured <= WARMUP_BATCHES
+        if not (rows >= self.limit if waiting is None else waiting):
+            # The batch took all there was: it says nothing about what a full batch costs, so it never shrinks the
+            # limit, even when it ran over (a warm-up, a quiet start's first records). If it did run over, records
+            # piled up meanwhile: the next batch fills its limit, and that batch's duration is the measure.
+            return self._capped(self.limit, WARMING_UP if warming else CAUGHT_UP, cap, rows, seconds)
+        if warming:
             limit, reason = (self.limit * MAX_STEP if ratio > 1 else self.limit), WARMING_UP
         elif abs(ratio - 1) <= BAND:
             limit, reason = self.limit, ON_TARGET
@@ -95,6 +106,10 @@ class Controller:
             limit, reason = self.limit * min(ratio, MAX_GROWTH), GROWING
         else:
             limit, reason = self.limit * max(ratio, 1 / MAX_STEP), OVER_TARGET
+        if not warming and arrived is not None and limit < arrived * KEEP_UP:
+            # Batches of the target's duration take fewer records than arrive: the target would keep the stream
+            # behind for good. Bigger batches amortise the fixed cost per batch; the memory cap still bounds them.
+            limit, reason = arrived * KEEP_UP, FALLING_BEHIND
         return self._capped(limit, reason, cap, rows, seconds)
 
     def _capped(self, limit: float, reason: str, cap: int, rows: int | None, seconds: float | None) -> Decision:

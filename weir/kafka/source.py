@@ -221,10 +221,11 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._uncounted = LakeFallback()
         self._uncounted_loss = DataLoss()
         self._replay_counted: str | None = None  # the end offset of the batch last counted so (planned once or more)
-        # flow=auto: the admission controller, the last batch planned (end, records, when) until it is measured,
-        # the last measurement used, and whether the planned batch left records waiting (a backlog).
+        # flow=auto: the admission controller, the last batch planned (end, records, whether it left records
+        # waiting, the input's latest offsets summed, when) until it is measured, the last measurement used, and
+        # whether the planned batch left records waiting (a backlog).
         self._admission = Controller(opts.flow) if opts.flow is not None else None
-        self._planned: tuple[Positions, int, float] | None = None
+        self._planned: tuple[Positions, int, bool, int, float] | None = None
         self._measurement_seq: int | None = None
         self._catching_up = False
         self._reached = False  # whether this query's source has had an answer from the broker yet
@@ -375,7 +376,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         end = latest
         decision = None
         if self._admission is not None:
-            decision = self._admit(positions)
+            decision = self._admit(positions, _total(latest))
             end = off.cap(eff, latest, decision.limit)
         elif not isinstance(limit, ReadAllAvailable):
             max_rows = self._max_rows(limit)
@@ -397,24 +398,26 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             admitted, waiting = _records(eff, end), _records(eff, latest)
             self._catching_up = waiting > admitted
             if admitted > 0:
-                self._planned = (end, admitted, time.monotonic())
+                self._planned = (end, admitted, self._catching_up, _total(latest), time.monotonic())
                 out[ADMISSION_KEY] = decision.to_json(self._admission.opts.target_s) | {"waiting": waiting}
         return out
 
-    def _admit(self, start: Positions) -> Decision:
+    def _admit(self, start: Positions, latest: int) -> Decision:
         """The controller's decision for the batch after the one that ended at `start`, measured by the
         runner's file when it has a newer measurement, else by the time since that batch was planned (which
-        includes any wait for the trigger: an over-estimate when the batch finished early)."""
-        rows = seconds = None
+        includes any wait for the trigger: an over-estimate when the batch finished early). `latest`: the input's
+        latest offsets summed now, so that what arrived while that batch ran is known."""
+        rows = seconds = waiting = arrived = None
         if self._planned is not None and self._planned[0] == start:
-            _, rows, planned_at = self._planned
+            _, rows, waiting, latest_then, planned_at = self._planned
+            arrived = max(latest - latest_then, 0)
             seconds = time.monotonic() - planned_at
             got = read_measurement(self._admission.opts.measurements) if self._admission.opts.measurements else None
             if got is not None and got[0] != self._measurement_seq:
                 self._measurement_seq, seconds = got
         self._planned = None
         cap = memory_cap(self._admission.opts, self.view.average_record_bytes())
-        return self._admission.decide(rows, seconds, cap)
+        return self._admission.decide(rows, seconds, cap, waiting, arrived)
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
         rows = [limit.max_rows] if isinstance(limit, ReadMaxRows) else []
@@ -551,6 +554,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._view is not None:
             self._view.close()
             self._view = None
+
+
+def _total(positions: Positions) -> int:
+    return sum(o for parts in positions.values() for o in parts.values())
 
 
 def _records(start: Positions, end: Positions) -> int:

@@ -1,0 +1,406 @@
+"""Live latency at a steady rate: every system in one run on one embedded broker, each output timed against its
+input's produce time.
+
+    .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20] [--only loop,plain,weir,bytewax,quix]
+                                      [--weir-variant 'LABEL:KEY=VALUE[;KEY=VALUE...]' ...] [--drain 120]
+
+The job (issue 27): parse an event's JSON, keep amount > 10 (about 90% of events), write {id, user, amount, ts} to
+a topic keyed by user. Each system gets its own 4-partition input and output topic on the same broker, and runs
+in turn:
+
+  loop      the hand-written confluent-kafka loop (bench/latency/loop.py)
+  plain     the plain Structured Streaming query over weir-kafka, processingTime 0, no limit, local[2]
+            (bench/latency/spark_query.py): the floor weir is measured against
+  weir      `weir run bench/latency/weir_latency.py:latency` with default settings (local[2])
+  bytewax   Bytewax 0.21.1, 1 worker; quix: Quix Streams 3.28.1, 1 process; each in a throwaway virtual
+            environment made as bench/peers.py does (~/.cache/weir-bench/venvs)
+
+--weir-variant runs `weir run` again with settings changed, e.g. 'trigger 0:WEIR_TRIGGER=0 seconds'.
+
+Per system, in order:
+  1. the latency consumer starts in its own process (bench/latency/consumer.py), then the system is launched;
+  2. a quiet start: one probe event a second until the first output arrives (launch to first output);
+  3. the paced producer (this process) sends --rate events/s for --seconds, each stamped with its produce time;
+  4. drain: until every kept paced event has come out, at most --drain s; then the system and the consumer stop.
+Figures over the paced events: p50, p95, p99 and max of output time minus produce time; launch to first output;
+the exactly-once check (every kept event once, nothing else); the load average over the system's run; CPU s of
+its process tree, and its CPU share over --idle s with no input after the drain (what polling for input costs);
+for the Spark systems, the first batches with input (records / addBatch s). Ratios are against the plain query: the
+machine's speed varies from day to day and with other load, so compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "bench" / "latency"
+sys.path.insert(0, str(ROOT))
+_spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "bench" / "peers.py")
+peers = importlib.util.module_from_spec(_spec)
+sys.modules["bench_peers"] = peers
+_spec.loader.exec_module(peers)
+
+from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+
+console = Console(width=max(160, shutil.get_terminal_size().columns))
+SYSTEMS = ("loop", "plain", "weir", "bytewax", "quix")
+KEEP_ABOVE = 10.0
+LAUNCH_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0
+PLAIN = "plain Structured Streaming"
+
+
+@dataclass
+class Result:
+    label: str
+    expected: int = 0
+    latencies: list[int] = field(default_factory=list)
+    launch_s: float | None = None
+    duplicates: int = 0
+    unexpected: int = 0
+    missing: int = 0
+    load: tuple[float, float] = (0.0, 0.0)
+    batches: list[tuple[int, float]] = field(default_factory=list)  # (input rows, addBatch s) with input
+    cpu: float | None = None  # CPU s of the system's process tree, launch to stop
+    idle_cpu: float | None = None  # its CPU share (1.0: one core) while caught up with no input, after the drain
+    note: str = ""
+
+    def pct(self, q: float) -> int | None:
+        if not self.latencies:
+            return None
+        s = sorted(self.latencies)
+        return s[min(len(s) - 1, int(q * len(s)))]
+
+    @property
+    def exactly_once(self) -> bool:
+        return bool(self.expected) and not (self.duplicates or self.unexpected or self.missing)
+
+
+def event(i: int, rng: random.Random) -> dict:
+    return {"id": i, "user": f"u{rng.randrange(997):04d}", "amount": round(rng.uniform(0, 100), 2),
+            "ts": round(time.time() * 1000), "note": "x" * 60}  # fmt: skip
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM to the program (a graceful stop), then SIGKILL to the process group this script started."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this script started, and only it
+    proc.wait()
+
+
+def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: str, cmd: list[str],
+               env: dict[str, str], progress: Path | None) -> Result:  # fmt: skip
+    """One system through the quiet start, the paced traffic and the drain (the module docstring)."""
+    name = "".join(c if c.isalnum() else "-" for c in label)
+    topic_in, topic_out = f"latency.in.{name}", f"latency.out.{name}"
+    for t in (topic_in, topic_out):
+        peers.create_topic(bootstrap, t)
+    base = {"LAT_BOOTSTRAP": bootstrap, "LAT_INPUT": topic_in, "LAT_OUTPUT": topic_out}
+    status, result_file = scratch / f"{name}.status", scratch / f"{name}.result"
+    cenv = {**os.environ, **base, "LAT_STATUS": str(status), "LAT_RESULT": str(result_file), "PYTHONPATH": str(HERE)}
+    res = Result(label)
+    load0 = os.getloadavg()[0]
+    with open(scratch / f"{name}.consumer.log", "wb") as clog, open(scratch / f"{name}.log", "wb") as log:
+        consumer = subprocess.Popen([sys.executable, str(HERE / "consumer.py")], env=cenv, stdout=clog,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        launched = time.time()
+        proc = subprocess.Popen(cmd, env={**env, **base}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        sampler = peers.TreeSampler(proc.pid)
+        sampler.start()
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
+        rng = random.Random(7)
+        try:
+            res.launch_s = _quiet_start(producer, rng, status, proc, topic_in, launched)
+            if res.launch_s is None:
+                res.note = (
+                    f"no output {LAUNCH_TIMEOUT_S:.0f} s after launch"
+                    if proc.poll() is None
+                    else (f"exited {proc.returncode} before its first output: {peers.tail(scratch / f'{name}.log', 2)}")
+                )
+                return res
+            console.print(f"  first output {res.launch_s:.1f} s after launch; {args.rate:,.0f} events/s for "
+                          f"{args.seconds:.0f} s ...", highlight=False)  # fmt: skip
+            kept = _paced(producer, rng, topic_in, args.rate, args.seconds)
+            res.expected = len(kept)
+            deadline = time.monotonic() + args.drain
+            while time.monotonic() < deadline and proc.poll() is None:
+                if read_json(status).get("paced", 0) >= len(kept):
+                    break
+                time.sleep(0.25)
+            if args.idle and proc.poll() is None:
+                time.sleep(2.0)  # the last batch's commit and progress
+                sampler.sample()
+                before, t0 = sampler.cpu, time.monotonic()
+                time.sleep(args.idle)
+                sampler.sample()
+                res.idle_cpu = (sampler.cpu - before) / (time.monotonic() - t0)
+        finally:
+            producer.flush(30)
+            res.load = (load0, os.getloadavg()[0])
+            sampler.sample()
+            sampler.stopped.set()
+            res.cpu = sampler.cpu
+            stop_group(proc)
+            stop_group(consumer, 10)
+    got = read_json(result_file)
+    seen = {int(k): v for k, v in got.get("latency", {}).items() if int(k) >= 0}
+    res.latencies = [seen[i] for i in kept if i in seen]
+    res.missing = len(kept - seen.keys())
+    res.unexpected = len(seen.keys() - kept) + got.get("unknown", 0)
+    res.duplicates = got.get("duplicates", 0)
+    if progress is not None:
+        res.batches = _batches(progress)
+    return res
+
+
+def _quiet_start(producer: Producer, rng: random.Random, status: Path, proc: subprocess.Popen, topic: str,
+                 launched: float) -> float | None:  # fmt: skip
+    """One probe event a second (id < 0, always kept) until the first output: seconds from launch, or None."""
+    probe = 0
+    while time.time() - launched < LAUNCH_TIMEOUT_S and proc.poll() is None:
+        first = read_json(status).get("first_ms")
+        if first:
+            return first / 1000 - launched
+        probe += 1
+        ev = event(-probe, rng) | {"amount": 50.0}
+        producer.produce(topic, json.dumps(ev).encode(), ev["user"].encode())
+        producer.poll(0)
+        for _ in range(4):
+            time.sleep(0.25)
+            if read_json(status).get("first_ms"):
+                break
+    return None
+
+
+def _paced(producer: Producer, rng: random.Random, topic: str, rate: float, seconds: float) -> set[int]:
+    """`rate` events a second for `seconds`, each stamped with its produce time: the ids the job keeps."""
+    kept: set[int] = set()
+    total, sent, start = int(rate * seconds), 0, time.monotonic()
+    while sent < total:
+        due = min(total, int((time.monotonic() - start) * rate) + 1)
+        while sent < due:
+            ev = event(sent, rng)
+            try:
+                producer.produce(topic, json.dumps(ev).encode(), ev["user"].encode())
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            if ev["amount"] > KEEP_ABOVE:
+                kept.add(sent)
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.002)
+    return kept
+
+
+def _batches(progress: Path) -> list[tuple[int, float]]:
+    try:
+        lines = [json.loads(x) for x in progress.read_text().splitlines() if x.strip()]
+    except OSError:
+        return []
+    lines = [x for x in lines if x.get("type", "progress") == "progress" and x.get("input_rows")]
+    return [(x["input_rows"], (x.get("duration_ms") or {}).get("addBatch", 0) / 1000) for x in lines]
+
+
+def event_log(scratch: Path, label: str) -> dict[str, str]:
+    where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
+    where.mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.compress": "false", "spark.eventLog.dir": where.as_uri()}
+
+
+def jobs_per_batch(scratch: Path, label: str) -> str:
+    """From Spark's event log: Spark jobs per streaming batch (median), and the median of their summed time."""
+    where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
+    jobs: dict[str, list[float]] = {}
+    started: dict[int, tuple[str, float]] = {}
+    for path in sorted(p for p in where.rglob("*") if p.is_file()):  # Spark 4 writes a directory per application
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("Event") == "SparkListenerJobStart":
+                batch = (ev.get("Properties") or {}).get("streaming.sql.batchId")
+                if batch is not None:
+                    started[ev["Job ID"]] = (batch, ev["Submission Time"])
+            elif ev.get("Event") == "SparkListenerJobEnd" and ev.get("Job ID") in started:
+                batch, t0 = started.pop(ev["Job ID"])
+                jobs.setdefault(batch, []).append((ev["Completion Time"] - t0) / 1000)
+    if not jobs:
+        return "no event log"
+    counts = sorted(len(v) for v in jobs.values())
+    spent = sorted(sum(v) for v in jobs.values())
+    return f"{counts[len(counts) // 2]} Spark jobs per batch (median), {spent[len(spent) // 2]:.1f} s in them"
+
+
+def weir_env(scratch: Path, label: str, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
+    home = scratch / f"weir-{''.join(c if c.isalnum() else '-' for c in label)}"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "LAT_", "PYSPARK_"))}
+    env.update(WEIR_HOME=str(home), WEIR_CHECKPOINT_ROOT=str(home / "checkpoints"), WEIR_LAKE=str(home / "lake"),
+               WEIR_SPARK_MASTER="local[2]", PYTHONPATH=str(ROOT), **extra)  # fmt: skip
+    return env, home / "progress" / "latency.jsonl"
+
+
+def table(results: list[Result], args: argparse.Namespace) -> Table:
+    t = Table(title=f"live latency: {args.rate:,.0f} events/s for {args.seconds:.0f} s, 4 partitions, stateless "
+                    f"(keep amount > 10), each output against its input's produce time")  # fmt: skip
+    for h in (
+        "system",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "launch to first output",
+        "exactly once",
+        "p50 / plain",
+        "p99 / plain",
+        "launch / plain",
+        "CPU s",
+        "idle CPU",
+        "load 1 min",
+    ):
+        t.add_column(h, justify="left" if h in ("system", "exactly once") else "right", overflow="fold")  # fmt: skip
+    plain = next((r for r in results if r.label == PLAIN), None)
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}x" if a is not None and b else "-"
+
+    for r in results:
+        once = (
+            r.note or "-"
+            if not r.expected
+            else "yes"
+            if r.exactly_once
+            else (f"NO: {r.missing:,} not out within the drain, {r.duplicates:,} twice, {r.unexpected:,} unexpected")
+        )
+        t.add_row(
+            r.label, *(f"{v:,}" if v is not None else "-" for v in (r.pct(0.5), r.pct(0.95), r.pct(0.99), r.pct(1.0))),
+            f"{r.launch_s:.1f} s" if r.launch_s is not None else "-", once,
+            ratio(r.pct(0.5), plain and plain.pct(0.5)), ratio(r.pct(0.99), plain and plain.pct(0.99)),
+            ratio(r.launch_s, plain and plain.launch_s), f"{r.cpu:,.1f}" if r.cpu is not None else "-",
+            f"{r.idle_cpu:.0%}" if r.idle_cpu is not None else "-", f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
+        )  # fmt: skip
+    return t
+
+
+def batches(results: list[Result]) -> None:
+    """The Spark systems' first batches with input, from their progress: records / addBatch s."""
+    for r in results:
+        if r.batches:
+            first = ", ".join(f"{n:,}/{s:.1f}" for n, s in r.batches[:10])
+            median = sorted(s for _, s in r.batches)[len(r.batches) // 2]
+            console.print(f"{r.label}: {len(r.batches)} batches with input, addBatch median {median:.1f} s; first "
+                          f"(records/addBatch s): {first}", highlight=False)  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=5000.0, help="events per second")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of paced traffic per system")
+    parser.add_argument("--drain", type=float, default=120.0, help="seconds to wait for the last outputs")
+    parser.add_argument("--event-log", action="store_true",
+                        help="Spark's event log for the Spark systems: Spark jobs per batch with input")  # fmt: skip
+    parser.add_argument("--idle", type=float, default=20.0, help="then seconds with no input, measuring CPU (0: none)")
+    parser.add_argument("--only", default="loop,plain,weir", help=f"systems among {','.join(SYSTEMS)}, in order")
+    parser.add_argument("--weir-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[;KEY=VALUE]",
+                        help="`weir run` again with these settings")  # fmt: skip
+    args = parser.parse_args()
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"--only: unknown system(s) {', '.join(unknown)}; choose among {','.join(SYSTEMS)}")
+    variants = []
+    for v in args.weir_variant:
+        label, _, pairs = v.partition(":")
+        try:
+            variants.append((label, dict(p.split("=", 1) for p in pairs.split(";") if p)))
+        except ValueError:
+            parser.error(f"--weir-variant {v!r}: expected LABEL:KEY=VALUE[;KEY=VALUE...]")
+    console.print(f"load average {os.getloadavg()} on {os.cpu_count()} cores")
+    scratch = Path(tempfile.mkdtemp(prefix="weir-bench-latency-"))
+    broker = EmbeddedBroker(scratch / "broker-home", free_port())
+    results: list[Result] = []
+    py = sys.executable
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "LAT_", "PYSPARK_"))}
+    try:
+        broker.start()
+        bs = broker.bootstrap
+        console.print(f"broker on {bs}, scratch {scratch}")
+        runs: list[tuple[str, list[str], dict[str, str], Path | None]] = []
+        for system in only:
+            if system == "loop":
+                runs.append(("hand loop", [py, str(HERE / "loop.py")], {**base, "PYTHONPATH": str(HERE)}, None))
+            elif system == "plain":
+                stats = scratch / "plain.progress"
+                env = {**base, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))), "LAT_STATS": str(stats),
+                       "LAT_CHECKPOINT": str(scratch / "plain-checkpoint"),
+                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, PLAIN) if args.event_log else {})}  # fmt: skip
+                runs.append((PLAIN, [py, str(HERE / "spark_query.py")], env, stats))
+            elif system == "weir":
+                for label, extra in [("weir run, defaults", {}), *variants]:
+                    if args.event_log:
+                        extra = {"WEIR_SPARK_CONF": json.dumps(event_log(scratch, label)), **extra}
+                    env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra})
+                    cmd = [py, "-m", "weir.cli", "run", "bench/latency/weir_latency.py:latency"]
+                    runs.append((label, cmd, env, progress))
+            else:
+                python, why = peers.peer_python(system)
+                label = {"bytewax": "Bytewax 0.21.1, 1 worker", "quix": "Quix Streams 3.28.1"}[system]
+                if python is None:
+                    results.append(Result(label, note=why))
+                    continue
+                program = {"bytewax": ["-m", "bytewax.run", "bytewax_flow:flow", "-w1"],
+                           "quix": [str(HERE / "quix_app.py")]}[system]  # fmt: skip
+                runs.append((label, [str(python), *program], {**base, "PYTHONPATH": str(HERE)}, None))
+        for label, cmd, env, progress in runs:
+            console.print(f"[bold]{label}[/]", highlight=False)
+            r = run_system(args, bs, scratch, label, cmd, env, progress)
+            console.print(f"  p50 {r.pct(0.5)} ms, p99 {r.pct(0.99)} ms, exactly once: {r.exactly_once}; {r.note}",
+                          highlight=False)  # fmt: skip
+            results.append(r)
+    finally:
+        broker.stop()
+        shutil.rmtree(scratch / "broker-home", ignore_errors=True)
+    console.print(table(results, args))
+    batches(results)
+    if args.event_log:
+        for r in results:
+            if r.batches:
+                console.print(f"{r.label}: {jobs_per_batch(scratch, r.label)}", highlight=False)
+    console.print(f"load average {os.getloadavg()} at end; logs kept in {scratch}")
+    return 0 if all(r.exactly_once for r in results if r.expected) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The plain Structured Streaming query over weir-kafka: readStream (valueFormat=json) -> filter amount > 10 ->
+to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch. Runs until SIGTERM.
+
+Each batch's progress (input rows, addBatch and triggerExecution ms) is appended to LAT_STATS as a JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from common import BOOTSTRAP, INPUT, KEEP_ABOVE, OUTPUT
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+import weir
+
+SCHEMA = "id BIGINT, user STRING, amount DOUBLE, ts BIGINT, note STRING"
+
+
+class Progress(StreamingQueryListener):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        p = event.progress
+        line = {"at_ms": round(time.time() * 1000), "batch": p.batchId, "input_rows": p.numInputRows,
+                "duration_ms": dict(p.durationMs)}  # fmt: skip
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def main() -> None:
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+    conf.update(json.loads(os.environ.get("LAT_SPARK_CONF") or "{}"))
+    spark = weir.spark_session("latency-plain", master="local[2]", conf=conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.streams.addListener(Progress(os.environ["LAT_STATS"]))
+    events = (
+        spark.readStream.format("weir-kafka")
+        .option("kafka.bootstrap.servers", BOOTSTRAP)
+        .option("subscribe", INPUT)
+        .option("startingOffsets", "earliest")
+        .option("valueFormat", "json")
+        .option("valueSchema", SCHEMA)
+        .load()
+    )
+    out = events.where(F.col("amount") > KEEP_ABOVE).select(
+        F.col("key"), F.to_json(F.struct("id", "user", "amount", "ts")).alias("value")
+    )
+    query = (
+        out.writeStream.format("weir-kafka")
+        .option("kafka.bootstrap.servers", BOOTSTRAP)
+        .option("topic", OUTPUT)
+        .option("checkpointLocation", os.environ["LAT_CHECKPOINT"])
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    signal.signal(signal.SIGTERM, lambda *_: query.stop())
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
