@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from weir.kafka.log import BrokerUnavailable
-from weir.kafka.outage import MAX_DELAY_S, RETRY_REQUEST_S, ride_out
+from weir.kafka.outage import MAX_DELAY_S, REQUEST_S, RETRY_REQUEST_S, ride_out
 
 
 class Clock:
@@ -71,8 +71,8 @@ def test_other_errors_are_not_waited_out() -> None:
 
 def test_after_a_failure_each_attempt_is_short_so_the_return_is_noticed_within_seconds() -> None:
     # A request made while the broker is away can hang for its whole bound after the broker is back (seen: a
-    # 30 s list_offsets begun in a 20 s cut ended 12 s after the restore). The first attempt keeps the request
-    # bound (a slow broker that answers is no outage); every retry is short.
+    # 30 s list_offsets begun in a 20 s cut ended 12 s after the restore). The first attempt has a request's
+    # bound (a slow broker that answers is no outage); every retry is shorter.
     clock, bounds = Clock(), []
     restored = 302.0
 
@@ -84,7 +84,7 @@ def test_after_a_failure_each_attempt_is_short_so_the_return_is_noticed_within_s
             raise BrokerUnavailable(f"cannot list offsets from Kafka at 10.0.0.1:9092 within {bound:.0f}s")
         return "offsets"
 
-    got = ride_out(call, "plan", "10.0.0.1:9092", 600, request_s=30.0, sleep=clock.sleep, clock=clock)
-    assert got == "offsets" and bounds[0] == 30.0 and set(bounds[1:]) == {RETRY_REQUEST_S}
+    got = ride_out(call, "plan", "10.0.0.1:9092", 600, sleep=clock.sleep, clock=clock)
+    assert got == "offsets" and bounds[0] == REQUEST_S == 10.0 and set(bounds[1:]) == {RETRY_REQUEST_S} == {5.0}
     assert clock.now - restored <= RETRY_REQUEST_S + MAX_DELAY_S + RETRY_REQUEST_S  # within seconds of it
     assert ride_out(lambda bound: bound, "plan", "x:1", 8.0, request_s=30.0) == 8.0  # never above the limit

@@ -263,11 +263,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 heal.counted("source view")
                 raise BrokerUnavailable(f"the source's metadata client cannot go on ({err.name()}): rebuilt") from exc
 
-        first = min(30.0, self.opts.broker_timeout_s)  # one request never outlasts the broker-unavailable limit
         if self._reached:
-            found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s, request_s=first)
-        else:
-            found = healed(first)
+            found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s)
+        else:  # one request never outlasts the broker-unavailable limit
+            found = healed(min(30.0, self.opts.broker_timeout_s))
         self._reached = True
         return found
 
