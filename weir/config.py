@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from weir import units
 
 REDACTED = "***"
 
@@ -175,8 +178,8 @@ class Settings(BaseSettings):
     broker_unavailable_timeout: str = Field(
         "10 minutes",
         description=(
-            "How long sources and sinks wait out an unreachable broker (the query stays up), before the processor"
-            " fails naming the broker."
+            "How long sources, sinks and ingest jobs wait out an unreachable broker (the query or job stays up),"
+            " before the processor fails naming the broker."
         ),
     )
     restart_backoff: float = Field(1.0, description="Seconds before restarting a failed processor the first time.")
@@ -200,6 +203,18 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="[monitor] of weir.toml: the monitor's thresholds and alert rules (docs/monitor.md).",
     )
+
+    @field_validator("broker_unavailable_timeout")
+    @classmethod
+    def _a_duration(cls, value: str) -> str:
+        units.duration_ms(value, "broker_unavailable_timeout", bare="s")  # a bad value fails here, at load
+        return value
+
+    @property
+    def broker_wait(self) -> timedelta:
+        """broker_unavailable_timeout as a duration: how long every long-lived client of weir (sources, sinks,
+        ingest jobs) waits out an unreachable broker before it fails, naming the broker."""
+        return timedelta(milliseconds=units.duration_ms(self.broker_unavailable_timeout, "", bare="s"))
 
     @classmethod
     def settings_customise_sources(

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from weir.kafka.log import BrokerUnavailable
-from weir.kafka.outage import ride_out
+from weir.kafka.outage import MAX_DELAY_S, REQUEST_S, RETRY_REQUEST_S, ride_out
 
 
 class Clock:
@@ -26,7 +26,7 @@ class Clock:
 def failing(times: int, clock: Clock):
     calls = {"n": 0}
 
-    def call() -> str:
+    def call(bound: float) -> str:
         calls["n"] += 1
         if calls["n"] <= times:
             clock.now += 1.0  # each attempt takes a second to time out
@@ -62,8 +62,29 @@ def test_the_wait_is_bounded_and_the_error_names_the_broker_and_the_wait() -> No
 
 
 def test_other_errors_are_not_waited_out() -> None:
-    def call() -> None:
+    def call(bound: float) -> None:
         raise ValueError("topic orders does not exist")
 
     with pytest.raises(ValueError, match="does not exist"):
         ride_out(call, "plan", "x:1", 600, sleep=lambda s: pytest.fail("slept on a non-outage error"))
+
+
+def test_after_a_failure_each_attempt_is_short_so_the_return_is_noticed_within_seconds() -> None:
+    # A request made while the broker is away can hang for its whole bound after the broker is back (seen: a
+    # 30 s list_offsets begun in a 20 s cut ended 12 s after the restore). The first attempt has a request's
+    # bound (a slow broker that answers is no outage); every retry is shorter.
+    clock, bounds = Clock(), []
+    restored = 302.0
+
+    def call(bound: float) -> str:
+        bounds.append(bound)
+        began = clock.now
+        clock.now += bound  # during the outage each attempt hangs for its whole bound
+        if began < restored:
+            raise BrokerUnavailable(f"cannot list offsets from Kafka at 10.0.0.1:9092 within {bound:.0f}s")
+        return "offsets"
+
+    got = ride_out(call, "plan", "10.0.0.1:9092", 600, sleep=clock.sleep, clock=clock)
+    assert got == "offsets" and bounds[0] == REQUEST_S == 10.0 and set(bounds[1:]) == {RETRY_REQUEST_S} == {5.0}
+    assert clock.now - restored <= RETRY_REQUEST_S + MAX_DELAY_S + RETRY_REQUEST_S  # within seconds of it
+    assert ride_out(lambda bound: bound, "plan", "x:1", 8.0, request_s=30.0) == 8.0  # never above the limit

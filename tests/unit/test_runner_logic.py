@@ -284,3 +284,22 @@ def test_the_same_data_loss_three_times_in_a_row_gives_the_processor_up(tmp_path
     runner._failed("copy", lost)
     assert runner.status["copy"].state == "failed" and runner.status["copy"].restart_at is None
     assert runner.broken is None  # the session is fine: the pipeline's other processors go on
+
+
+def test_a_processor_waiting_for_the_broker_says_since_when_in_utc(tmp_path):
+    from weir.runtime.watch import BrokerWatch
+
+    runner = _copy_runner(tmp_path, "waits")
+    published = []
+
+    class Publisher:
+        def publish(self, kind: str, name: str, **extra) -> None:
+            published.append((kind, name, extra))
+
+    runner.publisher, runner._watch = Publisher(), BrokerWatch(lambda: False)
+    runner._watch.down_since = 1_795_707_564.2  # epoch seconds, as the watch keeps them (2026-11-26T15:39:24.2Z)
+    runner.status["copy"].state = "running"
+    runner._mark_waiting()
+    [(kind, name, extra)] = published
+    assert (kind, name, extra["state"]) == ("state", "copy", "waiting")
+    assert "since 2026-11-26T15:39:24.200Z, at most broker_unavailable_timeout (10 minutes)" in extra["note"]

@@ -19,13 +19,28 @@ Partitions = Annotated[int, typer.Option("--partitions", help="With --schema: pa
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config).")]
 Job = Annotated[str | None, typer.Option("--job", help="The job's identity: its ledger and progress name.")]
 MaxWait = Annotated[
-    float, typer.Option("--max-wait", help="Seconds records may keep failing before the job stops, loudly.")
+    str | None,
+    typer.Option(
+        "--max-wait",
+        help="How long records may keep failing (broker unreachable, buffer full) before the job stops, loudly, "
+        "e.g. '10 minutes' (a number: seconds). Default: the setting broker_unavailable_timeout.",
+    ),
 ]
 AckTimeout = Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")]
 
 
 def _settings(bootstrap: str | None) -> Settings:
     return Settings(**({"bootstrap_servers": bootstrap} if bootstrap else {}))
+
+
+def max_wait_s(max_wait: str | None, settings: Settings) -> float:
+    """Seconds a job's records may keep failing: --max-wait, else broker_unavailable_timeout, so that an ingest
+    job rides out an outage as long as `weir run` does (docs/delivery.md, "Broker outages")."""
+    from weir import units
+
+    if max_wait is None:
+        return settings.broker_wait.total_seconds()
+    return units.duration_ms(max_wait, "--max-wait", bare="s") / 1000
 
 
 def _bytes(text: str) -> int:
@@ -98,7 +113,7 @@ def files(
     settle: Annotated[float, typer.Option("--settle", help="Seconds a file must be unmodified to be read.")] = 1.0,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between listings.")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Take in the settled files, then exit.")] = False,
-    max_wait: MaxWait = 300.0,
+    max_wait: MaxWait = None,
     ack_timeout: AckTimeout = 10.0,
     bootstrap: Bootstrap = None,
 ) -> None:
@@ -111,8 +126,9 @@ def files(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     found = targets(pipeline, [topic], schema, key, partitions)[0]
     name = job or f"files.{topic}"
-    counts = run_files(_settings(bootstrap), found, where, fmt, name, chunk, settle, interval, once, max_wait,
-                       ack_timeout)  # fmt: skip
+    settings = _settings(bootstrap)
+    counts = run_files(settings, found, where, fmt, name, chunk, settle, interval, once,
+                       max_wait_s(max_wait, settings), ack_timeout)  # fmt: skip
     typer.echo(json.dumps({"job": name, **counts}))
 
 
@@ -131,7 +147,7 @@ def postgres(
     batch: Annotated[int, typer.Option("--batch", help="Changes peeked per batch (whole transactions).")] = 5000,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls when idle.")] = 0.5,
     once: Annotated[bool, typer.Option("--once", help="Snapshot and the changes so far, then exit.")] = False,
-    max_wait: MaxWait = 300.0,
+    max_wait: MaxWait = None,
     ack_timeout: AckTimeout = 10.0,
     bootstrap: Bootstrap = None,
 ) -> None:
@@ -142,6 +158,7 @@ def postgres(
     from weir.ingest.service import run_postgres  # the job's imports, only for this command
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    counts = run_postgres(_settings(bootstrap), pipeline, dsn, table, topic, slot, job, partitions, batch, interval,
-                          once, max_wait, ack_timeout)  # fmt: skip
+    settings = _settings(bootstrap)
+    counts = run_postgres(settings, pipeline, dsn, table, topic, slot, job, partitions, batch, interval, once,
+                          max_wait_s(max_wait, settings), ack_timeout)  # fmt: skip
     typer.echo(json.dumps(counts))

@@ -25,6 +25,7 @@ from weir.ingest.producer import Out
 from weir.ingest.readback import resume
 from weir.ingest.sources import FileSource, Found, Rows
 from weir.kafka.log import BrokerUnavailable
+from weir.kafka.outage import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger("weir.ingest")
 FILE = "file"  # the ledger's kind
@@ -44,7 +45,7 @@ class FileJob:
     client: dict[str, str]
     chunk: int = 5_000
     settle_s: float = 1.0
-    max_wait_s: float = 300.0  # how long a chunk may keep failing before the job gives up, loudly
+    max_wait_s: float = DEFAULT_TIMEOUT_S  # how long a chunk may keep failing (broker_unavailable_timeout)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     stopping: threading.Event = field(default_factory=threading.Event)
     _reported: set[tuple[str, str]] = field(default_factory=set)  # (file, fingerprint) reported as changed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
@@ -99,24 +100,31 @@ class StuckError(RuntimeError):
 
 def deliver(
     intake: Intake, outs: list[Out], what: str, max_wait_s: float, counts: dict[str, int], unit: bytes,
-    client: dict[str, str],
+    client: dict[str, str], *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    read_back: Callable[..., dict] = found_rows,
 ) -> None:  # fmt: skip
     """Produce `outs` (records of `unit`) until every one is in the topics, exactly once: failed ones again
     with a doubling pause (0.2 s to 5 s), at most `max_wait_s` in all, then StuckError naming `what` and the
-    last reason. A record that failed after it was produced (timed out, purged in flight) may be stored all the
-    same, and once librdkafka bumped its epoch or the producer was rebuilt the broker cannot drop a second copy:
-    so before sending such records again, the topics are read back from where this delivery started, and rows
-    of `unit` found there are not sent again (as a keyed HTTP request's retry does). Counts `retries` (attempts
-    that left records failed), `waits` (backpressure, or a read-back the broker did not answer), `read_backs`
-    and `rows_found` (failed records found stored) in `counts`."""
-    deadline = time.monotonic() + max_wait_s
+    last reason. `max_wait_s` is the job's --max-wait, by default broker_unavailable_timeout: an ingest job
+    waits out an outage as long as `weir run` does.
+
+    A record that failed after it was produced (timed out, purged in flight) may be stored all the same, and
+    once librdkafka bumped its epoch or the producer was rebuilt the broker cannot drop a second copy: so
+    before sending such records again, the topics are read back from where this delivery started, and rows of
+    `unit` found there are not sent again (as a keyed HTTP request's retry does). A read-back the broker does
+    not answer (still away, or still reconnecting) is tried again within the same bound; each gets the whole
+    ack timeout, even one begun just before the bound: a broker back a moment ago may take seconds to answer a
+    new client, and cutting its read-back short would stop the job just as it could go on.
+
+    Counts `retries` (attempts that left records failed), `waits` (backpressure, or a read-back the broker did
+    not answer), `read_backs` and `rows_found` (failed records found stored) in `counts`."""
+    deadline = clock() + max_wait_s
     since = intake.since()  # every record of this delivery lands at or above these offsets
     pause, doubtful = 0.2, False
     while outs:
         try:
             if doubtful:
-                timeout = max(1.0, min(intake.producer.ack_timeout_s, deadline - time.monotonic()))
-                found = found_rows(client, since, unit, timeout)
+                found = read_back(client, since, unit, max(1.0, intake.producer.ack_timeout_s))
                 counts["read_backs"] += 1
                 left = [o for o in outs if o.row not in found]
                 counts["rows_found"] += len(outs) - len(left)
@@ -139,8 +147,9 @@ def deliver(
         except BrokerUnavailable as exc:  # the read-back: the broker is still away
             counts["waits"] += 1
             reason = f"reading back what the failed attempt stored: {exc}"
-        if time.monotonic() > deadline:
-            raise StuckError(f"{what}: {len(outs)} record(s) not taken by the broker within {max_wait_s:g}s: {reason}")
+        if clock() > deadline:
+            raise StuckError(f"{what}: {len(outs)} record(s) not taken by the broker within {max_wait_s:g}s "
+                             f"(--max-wait, by default broker_unavailable_timeout): {reason}")  # fmt: skip
         log.warning("weir ingest: %s: %d record(s) wait (%s); again in %.1fs", what, len(outs), reason, pause)
-        time.sleep(pause)
+        sleep(pause)
         pause = min(pause * 2, 5.0)

@@ -37,6 +37,7 @@ from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER
+from weir.kafka.outage import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
@@ -140,7 +141,7 @@ class PgJob:
     client: dict[str, str]
     key: tuple[str, ...]  # the primary key's columns
     batch: int = 5_000
-    max_wait_s: float = 300.0
+    max_wait_s: float = DEFAULT_TIMEOUT_S  # how long a batch may keep failing (broker_unavailable_timeout)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     stopping: threading.Event = field(default_factory=threading.Event)
     lsn: str | None = None  # the slot's position after the last batch

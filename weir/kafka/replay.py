@@ -240,7 +240,7 @@ def begin(
         _delete(filesystem, paths.resolve(reports)[1])  # the reports of an earlier attempt are not this one's
         return replace(guard, processor=processor, replay=True, reports=reports)
     marks = ride_out(
-        lambda: take_marks(client, topics, timeout=min(30.0, timeout_s)),
+        lambda bound: take_marks(client, topics, timeout=bound),
         f"note where batch {batch_id} of {processor} begins writing",
         servers_of(client),
         timeout_s,

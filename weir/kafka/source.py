@@ -251,8 +251,9 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         broker_unavailable_timeout. After it, an outage is waited out here, in the planning of a batch: the
         query stays up."""
 
-        def healed() -> T:  # a view that cannot go on (weir.kafka.heal) is closed; the next call builds a new one
+        def healed(bound: float) -> T:  # a view that cannot go on (weir.kafka.heal) is closed; the next is new
             try:
+                self.view.timeout = bound  # short while the broker is away: its return is noticed within seconds
                 return look()
             except Exception as exc:
                 err = heal.raised_cannot_go_on(exc)
@@ -263,7 +264,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 heal.counted("source view")
                 raise BrokerUnavailable(f"the source's metadata client cannot go on ({err.name()}): rebuilt") from exc
 
-        found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s) if self._reached else healed()
+        if self._reached:
+            found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s)
+        else:  # one request never outlasts the broker-unavailable limit
+            found = healed(min(30.0, self.opts.broker_timeout_s))
         self._reached = True
         return found
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from pyspark.errors import AnalysisException
@@ -128,7 +129,7 @@ class ProcessorQuery:
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
         """The client options of every weir-kafka source and sink of this processor."""
-        wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+        wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return {"kafka.bootstrap.servers": self.settings.bootstrap_servers, "brokerUnavailableTimeoutMs": str(wait)} | {
             f"kafka.{k}": v for k, v in self.settings.kafka.items()
         }
@@ -447,7 +448,7 @@ class ProcessorQuery:
             return
         if found.marks is None:
             topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
-            wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+            wait = self.settings.broker_wait // timedelta(milliseconds=1)
             marks = replay.take_marks(self.settings.client_config(), topics, timeout=min(30.0, wait / 1000))
             found.marks = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}
             rebuild.save(self.checkpoint, found)
@@ -648,7 +649,7 @@ class ProcessorQuery:
         if self.archive or not topics:
             return None
         client = self.settings.client_config()
-        wait = units.duration_ms(self.settings.broker_unavailable_timeout, "broker_unavailable_timeout", bare="s")
+        wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
 
     def _unappended(self, batch_id: int) -> list[completeness.Gap]:

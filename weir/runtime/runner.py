@@ -349,8 +349,9 @@ class Runner:
         down = self._watch.down_since
         for name, st in self.status.items():
             if down is not None and st.state == "running":
+                since = units.iso(down * 1000)  # the watch keeps epoch seconds
                 self._set_state(
-                    name, "waiting", note=f"waiting for Kafka at {self._servers()} since {units.iso(down)}, at most "
+                    name, "waiting", note=f"waiting for Kafka at {self._servers()} since {since}, at most "
                     f"broker_unavailable_timeout ({self.settings.broker_unavailable_timeout})",
                 )  # fmt: skip
             elif down is None and st.state == "waiting":

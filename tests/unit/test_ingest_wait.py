@@ -1,0 +1,138 @@
+"""How long an ingest job waits out an unreachable broker (issue 26): broker_unavailable_timeout, as `weir run`,
+read once where the settings come in, with --max-wait as the override; and `deliver` over a fake clock: a
+5-minute outage ridden out, a read-back after the restore given its whole ack timeout."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from weir.cli import app
+from weir.cli.ingest import max_wait_s
+from weir.config import Settings
+from weir.ingest.files import FileJob
+from weir.ingest.intake import StuckError, deliver
+from weir.ingest.postgres import PgJob
+from weir.ingest.producer import Acks, Backpressure, Out
+from weir.kafka.log import BrokerUnavailable
+
+ACK_TIMEOUT_S = 10.0
+
+
+def test_broker_unavailable_timeout_is_read_once_at_load_in_the_one_time_grammar() -> None:
+    assert Settings().broker_wait.total_seconds() == 600
+    assert Settings(broker_unavailable_timeout="90").broker_wait.total_seconds() == 90  # a number: seconds
+    assert Settings(broker_unavailable_timeout="1 hour").broker_wait.total_seconds() == 3600
+    with pytest.raises(ValidationError, match="broker_unavailable_timeout: 'soon' is not a duration"):
+        Settings(broker_unavailable_timeout="soon")
+
+
+def test_an_ingest_jobs_wait_is_broker_unavailable_timeout_unless_max_wait_says_otherwise() -> None:
+    assert max_wait_s(None, Settings()) == 600
+    assert max_wait_s(None, Settings(broker_unavailable_timeout="2 minutes")) == 120
+    assert max_wait_s("300", Settings()) == 300  # the old spelling, seconds, still works
+    assert max_wait_s("15m", Settings(broker_unavailable_timeout="1 minute")) == 900
+    with pytest.raises(ValueError, match="--max-wait: 'forever' is not a duration"):
+        max_wait_s("forever", Settings())
+    assert FileJob.max_wait_s == PgJob.max_wait_s == 600  # the jobs' own defaults agree
+
+
+def test_a_bad_max_wait_is_one_clear_line_before_anything_starts(tmp_path) -> None:
+    args = ["ingest", "files", str(tmp_path), "--topic", "t", "--format", "json", "--schema", "a STRING",
+            "--max-wait", "forever", "--bootstrap", "127.0.0.1:1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "--max-wait: 'forever' is not a duration" in result.output
+
+
+class Outage:
+    """A fake intake, producer and broker on a fake clock. The broker is cut at 1 s and restored at `restore`;
+    the records sent before the cut time out but are stored. After the restore a new client's first answer
+    takes `reconnect_s` (a broker under load, a client backing off): a read-back whose timeout ends sooner
+    fails as "cannot read metadata"."""
+
+    def __init__(self, restore: float, reconnect_s: float = 4.0) -> None:
+        self.now, self.restore, self.reconnect_s = 0.0, restore, reconnect_s
+        self.ack_timeout_s = ACK_TIMEOUT_S
+        self.producer = self
+        self.stored: list[int] = []  # rows in the topic, one entry per copy
+        self.read_back_timeouts: list[float] = []
+        self.read_back_starts: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def since(self) -> dict:
+        return {}
+
+    def check(self, n: int) -> None:
+        if 1.0 <= self.now < self.restore:
+            raise Backpressure("the broker is unreachable: 1/1 brokers are down", 5)
+
+    def send_outs(self, outs: list[Out]) -> Acks:
+        acks = Acks(outs)
+        for o in outs:
+            if self.now < 1.0:  # stored, but the answer is lost in the cut: timed out, doubtful
+                self.stored.append(o.row)
+                acks.failed[o.row] = "Local: Message timed out"
+                acks.doubtful.add(o.row)
+            else:
+                self.stored.append(o.row)
+                acks.placed[o.row] = ("t", 0, len(self.stored))
+        self.now += ACK_TIMEOUT_S if acks.failed else 0.01
+        acks.done.set()
+        return acks
+
+    def wait(self, acks: Acks) -> bool:
+        return True
+
+    def read_back(self, client: dict, since: dict, unit: bytes, timeout: float) -> dict[int, tuple[str, int, int]]:
+        self.read_back_timeouts.append(timeout)
+        self.read_back_starts.append(self.now)
+        answers_at = self.restore + self.reconnect_s
+        if self.now + timeout < answers_at:
+            self.now += timeout + 0.01  # and closing the client
+            raise BrokerUnavailable(f"cannot read metadata from Kafka at 127.0.0.1:9092 within {timeout:.0f}s")
+        self.now = max(self.now, answers_at)
+        return {row: ("t", 0, i) for i, row in enumerate(self.stored)}
+
+
+def run(outage: Outage, max_wait: float, counts: dict[str, int]) -> None:
+    outs = [Out("t", b"{}", None, [], row) for row in range(50)]
+    deliver(outage, outs, "f1.json", max_wait, counts, b"job/unit", {}, clock=outage.clock, sleep=outage.sleep,
+            read_back=outage.read_back)  # fmt: skip
+
+
+def fresh_counts() -> dict[str, int]:
+    return dict.fromkeys(("retries", "waits", "read_backs", "rows_found"), 0)
+
+
+def test_a_5_minute_outage_is_ridden_out_within_broker_unavailable_timeout_exactly_once() -> None:
+    outage, counts = Outage(restore=302.0), fresh_counts()
+    run(outage, max_wait_s(None, Settings()), counts)
+    assert sorted(outage.stored) == list(range(50))  # the timed-out records were found stored: none sent again
+    assert counts["rows_found"] == 50 and counts["read_backs"] == 1 and counts["retries"] == 1
+    assert counts["waits"] > 10  # read-backs the broker did not answer during the outage, each counted
+
+
+def test_a_read_back_begun_just_before_the_bound_gets_its_whole_ack_timeout() -> None:
+    # As in the bench: the broker is back 2.2 s before the bound, and a new client's first answer takes 4 s. The
+    # read-back begun 3 s before the bound must not be cut to those 3 s (the job would stop just as it could go
+    # on): it gets the whole ack timeout, and the delivery ends exactly once.
+    outage, counts = Outage(restore=597.4, reconnect_s=4.0), fresh_counts()
+    run(outage, 599.6, counts)
+    assert sorted(outage.stored) == list(range(50))
+    assert any(599.6 - t == pytest.approx(3.0) for t in outage.read_back_starts)  # the case meant: 3 s left
+    assert set(outage.read_back_timeouts) == {ACK_TIMEOUT_S}
+
+
+def test_an_outage_past_the_bound_stops_the_job_loudly_naming_the_setting() -> None:
+    outage, counts = Outage(restore=10_000.0), fresh_counts()
+    with pytest.raises(StuckError, match=r"f1.json: 50 record\(s\) not taken by the broker within 600s "
+                       r"\(--max-wait, by default broker_unavailable_timeout\): reading back"):  # fmt: skip
+        run(outage, 600.0, counts)
+    assert 600 < outage.now < 600 + ACK_TIMEOUT_S + 5  # bounded: one read-back and one pause past it at most
