@@ -108,15 +108,17 @@ def test_a_three_stage_pipeline_killed_at_random_ends_exactly_as_a_clean_run(boo
         # Small batches, so that the kills land mid-run, after some batches of any stage: at a random moment, or
         # (kills 2 and 3) the moment a stage's topic grows, between its write and its commit when lucky
         proc = start_weir(spec, env, tmp_path / f"run-{kill}.log", WEIR_MAX_OFFSETS_PER_TRIGGER="150")
-        want = progressed() + rnd.randint(2, 6)
-        wait_for(lambda w=want: progressed() >= w, 300, f"{want} batches before kill {kill + 1}")
-        if kill == 0:
-            time.sleep(rnd.uniform(0.0, 2.0))
-        else:
-            topic = f"{prefix}.clean" if kill == 1 else f"{prefix}.totals"
-            before = written(topic)
-            wait_for(lambda t=topic, b=before: written(t) != b, 120, f"a write to {topic}", interval=0.005)
-        kill_tree(proc)
+        try:
+            want = progressed() + rnd.randint(2, 6)
+            wait_for(lambda w=want: progressed() >= w, 300, f"{want} batches before kill {kill + 1}")
+            if kill == 0:
+                time.sleep(rnd.uniform(0.0, 2.0))
+            else:
+                topic = f"{prefix}.clean" if kill == 1 else f"{prefix}.totals"
+                before = written(topic)
+                wait_for(lambda t=topic, b=before: written(t) != b, 120, f"a write to {topic}", interval=0.005)
+        finally:
+            kill_tree(proc)  # also when a wait fails: a run left behind would load every test after it
         print(f"kill {kill + 1}: {stored()} windows stored, {progressed()} batches with input so far")
     ends.close()
     finish_once(spec, env, tmp_path)
