@@ -9,8 +9,10 @@ docs/retention.md.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 Positions = dict[str, dict[int, int]]  # topic -> partition -> offset
 DATA_LOSS_KEY = "@dataLoss"
@@ -115,6 +117,16 @@ def from_json(offset: dict) -> tuple[Positions, DataLoss]:
     loss = DataLoss(int(loss_raw.get("skippedOffsets", 0)), int(loss_raw.get("events", 0)))
     positions = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offset.items() if not t.startswith("@")}
     return positions, loss
+
+
+def parsed(raw: Any) -> dict:
+    """An offset as progress events and figures carry it (JSON text, or already parsed); {} for anything else."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 def starts_from_json(offset: dict) -> Positions | None:

@@ -6,11 +6,10 @@ range. Pure: no Spark, no broker. See docs/delivery.md ("Completeness by offsets
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from weir.kafka.offsets import batch_start, from_json
+from weir.kafka.offsets import batch_start, from_json, parsed
 
 READ_OBSERVATION = "weir.read:"  # + topic: the observation of an input stream's records, per partition
 OTHER = "other"  # records of partitions beyond the declared ones (checked in total only)
@@ -51,22 +50,13 @@ def read_metrics_names(partitions: int) -> list[str]:
     return [f"{k}{p}" for p in range(partitions) for k in ("c", "lo", "hi")] + [OTHER]
 
 
-def _offset(raw: Any) -> dict:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
-
-
 def planned_spans(sources: list[dict]) -> dict[str, dict[int, Span]]:
     """topic -> partition -> (first, end) of a batch from its sources' start and end offsets (progress figures):
     the plan's own start (`@start`) where it carries one, else the start offset Spark handed in (None for a
     first batch logged without its start)."""
     out: dict[str, dict[int, Span]] = {}
     for s in sources:
-        end, start = _offset(s.get("end_offset")), _offset(s.get("start_offset"))
+        end, start = parsed(s.get("end_offset")), parsed(s.get("start_offset"))
         if not end:
             continue
         until, _ = from_json(end)
@@ -84,7 +74,7 @@ def counted_skips(sources: list[dict]) -> int:
     less their start counts."""
     total = 0
     for s in sources:
-        end, start = _offset(s.get("end_offset")), _offset(s.get("start_offset"))
+        end, start = parsed(s.get("end_offset")), parsed(s.get("start_offset"))
         total += from_json(end)[1].skipped_offsets - (from_json(start)[1].skipped_offsets if start else 0)
     return max(total, 0)
 

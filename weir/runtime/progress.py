@@ -23,7 +23,7 @@ from weir import units
 from weir.kafka import heal
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
-from weir.kafka.offsets import START_KEY, batch_start, from_json
+from weir.kafka.offsets import START_KEY, batch_start, from_json, parsed
 from weir.kafka.offsets import to_json as offsets_json
 
 log = logging.getLogger("weir.pipeline")
@@ -159,7 +159,7 @@ def spark_figures(progress: Any) -> dict:
                 "end_offset": s.get("endOffset"),
                 "latest_offset": s.get("latestOffset"),
                 "input_rows": s.get("numInputRows"),
-                "admission": _offset(s.get("endOffset")).get(ADMISSION_KEY),
+                "admission": parsed(s.get("endOffset")).get(ADMISSION_KEY),
             }
             for s in p.get("sources") or []
         ],
@@ -185,7 +185,7 @@ def offset_span(sources: list[dict]) -> int | None:
     gaps (compaction, transaction markers), more when they have."""
     span = 0
     for s in sources:
-        start, end = _offset(s.get("start_offset")), _offset(s.get("end_offset"))
+        start, end = parsed(s.get("start_offset")), parsed(s.get("end_offset"))
         topics = {t: parts for t, parts in end.items() if not t.startswith("@")}
         if not topics:
             return None
@@ -214,25 +214,16 @@ def recount(figures: dict) -> dict:
     return figures | {"input_rows": span, "input_rows_spark": figures["input_rows"]}
 
 
-def _offset(raw: Any) -> dict:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
-
-
 def lake_fallback(sources: list[dict]) -> dict | None:
     """The weir-kafka sources' `@lakeFallback` counts summed (None when no source read from the lake): the
     cumulative offsets, ranges and events of the end offsets, `batch_offsets` read by this batch, and the
     latest ranges."""
     total: dict | None = None
     for s in sources:
-        end = _offset(s.get("endOffset")).get("@lakeFallback")
+        end = parsed(s.get("endOffset")).get("@lakeFallback")
         if not isinstance(end, dict):
             continue
-        start = _offset(s.get("startOffset")).get("@lakeFallback") or {}
+        start = parsed(s.get("startOffset")).get("@lakeFallback") or {}
         total = total or {"offsets": 0, "ranges": 0, "events": 0, "batch_offsets": 0, "last": []}
         for k in ("offsets", "ranges", "events"):
             total[k] += int(end.get(k, 0))
@@ -244,7 +235,7 @@ def lake_fallback(sources: list[dict]) -> dict | None:
 def admission(sources: list[dict]) -> dict | None:
     """The batch's adaptive admission (None when every source has a static limit): the limits summed over
     the sources, the records that were waiting, and the reason of the most constrained one (docs/flow.md)."""
-    decided = [d for d in (_offset(s.get("endOffset")).get(ADMISSION_KEY) for s in sources) if isinstance(d, dict)]
+    decided = [d for d in (parsed(s.get("endOffset")).get(ADMISSION_KEY) for s in sources) if isinstance(d, dict)]
     if not decided:
         return None
     tight = min(decided, key=lambda d: int(d.get("limit", 0)))
