@@ -13,31 +13,16 @@ import json
 
 import pytest
 from _pipe import Rec, produce, unique
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from weir.kafka import Admin
 from weir.kafka.offsets import from_json, starts_from_json
 from weir.kafka.read import DataLossError
 from weir.kafka.source import KafkaDataSource, KafkaStreamReader
+from weir.kafka.tolake import KAFKA_STRUCT
 
 pytestmark = pytest.mark.integration
 
-HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-SCHEMA = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-    StructField("headers", ArrayType(HEADER)),
-])  # fmt: skip
+SCHEMA = KAFKA_STRUCT  # the raw columns, as Spark hands them to the source
 
 
 def reader(bootstrap: str, topic: str, **options: str) -> KafkaStreamReader:

@@ -44,7 +44,8 @@ TAG_PROPERTY = "weir.archive.tag"
 ARCHIVE_COLUMNS = FILE_META + ", read long"
 HOUR_US = 3_600_000_000
 PLAIN = ("key", "value", "offset", "timestamp")  # nearly all distinct: no Parquet dictionary
-_KAFKA = StructType([
+# weir-kafka's raw columns as Spark's type (KAFKA_COLUMNS of weir.kafka.source, without a session to parse DDL)
+KAFKA_STRUCT = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
     StructField("partition", IntegerType()), StructField("offset", LongType()),
     StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
@@ -57,14 +58,14 @@ def record_schema(opts: SourceOptions) -> StructType:
     """The weir-kafka columns of `opts` (KAFKA_COLUMNS, the decoded fields, `_error`), built without a Spark
     session: the archive source's own schema is the files' descriptions, so Spark parses no record DDL for it."""
     if opts.value_format != "json":
-        return _KAFKA
+        return KAFKA_STRUCT
     from pyspark.sql.pandas.types import from_arrow_type
 
     fields = [
         StructField(opts.value_prefix + f.name, from_arrow_type(arrow_type(f.type_ddl)))
         for f in parse_fields(opts.value_schema or "")
     ]
-    return StructType([*_KAFKA.fields, *fields, StructField(ERROR_COLUMN, StringType())])
+    return StructType([*KAFKA_STRUCT.fields, *fields, StructField(ERROR_COLUMN, StringType())])
 
 
 def hour_parts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, str], pa.RecordBatch]]:
