@@ -10,7 +10,7 @@ import sys
 from typer.testing import CliRunner
 
 from weir.cli import app
-from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, Backfilled, audit
+from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, Backfilled, audit, fold
 from weir.runtime import versions
 from weir.storage.checkpoint import Checkpoint, write_json
 
@@ -96,6 +96,64 @@ def test_a_purged_log_and_an_unknown_start_are_unknown_below_not_gaps(tmp_path):
     batch(tmp_path / "cp", 7, {"t": {0: 60}}, {"t": {0: 50}})  # Spark purged batches 0-6 of the second run
     result = audit("p", cp)
     assert segments(result) == [(0, 30, 1), (30, 50, UNKNOWN), (50, 60, 1)] and result.silent_gaps == 0
+
+
+def purge(cp, below: int) -> None:
+    """What Spark does past minBatchesToRetain: the log's files of batches below `below` deleted."""
+    for d in ("offsets", "commits"):
+        for f in (cp / d).iterdir():
+            if int(f.name) < below:
+                f.unlink()
+
+
+def test_folded_batches_stay_known_after_spark_purges_them(tmp_path):
+    cp = tmp_path / "cp"
+    for n in range(30):  # 10 records a batch; batch 20 a watermark's batch (no new records)
+        lo = 10 * n if n <= 20 else 10 * (n - 1)
+        batch(cp, n, {"t": {0: lo + (0 if n == 20 else 10)}}, {"t": {0: lo if n != 20 else lo - 10}})
+    whole = segments(audit("p", str(cp)))
+    assert whole == [(0, 290, 1)]
+    assert audit_fold(cp) == (0, 29) and audit_fold(cp) == (0, 29)  # folding the same batches again: no change
+    purge(cp, 25)
+    result = audit("p", str(cp))
+    assert segments(result) == whole and result.silent_gaps == 0 and result.offsets(UNKNOWN) == 0
+    assert json.loads((cp / "weir" / "folded.json").read_text())["processed"] == {"t": {"0": [[0, 290]]}}
+    # Without the fold, the same purged log knows nothing below batch 25 (and says so)
+    (cp / "weir" / "folded.json").unlink()
+    bare = audit("p", str(cp))
+    assert segments(bare) == [(240, 290, 1)] and any("purged" in n for n in bare.notes)
+
+
+def test_a_fold_continues_the_log_checks_across_its_boundary(tmp_path):
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 10}})
+    audit_fold(cp)
+    batch(cp, 2, {"t": {0: 40}}, {"t": {0: 25}})  # 20-25 never read: a silent gap, across the fold
+    batch(cp, 3, {"t": {0: 50}}, {"t": {0: 40}}, committed=False)
+    purge(cp, 2)
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 20, 1), (20, 25, SILENT), (25, 40, 1), (40, 50, IN_FLIGHT)]
+    assert audit_fold(cp) == (0, 2)  # a batch in flight is never folded
+    assert segments(audit("p", str(cp))) == [(0, 20, 1), (20, 25, SILENT), (25, 40, 1), (40, 50, IN_FLIGHT)]
+
+
+def test_a_reset_keeps_the_folded_coverage_too(tmp_path):
+    cp = tmp_path / "cp"
+    for n in range(4):
+        batch(cp, n, {"t": {0: 10 * n + 10}}, {"t": {0: 10 * n}})
+    audit_fold(cp)
+    purge(cp, 3)
+    assert versions.reset(str(cp)) and not cp.exists()
+    kept = json.loads((tmp_path / "cp.weir-history" / "resets" / "000001.json").read_text())
+    assert kept["processed"] == {"t": {"0": [[0, 40]]}} and kept["batches"] == [0, 3]
+    batch(cp, 0, {"t": {0: 45}}, {"t": {0: 40}})  # the new checkpoint: its own log, no fold of the old one
+    assert segments(audit("p", str(cp))) == [(0, 40, 1), (40, 45, 1)]  # by the run before the reset, then this one
+
+
+def audit_fold(cp) -> tuple[int, int] | None:
+    epoch = fold(str(cp))
+    return None if epoch is None or epoch.batches is None else tuple(epoch.batches)
 
 
 def test_a_reset_keeps_its_coverage_and_the_reread_counts_twice(tmp_path):

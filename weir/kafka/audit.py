@@ -3,13 +3,15 @@
 A processor's coverage comes from its checkpoint's offset log (batch b read `[@start, end)` of each partition;
 a log without "@start" starts a batch at the previous batch's end), from the runs a reset deleted (their
 coverage, kept in the checkpoint's history by runtime/versions.py) and from its backfills (their input
-ranges, kept by weir/backfill). Every offset between the lowest known one and the highest end is then
-processed (n times, by which run), or a hole of one kind:
+ranges, kept by weir/backfill). Spark keeps only the last `spark.sql.streaming.minBatchesToRetain` (100)
+batches of the log, so the runner folds committed batches, every few, into `weir/folded.json` inside the
+checkpoint (`fold`): the log's coverage continues from it. Every offset between the lowest known one and the
+highest end is then processed (n times, by which run), or a hole of one kind:
 
 - `in flight`: planned by a batch not yet committed; a restart replays it;
 - `loss`: skipped and counted in `@dataLoss` (a loss the user allowed with failOnDataLoss=false);
-- `unknown`: read by a batch whose start the log does not say (batch 0 of a log older than "@start", or the
-  first batch Spark's log still holds after it purged older ones);
+- `unknown`: read by a batch whose start the log does not say (batch 0 of a log older than "@start"), or
+  below the first batch Spark's log still holds when the batches it purged were not folded;
 - `silent`: none of the above, the failure weir promises cannot happen: `weir audit` exits 1 on one.
 
 Pure: files in, figures out; no Spark, no broker, so the monitor runs it too. docs/delivery.md, "Audit".
@@ -17,6 +19,8 @@ Pure: files in, figures out; no Spark, no broker, so the monitor runs it too. do
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -24,12 +28,13 @@ from typing import Any
 
 from weir.kafka.checkpoint import CheckpointError, OffsetLog, read_log
 from weir.kafka.offsets import LakeFallback
-from weir.storage.checkpoint import Checkpoint, json_files
+from weir.storage.checkpoint import Checkpoint, json_files, read_text, write_json
 
 TP = tuple[str, int]
 Spans = dict[TP, list[tuple[int, int]]]
 SILENT, LOSS, IN_FLIGHT, UNKNOWN = "silent", "loss", "in flight", "unknown"
 CURRENT = "current"
+FOLDED = "folded"
 
 
 @dataclass
@@ -48,11 +53,17 @@ class Epoch:
     at: str | None = None  # when a reset ended it
     version: str | None = None  # the code version that ran it
     error: str | None = None  # why its coverage is not known (an unreadable checkpoint at reset)
+    # Where its last batch ended, per partition, and that batch's cumulative @dataLoss skips per source line: what
+    # the log's next batch continues from (epoch_of's `prefix`).
+    ends: dict[TP, int] = field(default_factory=dict)
+    skipped: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "label": self.label, "at": self.at, "version": self.version, "error": self.error,
             "batches": list(self.batches) if self.batches else None, "committed": self.committed,
+            "ends": _unknown_json({tp: [end] for tp, end in self.ends.items()}),
+            "skipped": {str(i): n for i, n in sorted(self.skipped.items())},
             "processed": _spans_json(self.processed, merge=True), "losses": _spans_json(self.losses),
             "skips": _spans_json(self.skips), "in_flight": _spans_json(self.in_flight),
             "unknown": _unknown_json(self.unknown),
@@ -63,11 +74,14 @@ class Epoch:
     def from_json(cls, raw: dict[str, Any]) -> Epoch:
         raw_unknown = (raw.get("unknown") or {}).items()
         unknown = {(t, int(p)): [int(x) for x in v] for t, ps in raw_unknown for p, v in ps.items()}
+        ends = {(t, int(p)): int(v[0]) for t, ps in (raw.get("ends") or {}).items() for p, v in ps.items() if v}
+        skipped = {int(i): int(n) for i, n in (raw.get("skipped") or {}).items()}
         return cls(
             str(raw.get("label") or ""), _spans_from(raw.get("processed")), _spans_from(raw.get("losses")),
             _spans_from(raw.get("skips")), _spans_from(raw.get("in_flight")), unknown,
             tuple(raw["batches"]) if raw.get("batches") else None, raw.get("committed"),  # type: ignore[arg-type]
             LakeFallback.from_json(raw.get("fallback")), raw.get("at"), raw.get("version"), raw.get("error"),
+            ends, skipped,
         )  # fmt: skip
 
 
@@ -96,20 +110,24 @@ def _spans_from(raw: dict | None) -> Spans:
     return {(t, int(p)): [(int(s), int(e)) for s, e in rs] for t, ps in (raw or {}).items() for p, rs in ps.items()}
 
 
-def epoch_of(log: OffsetLog, label: str = CURRENT) -> Epoch:
-    """One checkpoint's coverage from its offset log."""
-    ep = Epoch(label)
-    if not log.batches:
+def epoch_of(log: OffsetLog, label: str = CURRENT, prefix: Epoch | None = None) -> Epoch:
+    """One checkpoint's coverage from its offset log. With `prefix` (the batches folded before Spark purged them,
+    `folded`), the prefix's coverage followed by the log's batches after it."""
+    ep = copy.deepcopy(prefix) if prefix is not None else Epoch(label)
+    ep.label = label
+    prev_batch = ep.batches[1] if ep.batches else None
+    held = [b for b in log.batches if prev_batch is None or b.batch > prev_batch]
+    if not held:
         return ep
-    ep.batches = (log.batches[0].batch, log.batches[-1].batch)
-    committed = [b.batch for b in log.batches if b.committed]
-    ep.committed = committed[-1] if committed else None
-    prev_end: dict[TP, int] = {}
-    prev_skipped: dict[int, int] = {}  # per source line: cumulative @dataLoss skippedOffsets of the batch before
-    prev_batch: int | None = None
-    for batch in log.batches:
+    ep.batches = (ep.batches[0] if ep.batches else held[0].batch, held[-1].batch)
+    committed = [b.batch for b in held if b.committed]
+    ep.committed = committed[-1] if committed else ep.committed
+    prev_end = ep.ends  # per partition: where the batch before ended
+    prev_skipped = ep.skipped  # per source line: cumulative @dataLoss skippedOffsets of the batch before
+    for batch in held:
         follows = prev_batch is not None and batch.batch == prev_batch + 1
-        first_held = prev_batch is None and batch.batch > 0  # Spark purged the batches before it
+        # Spark purged the batches before it, and no fold kept them
+        first_held = batch.batch > (0 if prev_batch is None else prev_batch + 1)
         for i, line in enumerate(batch.sources):
             skips: list[tuple[TP, int, int]] = []
             for topic, parts in line.end.items():
@@ -287,6 +305,27 @@ class ProcessorAudit:
         }  # fmt: skip
 
 
+def folded(checkpoint: str) -> Epoch | None:
+    """The coverage of the checkpoint's batches folded so far (`fold`), or None when none were."""
+    text = read_text(Checkpoint(checkpoint).folded)
+    return None if text is None else Epoch.from_json(json.loads(text))
+
+
+def fold(checkpoint: str, cache: dict | None = None) -> Epoch | None:
+    """Fold the committed batches of the checkpoint's log into its `weir/folded.json`, before Spark purges them:
+    the coverage so far, compact (touching ranges joined), which the audit and a reset read as the log's prefix.
+    Run by the runner every few batches (on its own thread); the same batches folded again change nothing."""
+    log = read_log(checkpoint, cache)
+    done = [b.batch for b in log.batches if b.committed]
+    prefix = folded(checkpoint)
+    if not done or (prefix is not None and prefix.batches and prefix.batches[1] >= done[-1]):
+        return prefix
+    upto = OffsetLog(log.checkpoint, [b for b in log.batches if b.batch <= done[-1]])
+    epoch = epoch_of(upto, FOLDED, prefix)
+    write_json(Checkpoint(checkpoint).folded, epoch.to_json())
+    return epoch
+
+
 def history(checkpoint: str) -> tuple[list[Epoch], list[Backfilled]]:
     """The runs resets deleted (oldest first) and the backfills, from the checkpoint's history."""
     cp = Checkpoint(checkpoint)
@@ -311,8 +350,8 @@ def audit(processor: str, checkpoint: str, cache: dict | None = None) -> Process
             result.notes.append(f"{ep.label} ({ep.at}): its coverage was not kept: {ep.error}")
     if Checkpoint(checkpoint).exists():
         try:
-            result.epochs.append(epoch_of(read_log(checkpoint, cache)))
-        except CheckpointError as exc:
+            result.epochs.append(epoch_of(read_log(checkpoint, cache), prefix=folded(checkpoint)))
+        except (CheckpointError, ValueError) as exc:
             result.notes.append(str(exc))
     elif not result.epochs:
         result.notes.append("no checkpoint: the processor has not run")

@@ -35,6 +35,7 @@ from weir.pipeline.model import Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
+from weir.runtime.folding import Folder
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
@@ -224,6 +225,8 @@ class Runner:
             str(Path(self.settings.home) / "progress"),
             self.settings.progress_topic,
         )
+        retained = self.spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100") or "100"
+        self._folder = Folder(int(retained))
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():
@@ -441,6 +444,8 @@ class Runner:
         if getattr(self, "_listener", None) is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+        if getattr(self, "_folder", None) is not None:
+            self._folder.close()
         if self.publisher:
             self.publisher.close()
             self.publisher = None
@@ -528,6 +533,8 @@ class Runner:
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
             version=next(p.version for p in self.selected if p.name == name),
         )  # fmt: skip
+        # The batch committed before Spark reported its progress: its coverage can be kept before Spark purges it
+        self._folder.finished(self.checkpoint(self.pipeline.processors[name]), figures["batch_id"])
 
     def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
         """The records the batch's inputs yielded, per partition (observed in the job that read them), against

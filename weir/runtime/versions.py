@@ -102,8 +102,8 @@ def keep_history(checkpoint: str) -> str:
     cp = Checkpoint(checkpoint)
     stored = read(checkpoint)
     try:
-        epoch = audit.epoch_of(read_log(checkpoint), label="reset")
-    except CheckpointError as exc:
+        epoch = audit.epoch_of(read_log(checkpoint), label="reset", prefix=audit.folded(checkpoint))
+    except (CheckpointError, ValueError) as exc:
         epoch = audit.Epoch("reset", error=str(exc))
         log.warning("weir: reset of %s: its coverage is not known: %s", checkpoint, exc)
     epoch.at, epoch.version = units.now_iso(), stored.version if stored else None

@@ -3,7 +3,8 @@
 A processor's checkpoint is `<checkpoint_root>/<its checkpoint name>` (`<pipeline>/<processor>`, an
 archiver's `_archive/<topic>`). Spark owns `offsets/<batch>`, `commits/<batch>`, `state/`, `sources/` and
 `metadata` (the query's id, whose head is the run id). weir keeps `weir.json` (the code version,
-runtime/versions.py) and `weir/marks/<batch>.json` (a batch's replay marks, kafka/replay.py) inside it, and its
+runtime/versions.py), `weir/marks/<batch>.json` (a batch's replay marks, kafka/replay.py) and `weir/folded.json`
+(the coverage of batches Spark purged, kafka/audit.py) inside it, and its
 history beside it, `<checkpoint>.weir-history/`: the coverage of every checkpoint a reset deleted
 (`resets/<n>.json`) and the input ranges of every backfill (`backfills/<id>.<ms>.json`), which `weir audit`
 reads. A reset deletes the checkpoint, never its history. Pure locations plus small readers; pyarrow is
@@ -79,6 +80,11 @@ class Checkpoint:
 
     def mark(self, batch: int) -> str:
         return paths.join(self.marks, f"{batch}.json")
+
+    @property
+    def folded(self) -> str:
+        """The coverage of the batches folded before Spark purged them (kafka/audit.py `fold`)."""
+        return paths.join(self.url, "weir", "folded.json")
 
     def mark_reports(self, batch: int) -> str:
         """Where the tasks of a replayed batch's write say what they skipped."""
