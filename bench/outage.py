@@ -7,11 +7,12 @@ comes back through it) serves, as real processes: `weir ingest http` (four clien
 each retried with its key until acknowledged), `weir ingest files` (a file of 50 rows every 0.2 s), `weir ingest
 postgres` (an insert every 10 ms into a private PostgreSQL with wal_level=logical), `weir run` of
 tests/integration/test_outage_processes.py's pipeline (an internal processor writing a topic with replay marks,
-checked exactly once in that topic; a Parquet sink; the archiver of its input; the runner's broker watch), `weir
-serve` (SQL over the topic's tail) and `weir monitor`. The proxy stalls for 2 s (records taken then time out), then
-cuts every connection for the rest of --seconds, and restores them. Printed per process: seconds from the restore
-to its first progress, its restarts (0: the same process, no query restarted), and whether every acknowledged
-record is there exactly once; then the 1-minute load average before and after.
+checked exactly once in that topic; a Parquet sink; the runner's broker watch), `weir archive` of its input, `weir
+serve` (SQL over the topic's tail), one-shot `weir sql` processes (one in the cut: it must fail within its timeout,
+naming the broker; then one after the restore) and `weir monitor`. The proxy stalls for 2 s (records taken then
+time out), then cuts every connection for the rest of --seconds, and restores them. Printed per process: seconds
+from the restore to its first progress, its restarts (0: the same process, no query restarted), and whether every
+acknowledged record is there exactly once; then the 1-minute load average before and after.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from _proxy import proxied_broker  # noqa: E402
 from test_ingest_http import SCHEMA as HTTP_SCHEMA  # noqa: E402
 from test_outage_heal import Client  # noqa: E402
 from test_outage_ingest import Growth, insert_rows, write_files  # noqa: E402
-from test_outage_processes import PIPELINE, _archived, get, produce, stored  # noqa: E402
+from test_outage_processes import ARCHIVE, COUNT, PIPELINE, _archived, get, one_shot_sql, produce, stored  # noqa: E402
 
 from weir.kafka import Admin  # noqa: E402
 
@@ -87,6 +88,7 @@ def main() -> int:
                                            "heal.pg", "--partitions", "2", "--batch", "100", "--interval", "0.1"],
                                           env, scratch / "pg.log"),
             "weir run": Child(["run", str(spec)], env, scratch / "run.log"),
+            "weir archive": Child(ARCHIVE, env, scratch / "archive.log"),
             "weir serve": Child(["serve", str(spec), "--port", "0", "--timeout", "8"], env, scratch / "serve.log"),
             "weir monitor": Child(["monitor", str(spec), "--port", "0", "--interval", "1"], env,
                                   scratch / "monitor.log"),
@@ -115,21 +117,24 @@ def main() -> int:
                 proxy.stall()
                 time.sleep(STALL_S)
                 proxy.cut()
-                time.sleep(a.seconds - STALL_S)
+                cut_at = time.monotonic()
+                during = one_shot_sql(env, scratch / "sql-during.log")
+                time.sleep(max(0.0, a.seconds - STALL_S - (time.monotonic() - cut_at)))
                 proxy.restore()
                 restored, restored_ms = time.monotonic(), int(time.time() * 1000)
                 console.print(f"{time.strftime('%H:%M:%S')} restored")
                 produce(direct, 200, 400)
 
                 def sql_count() -> bool:
-                    got = get(f"{serve_url}/sql", {"sql": 'SELECT count(*) AS n FROM "heal.orders"'})
-                    return got["rows"][0]["n"] > 200
+                    return get(f"{serve_url}/sql", {"sql": COUNT})["rows"][0]["n"] > 200
 
                 def monitor_sees() -> bool:
                     ov = get(f"{monitor_url}/api/overview")
                     return ov["broker"]["reachable"] is True and (ov["progress"]["last_record_ms"] or 0) > restored_ms
 
-                found = until({"weir serve": sql_count, "weir monitor": monitor_sees}, 300)
+                found = until({"weir serve": sql_count, "weir monitor": monitor_sees,
+                               "weir sql": lambda: (one_shot_sql(env, scratch / "sql-after.log")[1] or 0) > 200,
+                               "weir archive": lambda: _archived(lake) > 200}, 300)  # fmt: skip
                 healed |= {k: t - restored for k, t in found.items()}
                 time.sleep(15)
                 stop.set()
@@ -152,7 +157,8 @@ def main() -> int:
                     time.sleep(1)
                 http_topic = ids(read_topic(direct, "heal.http"))
                 doubled = Counter(json.loads(m.value())["id"] for m in read_topic(direct, "heal.doubled"))
-                sql = get(f"{serve_url}/sql", {"sql": 'SELECT count(*) AS n FROM "heal.orders"'})["rows"][0]["n"]
+                sql = get(f"{serve_url}/sql", {"sql": COUNT})["rows"][0]["n"]
+                one_shot = one_shot_sql(env, scratch / "sql-end.log")[1]
             sampling.set()
             alive |= {n: c.proc.poll() is None for n, c in children.items()}
         finally:
@@ -160,8 +166,9 @@ def main() -> int:
             sampling.set()
             for c in children.values():
                 c.stop()
-    progress = [json.loads(x) for x in (scratch / "home" / "progress" / "heal.jsonl").read_text().splitlines()]
-    ran = {r["processor"] for r in progress if r["type"] == "progress"}
+    progress = [json.loads(x) for f in (scratch / "home" / "progress").glob("*.jsonl") for x in
+                f.read_text().splitlines()]  # fmt: skip
+    ran = {r["processor"] for r in progress if r["type"] == "progress" and r["pipeline"] == "heal"}
     rows: list[tuple] = []
     for name, topic in (("weir ingest files", "heal.files"), ("weir ingest postgres", "heal.pg")):
         healed[name] = growth.first_growth(topic, restored)
@@ -170,18 +177,26 @@ def main() -> int:
                     once(http_topic, acknowledged)))  # fmt: skip
     for proc in sorted(ran):
         first = min((r["at_ms"] for r in progress if r["type"] == "progress" and r["processor"] == proc
-                     and r["at_ms"] > restored_ms and r.get("input_rows")), default=None)  # fmt: skip
+                     and r["pipeline"] == "heal" and r["at_ms"] > restored_ms and r.get("input_rows")),
+                    default=None)  # fmt: skip
         # Query restarts from the cut on (a start under load may fail and restart before it: not the outage's)
-        failures = sum(
-            1 for r in progress if r["type"] == "failure" and r["processor"] == proc and r["at_ms"] >= cut_ms
-        )
+        failures = sum(1 for r in progress if r["type"] == "failure" and r["processor"] == proc
+                       and r["pipeline"] == "heal" and r["at_ms"] >= cut_ms)  # fmt: skip
         exact = {"store": once(Counter(stored(out)), range(400)), "double": once(doubled, range(400))}.get(proc, "-")
-        if proc.startswith("archive"):
-            exact = "yes" if _archived(lake) == 400 else f"NO: {_archived(lake)} of 400 in the lake"
         rows.append((f"weir run: {proc}", None if first is None else (first - restored_ms) / 1000,
                      failures if alive["weir run"] else "died", exact))  # fmt: skip
+    archive_failures = sum(1 for r in progress if r["type"] == "failure" and r["at_ms"] >= cut_ms
+                           and r["pipeline"] != "heal")  # fmt: skip
+    rows.append(("weir archive", healed["weir archive"], archive_failures if alive["weir archive"] else "died",
+                 "yes" if _archived(lake) == 400 else f"NO: {_archived(lake)} of 400 in the lake"))  # fmt: skip
     rows.append(("weir serve (SQL over the tail)", healed["weir serve"], 0 if alive["weir serve"] else "died",
                  "yes" if sql == 400 else f"NO: counted {sql} of 400"))  # fmt: skip
+    code, _, took, said = during
+    failed_well = code != 0 and took < 40 and f"Kafka at {through}" in said
+    named = "" if failed_well else ", NOT naming the broker"
+    rows.append((f"weir sql, one-shot (the one in the cut failed in {took:.0f} s{named})", healed["weir sql"],
+                 0 if failed_well else "hung or wrong",
+                 "yes" if one_shot == 400 else f"NO: counted {one_shot} of 400"))  # fmt: skip
     rows.append(("weir monitor", healed["weir monitor"], 0 if alive["weir monitor"] else "died", "-"))
     table = Table(title=f"a {a.seconds:.0f} s broker outage (first {STALL_S:.0f} s a silent partition)")
     for col in ("process", "first progress after the restore", "restarts", "every acknowledged record once"):

@@ -19,7 +19,7 @@ import pytest
 from _ingest import Child, read_topic
 from _proxy import proxied_broker
 
-from weir.kafka import Admin
+from weir.kafka.log import LogView
 
 pytestmark = pytest.mark.integration
 DEAF_S, CUT_S, RECOVER_S = 2.0, 20.0, 10.0
@@ -36,12 +36,17 @@ class Growth(threading.Thread):
         self.samples: list[tuple[float, dict[str, int]]] = []
 
     def run(self) -> None:
-        while not self.stop.wait(0.25):
-            ends = {}
-            for t in self.topics:
+        # One client for the thread's life: new admin clients and consumers for every sample (8 a second, the
+        # admin clients never closed) crashed the bench's process inside librdkafka within a 5-minute run.
+        with contextlib.closing(LogView({"bootstrap.servers": self.bootstrap})) as view:
+            while not self.stop.wait(0.25):
+                ends = {}
                 with contextlib.suppress(Exception):  # the broker is out of reach: no sample
-                    ends[t] = sum(hi for _, hi in Admin(self.bootstrap).offsets(t).values())
-            self.samples.append((time.monotonic(), ends))
+                    parts = view.partitions()
+                    tps = [(t, p) for t in self.topics for p in parts.get(t, ())]
+                    for (t, _), (_, hi) in view.bounds(tps).items():
+                        ends[t] = ends.get(t, 0) + hi
+                self.samples.append((time.monotonic(), ends))
 
     def first_growth(self, topic: str, after: float) -> float | None:
         """Seconds from `after` to the first sample of `topic` above every sample before `after`."""

@@ -1,12 +1,17 @@
-"""`weir run`, `weir serve` and `weir monitor` as real processes under one 20 s outage (issue 26): a TCP proxy
-between them and their embedded broker cuts every connection and restores them. With no process restart, each
-works again within 10 s of the restore: the pipeline's sink (through a source, an internal processor, its Kafka
-sink and replay marks) holds every order exactly once, the archiver of its archived topic goes on, `weir
-serve`'s SQL over the topic's tail counts every order, and the monitor sees the broker and new progress."""
+"""`weir run`, `weir archive`, `weir serve`, `weir sql` and `weir monitor` as real processes under one 20 s outage
+(issue 26): a TCP proxy between them and their embedded broker cuts every connection and restores them. With no
+process restart, each works again within 10 s of the restore: the pipeline's sink (through a source, an internal
+processor, its Kafka sink and replay marks) holds every order exactly once, `weir archive` of its input goes on,
+`weir serve`'s SQL over the topic's tail counts every order, and the monitor sees the broker and new progress. A
+one-shot `weir sql` started during the cut fails within its timeout, naming the broker; one started after the
+restore counts every order."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import time
 import urllib.request
@@ -34,7 +39,7 @@ from weir.pipeline import Pipeline
 from weir.sinks import ParquetSink
 
 p = Pipeline("heal")
-orders = p.topic("heal.orders", schema="id BIGINT NOT NULL, amount DOUBLE", key="id", partitions=2, archived=True)
+orders = p.topic("heal.orders", schema="id BIGINT NOT NULL, amount DOUBLE", key="id", partitions=2)
 doubled = p.topic("heal.doubled", schema="id BIGINT, amount DOUBLE, doubled DOUBLE", key="id", partitions=2)
 
 @p.processor(inputs=[orders], outputs=[doubled])
@@ -45,6 +50,9 @@ def double(o):
 def store(d):
     return d.select("id", "doubled")
 """
+# `weir archive` of the pipeline's input, as a process of its own (the same archiver as `archived=True` topics)
+ARCHIVE = ["archive", "heal.orders", "--schema", "id BIGINT NOT NULL, amount DOUBLE"]
+COUNT = 'SELECT count(*) AS n FROM "heal.orders"'
 
 
 def produce(bootstrap: str, lo: int, hi: int) -> None:
@@ -98,7 +106,8 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
         run = Child(["run", str(spec)], env, tmp_path / "run.log")
         serve = Child(["serve", str(spec), "--port", "0", "--timeout", "8"], env, tmp_path / "serve.log")
         monitor = Child(["monitor", str(spec), "--port", "0", "--interval", "1"], env, tmp_path / "monitor.log")
-        children = {"run": run, "serve": serve, "monitor": monitor}
+        archive = Child(ARCHIVE, env, tmp_path / "archive.log")
+        children = {"run": run, "serve": serve, "monitor": monitor, "archive": archive}
 
         def logs() -> dict:
             return {n: c.text()[-2500:] for n, c in children.items()}
@@ -111,7 +120,9 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
 
             cut_ms = int(time.time() * 1000)
             proxy.cut()
-            time.sleep(CUT_S)
+            cut_at = time.monotonic()
+            during = one_shot_sql(env, tmp_path / "sql-during.log")
+            time.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
             proxy.restore()
             restored, restored_ms = time.monotonic(), int(time.time() * 1000)
             produce(direct, 200, 400)  # a new client: it reaches the broker at once
@@ -129,6 +140,7 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
                 "archive": lambda: _archived(lake) > 200,
                 "serve": sql_count,
                 "monitor": monitor_sees,
+                "sql": lambda: one_shot_sql(env, tmp_path / "sql-after.log")[1] == 400,
             }, 60, logs)  # fmt: skip
             healed = {k: round(t - restored, 1) for k, t in healed.items()}
             done = until({"sink, every order once": lambda: stored(out) == list(range(400)),
@@ -140,7 +152,13 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
                 c.stop()
     assert all(alive.values()), (alive, logs())
     assert stored(out) == list(range(400))
-    progress = [json.loads(line) for line in (tmp_path / "home" / "progress" / "heal.jsonl").read_text().splitlines()]
+    # A one-shot query in the cut: a loud failure naming the broker, within its timeout (and the time its process
+    # takes to start and print, loaded), never a hang and never a count without the tail.
+    code, count, took, said = during
+    assert code != 0 and count is None and took < SQL_TIMEOUT_S + 30, during
+    assert f"Kafka at {through}" in said, during
+    progress = [json.loads(line) for path in (tmp_path / "home" / "progress").glob("*.jsonl")
+                for line in path.read_text().splitlines()]  # fmt: skip
     # From the cut on: a query that failed to start before it (issue 27's "Python worker failed to connect back"
     # under load) is the start-up's failure, not the outage's; the outage must cause none.
     failures = [r for r in progress if r["type"] == "failure" and r["at_ms"] >= cut_ms]
@@ -158,6 +176,19 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
 
 
 STAGES = ("sink", "double", "store")  # weir run's chained stages (see STAGE_RECOVER_S)
+SQL_TIMEOUT_S = 8.0
+
+
+def one_shot_sql(env: dict, log: Path) -> tuple[int, int | None, float, str]:
+    """`weir sql` counting heal.orders, in a process of its own: (exit code, the count or None, seconds, what it
+    printed)."""
+    began = time.monotonic()
+    cmd = [sys.executable, "-m", "weir.cli", "sql", COUNT, "--format", "json", "--timeout", str(SQL_TIMEOUT_S)]
+    done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - began
+    log.write_text(done.stdout + done.stderr)
+    count = json.loads(done.stdout)["rows"][0]["n"] if done.returncode == 0 else None
+    return done.returncode, count, took, done.stdout + done.stderr
 
 
 def _archived(lake: Path) -> int:
