@@ -194,6 +194,21 @@ class Env:
         records = map(json.loads, text[: text.rfind("\n") + 1].splitlines())
         return [r for r in records if r["type"] == kind and r["processor"] == processor and r["at_ms"] >= since_ms]
 
+    def timeline(self, *processors: str) -> dict[str, list]:
+        """What each processor did last, for a wait's failure to explain itself (a batch that never came, or
+        came slowly: at a load of 16, b's first batch spent 101 s in addBatch for 10 records): its last records
+        of any kind, oldest first, each (seconds ago, kind, batch, input rows, Spark's durationMs)."""
+        now = now_ms()
+        return {
+            p: [(round((now - r["at_ms"]) / 1000, 1), r["type"], r.get("batch_id"), r.get("input_rows"),
+                 r.get("duration_ms") or r.get("error", "")) for r in self.records_of(p)[-6:]]
+            for p in processors
+        }  # fmt: skip
+
+    def records_of(self, processor: str) -> list[dict]:
+        every = [r for kind in ("progress", "idle", "failure") for r in self.records(kind, processor, 0)]
+        return sorted(every, key=lambda r: r["at_ms"])
+
     def batches(self, processor: str, since_ms: int) -> list[dict]:
         """The processor's batches that read records since then."""
         return [r for r in self.records("progress", processor, since_ms) if r["input_rows"] > 0]
@@ -310,7 +325,8 @@ def test_freshness_propagates_through_three_stages(spark, env):
     assert env.held is not None and env.held.popen.poll() is None, "a's held process runs on"
     r = Runner(env.pipeline, env.settings(a=HELD), spark=spark, processors=["b", "c"]).start()
     try:
-        wait_for(lambda: env.committed("c").get(env.topic("t2") + "/0") == 10, 120, "c to process b's 10 records")
+        wait_for(lambda: env.committed("c").get(env.topic("t2") + "/0") == 10, 120, "c to process b's 10 records",
+                 about=lambda: env.timeline("b", "c"))  # fmt: skip
         assert env.committed("b") == {env.topic("t1") + "/0": 10}
         complete = env.produced[10]
 
@@ -454,7 +470,7 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             # 60 s was too short once under a load of 14 (the monitor, b and c share this process's GIL)
             wait_for(held, 180, "b and c to process what a wrote",
                      about=lambda: ({n: env.proc(n)["lag"] for n in "bc"}, env.produced[k], env.get(
-                         f"/api/series?since={now_ms() - 3000}")["outputs"]))  # fmt: skip
+                         f"/api/series?since={now_ms() - 3000}")["outputs"], env.timeline("b", "c")))  # fmt: skip
             f = env.proc("a")
             assert f["lag"] > dead_lag and f["lag_by_partition"] == {src: f["lag"]} and f["health"] == "dead"
             assert env.committed("a")[src] == k
@@ -477,7 +493,7 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
 
         procs = a.wait_for(caught_up, 180, "everything processed", lambda: {
             n: {k: v for k, v in env.proc(n).items() if k in ("health", "health_reason", "lag", "freshness_s")}
-            for n in "abc"})  # fmt: skip
+            for n in "abc"} | {"timeline": env.timeline("a", "b", "c")})  # fmt: skip
         assert env.committed("a") == {src: len(env.produced)}
         # unhealthy(a) resolves once a is healthy: while the trickle runs on a quiet machine, else once it has
         # caught up (under a load of 15 its batches took twice its trigger: rightly "behind" while input came).
