@@ -8,13 +8,14 @@ and counted: see docs/pipelines.md ("Dead letters, late records, filtered record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +40,7 @@ from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 
 log = logging.getLogger("weir.pipeline")
+SLOW_BATCH_S = 5.0  # a batch slower than this logs the seconds of each of its steps
 STATIC_LIMIT = 100_000  # records per input topic per batch with flow = static and no limit set
 # A batch with a backlog aims at the trigger interval, but at least this: each batch has a fixed cost of
 # planning and commits (about 0.5-1 s), which shorter catch-up batches would spend most of their time on.
@@ -125,6 +127,7 @@ class ProcessorQuery:
         # Sink producers rebuilt by the workers of this processor's writes, not yet in a batch's books (a failed
         # write's are booked with the next batch that succeeds).
         self.client_rebuilds = 0
+        self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -280,9 +283,11 @@ class ProcessorQuery:
             inputs = self._split(batch)
             # The records the function is handed, counted in a job without user code: it also fills the cache,
             # so later jobs that fail (a poison record) re-read the cache, not Kafka.
-            handed = union(inputs).count()
+            with self._phase("read and count"):
+                handed = union(inputs).count()
             dead = routing.dead_letters(batch, self.proc)
-            frame, routed, groups = self._attempt(inputs, None, dead)
+            with self._phase("apply and route"):
+                frame, routed, groups = self._attempt(inputs, None, dead)
             counts = self._deliver(frame, routed, groups, batch_id)
             counts.handed = handed
             return counts
@@ -389,7 +394,8 @@ class ProcessorQuery:
                 counts.outputs[dest] -= n
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
-            counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
+            with self._phase(f"sink {self.proc.sink.name}"):
+                counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
         return counts
 
     def write_topics(self, routed: DataFrame) -> None:
@@ -403,20 +409,21 @@ class ProcessorQuery:
             rows, seen = self._undelivered(rows)
         report = kafka_sink.report_path()
         try:
-            (
-                routing.stamped(rows, self.headers)
-                # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
-                # reading while it is written) sees the older records, not a scatter whose newest event times
-                # would push its watermark past the rest (a stateful result comes grouped by key).
-                .sortWithinPartitions("timestamp")
-                .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
-                .write.format("weir-kafka")
-                .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
-                .option("commitReport", report)
-                .options(**self.write_hooks)
-                .mode("append")
-                .save()
-            )
+            with self._phase("write topics"):
+                (
+                    routing.stamped(rows, self.headers)
+                    # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
+                    # reading while it is written) sees the older records, not a scatter whose newest event times
+                    # would push its watermark past the rest (a stateful result comes grouped by key).
+                    .sortWithinPartitions("timestamp")
+                    .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
+                    .write.format("weir-kafka")
+                    .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
+                    .option("commitReport", report)
+                    .options(**self.write_hooks)
+                    .mode("append")
+                    .save()
+                )
         finally:
             self._take_report(report)
         if self.guard is not None and self.guard.reports is not None:
@@ -427,6 +434,14 @@ class ProcessorQuery:
             self.replayed += sum(self.skipped.values())
             if self.rebuild is not None:
                 self._note_rebuild(sum(self.skipped.values()))
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - began
 
     def _take_report(self, path: str) -> None:
         """The rebuilt producers a write's commit reported, kept for the batch's books (`client_rebuilds`)."""
@@ -694,15 +709,20 @@ class ProcessorQuery:
                 raise StopRequested(f"processor {self.proc.name} is stopping; batch {batch_id} runs at the next start")
             self.in_batch = batch_id
             try:
-                self._poisoned = 0
+                self._poisoned, self.phases = 0, {}
                 began = time.monotonic()
                 # A view takes its replay marks only when it has dead letters to write (see _view_batch).
-                self.guard, self.replayed = (None if self.view else self._guard(batch_id)), 0
+                with self._phase("replay marks"):
+                    self.guard, self.replayed = (None if self.view else self._guard(batch_id)), 0
                 unappended = self._unappended(batch_id)
                 handler(batch, batch_id)
                 self._books_writes(batch_id, unappended)
+                took = time.monotonic() - began
+                if took > SLOW_BATCH_S:  # where a slow batch's time went (after an outage, on a loaded machine)
+                    spent = ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items())
+                    log.info("weir: processor %s batch %d took %.1f s: %s", self.proc.name, batch_id, took, spent)
                 # The sources' admission control sizes the next batch from this one's duration (docs/flow.md).
-                admission.write_measurement(self.measurements, batch_id, time.monotonic() - began)
+                admission.write_measurement(self.measurements, batch_id, took)
                 if on_batch:
                     on_batch(batch, batch_id)
                 self.ran = batch_id
