@@ -104,8 +104,7 @@ def test_shop_customers_from_postgres(logical_pg, tmp_path, monkeypatch):
     from examples.shop.records import Shape
     from weir.kafka.broker import EmbeddedBroker, free_port
 
-    assert logical_dsn(logical_pg) == logical_pg
-    assert logical_dsn("host=127.0.0.1 port=1 dbname=none connect_timeout=1") is None  # nothing there
+    assert logical_dsn(logical_pg) == (logical_pg, "")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     broker = EmbeddedBroker(tmp_path / "broker", free_port())  # the shop's topic names, away from test_shop's
     broker.start()
@@ -178,3 +177,30 @@ def test_a_primary_key_of_two_columns_and_changed_keys(logical_pg, bootstrap, tm
     assert sum(m.value() is None for m in records) == 4 + 3
     conn.execute("SELECT pg_drop_replication_slot('weir_lines')")
     conn.close()
+
+
+def test_without_logical_decoding_one_line_says_what_to_set(replica_pg, bootstrap, tmp_path, topic_name):
+    """A server with wal_level=replica: one line naming what to set (and the restart), exit 2, no traceback; the
+    monitor's records carry that error (not "no error recorded")."""
+    with psycopg.connect(replica_pg, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS devices")
+        conn.execute("CREATE TABLE devices (device_id text PRIMARY KEY, temp double precision)")
+    home = tmp_path / "home"
+    env = {"WEIR_HOME": str(home), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    job = Child(["ingest", "postgres", "--dsn", replica_pg, "--table", "devices", "--topic", topic_name, "--once"],
+                env, tmp_path / "job.log")  # fmt: skip
+    assert job.proc.wait(60) == 2
+    job.stop()
+    text = job.text()
+    assert "Traceback" not in text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text
+    assert "wal_level=replica" in errors[0] and "wal_level = logical" in errors[0] and "restart" in errors[0]
+    records = [json.loads(line) for line in (home / "progress" / "ingest.jsonl").read_text().splitlines()]
+    failures = [r for r in records if r["type"] == "failure" and r["processor"] == "postgres.devices"]
+    assert len(failures) == 1 and "wal_level=replica" in failures[0]["error"]
+    assert failures[0]["next_restart_in_s"] is None
+    from examples.shop.customers_pg import logical_dsn  # the demo says so too, and takes the generator's
+
+    dsn, why = logical_dsn(replica_pg)
+    assert dsn is None and "customers come from the generator" in why and "wal_level=replica" in why

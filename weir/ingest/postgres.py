@@ -147,18 +147,14 @@ class PgJob:
     lsn: str | None = None  # the slot's position after the last batch
 
     def connect(self) -> psycopg.Connection:
-        """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
-        naming the statement, instead of holding it forever."""
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
-        conn.execute("SET statement_timeout = '60s'")
-        return conn
+        return connect(self.dsn)
 
     def start(self) -> None:
         """Create the slot when missing, then take the snapshot unless it was taken."""
         with self.connect() as conn:
             exists = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
             if not exists:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (self.slot,))
+                create_slot(conn, self.slot)
                 log.info("weir ingest: created the replication slot %s", self.slot)
             snapshot = self.ledger.get(KIND, "snapshot")
             if snapshot is None or snapshot.state != "done":
@@ -262,6 +258,43 @@ class PgJob:
                     self.stopping.wait(interval_s)
 
 
+def connect(dsn: str) -> psycopg.Connection:
+    """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
+    naming the statement, instead of holding it forever. A server that cannot be reached is one line."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise RuntimeError(f"cannot connect to PostgreSQL ({dsn}): {' '.join(str(exc).split())}") from None
+    conn.execute("SET statement_timeout = '60s'")
+    return conn
+
+
+def server_of(conn: psycopg.Connection) -> str:
+    info = conn.info
+    return f"{info.host}:{info.port}" if info.host and not info.host.startswith("/") else f"port {info.port}"
+
+
+def create_slot(conn: psycopg.Connection, slot: str) -> None:
+    """Create the logical replication slot, or say in one line what the server lacks for it and what to do."""
+    level = conn.execute("SHOW wal_level").fetchone()[0]
+    if level != "logical":
+        raise RuntimeError(
+            f"PostgreSQL at {server_of(conn)} runs wal_level={level}: streaming a table's changes needs logical "
+            f"decoding. Set wal_level = logical (ALTER SYSTEM SET wal_level = logical, or postgresql.conf) with "
+            f"max_replication_slots of 1 or more, restart the server, and give the user the REPLICATION attribute"
+        )
+    try:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))
+    except psycopg.errors.ConfigurationLimitExceeded as exc:  # max_replication_slots, all taken (or 0)
+        raise RuntimeError(f"PostgreSQL at {server_of(conn)} cannot create the replication slot {slot}: "
+                           f"{exc.diag.message_primary}; raise max_replication_slots (a restart), or drop an unused "
+                           f"slot (SELECT pg_drop_replication_slot(name))") from None  # fmt: skip
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise RuntimeError(f"PostgreSQL at {server_of(conn)} refused the replication slot {slot}: "
+                           f"{exc.diag.message_primary}; the user needs the REPLICATION attribute "
+                           f"(ALTER ROLE <user> REPLICATION)") from None  # fmt: skip
+
+
 def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
     """A snapshot row's position: a digest of its key (rows have no LSN before the slot)."""
     text = str(row[key[0]]) if len(key) == 1 else json.dumps([row[k] for k in key])
@@ -271,7 +304,7 @@ def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
 def table_schema(dsn: str, table: str) -> tuple[str, tuple[str, ...]]:
     """(value schema DDL, primary key columns in the key's order) of a table."""
     schema, _, name = table.rpartition(".")
-    with psycopg.connect(dsn, connect_timeout=10) as conn:
+    with connect(dsn) as conn:
         cols = conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND "
             "table_name = %s ORDER BY ordinal_position", (schema or "public", name),

@@ -170,6 +170,12 @@ def resolve_open_keys(ledger: Ledger, job: str, client: dict[str, str], since_ms
     return len(open_keys)
 
 
+def brief(exc: BaseException) -> str:
+    """An error as the monitor shows it: its type and its first line."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
+
+
 def _now_ms() -> int:
     import time
 
@@ -259,15 +265,15 @@ def _run_job(
     signal.signal(signal.SIGINT, stop)
     print(banner, file=sys.stderr, flush=True)
     loop.start()
-    state = "finished" if once else "stopped"
+    state, error = ("finished" if once else "stopped"), None
     try:
         job.run(interval_s, once)
-    except Exception:
-        state = "failed"
+    except Exception as exc:
+        state, error = "failed", brief(exc)
         raise
     finally:
         left = producer.close(10.0)
         if left:
             log.error("weir ingest: %d records were not acknowledged at stop", left)
-        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0, error=error)
         ledger.close()
