@@ -207,7 +207,7 @@ class PgJob:
                 outs.append(Out(self.intake.topic, value, key, headers, c.row))
             else:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
-                outs.append(Out(self.intake.dlq, value, None, headers, c.row))
+                outs.append(Out(self.intake.dlq, value, kafka_key(c.values, self.key), headers, c.row))
         deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts, unit, self.client)
 
     def step(self, conn: psycopg.Connection) -> int:
