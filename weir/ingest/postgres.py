@@ -42,6 +42,8 @@ from weir.kafka.outage import DEFAULT_TIMEOUT_S
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-slot-advance" (docs/ingest.md)
+EVERY_ROW = sql.SQL("true")
+POLL_HINT = "or, without logical decoding, copy the table and poll it: --poll-by COLUMN (docs/ingest.md)"
 COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits",
           "read_backs", "rows_found")  # fmt: skip
 _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$", re.S)
@@ -160,8 +162,9 @@ class PgJob:
             if snapshot is None or snapshot.state != "done":
                 self._snapshot(conn)
 
-    def _unit(self, name: str):
-        """(unit header, rows already in the topics) of a ledger unit: read back when a crash left it started."""
+    def _unit(self, name: str, position: dict | None = None):
+        """(unit header, rows already in the topics) of a ledger unit: read back when a crash left it started;
+        else noted started (with `position`, where a poll begins)."""
         unit = unit_id(self.intake.job, f"{self.table}/{name}")
         seen = self.ledger.get(KIND, name)
         if seen is not None and seen.state == "started":
@@ -169,13 +172,14 @@ class PgJob:
             found = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
             log.info("weir ingest: resuming %s of %s: %d records already in the topics", name, self.table, len(found))
             return unit, found
-        self.ledger.started(KIND, name, 0, "", self.intake.since())
+        self.ledger.started(KIND, name, 0, "", self.intake.since(), position)
         return unit, set()
 
-    def _snapshot(self, conn: psycopg.Connection) -> None:
+    def _snapshot(self, conn: psycopg.Connection, where: sql.Composable = EVERY_ROW) -> None:
+        """Every row (`where` it holds), ordered by the key, as the unit `snapshot`."""
         unit, found = self._unit("snapshot")
-        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(
-            sql.Identifier(*self.table.split(".")), sql.SQL(", ").join(map(sql.Identifier, self.key))
+        query = sql.SQL("SELECT * FROM {} WHERE {} ORDER BY {}").format(
+            sql.Identifier(*self.table.split(".")), where, sql.SQL(", ").join(map(sql.Identifier, self.key))
         )
         # A server-side cursor in one transaction: the table is read in batches, never whole in memory.
         with conn.transaction(), conn.cursor(name="weir_snapshot") as cur:
@@ -281,18 +285,19 @@ def create_slot(conn: psycopg.Connection, slot: str) -> None:
         raise RuntimeError(
             f"PostgreSQL at {server_of(conn)} runs wal_level={level}: streaming a table's changes needs logical "
             f"decoding. Set wal_level = logical (ALTER SYSTEM SET wal_level = logical, or postgresql.conf) with "
-            f"max_replication_slots of 1 or more, restart the server, and give the user the REPLICATION attribute"
+            f"max_replication_slots of 1 or more, restart the server, and give the user the REPLICATION attribute; "
+            f"{POLL_HINT}"
         )
     try:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))
     except psycopg.errors.ConfigurationLimitExceeded as exc:  # max_replication_slots, all taken (or 0)
         raise RuntimeError(f"PostgreSQL at {server_of(conn)} cannot create the replication slot {slot}: "
                            f"{exc.diag.message_primary}; raise max_replication_slots (a restart), or drop an unused "
-                           f"slot (SELECT pg_drop_replication_slot(name))") from None  # fmt: skip
+                           f"slot (SELECT pg_drop_replication_slot(name)); {POLL_HINT}") from None  # fmt: skip
     except psycopg.errors.InsufficientPrivilege as exc:
         raise RuntimeError(f"PostgreSQL at {server_of(conn)} refused the replication slot {slot}: "
                            f"{exc.diag.message_primary}; the user needs the REPLICATION attribute "
-                           f"(ALTER ROLE <user> REPLICATION)") from None  # fmt: skip
+                           f"(ALTER ROLE <user> REPLICATION); {POLL_HINT}") from None  # fmt: skip
 
 
 def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
