@@ -86,6 +86,8 @@ def test_timestamps_come_as_iso_strings_or_epoch_seconds_or_milliseconds():
     _, problems = schema.check([b'{"device_id":"a","ts":"yesterday"}', b'{"device_id":"b","ts":true}'])
     assert problems[0].fields == ("ts",) and 'got the string "yesterday"' in problems[0].reason
     assert "or epoch seconds or milliseconds, got true" in problems[1].reason
+    _, problems = schema.check([b'{"device_id":"a","ts":1e20}'])
+    assert problems[0].fields == ("ts",) and "out of range" in problems[0].reason
 
 
 def test_schema_problems_are_refused_up_front():

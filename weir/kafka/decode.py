@@ -380,6 +380,7 @@ def _count_message(rows: int, records: int) -> str:
 
 _TO_NUMBER = re.compile(r"Column\(/([^)/\[]+)\) changed from string to number")
 EPOCH_MS_FROM = 1e11  # |epoch| at or above: milliseconds (after 1973-03-03); below: seconds (before 5138)
+EPOCH_MS_UNTIL = 9.2e15  # milliseconds beyond this overflow microseconds in 64 bits (about the year 293,000)
 
 
 def from_epoch(numbers: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.Array:
@@ -432,6 +433,8 @@ def _misfit(v: object, t: pa.DataType, path: str, epoch: bool) -> tuple[str, str
         fits = number
     elif pa.types.is_timestamp(t):
         fits = isinstance(v, str) or (epoch and number)
+        if fits and number and abs(v) >= EPOCH_MS_UNTIL:
+            return path, f"{_shown(v)} is out of range for epoch milliseconds"
     elif pa.types.is_struct(t):
         if not isinstance(v, dict):
             return path, f"expected an object, got {_shown(v)}"
