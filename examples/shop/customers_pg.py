@@ -18,6 +18,7 @@ import os
 import psycopg
 
 from examples.shop.records import CUSTOMERS, Shape, record
+from weir.ingest.postgres import where
 
 TABLE = "shop_customers"
 DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3"
@@ -33,9 +34,9 @@ def logical_dsn(dsn: str | None = None) -> tuple[str | None, str]:
         with psycopg.connect(dsn, connect_timeout=3) as conn:
             level = conn.execute("SHOW wal_level").fetchone()[0]
     except psycopg.Error as exc:
-        return None, f"{fallback}: no PostgreSQL at {dsn} ({' '.join(str(exc).split())[:200]}); {hint}"
+        return None, f"{fallback}: no PostgreSQL at {where(dsn)} ({' '.join(str(exc).split())[:200]}); {hint}"
     if level != "logical":
-        return None, f"{fallback}: the PostgreSQL at {dsn} runs wal_level={level}; {hint}"
+        return None, f"{fallback}: the PostgreSQL at {where(dsn)} runs wal_level={level}; {hint}"
     return dsn, ""
 
 

@@ -31,6 +31,7 @@ from decimal import Decimal
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from weir.ingest.intake import Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
@@ -268,9 +269,18 @@ def connect(dsn: str) -> psycopg.Connection:
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise RuntimeError(f"cannot connect to PostgreSQL ({dsn}): {' '.join(str(exc).split())}") from None
+        raise RuntimeError(f"cannot connect to PostgreSQL at {where(dsn)}: {' '.join(str(exc).split())}") from None
     conn.execute("SET statement_timeout = '60s'")
     return conn
+
+
+def where(dsn: str) -> str:
+    """host:port/dbname of a connection string or URL, never its password (errors and logs show this)."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(a connection string that does not parse)"
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
 def server_of(conn: psycopg.Connection) -> str:
