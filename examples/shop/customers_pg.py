@@ -1,7 +1,7 @@
 """The shop's customers from PostgreSQL: the generator's customer records applied to a table (upserts, and
 deletes for its tombstones), which `weir ingest postgres` streams into the `customers` topic.
 
-    dsn = logical_dsn()             # a reachable server with wal_level=logical, or None (and why not, logged)
+    dsn, why = logical_dsn()        # a reachable server with wal_level=logical, or None and why not
     table = CustomerTable(dsn, shape)
     table.apply(end)                # customer records 0..end-1 of the stream, in order
 
@@ -13,31 +13,31 @@ decoding: the machine's own PostgreSQL runs wal_level=replica, so the demo usual
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import psycopg
 
 from examples.shop.records import CUSTOMERS, Shape, record
+from weir.ingest.postgres import where
 
-log = logging.getLogger("shop")
 TABLE = "shop_customers"
 DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3"
 
 
-def logical_dsn(dsn: str | None = None) -> str | None:
-    """`dsn` (default SHOP_POSTGRES_DSN, else the machine's server) when it is reachable with wal_level=logical."""
+def logical_dsn(dsn: str | None = None) -> tuple[str | None, str]:
+    """(`dsn`, "") when it (default SHOP_POSTGRES_DSN, else the machine's server) is reachable with
+    wal_level=logical; else (None, the one line the demo prints: where the customers come from, and why)."""
     dsn = dsn or os.environ.get("SHOP_POSTGRES_DSN") or DEFAULT_DSN
+    fallback = "customers come from the generator, not PostgreSQL"
+    hint = "set SHOP_POSTGRES_DSN to a server with wal_level=logical to stream them with weir ingest postgres"
     try:
         with psycopg.connect(dsn, connect_timeout=3) as conn:
             level = conn.execute("SHOW wal_level").fetchone()[0]
     except psycopg.Error as exc:
-        log.info("shop: no PostgreSQL for the customers (%s)", str(exc).strip().splitlines()[0])
-        return None
+        return None, f"{fallback}: no PostgreSQL at {where(dsn)} ({' '.join(str(exc).split())[:200]}); {hint}"
     if level != "logical":
-        log.info("shop: PostgreSQL runs wal_level=%s, not logical: the customers stay with the generator", level)
-        return None
-    return dsn
+        return None, f"{fallback}: the PostgreSQL at {where(dsn)} runs wal_level={level}; {hint}"
+    return dsn, ""
 
 
 class CustomerTable:

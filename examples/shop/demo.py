@@ -476,7 +476,9 @@ def main(
         signal.signal(signal.SIGINT, on_signal)
         from weir.runtime.runner import Runner
 
-        dsn = logical_dsn() if http else None
+        dsn, why = logical_dsn() if http else (None, "")
+        if why:
+            console.print(why)
         outside = ("orders", "customers") if dsn else ("orders",) if http else ()
         pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside)
         runner = Runner(pipeline, settings, spark=spark)

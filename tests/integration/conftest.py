@@ -30,9 +30,23 @@ def logical_pg() -> Iterator[str]:
     """The DSN of a private PostgreSQL with wal_level=logical, on a free port, removed afterwards: started from
     the installed binaries (the machine's server runs wal_level=replica and is left alone), as the postgres
     user when the tests run as root; skipped with the reason when it cannot start."""
+    with _private_pg("logical") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="session")
+def replica_pg() -> Iterator[str]:
+    """As `logical_pg`, with wal_level=replica: a server without logical decoding, whatever the machine's runs."""
+    with _private_pg("replica") as dsn:
+        yield dsn
+
+
+@contextlib.contextmanager
+def _private_pg(wal_level: str) -> Iterator[str]:
     bin_dir = _binaries()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin to start one with wal_level=logical")
+        pytest.skip(f"no PostgreSQL server binaries under /usr/lib/postgresql/*/bin to start one with "
+                    f"wal_level={wal_level}")  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="weir-pg-"))
     as_user: list[str] = []
     if os.geteuid() == 0:  # initdb and postgres refuse to run as root: run them as the postgres user
@@ -50,7 +64,8 @@ def logical_pg() -> Iterator[str]:
     log = open(root / "log", "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(root), "-c",
-         "listen_addresses=127.0.0.1", "-c", "wal_level=logical", "-c", "max_replication_slots=4", "-c", "fsync=off"],
+         "listen_addresses=127.0.0.1", "-c", f"wal_level={wal_level}", "-c", "max_replication_slots=4", "-c",
+         "fsync=off"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"

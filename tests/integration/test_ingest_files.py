@@ -1,7 +1,8 @@
 """`weir ingest files` as a real process: SIGKILLed at moments picked by the output (mid-file, between files,
 after a file's last acknowledgement and before the ledger), restarted each time, and the topic then holds
-every row of every file exactly once; changed files reported, not re-read; CSV and Parquet with bad rows and
-a corrupt file dead-lettered while the job goes on; new files picked up as they land."""
+every row of every file exactly once; JSON-lines files appended to read on, each line once, also across
+SIGKILL; rewritten files reported, not re-read; CSV and Parquet with bad rows and a corrupt file dead-lettered
+while the job goes on; new files picked up as they land."""
 
 from __future__ import annotations
 
@@ -84,25 +85,102 @@ def test_sigkill_at_any_moment_neither_resends_nor_skips(bootstrap, tmp_path, to
     assert "resuming" in (tmp_path / "run-6000.log").read_text()  # the fault's file was read back
 
 
-def test_changed_file_is_reported_not_reread(bootstrap, tmp_path, topic_name):
+def line(path: Path, i: int) -> str:
+    return json.dumps({"order_id": f"{path.stem}-{i}", "amount": i / 2, "qty": i % 7}) + "\n"
+
+
+def once(args: list[str], env: dict, log: Path) -> dict:
+    child = Child(args, env, log)
+    assert child.proc.wait(60) == 0, child.text()[-3000:]
+    child.stop()
+    return json.loads(child.text().strip().splitlines()[-1])
+
+
+def test_appended_lines_are_read_once_and_rewrites_reported(bootstrap, tmp_path, topic_name):
+    """A JSON-lines file appended to: what was appended is read, once; a last line without its newline waits
+    for it; a file whose read part changed, or that shrank, is reported and not read again."""
     inbox = tmp_path / "in"
     inbox.mkdir()
-    write_json(inbox / "a.json", 50)
+    log = inbox / "a.json"
+    write_json(log, 50)
     env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
-    first = Child(args(inbox, topic_name, "json", "--once"), env, tmp_path / "1.log")
-    assert first.proc.wait(60) == 0
-    first.stop()
-    with (inbox / "a.json").open("a") as f:
-        f.write(json.dumps({"order_id": "late", "amount": 1}) + "\n")
-    again = Child(args(inbox, topic_name, "json", "--once"), env, tmp_path / "2.log")
-    assert again.proc.wait(60) == 0
-    again.stop()
-    summary = json.loads(again.text().strip().splitlines()[-1])
-    assert summary["files_changed"] == 1 and summary["files_done"] == 0
-    assert "changed after it was read" in again.text()
-    assert len(read_topic(bootstrap, topic_name)) == 50
+    argv = args(inbox, topic_name, "json", "--once")
+    assert once(argv, env, tmp_path / "1.log")["files_done"] == 1
+    half = line(log, 52)
+    with log.open("a") as f:
+        f.write(line(log, 51) + "\n" + half[:10])  # a blank line, then half a line
+    summary = once(argv, env, tmp_path / "2.log")
+    assert (summary["appends"], summary["files_changed"], summary["partial_lines"]) == (1, 0, 1)
+    assert "without a newline" in (tmp_path / "2.log").read_text()
+    with log.open("a") as f:
+        f.write(half[10:])
+    assert once(argv, env, tmp_path / "3.log")["appends"] == 1
+    assert once(argv, env, tmp_path / "4.log")["appends"] == 0  # nothing new
+    out = coordinates(read_topic(bootstrap, topic_name))
+    assert max(out.values()) == 1 and set(out) == {(str(log), i) for i in [*range(1, 52), 53]}
+    kept = [json.loads(m.value())["order_id"] for m in read_topic(bootstrap, topic_name)]
+    assert sorted(kept) == sorted(f"a-{i}" for i in range(1, 53))
+
+    log.write_text(log.read_text().replace("a-3", "A-3", 1) + line(log, 54))  # its start rewritten, and longer
+    summary = once(argv, env, tmp_path / "5.log")
+    assert (summary["files_changed"], summary["appends"]) == (1, 0)
+    assert "changed after it was read" in (tmp_path / "5.log").read_text()
+    (inbox / "b.json").write_text("".join(line(inbox / "b.json", i) for i in range(1, 11)))
+    assert once(argv, env, tmp_path / "6.log")["files_done"] == 1
+    (inbox / "b.json").write_text(line(inbox / "b.json", 1))  # shrank
+    assert once(argv, env, tmp_path / "7.log")["files_changed"] == 2  # both, each reported again by a new run
+    assert len(read_topic(bootstrap, topic_name)) == 52 + 10
     progress = [json.loads(x) for x in (tmp_path / "home" / "progress" / "ingest.jsonl").read_text().splitlines()]
     assert any(p.get("ingest", {}).get("files_changed") == 1 for p in progress)
+
+
+def test_a_growing_file_is_read_exactly_once_across_sigkill(bootstrap, tmp_path, topic_name):
+    """A log appended to while the job runs, SIGKILLed after an append's acknowledgements and before the
+    ledger (the fault), then at moments picked by the output; its writer leaves half lines between writes.
+    Every line is in the topic once."""
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    log = inbox / "events.json"
+    total, written = 8000, 0
+
+    def append(n: int) -> None:
+        nonlocal written
+        text = "".join(line(log, i) for i in range(written + 1, written + n + 1))
+        with log.open("a") as f:  # two writes, the cut inside a line: a reader may see the first alone
+            f.write(text[: len(text) - 7])
+            f.flush()
+            time.sleep(0.002)
+            f.write(text[len(text) - 7 :])
+        written += n
+
+    append(1000)
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
+    argv = args(inbox, topic_name, "json", "--chunk", "100", "--interval", "0.05")
+    assert once([*argv, "--once"], env, tmp_path / "first.log")["files_done"] == 1
+    append(500)
+    fault = Child([*argv, "--once"], {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"}, tmp_path / "fault.log")
+    assert fault.proc.wait(60) == -9  # the append acknowledged, the ledger not told
+    fault.stop()
+    kills = []
+    for threshold in (2500, 4500, 6500):
+        child = Child(argv, env, tmp_path / f"run-{threshold}.log")
+        deadline = time.monotonic() + 60
+        while produced(bootstrap, topic_name) < threshold and time.monotonic() < deadline:
+            assert child.proc.poll() is None, child.text()[-2000:]
+            if written < total:
+                append(100)
+            time.sleep(0.005)
+        child.kill()
+        kills.append(produced(bootstrap, topic_name))
+    while written < total:
+        append(500)
+    summary = once([*argv, "--once"], env, tmp_path / "last.log")
+    assert kills[-1] < total, f"the kills came after the end ({kills}): they tested nothing"
+    assert "resuming" in (tmp_path / "run-2500.log").read_text()  # the fault's append was read back
+    out = coordinates(read_topic(bootstrap, topic_name))
+    assert max(out.values()) == 1, [k for k, n in out.items() if n > 1][:5]
+    assert set(out) == {(str(log), i) for i in range(1, total + 1)}
+    assert summary["files_changed"] == 0 and read_topic(bootstrap, f"{topic_name}.dlq") == []
 
 
 def test_csv_parquet_bad_rows_and_a_corrupt_file(bootstrap, tmp_path, topic_name):

@@ -22,7 +22,7 @@ from weir.monitor.state import Monitor
 from weir.monitor.track import BrokerSnapshot
 
 pytestmark = pytest.mark.integration
-SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, ts_ms BIGINT"
+SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, ts_ms BIGINT, at TIMESTAMP"
 
 
 def post(url: str, body: bytes, headers: dict | None = None, timeout: float = 30.0) -> tuple[int, dict, dict]:
@@ -70,8 +70,9 @@ def test_created_means_acknowledged_where_it_says(bootstrap, env, tmp_path, topi
 
 
 def test_invalid_records_are_named_and_dead_lettered(bootstrap, env, tmp_path, topic_name):
-    rows = [b'{"order_id":"ok1","amount":1}', b'{"amount":"lots"}', b'{"order_id":"ok2","ts_ms":1.5}', b"not json",
-            b'{"order_id":"ok3"}']  # fmt: skip
+    rows = [b'{"order_id":"ok1","amount":1,"at":1700000000000}', b'{"amount":"lots"}',
+            b'{"order_id":"ok2","ts_ms":1.5}', b"not json",
+            b'{"order_id":"ok3","at":"2023-11-14T22:13:20Z"}']  # fmt: skip
     with http_server(args(topic_name), env, tmp_path / "http.log") as (_, url):
         status, body, _ = post(f"{url}/topics/{topic_name}", b"\n".join(rows))
     assert status == 400
@@ -79,12 +80,14 @@ def test_invalid_records_are_named_and_dead_lettered(bootstrap, env, tmp_path, t
     assert sorted(errors) == [1, 2, 3]
     assert errors[1]["fields"] == ["amount"] or set(errors[1]["fields"]) == {"amount", "order_id"}
     assert errors[2]["fields"] == ["ts_ms"]
-    assert "not a JSON object" in errors[3]["reason"]
+    assert errors[2]["reason"] == "row 2: field 'ts_ms': expected a whole number (int64), got the number 1.5"
+    assert errors[3]["reason"] == "row 3: the value is not a JSON object"
     assert [m.value() for m in read_topic(bootstrap, topic_name)] != []
     kept = sorted(json.loads(m.value())["order_id"] for m in read_topic(bootstrap, topic_name))
     assert kept == ["ok1", "ok3"]
     dead = sorted(read_topic(bootstrap, f"{topic_name}.dlq"), key=lambda m: int(dict(m.headers())["weir.ingest.row"]))
     assert [m.value() for m in dead] == [rows[1], rows[2], rows[3]]
+    assert [m.key() for m in dead] == [None, b"ok2", None]  # the key as sent, where there was one
     for m, row in zip(dead, (1, 2, 3), strict=True):
         h = dict(m.headers())
         assert h["weir.error"].decode() == errors[row]["reason"]

@@ -24,3 +24,22 @@ def test_kafka_keys_of_one_column_and_of_several():
     assert kafka_key({"id": 5}, ("id",)) == b"5"
     assert kafka_key({"order_id": 7, "line": 2, "qty": 1}, ("order_id", "line")) == b'{"order_id":7,"line":2}'
     assert kafka_key({"order_id": 7, "line": None}, ("order_id", "line")) is None
+
+
+def test_a_poll_by_updated_at_keeps_the_rows_sent_at_its_cursor_tick():
+    from weir.ingest.polling import PollJob
+    from weir.ingest.postgres import Change
+
+    job = PollJob("", "t", "", None, None, {}, ("id",), poll_by="at", kind="updated")
+    rows = [Change(job._row({"id": i, "at": t}), "INSERT", {"id": i, "at": t}) for i, t in
+            ((1, "10:00"), (2, "10:01"), (3, "10:01"))]  # fmt: skip
+    after = job._after({"cursor": None, "boundary": []}, rows)
+    assert after == {"cursor": "10:01", "boundary": sorted({rows[1].row, rows[2].row})}
+    more = [Change(job._row({"id": 4, "at": "10:01"}), "INSERT", {"id": 4, "at": "10:01"})]  # the same tick
+    assert set(job._after(after, more)["boundary"]) == {rows[1].row, rows[2].row, more[0].row}
+    assert job._after(after, []) == after  # nothing new: the cursor stays
+    # One state of a row is one record: the same key at another time is another row id.
+    assert job._row({"id": 1, "at": "10:00"}) != job._row({"id": 1, "at": "10:02"})
+    key = PollJob("", "t", "", None, None, {}, ("id",), poll_by="id", kind="key")
+    assert key._after({"cursor": 3, "boundary": []}, [Change(key._row({"id": 9}), "INSERT", {"id": 9})]) == {
+        "cursor": 9, "boundary": []}  # fmt: skip

@@ -52,3 +52,13 @@ def test_lateness_compares_the_windows_with_what_the_generator_made_late() -> No
     text = lateness(snap, seed=7)
     assert f"generated late on purpose: {made:,}" in text
     assert "more than generated" in text
+
+
+def test_the_demo_says_in_one_line_when_the_customers_come_from_the_generator() -> None:
+    from examples.shop.customers_pg import logical_dsn
+
+    dsn, why = logical_dsn("host=127.0.0.1 port=1 dbname=none password=secret connect_timeout=1")  # nothing there
+    assert dsn is None
+    assert "\n" not in why and "customers come from the generator" in why and "127.0.0.1:1/none" in why
+    assert "secret" not in why
+    assert "SHOP_POSTGRES_DSN" in why

@@ -147,18 +147,32 @@ def postgres(
     batch: Annotated[int, typer.Option("--batch", help="Changes peeked per batch (whole transactions).")] = 5000,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls when idle.")] = 0.5,
     once: Annotated[bool, typer.Option("--once", help="Snapshot and the changes so far, then exit.")] = False,
+    poll_by: Annotated[
+        str | None,
+        typer.Option(
+            "--poll-by",
+            help="Without logical decoding: copy the table, then poll it by this column, the primary key (new rows "
+            "only) or an updated-at timestamp (no deletes either way).",
+        ),
+    ] = None,
+    poll_margin: Annotated[
+        str, typer.Option("--poll-margin", help="With --poll-by an updated-at column: poll up to now minus this.")
+    ] = "5s",
     max_wait: MaxWait = None,
     ack_timeout: AckTimeout = 10.0,
     bootstrap: Bootstrap = None,
 ) -> None:
-    """Stream a table into a topic: a snapshot, then inserts, updates and deletes (tombstones), exactly once by LSN."""
+    """Stream a table into a topic: a snapshot, then inserts, updates and deletes (tombstones), exactly once by LSN;
+    or, with --poll-by, a copy, then what polls by a key or updated-at column find."""
     import json
     import logging
 
+    from weir import units
     from weir.ingest.service import run_postgres  # the job's imports, only for this command
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(bootstrap)
+    margin_s = units.duration_ms(poll_margin, "--poll-margin", bare="s") / 1000
     counts = run_postgres(settings, pipeline, dsn, table, topic, slot, job, partitions, batch, interval, once,
-                          max_wait_s(max_wait, settings), ack_timeout)  # fmt: skip
+                          max_wait_s(max_wait, settings), ack_timeout, poll_by, margin_s)  # fmt: skip
     typer.echo(json.dumps(counts))

@@ -50,7 +50,9 @@ class Intake:
         rows: list[int] | None = None,
     ) -> Plan:  # fmt: skip
         """Check `values`; rows in `skip` (already in the topic) are left out. `rows` numbers the values (by
-        default 0..n-1); `provenance` headers go on every record (the file, the client address)."""
+        default 0..n-1, a request's positions); `provenance` headers go on every record (the file, the client
+        address). A refused record's reason starts with its row (`row 10: field 'temp': ...`), and its dead
+        letter keeps the key field's value as sent."""
         keys, problems = self.schema.check(values)
         numbers = rows if rows is not None else list(range(len(values)))
         outs, invalid = [], []
@@ -58,7 +60,8 @@ class Intake:
             row = numbers[i]
             problem = problems[i]
             if problem is not None:
-                invalid.append(Invalid(row, problem.reason, problem.fields))
+                problem = Invalid(row, f"row {row}: {problem.reason}", problem.fields)
+                invalid.append(problem)
             if row in skip:
                 continue
             headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(row).encode()), *provenance]
@@ -66,7 +69,7 @@ class Intake:
                 outs.append(Out(self.topic, value, keys[i], headers, row))
             else:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.job.encode())]
-                outs.append(Out(self.dlq, value, None, headers, row))
+                outs.append(Out(self.dlq, value, self.schema.key_of(value), headers, row))
         return Plan(outs, invalid, len(values))
 
     def since(self) -> dict[tuple[str, int], int]:

@@ -1,6 +1,7 @@
 """What an ingest job remembers across restarts, in one SQLite file (`<home>/ingest/<job>/ledger.sqlite`):
 idempotency keys (HTTP) and files (files ingest), each `started` before its records are produced and `done`
-after the broker acknowledged all of them.
+after the broker acknowledged all of them. A JSON-lines file is read again each time lines were appended to
+it: each such read is started and done in turn, and its `position` says where it began, then how far it read.
 
 A unit left `started` by a crash is resolved by reading back the topic from the offsets noted when it started
 (weir/ingest/readback.py): the rows found there are not sent again. Every change is one committed
@@ -26,9 +27,12 @@ CREATE TABLE IF NOT EXISTS units (
     fingerprint TEXT NOT NULL,   -- keys: hash of the body; files: size and mtime when read
     since TEXT NOT NULL,         -- JSON {"topic/partition": offset}: every record of the unit is at or above
     answer TEXT,                 -- JSON: what a done unit answered (keys) or counted (files)
+    position TEXT,               -- JSON, a tailed file's {"bytes", "line", "digest"}: started, where this
+                                 -- read begins; done, how far the file was read (weir/ingest/files.py)
     PRIMARY KEY (kind, name)
 )
 """
+_COLUMNS = "kind, name, state, at_ms, rows, fingerprint, since, answer, position"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Unit:
     fingerprint: str
     since: dict[tuple[str, int], int]
     answer: dict | None
+    position: dict | None = None
 
     @property
     def found(self) -> dict[int, tuple[str, int, int]]:
@@ -74,27 +79,31 @@ class Ledger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
+        if "position" not in {r[1] for r in self._db.execute("PRAGMA table_info(units)")}:  # a ledger of before
+            self._db.execute("ALTER TABLE units ADD COLUMN position TEXT")
 
     def get(self, kind: str, name: str) -> Unit | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT kind, name, state, at_ms, rows, fingerprint, since, answer FROM units WHERE kind=? AND name=?",
-                (kind, name),
-            ).fetchone()
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM units WHERE kind=? AND name=?", (kind, name)).fetchone()
         return None if row is None else _unit(row)
 
-    def started(self, kind: str, name: str, rows: int, fingerprint: str, since: dict[tuple[str, int], int]) -> None:
+    def started(
+        self, kind: str, name: str, rows: int, fingerprint: str, since: dict[tuple[str, int], int],
+        position: dict | None = None,
+    ) -> None:  # fmt: skip
         """Note the unit as started (replacing an older entry of the name) before any of its records is sent."""
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO units VALUES (?, ?, 'started', ?, ?, ?, ?, NULL)",
-                (kind, name, int(time.time() * 1000), rows, fingerprint, _since_json(since)),
+                "INSERT OR REPLACE INTO units VALUES (?, ?, 'started', ?, ?, ?, ?, NULL, ?)",
+                (kind, name, int(time.time() * 1000), rows, fingerprint, _since_json(since), _json(position)),
             )
 
-    def done(self, kind: str, name: str, answer: dict) -> None:
+    def done(self, kind: str, name: str, answer: dict, position: dict | None = None) -> None:
+        """Note the unit done; a tailed file's `position` (how far it was read) replaces its start's."""
         with self._lock:
             self._db.execute(
-                "UPDATE units SET state='done', answer=? WHERE kind=? AND name=?", (json.dumps(answer), kind, name)
+                "UPDATE units SET state='done', answer=?, position=coalesce(?, position) WHERE kind=? AND name=?",
+                (json.dumps(answer), _json(position), kind, name),
             )
 
     def resolved(self, kind: str, name: str, found: dict[int, tuple[str, int, int]], since: dict) -> None:
@@ -111,7 +120,7 @@ class Ledger:
             self._db.execute("DELETE FROM units WHERE kind=? AND name=?", (kind, name))
 
     def units(self, kind: str, state: str | None = None) -> list[Unit]:
-        query = "SELECT kind, name, state, at_ms, rows, fingerprint, since, answer FROM units WHERE kind=?"
+        query = f"SELECT {_COLUMNS} FROM units WHERE kind=?"
         args: tuple = (kind,)
         if state is not None:
             query, args = query + " AND state=?", (kind, state)
@@ -131,6 +140,11 @@ class Ledger:
             self._db.close()
 
 
+def _json(value: dict | None) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 def _unit(row: tuple) -> Unit:
-    kind, name, state, at_ms, rows, fingerprint, since, answer = row
-    return Unit(kind, name, state, at_ms, rows, fingerprint, _since(since), json.loads(answer) if answer else None)
+    kind, name, state, at_ms, rows, fingerprint, since, answer, position = row
+    return Unit(kind, name, state, at_ms, rows, fingerprint, _since(since), json.loads(answer) if answer else None,
+                json.loads(position) if position else None)  # fmt: skip

@@ -31,6 +31,7 @@ from decimal import Decimal
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from weir.ingest.intake import Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
@@ -42,6 +43,8 @@ from weir.kafka.outage import DEFAULT_TIMEOUT_S
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
 FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-slot-advance" (docs/ingest.md)
+EVERY_ROW = sql.SQL("true")
+POLL_HINT = "or, without logical decoding, copy the table and poll it: --poll-by COLUMN (docs/ingest.md)"
 COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits",
           "read_backs", "rows_found")  # fmt: skip
 _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$", re.S)
@@ -147,25 +150,22 @@ class PgJob:
     lsn: str | None = None  # the slot's position after the last batch
 
     def connect(self) -> psycopg.Connection:
-        """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
-        naming the statement, instead of holding it forever."""
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
-        conn.execute("SET statement_timeout = '60s'")
-        return conn
+        return connect(self.dsn)
 
     def start(self) -> None:
         """Create the slot when missing, then take the snapshot unless it was taken."""
         with self.connect() as conn:
             exists = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)).fetchone()
             if not exists:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (self.slot,))
+                create_slot(conn, self.slot)
                 log.info("weir ingest: created the replication slot %s", self.slot)
             snapshot = self.ledger.get(KIND, "snapshot")
             if snapshot is None or snapshot.state != "done":
                 self._snapshot(conn)
 
-    def _unit(self, name: str):
-        """(unit header, rows already in the topics) of a ledger unit: read back when a crash left it started."""
+    def _unit(self, name: str, position: dict | None = None):
+        """(unit header, rows already in the topics) of a ledger unit: read back when a crash left it started;
+        else noted started (with `position`, where a poll begins)."""
         unit = unit_id(self.intake.job, f"{self.table}/{name}")
         seen = self.ledger.get(KIND, name)
         if seen is not None and seen.state == "started":
@@ -173,13 +173,14 @@ class PgJob:
             found = set(resume(self.ledger, seen, unit, self.client, self.max_wait_s))
             log.info("weir ingest: resuming %s of %s: %d records already in the topics", name, self.table, len(found))
             return unit, found
-        self.ledger.started(KIND, name, 0, "", self.intake.since())
+        self.ledger.started(KIND, name, 0, "", self.intake.since(), position)
         return unit, set()
 
-    def _snapshot(self, conn: psycopg.Connection) -> None:
+    def _snapshot(self, conn: psycopg.Connection, where: sql.Composable = EVERY_ROW) -> None:
+        """Every row (`where` it holds), ordered by the key, as the unit `snapshot`."""
         unit, found = self._unit("snapshot")
-        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(
-            sql.Identifier(*self.table.split(".")), sql.SQL(", ").join(map(sql.Identifier, self.key))
+        query = sql.SQL("SELECT * FROM {} WHERE {} ORDER BY {}").format(
+            sql.Identifier(*self.table.split(".")), where, sql.SQL(", ").join(map(sql.Identifier, self.key))
         )
         # A server-side cursor in one transaction: the table is read in batches, never whole in memory.
         with conn.transaction(), conn.cursor(name="weir_snapshot") as cur:
@@ -211,7 +212,7 @@ class PgJob:
                 outs.append(Out(self.intake.topic, value, key, headers, c.row))
             else:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
-                outs.append(Out(self.intake.dlq, value, None, headers, c.row))
+                outs.append(Out(self.intake.dlq, value, kafka_key(c.values, self.key), headers, c.row))
         deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts, unit, self.client)
 
     def step(self, conn: psycopg.Connection) -> int:
@@ -262,6 +263,53 @@ class PgJob:
                     self.stopping.wait(interval_s)
 
 
+def connect(dsn: str) -> psycopg.Connection:
+    """A connection whose every statement is bounded: a database that stops answering fails the job, loudly,
+    naming the statement, instead of holding it forever. A server that cannot be reached is one line."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise RuntimeError(f"cannot connect to PostgreSQL at {where(dsn)}: {' '.join(str(exc).split())}") from None
+    conn.execute("SET statement_timeout = '60s'")
+    return conn
+
+
+def where(dsn: str) -> str:
+    """host:port/dbname of a connection string or URL, never its password (errors and logs show this)."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(a connection string that does not parse)"
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
+
+
+def server_of(conn: psycopg.Connection) -> str:
+    info = conn.info
+    return f"{info.host}:{info.port}" if info.host and not info.host.startswith("/") else f"port {info.port}"
+
+
+def create_slot(conn: psycopg.Connection, slot: str) -> None:
+    """Create the logical replication slot, or say in one line what the server lacks for it and what to do."""
+    level = conn.execute("SHOW wal_level").fetchone()[0]
+    if level != "logical":
+        raise RuntimeError(
+            f"PostgreSQL at {server_of(conn)} runs wal_level={level}: streaming a table's changes needs logical "
+            f"decoding. Set wal_level = logical (ALTER SYSTEM SET wal_level = logical, or postgresql.conf) with "
+            f"max_replication_slots of 1 or more, restart the server, and give the user the REPLICATION attribute; "
+            f"{POLL_HINT}"
+        )
+    try:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))
+    except psycopg.errors.ConfigurationLimitExceeded as exc:  # max_replication_slots, all taken (or 0)
+        raise RuntimeError(f"PostgreSQL at {server_of(conn)} cannot create the replication slot {slot}: "
+                           f"{exc.diag.message_primary}; raise max_replication_slots (a restart), or drop an unused "
+                           f"slot (SELECT pg_drop_replication_slot(name)); {POLL_HINT}") from None  # fmt: skip
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise RuntimeError(f"PostgreSQL at {server_of(conn)} refused the replication slot {slot}: "
+                           f"{exc.diag.message_primary}; the user needs the REPLICATION attribute "
+                           f"(ALTER ROLE <user> REPLICATION); {POLL_HINT}") from None  # fmt: skip
+
+
 def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
     """A snapshot row's position: a digest of its key (rows have no LSN before the slot)."""
     text = str(row[key[0]]) if len(key) == 1 else json.dumps([row[k] for k in key])
@@ -271,7 +319,7 @@ def _row_of_key(row: dict, key: tuple[str, ...]) -> int:
 def table_schema(dsn: str, table: str) -> tuple[str, tuple[str, ...]]:
     """(value schema DDL, primary key columns in the key's order) of a table."""
     schema, _, name = table.rpartition(".")
-    with psycopg.connect(dsn, connect_timeout=10) as conn:
+    with connect(dsn) as conn:
         cols = conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND "
             "table_name = %s ORDER BY ordinal_position", (schema or "public", name),

@@ -117,10 +117,15 @@ class ProgressLoop:
         self.batch += 1
         return record
 
-    def stop(self, state: str = "stopped", flush_s: float = 10.0) -> None:
+    def stop(self, state: str = "stopped", flush_s: float = 10.0, error: str | None = None) -> None:
+        """The last progress record, then the final state. A job that failed says why first, as the runner's
+        failure record does (a job is not restarted: given up at once), so the monitor shows its error."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
         self.publish()
+        if error is not None:
+            self.publisher.publish("failure", self.processor, error=error, restarts=0, failures_in_row=1,
+                                   next_restart_in_s=None, run_id=self.run_id)  # fmt: skip
         self.publisher.publish("state", self.processor, state=state, run_id=self.run_id)
         self.publisher.close(flush_s)

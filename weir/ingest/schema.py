@@ -1,8 +1,9 @@
 """A topic's declared schema as the ingest side checks it: the same JSON decoder the weir-kafka source uses
 downstream, so a record accepted here is a record that decodes there.
 
-The DDL is turned into a pyarrow schema without Spark (an ingest server starts no JVM). Errors name fields:
-pyarrow says `Column(/amount)`, the NOT NULL check says `'order_id'`; both are lifted into `fields`.
+The DDL is turned into a pyarrow schema without Spark (an ingest server starts no JVM). Errors name fields
+(`field 'temp': expected a number, got the string "hot"`, `required field 'order_id' is missing or null`);
+the names are lifted into `fields`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from weir.kafka.decode import JsonDecoder, SchemaError, arrow_type, parse_fields
 
 __all__ = ["Invalid", "RecordSchema", "arrow_type"]
 
-_FIELD_IN_ERROR = re.compile(r"Column\(/([^)\[]+)|required field '([^']+)'")
+_FIELD_IN_ERROR = re.compile(r"Column\(/([^)\[]+)|field '([^']+)'")
 
 
 @dataclass(frozen=True)
@@ -48,38 +49,18 @@ class RecordSchema:
         self.key = key
         arrow = pa.schema([pa.field(s.name, arrow_type(s.type_ddl)) for s in specs])
         self.decoder = JsonDecoder(arrow, {s.name for s in specs if s.required})
-        self._alone = {f.name: JsonDecoder(pa.schema([f]), set()) for f in arrow}  # to name a field pyarrow did not
-
-    def _culprits(self, value: bytes) -> tuple[str, ...]:
-        """The fields of a JSON object that fail alone (pyarrow's conversion errors do not always name one)."""
-        try:
-            obj = json.loads(value)
-        except ValueError:
-            return ()
-        if not isinstance(obj, dict):
-            return ()
-        bad = []
-        for name, decoder in self._alone.items():
-            if name in obj:
-                _, err = decoder.decode([json.dumps({name: obj[name]}).encode()])
-                if err.null_count == 0:
-                    bad.append(name)
-        return tuple(bad)
 
     def _all_valid(self, values: list[bytes]) -> list[pa.Array] | None:
         """The decoded columns when every value is valid, found with one parse (the usual case); None when
         some value is not, and the decoder's record-by-record path must say which and why."""
-        data = b"\n".join(values)
         try:
-            data.decode("utf-8")
+            b"\n".join(values).decode("utf-8")
             # Only objects reach the parser: a bare literal first in a block crashes pyarrow (weir/kafka/decode.py).
             if any(v[:1] != b"{" or b"\n" in v for v in values):
                 return None
-            table = self.decoder._parse([data])
+            table = self.decoder.parse(values)
             if table.num_rows != len(values):
                 return None
-            if self.decoder.needs_cast:
-                table = table.cast(self.decoder.fields)
         except (UnicodeDecodeError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
             return None
         columns = [table.column(i).combine_chunks() for i in range(table.num_columns)]
@@ -87,6 +68,18 @@ class RecordSchema:
             if columns[self.names.index(name)].null_count:
                 return None
         return columns
+
+    def key_of(self, value: bytes) -> bytes | None:
+        """The key field's value as sent, of a record refused: its dead letter keeps the key (a scalar's text,
+        as a valid record's key), so it can be found and sent again by key. Only refused records come here."""
+        if self.key is None:
+            return None
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            return None
+        k = doc.get(self.key) if isinstance(doc, dict) else None
+        return None if k is None or isinstance(k, dict | list) else str(k).encode()
 
     def check(self, values: list[bytes]) -> tuple[list[bytes | None], list[Invalid | None]]:
         """Per value: its key (the key field as UTF-8, None without key field or value) and None, or None and
@@ -103,7 +96,6 @@ class RecordSchema:
             for i in pc.indices_nonzero(pc.is_valid(errors)).to_pylist():
                 reason = errors[i].as_py()
                 named = tuple(dict.fromkeys(a or b for a, b in _FIELD_IN_ERROR.findall(reason)))
-                named = named or self._culprits(values[i])
                 problems[i] = Invalid(i, reason, named)
         if self.key is None:
             return [None] * len(values), problems

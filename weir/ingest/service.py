@@ -170,6 +170,12 @@ def resolve_open_keys(ledger: Ledger, job: str, client: dict[str, str], since_ms
     return len(open_keys)
 
 
+def brief(exc: BaseException) -> str:
+    """An error as the monitor shows it: its type and its first line."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
+
+
 def _now_ms() -> int:
     import time
 
@@ -207,9 +213,12 @@ def run_files(
 def run_postgres(
     settings: Settings, spec: str | None, dsn: str, table: str, topic: str, slot: str | None, job: str | None,
     partitions: int, batch: int, interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+    poll_by: str | None = None, margin_s: float = 5.0,
 ) -> dict:  # fmt: skip
-    """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left)."""
-    from weir.ingest.postgres import PgJob, table_schema
+    """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left);
+    with `poll_by`, copy the table, then poll it by that column (no slot: no logical decoding needed)."""
+    from weir.ingest.polling import PollJob, poll_kind
+    from weir.ingest.postgres import PgJob, connect, table_schema
 
     ddl, key = table_schema(dsn, table)
     if spec:
@@ -233,17 +242,29 @@ def run_postgres(
     schema = prepare(settings, admin, [found], producer)[topic]
     intake = Intake(name, topic, schema, producer, books)
     ledger = Ledger(Path(settings.home) / "ingest" / name / "ledger.sqlite")
-    pg = PgJob(dsn, table, slot, intake, ledger, client, key, batch, max_wait_s)
+    if poll_by:
+        with connect(dsn) as conn:
+            kind, clock = poll_kind(conn, table, poll_by, key)
+        pg: PgJob = PollJob(dsn, table, "", intake, ledger, client, key, batch, max_wait_s, poll_by=poll_by, kind=kind,
+                            clock=clock, margin_s=margin_s)  # fmt: skip
+        where = {"poll_by": poll_by, "cursor": lambda: pg.cursor}
+        banner = f"weir ingest postgres: job {name} copying {table}, then polling it by {poll_by}, into {topic}"
+    else:
+        pg = PgJob(dsn, table, slot, intake, ledger, client, key, batch, max_wait_s)
+        where = {"slot": slot, "lsn": lambda: pg.lsn}
+        banner = f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}"
     publisher = ProgressPublisher(
         found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
     )
-    loop = ProgressLoop(books, publisher, name, extra=lambda: {
-        **pg.counts, "lsn": pg.lsn, "slot": slot, "producer": producer_figures(producer),
-    })  # fmt: skip
 
-    banner = f"weir ingest postgres: job {name} streaming {table} (slot {slot}) into {topic}"
+    def figures() -> dict:
+        return {k: v() if callable(v) else v for k, v in where.items()}
+
+    loop = ProgressLoop(books, publisher, name, extra=lambda: {
+        **pg.counts, **figures(), "producer": producer_figures(producer),
+    })  # fmt: skip
     _run_job(pg, banner, loop, producer, ledger, interval_s, once)
-    return {"job": name, "slot": slot, "lsn": pg.lsn, **pg.counts}
+    return {"job": name, **figures(), **pg.counts}
 
 
 def _run_job(
@@ -259,15 +280,15 @@ def _run_job(
     signal.signal(signal.SIGINT, stop)
     print(banner, file=sys.stderr, flush=True)
     loop.start()
-    state = "finished" if once else "stopped"
+    state, error = ("finished" if once else "stopped"), None
     try:
         job.run(interval_s, once)
-    except Exception:
-        state = "failed"
+    except Exception as exc:
+        state, error = "failed", brief(exc)
         raise
     finally:
         left = producer.close(10.0)
         if left:
             log.error("weir ingest: %d records were not acknowledged at stop", left)
-        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0)
+        loop.stop(state, flush_s=1.0 if producer.down_reason else 10.0, error=error)
         ledger.close()

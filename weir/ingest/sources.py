@@ -2,14 +2,16 @@
 (any URL pyarrow opens: s3://, gs://, hdfs://), and JSON lines, CSV or Parquet turned into JSON values.
 
 Every record keeps its row: the 1-based line of a JSON-lines file, the 1-based data row of a CSV file (the
-header aside), the 1-based row of a Parquet file. A file is listed once it has settled: not modified for
-`settle` seconds (a writer still appending would otherwise be read half-way).
+header aside), the 1-based row of a Parquet file. A CSV or Parquet file is listed once it has settled: not
+modified for `settle` seconds (a writer still writing would otherwise be read half-way). A JSON-lines file is
+read as it grows, whole lines only, from where the last read ended (`Rows.lines`).
 """
 
 from __future__ import annotations
 
 import csv
 import fnmatch
+import hashlib
 import io
 import json
 import os
@@ -27,6 +29,8 @@ from weir.kafka.decode import parse_fields
 from weir.storage.paths import resolve
 
 FORMATS = ("json", "csv", "parquet")
+READ_BLOCK = 1 << 20
+DIGEST_SPAN = 1 << 16  # bytes at each end of a tailed file's read part that its rewrite check compares
 _WILDCARD = re.compile(r"[*?\[]")
 
 
@@ -115,11 +119,57 @@ class Rows:
             yield rows, values
 
     def _json(self, path: str) -> Iterator[tuple[int, bytes]]:
-        with self.filesystem.open_input_stream(path) as f:
-            for n, line in enumerate(io.BufferedReader(f), start=1):
-                line = line.strip()
-                if line:
-                    yield n, line
+        for rows, values, _, _ in self.lines(path, 0, 0, 1 << 62):
+            yield from zip(rows, values, strict=True)
+
+    def lines(self, path: str, start: int, line: int, size: int) -> Iterator[tuple[list[int], list[bytes], int, int]]:
+        """The whole lines of a JSON-lines file from byte `start` (line `line` being the last one read before
+        it), in chunks of at most `size` records: (rows, values, the byte after the chunk's last line, its
+        line number). A last line without its newline is left for later (its writer may be half-way through
+        it); blank lines are skipped but counted. The last chunk may hold no record (blank lines only)."""
+        with self.filesystem.open_input_file(path) as f:
+            f.seek(start)
+            at, n, rest = start, line, b""
+            rows: list[int] = []
+            values: list[bytes] = []
+            while block := f.read(READ_BLOCK):
+                data = rest + block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                rest = data[cut + 1 :]
+                for raw in data[:cut].split(b"\n"):
+                    n += 1
+                    at += len(raw) + 1
+                    if raw.strip():
+                        rows.append(n)
+                        values.append(raw.strip())
+                    if len(rows) >= size:
+                        yield rows, values, at, n
+                        rows, values = [], []
+            if rows or at > start:
+                yield rows, values, at, n
+
+    def ends_a_line(self, path: str, start: int) -> bool:
+        """Whether the file holds a newline at or after byte `start`: a whole line to read."""
+        with self.filesystem.open_input_file(path) as f:
+            f.seek(start)
+            while block := f.read(READ_BLOCK):
+                if b"\n" in block:
+                    return True
+        return False
+
+    def digest(self, path: str, upto: int) -> str:
+        """A digest of the file's first `upto` bytes as far as a rewrite shows in it: the first and the last
+        DIGEST_SPAN bytes of that prefix (reading all of it at every append would cost its size each time)."""
+        h = hashlib.sha256(str(upto).encode())
+        with self.filesystem.open_input_file(path) as f:
+            h.update(f.read_at(min(upto, DIGEST_SPAN), 0))
+            if upto > DIGEST_SPAN:
+                offset = max(DIGEST_SPAN, upto - DIGEST_SPAN)
+                h.update(f.read_at(upto - offset, offset))
+        return h.hexdigest()[:32]
 
     def _csv(self, path: str) -> Iterator[tuple[int, bytes]]:
         with self.filesystem.open_input_stream(path) as f:

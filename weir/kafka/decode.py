@@ -5,13 +5,19 @@ null. A tombstone (null value) is not an error: its decoded columns are null and
 `value IS NULL`, so a changelog's deletes survive the usual `_error IS NULL` filter.
 
 Decoding a whole batch at once is the fast path; when it fails, the batch is bisected so only the bad
-records pay per-record parsing, and every error names what was wrong.
+records pay per-record parsing, and every error names what was wrong: the field, what it holds as sent, and
+what its type expects (`explain`).
+
+A top-level TIMESTAMP field takes an ISO 8601 string or an epoch number: seconds when its magnitude is below
+1e11 (before the year 5138), else milliseconds (after March 1973). A block whose timestamps are all numbers is
+read in one pass as well (the field read as a number, then converted); one that mixes both is bisected.
 """
 
 from __future__ import annotations
 
 import difflib
 import io
+import json
 import re
 from dataclasses import dataclass
 
@@ -214,19 +220,69 @@ class JsonDecoder:
         self.required = [n for n in fields.names if n in required]
         self.reader_schema = pa.schema([pa.field(f.name, _reader_type(f.type)) for f in fields])
         self.needs_cast = self.reader_schema != pa.schema([pa.field(f.name, f.type) for f in fields])
+        self.instants = {f.name for f in fields if pa.types.is_timestamp(f.type)}  # may come as epoch numbers
+        self._alone = {f.name: pa.schema([pa.field(f.name, _reader_type(f.type))]) for f in fields}
         self._parse([b"{}"]).cast(self.fields)  # fail now, while planning, on a type JSON cannot produce
 
-    def _parse(self, values: list[bytes], *, single: bool = False) -> pa.Table:
+    def _parse(self, values: list[bytes], *, single: bool = False, schema: pa.Schema | None = None) -> pa.Table:
         data = b"\n".join(values)
         return pajson.read_json(
             io.BytesIO(data),
             read_options=pajson.ReadOptions(use_threads=False, block_size=max(1 << 20, len(data) + 1)),
             parse_options=pajson.ParseOptions(
-                explicit_schema=self.reader_schema,
+                explicit_schema=schema or self.reader_schema,
                 unexpected_field_behavior="ignore",
                 newlines_in_values=single,
             ),
         )
+
+    def parse(self, values: list[bytes], *, single: bool = False) -> pa.Table:
+        """`values` (JSON objects) as one table of `fields`, or an error. A timestamp field that pyarrow finds
+        holding numbers is read again as a number and converted from epoch seconds or milliseconds: a block
+        of epoch times costs one more pass, not a record-by-record one."""
+        reader, epoch = self.reader_schema, []
+        while True:
+            try:
+                table = self._parse(values, single=single, schema=reader)
+                break
+            except pa.ArrowInvalid as exc:
+                number = _TO_NUMBER.search(str(exc))
+                if number is None or number.group(1) not in self.instants or number.group(1) in epoch:
+                    raise
+                epoch.append(number.group(1))
+                at = reader.get_field_index(number.group(1))
+                reader = reader.set(at, pa.field(number.group(1), pa.float64()))
+        for name in epoch:
+            at = table.schema.get_field_index(name)
+            table = table.set_column(at, name, from_epoch(table.column(at), self.fields.field(name).type))
+        if self.needs_cast or epoch:
+            table = table.cast(self.fields)
+        return table
+
+    def explain(self, value: bytes) -> tuple[str, str] | None:
+        """(field path, reason) of a record the parser refused, as the user sent it: the first declared field
+        whose value does not fit its type (`field 'temp': expected a number, got the string "hot"`); None
+        when the value is no JSON object or no field can be blamed. Only refused records come here."""
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        for f in self.fields:
+            if doc.get(f.name) is None:
+                continue
+            misfit = _misfit(doc[f.name], f.type, f.name, f.name in self.instants)
+            if misfit is None and isinstance(doc[f.name], str | dict | list):  # its content may still be refused
+                try:
+                    self._parse([json.dumps({f.name: doc[f.name]}).encode()], schema=self._alone[f.name]).cast(
+                        pa.schema([f]))  # fmt: skip
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+                    misfit = (f.name, f"expected {_expected(f.type, f.name in self.instants)}, got "
+                                      f"{_shown(doc[f.name])}")  # fmt: skip
+            if misfit is not None:
+                return misfit[0], f"field '{misfit[0]}': {misfit[1]}"
+        return None
 
     def _parse_rows(
         self, values: list[bytes | None], errors: list[str | None], idx: list[int]
@@ -242,15 +298,14 @@ class JsonDecoder:
             if not part:
                 continue
             try:
-                table = self._parse([values[i] for i in part], single=len(part) == 1)
+                table = self.parse([values[i] for i in part], single=len(part) == 1)
                 if table.num_rows != len(part):
                     raise ValueError(_count_message(table.num_rows, len(part)))
-                if self.needs_cast:
-                    table = table.cast(self.fields)
                 pieces.append((part, table))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
                 if len(part) == 1:
-                    errors[part[0]] = f"invalid JSON for valueSchema: {exc}"
+                    explained = self.explain(values[part[0]])
+                    errors[part[0]] = explained[1] if explained else f"invalid JSON for valueSchema: {exc}"
                 else:
                     mid = len(part) // 2
                     # Right half pushed first, so the left half is parsed first and pieces stay in order.
@@ -321,3 +376,79 @@ def _count_message(rows: int, records: int) -> str:
     if records > 1:
         return "row count mismatch"
     return "the value holds no JSON document" if rows == 0 else "the value holds more than one JSON document"
+
+
+_TO_NUMBER = re.compile(r"Column\(/([^)/\[]+)\) changed from string to number")
+EPOCH_MS_FROM = 1e11  # |epoch| at or above: milliseconds (after 1973-03-03); below: seconds (before 5138)
+EPOCH_MS_UNTIL = 9.2e15  # milliseconds beyond this overflow microseconds in 64 bits (about the year 293,000)
+
+
+def from_epoch(numbers: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.Array:
+    """Epoch numbers as timestamps of type `t`: seconds below EPOCH_MS_FROM in magnitude, milliseconds above."""
+    x = numbers.combine_chunks() if isinstance(numbers, pa.ChunkedArray) else numbers
+    seconds = pc.less(pc.abs(x), EPOCH_MS_FROM)
+    micros = pc.round(pc.if_else(seconds, pc.multiply(x, 1e6), pc.multiply(x, 1e3)))
+    return pc.cast(pc.cast(micros, pa.int64()), pa.timestamp("us", t.tz)).cast(t)
+
+
+def _expected(t: pa.DataType, epoch: bool = False) -> str:
+    if pa.types.is_boolean(t):
+        return "true or false"
+    if pa.types.is_integer(t):
+        return f"a whole number ({t})"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "a number"
+    if pa.types.is_date(t):
+        return "a date string (YYYY-MM-DD)"
+    if pa.types.is_timestamp(t):
+        return "an ISO 8601 timestamp string" + (" or epoch seconds or milliseconds" if epoch else "")
+    if pa.types.is_struct(t):
+        return "an object"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "an array"
+    return "a string"
+
+
+def _shown(v: object) -> str:
+    """A JSON value as the user sent it, kind first, cut at 60 characters."""
+    text = json.dumps(v, ensure_ascii=False)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(v, bool) or v is None:
+        return text
+    kind = {str: "the string", int: "the number", float: "the number", dict: "the object", list: "the array"}
+    return f"{kind[type(v)]} {text}"
+
+
+def _misfit(v: object, t: pa.DataType, path: str, epoch: bool) -> tuple[str, str] | None:
+    """(path, why) when the JSON value `v` is of the wrong kind for `t` (an object's fields and an array's items
+    looked into); None when its kind fits. Epoch numbers fit a top-level timestamp field only."""
+    number = isinstance(v, int | float) and not isinstance(v, bool)
+    if pa.types.is_boolean(t):
+        fits = isinstance(v, bool)
+    elif pa.types.is_integer(t):
+        fits = isinstance(v, int) and not isinstance(v, bool)
+        if fits and not -(1 << (t.bit_width - 1)) <= v < (1 << (t.bit_width - 1)):
+            return path, f"{_shown(v)} is out of range for {t}"
+    elif pa.types.is_floating(t) or pa.types.is_decimal(t):
+        fits = number
+    elif pa.types.is_timestamp(t):
+        fits = isinstance(v, str) or (epoch and number)
+        if fits and number and abs(v) >= EPOCH_MS_UNTIL:
+            return path, f"{_shown(v)} is out of range for epoch milliseconds"
+    elif pa.types.is_struct(t):
+        if not isinstance(v, dict):
+            return path, f"expected an object, got {_shown(v)}"
+        for f in t:
+            if v.get(f.name) is not None and (inner := _misfit(v[f.name], f.type, f"{path}/{f.name}", False)):
+                return inner
+        return None
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        if not isinstance(v, list):
+            return path, f"expected an array, got {_shown(v)}"
+        for i, item in enumerate(v):
+            if item is not None and (inner := _misfit(item, t.value_type, f"{path}[{i}]", False)):
+                return inner
+        return None
+    else:
+        fits = isinstance(v, str)
+    return None if fits else (path, f"expected {_expected(t, epoch)}, got {_shown(v)}")

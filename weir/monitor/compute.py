@@ -147,6 +147,7 @@ class HealthInput:
     lifecycle: str | None = None  # last runner state: starting, running, restarting, stopped, finished, failed
     failed_at_ms: int | None = None  # a failure not followed by a batch or a "running" state
     last_error: str | None = None
+    failures_in_row: int = 0  # of the last failure record: 1 for a source processor, which is not restarted
     runner_alive: bool | None = None  # from <home>/run/<pipeline>.json; None when not known
     runner_state: str | None = None  # its state in that file ("waiting" while the broker is unreachable)
     has_inputs: bool = True
@@ -212,6 +213,8 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
     if h.lifecycle in ("stopped", "finished"):
         return STOPPED, f"{h.lifecycle} by its runner"
     if h.lifecycle == "failed":
+        if h.failures_in_row == 1:  # failed once and not restarted (an ingest job, or max_restarts 0)
+            return DEAD, f"failed, not restarted: {h.last_error or 'no error recorded'}"
         return DEAD, f"given up after repeated failures: {h.last_error or 'no error recorded'}"
     if h.runner_alive is False:
         return DEAD, "its runner's process is gone"

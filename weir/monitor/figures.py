@@ -91,8 +91,8 @@ def figures(
         HealthInput(
             now_ms=now, monitor_start_ms=m.start_ms, last_record_ms=t.last_record_ms,
             last_advance_ms=t.last_advance_ms, lifecycle=t.lifecycle, failed_at_ms=t.failed_at_ms,
-            last_error=t.last_error, runner_alive=t.runner_alive, runner_state=t.runner_state,
-            has_inputs=bool(t.inputs), lag=lag,
+            last_error=t.last_error, failures_in_row=t.failures_in_row, runner_alive=t.runner_alive,
+            runner_state=t.runner_state, has_inputs=bool(t.inputs), lag=lag,
             pending_since_ms=t.pending_since_ms, trigger_ms=trigger, batch_ms=t.pace_ms(), growing=growing,
             # Rates only over half the window or more: between two batches the deficit is normal.
             input_rate=compute.rate(latest, now, w, w / 2), processing_rate=compute.rate(done, now, w, w / 2),

@@ -80,6 +80,7 @@ class Track:
     note: str | None = None
     failed_at_ms: int | None = None
     last_error: str | None = None
+    failures_in_row: int = 0  # as the last failure record said
     restarts: int = 0
     client_rebuilds: dict[str, int] = field(default_factory=dict)  # its process's, as its last record said
     failures_total: int = 0
@@ -126,6 +127,7 @@ class Track:
             self.failures_total += 1
             self.failed_at_ms = record.at_ms
             self.last_error = record.error
+            self.failures_in_row = record.failures_in_row
             self.restarts = record.restarts
             self.lifecycle = "failed" if record.next_restart_s is None else "restarting"
             self.lifecycle_ms = record.at_ms
