@@ -189,6 +189,14 @@ class Settings(BaseSettings):
         description="Per-processor overrides by name, e.g. [processors.enrich] trigger = '5 seconds'.",
     )
     stop_timeout: float = Field(30.0, description="Seconds a stop waits for running batches to finish.")
+    lock_lease: float = Field(
+        15.0,
+        gt=0,
+        description=(
+            "Seconds a runner's lock on a processor checkpoint lasts unless renewed (every third of it); a runner"
+            " on another host takes over a lock left unrenewed this long (docs/pipelines.md, 'One runner')."
+        ),
+    )
     max_restarts: int | None = Field(None, description="Give a processor up after this many failures in a row.")
     replication_factor: int = Field(1, description="Replication factor of the topics weir creates (3 on a cluster).")
     progress_topic: str = Field("_weir.progress", description="Topic receiving every processor's progress records.")

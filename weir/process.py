@@ -21,3 +21,13 @@ def process_alive(pid: int) -> bool:
         return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
     except (OSError, ValueError):
         return True
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started, in clock ticks since boot (Linux `/proc/<pid>/stat`), as text; None when not
+    known. With the pid it names one process: a pid reused after a crash has another start."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split(" ")[19]
+    except (OSError, ValueError, IndexError):
+        return None

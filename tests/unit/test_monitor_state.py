@@ -465,3 +465,45 @@ def test_the_monitor_shows_the_audits_silent_gaps_and_alerts_on_them(clock, tmp_
         assert m.tracks["shop/enrich"].figures.completeness.silent_gaps == 0 and not m.alerts.firing()
     finally:
         service.reader.close()
+
+
+def dead_and_unbalanced(m: Monitor, clock: Clock) -> list[str]:
+    """Two processors report a batch (enrich's violates its accounting), then nothing for 90 s: both die."""
+    m.ingest(progress(clock))
+    m.ingest(progress(clock, processor="total", accounting={"in": 100, "out": 90, "balanced": False,
+                                                            "violations": 1}))  # fmt: skip
+    m.observe_broker(snapshot(clock, 100))
+    m.refresh()
+    clock.t += 90
+    m.observe_broker(snapshot(clock, 100))
+    m.refresh()
+    return sorted(f"{a['rule']} {a['target']}" for a in m.alerts.firing())
+
+
+def test_default_rules_fire_with_no_configuration(clock):
+    """Every processor dead, one with an accounting violation: with no rule configured the monitor said
+    "no alert firing" (issue 28, item 12)."""
+    m = Monitor(MonitorConfig.model_validate({}), clock=clock)
+    assert {r.name for r in m.alerts.rules} == {"dead", "stalled", "waiting", "violations", "retention at risk",
+                                                "gaps"}  # fmt: skip
+    assert dead_and_unbalanced(m, clock) == ["dead shop/enrich", "dead shop/total", "violations shop/total"]
+
+
+def test_a_users_config_changes_or_turns_default_rules_off(clock, tmp_path):
+    from weir.monitor.config import load_config
+
+    toml = tmp_path / "monitor.toml"
+    toml.write_text(
+        '[[alerts]]\nname = "dead"\nenabled = false\n\n'  # off
+        '[[alerts]]\nname = "violations"\nexpr = "violations(*) > 5"\n'  # changed: more than 5
+    )
+    config = load_config(path=str(toml))
+    assert "dead" not in {r.name for r in config.rules}
+    again = MonitorConfig.model_validate(config.model_dump(by_alias=True, exclude={"alerts": {"__all__": {"expr"}}}))
+    assert [r.name for r in again.rules] == [r.name for r in config.rules]
+    assert next(r for r in config.alerts if r.name == "violations").threshold == 5
+    assert dead_and_unbalanced(Monitor(config, clock=clock), clock) == []
+    quiet = MonitorConfig.model_validate({"default_alerts": False})
+    assert quiet.rules == [] and MonitorConfig.model_validate(quiet.model_dump()).alerts == []
+    with pytest.raises(ValueError, match="no default rule has that name"):
+        MonitorConfig.model_validate({"alerts": [{"name": "deed", "enabled": False}]})

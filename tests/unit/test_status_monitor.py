@@ -5,6 +5,7 @@ falls back to the runners' state files, saying so, when no monitor answers; a wr
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -318,11 +319,48 @@ def test_state_file_totals_say_since_when_they_count(home):
     assert "totals since the runner's start (2026-11-22T06:59:00Z), not all time" in result.output
     row = next(line for line in result.output.splitlines() if "enrich" in line)
     cells = [c.strip() for c in row.split("│")]
-    assert cells[6] == "-"  # admission: none recorded (a static limit, or no batch yet)
-    assert cells[7:11] == ["7", "5", "1", "1"]
+    assert cells[3] == "none yet"  # last batch: none recorded, not "None"
+    assert cells[5] == "-"  # admission: none recorded (a static limit, or no batch yet)
+    assert cells[6:10] == ["7", "5", "1", "1"]
     as_json = CliRunner().invoke(app, ["status", "--json"])
     assert json.loads(as_json.output)["shop"]["processors"]["enrich"]["totals_since"] == "2026-11-22T06:59:00Z"
-    # At 80 columns (or in a pipe) the 14 columns wrap their cells instead of cutting them to "pro…" (item 8).
-    narrow = CliRunner().invoke(app, ["status"], env={"COLUMNS": "80"})
-    assert narrow.exit_code == 0 and "…" not in narrow.output
-    assert max(len(line) for line in narrow.output.splitlines()) <= 80
+
+
+def window_run(home) -> None:
+    """A runner's state file: a window processor that absorbed 40 records and emitted 8 windows."""
+    run_dir = home / "run"
+    run_dir.mkdir()
+    totals = {"in": 40, "out": 0, "filtered": 0, "dlq": 0, "late": 0, "absorbed": 40, "emitted": 8, "violations": 0}
+    body = {
+        "pipeline": "iot", "pid": os.getpid(), "updated": "2026-11-22T07:00:00Z", "started": "2026-11-22T06:59:00Z",
+        "stopping": False, "processors": {
+            "per_minute": {"state": "running", "checkpoint": str(home / "none"), "totals": totals,
+                           "last_batch_id": 12, "last_batch_at": "2026-11-22T07:00:00Z", "restarts": 0,
+                           "admission": {"limit": 10000, "reason": "start"}},
+            "clean": {"state": "pending", "checkpoint": str(home / "none"), "totals": {}, "last_batch_id": None},
+        },
+    }  # fmt: skip
+    (run_dir / "iot.json").write_text(json.dumps(body))
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_state_file_view_is_readable_at_80_columns_and_wide(home, columns):
+    """At 80 columns a record per processor (14 columns squeezed into 80 wrapped every cell over ~20 lines);
+    wide, a table. Either way the rows a window processor wrote are shown, not `out 0`."""
+    window_run(home)
+    result = CliRunner().invoke(app, ["status"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "None" not in result.output and "…" not in result.output
+    assert max(len(line) for line in lines) <= columns
+    assert f"pipeline iot (running (pid {os.getpid()}))" in result.output
+    if columns == 80:
+        assert "written 8" in result.output and "absorbed 40" in result.output
+        assert "12 at 2026-11-22T07:00:00Z" in result.output and "none yet" in result.output
+        assert len(lines) <= 24  # two processors, a handful of lines each (the old table: about 20 per row)
+    else:
+        row = next(line for line in lines if "per_minute" in line)
+        cells = [c.strip() for c in row.split("│")]
+        assert cells[1:4] == ["per_minute", "running", "12 at 2026-11-22T07:00:00Z"]
+        assert cells[6:8] == ["40", "8"]  # in, written
+        assert len(lines) <= 12

@@ -71,13 +71,20 @@ def run(
     if republish and not reset:
         raise ValueError("--republish goes with --reset <processor>: it says what the reset writes again")
     runner = Runner(p, settings, available_now=once, processors=processor or None)
-    for name in reset or []:
-        if name not in p.processors:
-            raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
-        cp = runner.checkpoint(p.processors[name])
-        deleted = "checkpoint deleted" if rebuild.reset(cp, republish) else "no checkpoint"
-        writes = "every output written again" if republish else "what its topics hold is not written again"
-        out.print(f"reset {name}: {deleted}; {writes}")
+    # The checkpoints' locks before anything touches them, a reset included: a runner already running these
+    # processors is named in one line (LockHeld, exit 2), a stale lock of a dead one is taken over (logged).
+    runner.lock()
+    try:
+        for name in reset or []:
+            if name not in p.processors:
+                raise ValueError(f"--reset {name}: pipeline {p.name} has no such processor")
+            cp = runner.checkpoint(p.processors[name])
+            deleted = "checkpoint deleted" if rebuild.reset(cp, republish) else "no checkpoint"
+            writes = "every output written again" if republish else "what its topics hold is not written again"
+            out.print(f"reset {name}: {deleted}; {writes}")
+    except BaseException:
+        runner.stop()  # releases the locks: the next runner need not take them over
+        raise
     # Declared HTTP sources are served while the pipeline runs, not for a --once run or part of a pipeline
     serve = p.http_sources and not once and not processor
     try:
@@ -88,12 +95,17 @@ def run(
     except versions.IncompatibleChange as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    finally:
+        runner.stop()  # run() has stopped it, unless the HTTP sources did not start: then it releases the locks
     failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
     for n, st in runner.snapshot().items():
         out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
     if runner.broken:
         err.print(f"[red]error:[/red] {runner.broken}")
         raise typer.Exit(3)
+    if runner.lost:  # another runner took its checkpoints over (its lease ran out): starting again cannot help
+        err.print(f"[red]error:[/red] {runner.lost}")
+        raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,7 +27,7 @@ def status(
     and the checkpoints."""
     from rich.markup import escape
 
-    from weir.monitor.client import Answer, ask, narrowed, rebuilds_text, status_views
+    from weir.monitor.client import Answer, ask, narrowed, status_views
     from weir.runtime.status import collect
 
     settings = load()
@@ -53,22 +53,80 @@ def status(
     if not report:
         out.print("no pipeline has run here (nothing under " + settings.home + "/run)")
     for name, body in report.items():
+        for view in runner_views(name, body, out.width):
+            out.print(view)
+
+
+# Below this many columns a pipeline's processors are shown one record each: a table of their 11 columns
+# squeezed into 80 wraps every cell over many lines.
+WIDE = 120
+
+
+def runner_views(name: str, body: dict, width: int) -> list[Any]:
+    """What `weir status` prints of one pipeline from the runners' state files: a table when the terminal is
+    wide, a record per processor when it is not. "written" is the rows a processor wrote to its outputs: the
+    records that passed (`out`) and the rows emitted beyond them (windows, fan-out; accounting.py)."""
+    from rich.markup import escape as e
+    from rich.padding import Padding
+    from rich.table import Table
+
+    from weir.monitor.client import rebuilds_text
+
+    starts = sorted({st.get("totals_since") or "an unrecorded start" for st in body["processors"].values()})
+    since = f"record counts: totals since the runner's start ({', '.join(starts)}), not all time"
+    title = f"pipeline {e(name)} ({e(body['runner'])})"
+    if width >= WIDE:
         table = new_table(
-            "processor", "state", "last batch", "at", "lag", "admission", "in", "out", "filtered", "dlq", "late",
-            "violations", "restarts", "rebuilds", "last error", title=f"pipeline {name} ({body['runner']})",
+            "processor", "state", "last batch", "lag", "admission", "in", "written", "filtered", "dlq", "late",
+            "violations", "restarts", "rebuilds", "last error", title=title,
         )  # fmt: skip
         for proc, st in body["processors"].items():
-            t = st.get("totals", {})
+            t = st.get("totals") or {}
             table.add_row(
-                proc, st["state"], str(st.get("last_batch_id", "-")), str(st.get("last_batch_at") or "-"),
-                "-" if st.get("lag") is None else str(st["lag"]), _admission(st.get("admission")),
-                *(str(t.get(k, 0)) for k in
-                ("in", "out", "filtered", "dlq", "late", "violations")), str(st.get("restarts", 0)),
-                rebuilds_text(st.get("client_rebuilds")), (st.get("last_error") or "")[:60],
+                e(proc), e(st["state"]), _last_batch(st), _count(st.get("lag")), _admission(st.get("admission")),
+                *(_count(c) for c in (t.get("in"), _written(t), t.get("filtered"), t.get("dlq"), t.get("late"),
+                t.get("violations"), st.get("restarts", 0))), e(rebuilds_text(st.get("client_rebuilds"))),
+                e((st.get("last_error") or "")[:60]),
             )  # fmt: skip
-        starts = sorted({st.get("totals_since") or "an unrecorded start" for st in body["processors"].values()})
-        table.caption = f"in to violations: totals since the runner's start ({', '.join(starts)}), not all time"
-        out.print(table)
+        table.caption = since
+        return [table]
+    views: list[Any] = [f"[bold]{title}[/bold]", f"[dim]{since}[/dim]"]
+    for proc, st in body["processors"].items():
+        t = st.get("totals") or {}
+        record = Table.grid(padding=(0, 2))
+        record.add_column(style="dim", no_wrap=True)
+        record.add_column(overflow="fold")
+        record.add_row("last batch", _last_batch(st))
+        record.add_row("lag", _count(st.get("lag")))
+        record.add_row(
+            "records", f"in {_count(t.get('in'))}, written {_count(_written(t))}, filtered {_count(t.get('filtered'))}"
+            f", dlq {_count(t.get('dlq'))}, late {_count(t.get('late'))}, absorbed {_count(t.get('absorbed'))}"
+            f", violations {_count(t.get('violations'))}",
+        )  # fmt: skip
+        record.add_row("admission", _admission(st.get("admission")))
+        rebuilds = rebuilds_text(st.get("client_rebuilds"))
+        record.add_row("restarts", f"{_count(st.get('restarts', 0))}; clients rebuilt {e(rebuilds)}")
+        if st.get("last_error"):
+            record.add_row("last error", e(str(st["last_error"])[:200]))
+        views += ["", f"[bold]{e(proc)}[/bold]  {e(st['state'])}", Padding(record, (0, 0, 0, 2))]
+    return views
+
+
+def _written(totals: dict) -> int | None:
+    if not totals:
+        return None
+    return int(totals.get("out") or 0) + int(totals.get("emitted") or 0)
+
+
+def _count(n: Any) -> str:
+    return "-" if n is None else f"{int(n):,}"
+
+
+def _last_batch(st: dict) -> str:
+    """ "12 at 2026-11-22T07:00:00Z"; "none yet" before this run's first batch (the state file has None)."""
+    if st.get("last_batch_id") is None:
+        return "none yet"
+    return f"{st['last_batch_id']} at {st.get('last_batch_at') or '?'}"
 
 
 def _admission(a: dict | None) -> str:

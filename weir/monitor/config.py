@@ -69,6 +69,19 @@ KINDS: dict[str, tuple[str | None, Any, float | None, str]] = {
     "broker_unreachable": (None, None, None, "broker"),
 }
 
+# The rules every monitor evaluates unless its config changes one (a rule of the same name), turns one off
+# (`name = "..."`, `enabled = false`) or all of them (`default_alerts = false`): a monitor that says "no alert
+# firing" while every processor is dead is no monitor. Figures that are not known (gaps without
+# read_checkpoints) change nothing, so a default never fires on what the monitor cannot see.
+DEFAULT_ALERTS: tuple[dict[str, str], ...] = (
+    {"name": "dead", "expr": "dead(*)"},
+    {"name": "stalled", "expr": "stalled(*) for 1m"},
+    {"name": "waiting", "expr": "waiting(*) for 1m"},
+    {"name": "violations", "expr": "violations(*) > 0"},
+    {"name": "retention at risk", "expr": "retention_left(*) < 1h"},
+    {"name": "gaps", "expr": "gaps(*) > 0"},
+)
+
 _EXPR = re.compile(
     r"^\s*(?P<kind>[a-z_]+)\s*(?:\(\s*(?P<target>[^()]*?)\s*\))?\s*"
     r"(?:(?P<op>[<>])\s*(?P<threshold>[^\s]+(?:\s*%)?))?\s*"
@@ -139,10 +152,18 @@ class AlertRule(BaseModel):
     for_: Seconds = Field(0.0, alias="for")
     expr: str | None = None
 
+    enabled: bool = True
+
     @model_validator(mode="before")
     @classmethod
     def _parse(cls, data: Any) -> Any:
-        return _threshold(_from_expr(data)) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        if data.get("enabled") is False and data.get("kind") in (None, "", "off") and not data.get("expr"):
+            if not data.get("name"):
+                raise ValueError("a rule turned off (enabled = false) names the rule it turns off: name = '...'")
+            return {**data, "kind": "off"}  # turns a default off: nothing to check (MonitorConfig._rules)
+        return _threshold(_from_expr(data))
 
     @property
     def op(self) -> str | None:
@@ -178,16 +199,36 @@ class MonitorConfig(BaseModel):
     read_run_files: bool = Field(True, description="Read <home>/run/*.json (runner pid and states, same host).")
     read_checkpoints: bool = Field(False, description="Also read committed offsets from checkpoints (pyarrow).")
     retention_report_ttl: Seconds = Field(600.0, gt=0, description="How long a runner's retention_risk counts.")
+    default_alerts: bool = Field(True, description="Evaluate DEFAULT_ALERTS (those the config does not change).")
     alerts: list[AlertRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> MonitorConfig:
+    def _rules(self) -> MonitorConfig:
+        """The config's own rules, then each default it neither changes (a rule of the same name, or of the same
+        kind and target) nor turns off; `alerts` holds them all once loaded, and loading them again gives the
+        same."""
         seen: set[str] = set()
         for rule in self.alerts:
             if rule.name in seen:
                 raise ValueError(f"two alert rules are named {rule.name!r}")
             seen.add(rule.name)
+        defaults = [d["name"] for d in DEFAULT_ALERTS]
+        for rule in self.alerts:
+            if rule.kind == "off" and rule.name not in defaults:
+                raise ValueError(f"alert rule {rule.name!r} is turned off, but no default rule has that name "
+                                 f"(the defaults: {', '.join(defaults)})")  # fmt: skip
+        asked = {(rule.kind, rule.target) for rule in self.alerts}  # `gaps(*)` of its own replaces the default
+        added = [AlertRule.model_validate(d) for d in DEFAULT_ALERTS if d["name"] not in seen]
+        added = [rule for rule in added if (rule.kind, rule.target) not in asked]
+        if self.default_alerts:
+            self.alerts = self.alerts + added
         return self
+
+    @property
+    def rules(self) -> list[AlertRule]:
+        """The rules to evaluate: `alerts` without those turned off (kept there, so that loading the config
+        again turns the same defaults off)."""
+        return [rule for rule in self.alerts if rule.enabled]
 
     @property
     def stale_seconds(self) -> float:

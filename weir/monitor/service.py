@@ -81,7 +81,7 @@ def unknown_targets(monitor: Monitor, config: MonitorConfig) -> list[str]:
     names = {k for k in monitor.tracks} | {t.name for t in monitor.tracks.values()}
     outputs = {o for t in monitor.tracks.values() for o in t.outputs}
     out = []
-    for rule in config.alerts:
+    for rule in config.rules:
         if rule.target == "*" or rule.targets == "broker":
             continue
         known = names | outputs if rule.kind == "freshness" else names
@@ -98,7 +98,7 @@ class MonitorService:
         self.settings = settings
         self.config = config
         self.webhook = Webhook(config.webhook, config.webhook_timeout) if config.webhook else None
-        alerts = AlertEngine(config.alerts, config.history, notify=self.webhook)
+        alerts = AlertEngine(config.rules, config.history, notify=self.webhook)
         self.monitor = Monitor(
             config, trigger_resolver(settings, config), clock, settings.bootstrap_servers, settings.progress_topic,
             alerts,

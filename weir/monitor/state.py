@@ -61,7 +61,7 @@ class Monitor:
         self.topics: dict[str, TopicTrack] = {}
         self.timestamps: dict[tuple[TP, int], int | None] = {}
         self.rules = HealthRules(config.stall_triggers, config.dead_after * 1000, config.rate_tolerance)
-        self.alerts = alerts or AlertEngine(config.alerts, config.history)
+        self.alerts = alerts or AlertEngine(config.rules, config.history)
         self.counts: Counter = Counter()  # records by kind, "bad", "unknown_kind"
         self.bad_reasons: deque[dict] = deque(maxlen=20)
         self.broker = BrokerState()

@@ -41,7 +41,8 @@ from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, metadata_probe
 from weir.spark import spark_session
-from weir.storage.checkpoint import processor_checkpoint
+from weir.storage.checkpoint import Checkpoint, processor_checkpoint
+from weir.storage.lock import CheckpointLock, LeaseKeeper
 
 log = logging.getLogger("weir.pipeline")
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * 86_400_000), "retention.bytes": "-1"}
@@ -176,6 +177,9 @@ class Runner:
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
         self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
+        self.lost: str | None = None  # a checkpoint lock taken over by another runner: this one stops
+        self._locks: list[CheckpointLock] = []
+        self._keeper: LeaseKeeper | None = None
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
         self._by_id: dict[str, str] = {}  # Spark's query id (kept across restarts) -> processor
@@ -213,7 +217,44 @@ class Runner:
         return self._spark
 
     # -- lifecycle ----------------------------------------------------------------------------------------
+    def lock(self) -> list[str]:
+        """Take the lock of every selected processor's checkpoint (storage/lock.py), all or none: LockHeld names
+        the runner that holds one. Returns (and logs) the notes of stale locks taken over. From here on the
+        state file is this run's: `weir status` shows it starting, not the last run's totals."""
+        if self._locks:
+            return []
+        lease, taken, notes = self.settings.lock_lease, [], []
+        try:
+            for proc in sorted(self.selected, key=lambda p: p.checkpoint):
+                what = f"processor {proc.name} of pipeline {self.pipeline.name}"
+                lock = CheckpointLock(Checkpoint(self.checkpoint(proc)).lock, what, lease)
+                note = lock.acquire()
+                taken.append(lock)
+                if note:
+                    log.warning("weir: %s", note)
+                    notes.append(note)
+        except BaseException:
+            for lock in taken:
+                lock.release()
+            raise
+        self._locks = taken
+        self._keeper = LeaseKeeper(taken, lease, self._lost).start()
+        self._write_state()
+        return notes
+
+    def _lost(self, why: str) -> None:
+        """A lock was taken over: another runner runs these checkpoints now, so this one stops at once."""
+        self.lost = why
+        log.error("weir: %s; stopping", why)
+        self._stop.set()
+
     def start(self) -> Runner:
+        self.lock()
+        # The JVM outlives a SIGKILLed driver for a moment (it stops when it sees its stdin closed): the next
+        # runner waits for it too before it takes the locks over (storage/lock.py).
+        jvm = getattr(self.spark.sparkContext._gateway, "proc", None)
+        for lock in self._locks if jvm is not None else []:
+            lock.assist(jvm.pid)
         # Every processor traced and checked before anything is created: a refused pipeline leaves no topic.
         notes = self._prepare()
         created = self.create_topics()
@@ -449,7 +490,14 @@ class Runner:
         if self.publisher:
             self.publisher.close()
             self.publisher = None
-        self._write_state()
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+        if self._locks:  # a runner refused its locks writes nothing: the state file is the holder's
+            self._write_state()
+        for lock in self._locks:  # last: the queries have stopped writing their checkpoints
+            lock.release()
+        self._locks = []
 
     def _stop_query(self, name: str, query: Any) -> None:
         """Let the running batch finish (up to stop_timeout), stop the query, and record its last progress."""
@@ -569,6 +617,8 @@ class Runner:
         """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state). A runner of
         some processors only (`--processors`) has a file of its own, `<pipeline>.<digest of their names>.json`,
         so that runners sharing the pipeline's processors between them do not overwrite each other's."""
+        if self.lost is not None:
+            return  # the runner that took the locks over writes this file now
         name = self.pipeline.name
         if len(self.selected) < len(self.pipeline.processors):
             names = ",".join(sorted(p.name for p in self.selected))

@@ -7,7 +7,8 @@ runtime/versions.py), `weir/marks/<batch>.json` (a batch's replay marks, kafka/r
 (the coverage of batches Spark purged, kafka/audit.py) inside it, and its
 history beside it, `<checkpoint>.weir-history/`: the coverage of every checkpoint a reset deleted
 (`resets/<n>.json`) and the input ranges of every backfill (`backfills/<id>.<ms>.json`), which `weir audit`
-reads. A reset deletes the checkpoint, never its history. Pure locations plus small readers; pyarrow is
+reads, and its runner's lock, `<checkpoint>.weir-lock/` (storage/lock.py: one runner per checkpoint). A reset
+deletes the checkpoint, never its history nor its lock. Pure locations plus small readers; pyarrow is
 imported when a reader runs (storage/paths.py), so the monitor stays light.
 """
 
@@ -21,6 +22,7 @@ from weir.storage import paths
 
 ARCHIVE_ROOT = "_archive"  # archivers' checkpoints: one per topic, whatever pipeline archives it
 HISTORY_SUFFIX = ".weir-history"
+LOCK_SUFFIX = ".weir-lock"
 VERSION_RECORD = "weir.json"
 
 
@@ -102,6 +104,11 @@ class Checkpoint:
     @property
     def backfills(self) -> str:
         return paths.join(self.history, "backfills")
+
+    @property
+    def lock(self) -> str:
+        """The runner's lock (storage/lock.py): beside the checkpoint, so that a reset, done under it, keeps it."""
+        return self.url.rstrip("/") + LOCK_SUFFIX
 
     # -- readers ------------------------------------------------------------------------------------------
     def exists(self) -> bool:

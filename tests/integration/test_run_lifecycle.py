@@ -1,0 +1,135 @@
+"""`weir run` processes of one pipeline as a user meets them (issue 28): a second runner beside a running one
+is refused in one line naming it; a SIGKILLed runner's lock is taken over by the next start, which says so;
+`weir status` shows a run from its start, and a window processor's rows written. One window processor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from _pipe import Rec, consume_all, kill_tree, produce, start_weir, wait_running, weir_env
+
+pytestmark = pytest.mark.integration
+
+SPEC = """
+from pyspark.sql import functions as F
+
+from weir.blocks.window import tumbling_window
+from weir.kafka.decode import ERROR_COLUMN
+from weir.pipeline import Pipeline
+
+p = Pipeline("life-{tag}")
+readings = p.topic("{tag}.readings", schema="device STRING NOT NULL, ts_ms BIGINT", key="device", partitions=1)
+windows = p.topic(
+    "{tag}.per_10s", schema="device STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, n BIGINT",
+    key="device", partitions=1,
+)
+
+
+@p.processor(inputs=[readings], outputs=[windows], stateful=True)
+def per_10s(df):
+    keep = [c for c in ("device", "ts_ms", "key", "value", "topic", "partition", "offset", "timestamp",
+                        ERROR_COLUMN) if c in df.columns]
+    timed = df.select(*keep).withColumn("event_time", F.timestamp_millis("ts_ms"))
+    return tumbling_window(timed, key="device", event_time="event_time", size="10 seconds",
+                           watermark="0 seconds", aggregates={{"n": ("count", "*")}})
+"""
+BASE_MS = 1_700_000_000_000
+
+
+@pytest.fixture
+def pipeline(bootstrap, tmp_path):
+    """The spec file, its environment and the state file's path; 40 readings over 80 s of event time (8
+    windows of 10 s) and one at 200 s that closes them."""
+    tag = uuid.uuid4().hex[:8]
+    spec = tmp_path / "life.py"
+    spec.write_text(textwrap.dedent(SPEC.format(tag=tag)))
+    records = [Rec(0, b"d1", json.dumps({"device": "d1", "ts_ms": BASE_MS + i * 2000}).encode()) for i in range(40)]
+    produce(bootstrap, f"{tag}.readings", [*records, Rec(0, b"d1", json.dumps({"device": "d1",
+            "ts_ms": BASE_MS + 200_000}).encode())])  # fmt: skip
+    # weir's default trigger: at the tests' 100 ms Spark rightly warns that batches fall behind it
+    env = weir_env(tmp_path, bootstrap, WEIR_LOCK_LEASE="6", WEIR_TRIGGER="1 second")
+    return spec, env, tmp_path / "home" / "run" / f"life-{tag}.json"
+
+
+def state(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ran_a_batch(path: Path, pid: int) -> bool:
+    body = state(path)
+    return bool(body and body["pid"] == pid and body["processors"]["per_10s"]["batches"] >= 1)
+
+
+def emitted(path: Path) -> int:
+    body = state(path)
+    return (body["processors"]["per_10s"].get("totals") or {}).get("emitted", 0) if body else 0
+
+
+def weir(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "weir.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, and the run's exit code 0."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(120) == 0
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise AssertionError("weir run did not stop within 120 s of SIGTERM") from None
+
+
+def test_a_second_runner_is_refused_and_a_killed_runners_lock_is_taken_over(pipeline, bootstrap, tmp_path):
+    spec, env, state_file = pipeline
+    first = start_weir(spec, env, tmp_path / "run-first.log")
+    try:
+        # The state file is this run's as soon as it holds its locks, before Spark starts (item 6)
+        wait_running(first, lambda: (state(state_file) or {}).get("pid") == first.pid, 120, "the state file", tmp_path)
+        shown = json.loads(weir(env, "status", "--json").stdout)[state_file.stem]
+        assert shown["runner"] == f"running (pid {first.pid})", shown
+        since = state(state_file)["started"]
+
+        second = weir(env, "run", str(spec), "--once")
+        assert second.returncode == 2, second.stdout + second.stderr
+        said = [line for line in (second.stdout + second.stderr).splitlines() if line.strip()]
+        assert len(said) == 1 and said[0].startswith("error: processor per_10s of pipeline life-"), said
+        assert f"is run by host {socket.gethostname()} pid {first.pid} since {since[:16]}" in said[0]
+        assert state(state_file)["pid"] == first.pid  # the refused runner wrote no state file
+
+        wait_running(first, lambda: ran_a_batch(state_file, first.pid), 240, "a batch of the first run", tmp_path)
+        os.kill(first.pid, signal.SIGKILL)  # the driver only: its JVM stops when it sees its stdin closed
+        first.wait(30)
+    finally:
+        kill_tree(first)
+
+    third = start_weir(spec, env, tmp_path / "run-third.log")
+    try:
+        log = tmp_path / "run-third.log"
+        wait_running(third, lambda: ran_a_batch(state_file, third.pid), 240, "a batch after the takeover", tmp_path)
+        took = [line for line in log.read_text().splitlines() if "took over the stale lock" in line]
+        assert len(took) == 1 and f"pid {first.pid}" in took[0] and "its process is gone" in took[0], took
+        out = f"{state_file.stem.removeprefix('life-')}.per_10s"
+        wait_running(third, lambda: len(consume_all(bootstrap, out)) >= 8, 240, "the 8 windows", tmp_path, 1.0)
+        stop(third)
+    finally:
+        kill_tree(third)
+    assert state(state_file)["stopping"] is True
+    # Across the kill and the takeover, the 8 windows were written once each: nothing lost, nothing doubled
+    windows = [json.loads(m.value()) for m in consume_all(bootstrap, out)]
+    assert sorted(w["n"] for w in windows) == [5] * 8, windows
+    shown = weir({**env, "COLUMNS": "80"}, "status")  # the window processor's rows written, at 80 columns
+    assert f"written {emitted(state_file)}," in shown.stdout and "None" not in shown.stdout, shown.stdout
