@@ -104,6 +104,16 @@ def serve_argv(port: int) -> list[str]:
     return [sys.executable, "-m", "weir.cli", "serve", "--port", str(port)]
 
 
+@contextlib.contextmanager
+def live_display(console: Console) -> Iterator[Live]:
+    """rich's Live display, whose last render ends its line also off a terminal (a log file, a pipe): Live ends
+    it on a terminal only, and the next line was glued to it ("...nothing applied yet)orders over HTTP")."""
+    with Live(console=console, refresh_per_second=1) as live:
+        yield live
+    if not console.is_terminal:
+        console.line()
+
+
 def view_line(base: str | None) -> str:
     """One lookup of the view over HTTP, as the live summary shows it: a page of rows, the view's freshness and
     the request's latency."""
@@ -500,7 +510,7 @@ def main(
                       "batches take a while ...")  # fmt: skip
         runner.start()
         started = time.monotonic()
-        with Live(console=console, refresh_per_second=1) as live:
+        with live_display(console) as live:
             while not stop.is_set() and time.monotonic() - started < duration:
                 line = view_line(base if server.poll() is None else None)
                 live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))

@@ -30,6 +30,7 @@ def orders_pipeline(archived: bool = False) -> Pipeline:
     p = Pipeline("kit")
     orders = p.topic("orders", "id STRING NOT NULL, amount DOUBLE", key="id", partitions=2, archived=archived)
     big = p.topic("orders.big", "id STRING, amount DOUBLE, doubled DOUBLE", key="id")
+    p.http_source(orders, port=8660)  # renamed with its topic in a test's copy (was: unknown topic 'orders')
 
     @p.processor(inputs=[orders], outputs=[big])
     def big_orders(df):
@@ -47,6 +48,7 @@ def test_run_once_gives_outputs_dead_letters_and_books_on_topics_of_its_own(pipe
     t = pipeline_test(orders_pipeline())
     t.send("orders", ROWS, timestamps=T0)
     counts = t.run_once()
+    assert [s.topics for s in t.pipeline.http_sources] == [(t.topic("orders"),)]
     first_result = time.monotonic() - began
     assert_rows(t.read("orders.big"), BIG)
     big = t.records("orders.big")

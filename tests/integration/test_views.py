@@ -139,6 +139,9 @@ def test_a_view_equals_the_fold_of_its_topic_and_is_served(spark, bootstrap, tmp
         got = sql.post("/sql", json={"sql": f"SELECT count(*) AS keys, sum(n)::BIGINT AS total FROM {name}"})
         assert got.status_code == 200, got.text
         assert got.json()["rows"] == [{"keys": len(expected), "total": sum(v["n"] for v in expected.values())}]
+        (said,) = got.json()["answer"]["provenance"]  # what the view's rows came from, not a lake and a tail of 0
+        assert said["table"] == name and said["rows"] == len(expected) and "archived" not in said, said
+        assert said["provider"].startswith(f"view {name} of pipeline {p.name}, kept from topic "), said
         got = sql.post("/sql", json={"sql": f'SELECT count(*) AS records FROM "{totals.name}"'})
         assert got.status_code == 200 and got.json()["rows"] == [{"records": len(messages)}], got.text
         refused = sql.post("/sql", json={"sql": f"DELETE FROM {name}"})

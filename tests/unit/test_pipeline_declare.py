@@ -120,7 +120,7 @@ def test_weir_graph_loads_a_file_and_reports_bad_ones(tmp_path):
         )
     )
     assert load(f"{good}").name == "mini"
-    result = CliRunner().invoke(app, ["graph", str(good)])
+    result = CliRunner().invoke(app, ["graph", str(good), "--declaration-only"])  # no Spark in a unit test
     assert result.exit_code == 0 and "src [topic, 1p] ──► copy" in result.output and "digraph" in result.output
     bad = tmp_path / "bad.py"
     bad.write_text(good.read_text().replace("outputs=[dst]", "outputs=['nowhere']"))
@@ -168,3 +168,33 @@ def test_an_http_source_names_declared_topics():
     orders = p.topic("orders", "order_id STRING NOT NULL", key="order_id")
     assert p.http_source(orders, "missing", port=9000) == HttpSource(("orders", "missing"), 9000, "127.0.0.1")
     assert problems(p) == ["HTTP source on port 9000: unknown topic 'missing'"]
+
+
+def test_weir_graph_shows_every_part_that_runs_http_sources_archivers_and_views(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_LAKE", str(tmp_path / "lake"))
+    spec = tmp_path / "iot.py"
+    spec.write_text(
+        textwrap.dedent(
+            """
+            from weir.pipeline import Pipeline
+            p = Pipeline("iot")
+            readings = p.topic("readings", "device STRING NOT NULL, celsius DOUBLE", key="device", archived=True)
+            hot = p.topic("hot", "device STRING NOT NULL, celsius DOUBLE", key="device")
+            p.http_source(readings, port=8660)
+            p.view("latest", source=hot, key="device")
+
+            @p.processor(inputs=[readings], outputs=[hot])
+            def heat(df):
+                return df.where("celsius > 30")
+            """
+        )
+    )
+    result = CliRunner().invoke(app, ["graph", str(spec), "--declaration-only"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "pipeline iot: 2 topics, 2 processors, 1 view, 1 HTTP source" in text
+    assert "HTTP 127.0.0.1:8660 POST /topics/readings ──► readings [topic, 1p, archived]" in text
+    assert "readings [topic, 1p, archived] ──► archive.orders" not in text and "──► archive.readings (sink" in text
+    assert "hot [topic, 1p] ──► view latest [key device; the settings' store; view.latest]" in text
+    assert '"http:0" -> "topic:readings";' in text and '"proc:archive.readings"' in text
+    assert '"proc:view.latest"' not in text and '"view:latest"' in text

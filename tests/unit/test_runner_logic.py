@@ -98,8 +98,8 @@ def test_stateful_change_of_result_shape_is_refused_with_the_way_out(tmp_path):
     with pytest.raises(IncompatibleChange) as info:
         check(_proc(True, "2"), cp, "struct<x:string,total:double>")
     message = str(info.value)
-    assert "version 2 cannot resume" in message and "written by version 1" in message
-    assert "struct<x:string,n:bigint> to struct<x:string,total:double>" in message
+    assert "its result gained field total (double); its result lost field n (bigint)" in message
+    assert "the code changed (1 -> 2)" in message
     assert "weir run --reset proc" in message
     assert read(cp).version == "1"  # the record still describes the state on disk
 
@@ -303,3 +303,20 @@ def test_a_processor_waiting_for_the_broker_says_since_when_in_utc(tmp_path):
     [(kind, name, extra)] = published
     assert (kind, name, extra["state"]) == ("state", "copy", "waiting")
     assert "since 2026-11-26T15:39:24.200Z, at most broker_unavailable_timeout (10 minutes)" in extra["note"]
+
+
+def test_spark_refusing_a_function_is_one_line_naming_the_processor_the_column_and_the_columns_there_are():
+    from weir.runtime.routing import analysis_problem
+
+    proc = _proc(False, "1")
+    message = "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column ... `tmep` cannot be resolved.\n== Plan ==\n'Project"
+    params = {"objectName": "`tmep`", "proposal": "`temp`, `device`"}
+    line = analysis_problem(
+        proc, "UNRESOLVED_COLUMN.WITH_SUGGESTION", params, message, {"readings": ["device", "temp"]}
+    )
+    assert line == (
+        "processor proc: its function names column tmep, which does not exist (input readings has device, temp and "
+        "the Kafka columns)"
+    )
+    other = analysis_problem(proc, "DATATYPE_MISMATCH", {}, message, {})
+    assert other.startswith("processor proc: Spark refused its function: [UNRESOLVED") and "\n" not in other

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from examples.shop.demo import balance_table, lateness, live_table
+from examples.shop.demo import balance_table, lateness, live_display, live_table
 from examples.shop.records import ORDERS, Shape, records
 from weir.runtime.accounting import Counts
 from weir.runtime.runner import ProcessorStatus
@@ -62,3 +62,13 @@ def test_the_demo_says_in_one_line_when_the_customers_come_from_the_generator() 
     assert "\n" not in why and "customers come from the generator" in why and "127.0.0.1:1/none" in why
     assert "secret" not in why
     assert "SHOP_POSTGRES_DSN" in why
+
+
+def test_the_live_display_ends_its_line_off_a_terminal(tmp_path) -> None:
+    with open(tmp_path / "out.txt", "w") as f:
+        console = Console(file=f, width=120)
+        with live_display(console) as live:
+            live.update("view revenue_by_category over HTTP: waiting (nothing applied yet)")
+        console.print("orders over HTTP: 5")
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert lines[-2:] == ["view revenue_by_category over HTTP: waiting (nothing applied yet)", "orders over HTTP: 5"]

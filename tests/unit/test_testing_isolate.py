@@ -57,3 +57,33 @@ def test_record_times_come_from_the_clock_one_instant_or_one_per_row():
     assert timestamps_for(2, [ms, datetime(2026, 1, 1, 10, 0, 2)], clock) == [ms, ms + 2000]
     with pytest.raises(ValueError, match="3 timestamps for 2 rows"):
         timestamps_for(2, [ms, ms, ms], clock)
+
+
+def test_every_declaration_that_names_a_topic_is_renamed_and_the_copy_validates():
+    from weir.pipeline import validate
+    from weir.sinks import KafkaSink, ParquetSink
+
+    p = Pipeline("iot")
+    readings = p.topic("readings", "device STRING NOT NULL, celsius DOUBLE", key="device", archived=True)
+    devices = p.table("devices", "device STRING NOT NULL, room STRING", key="device")
+    hot = p.topic("hot", "device STRING, celsius DOUBLE", key="device")
+    p.http_source(readings, "devices", port=8660)
+    p.view("latest", source=readings, key="device")
+
+    @p.processor(inputs=[readings], sink=KafkaSink("hot", "127.0.0.1:9092"))
+    def forward(df):
+        return df
+
+    @p.processor(inputs=[hot], sink=ParquetSink("/tmp/hot"))
+    def keep(df):
+        return df
+
+    copy = validate(isolated(p, "t1"))  # the declared pipeline's HTTP source named 'readings': refused before
+    assert [s.topics for s in copy.http_sources] == [("t1.readings", "t1.devices")]
+    assert copy.http_sources[0].port == 8660 and copy.views["latest"].source == "t1.readings"
+    assert type(copy.topics["t1.devices"]).__name__ == "Table" and copy.topics["t1.readings"].archived
+    sink = copy.processors["forward"].sink
+    assert (sink.topic, sink.options["topic"], sink.name) == ("t1.hot", "t1.hot", "kafka:t1.hot")
+    assert p.processors["forward"].sink.topic == "hot" and p.http_sources[0].topics == ("readings", "devices")
+    assert copy.processors["keep"].sink is p.processors["keep"].sink  # names no topic: the same sink
+    assert devices.name == "devices" and hot.name == "hot"

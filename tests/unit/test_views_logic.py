@@ -316,3 +316,23 @@ def test_only_a_views_processor_takes_the_lean_path(tmp_path) -> None:
     assert view_of(full, proc) is p.views["by_region"]
     assert view_of(full, replace(proc, sink=None)) is None  # a processor named like a view, without its sink
     assert view_of(full, replace(proc, name="by_region")) is None
+
+
+def test_a_views_rows_in_an_sql_answer_say_what_they_came_from(store) -> None:
+    from weir.query.sources import Provenance
+    from weir.storage.views import arrow_table
+
+    said = Provenance.given("v", arrow_table(store, "v"))
+    info = store.info("v", count=False)
+    assert info.freshness.as_of_ms is not None
+    assert said.to_json() == {
+        "table": "v", "rows": 6,
+        "provider": f"view v of pipeline p, kept from topic {info.source}: as of {info.freshness.to_json()['as_of']}, "
+        f"batch {info.freshness.batch_id}, source offsets {json.dumps(info.freshness.offsets)}",
+    }  # fmt: skip
+    assert said.line().startswith("v: 6 rows from view v of pipeline p")
+    import pyarrow as pa
+
+    assert Provenance.given("t", pa.table({"a": [1]})).to_json() == {
+        "table": "t", "provider": "a table given by the caller", "rows": 1,
+    }  # fmt: skip

@@ -10,12 +10,35 @@ it, and checks per batch that every input record is accounted for.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType
+
+_SETTINGS: ContextVar[list[dict[str, str]] | None] = ContextVar("weir_block_settings", default=None)
+
+
+def settle(block: str, **settings: Any) -> None:
+    """Note a block's settings (window size, watermark, key...) while a processor is traced: the runner keeps
+    them with the checkpoint's version record, so a refused restart names the setting that changed."""
+    seen = _SETTINGS.get()
+    if seen is not None:
+        seen.append({"block": block, **{k: str(v) for k, v in settings.items()}})
+
+
+@contextmanager
+def settings_noted() -> Iterator[list[dict[str, str]]]:
+    """The settings of every block called inside, in call order."""
+    token = _SETTINGS.set([])
+    try:
+        yield _SETTINGS.get()
+    finally:
+        _SETTINGS.reset(token)
 
 
 def col(name: str) -> Column:

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import bucket, bucket_count, col, store_bucket, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, wire, wire_type
 from weir.blocks.window import check_keyed_stream, interval_ms, watermark_delay
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
@@ -146,6 +146,7 @@ def deduplicate(stream: DataFrame, key: str, event_time: str, horizon: str, wate
     `event_time`, an unreadable `horizon`, missing Kafka columns and stream columns named like the output's
     route columns."""
     fn = "deduplicate"
+    settle(fn, key=key, event_time=event_time, horizon=horizon, watermark=watermark)
     check_keyed_stream(fn, stream, key, event_time)
     lacking = [c for c in ("topic", "partition", "offset") if c not in stream.columns]
     if lacking:

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import joining
-from weir.blocks.common import bucket, bucket_count, col, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, settle, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE
@@ -209,6 +209,7 @@ def join_table(
     for the order of events, tombstones, null keys and the output columns. Raises ValueError for an unknown
     key, an unknown `how`, missing Kafka columns, unknown `table_columns` or table columns whose names the
     stream already uses."""
+    settle("join_table", key=key, how=how, table_columns=table_columns, table_name=table_name)
     table_columns = _check(stream, table, key, how, table_columns)
     s_fields = [f for f in stream.schema.fields if f.name != ERROR_COLUMN]
     t_fields = [table.schema[c] for c in table_columns]

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import windowing
-from weir.blocks.common import bucket, bucket_count, col, store_bucket, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
@@ -429,6 +429,7 @@ def _windows(
     watermark: str,
     aggregates: dict[str, tuple[str, str]],
 ) -> DataFrame:
+    settle(fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=aggregates)
     buckets = bucket_count(stream)
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000

@@ -19,15 +19,40 @@ from weir.kafka import Admin
 def graph(
     pipeline: Spec,
     as_dot: Annotated[bool, typer.Option("--dot", help="Print Graphviz dot only.")] = False,
+    declaration: Annotated[
+        bool,
+        typer.Option(
+            "--declaration-only",
+            help="Check the declaration alone, without a Spark session: the functions are not traced, the state "
+            "not checked against the checkpoints.",
+        ),
+    ] = False,
 ) -> None:
-    """Print a pipeline's topology as text and Graphviz dot, after validating it."""
+    """Check a pipeline as `weir run` would before it starts, without data, and print its topology (text and
+    Graphviz dot): the declaration; every processor's function on empty inputs of its topics' schemas, its
+    result checked against its outputs; a stateful processor's state against its checkpoint. Writes nothing."""
     # Imported when the command runs: PySpark and pandas would cost every `weir` command, the monitor's among
     # them, about 100 MB (docs/monitor.md).
+    from pyspark.sql import SparkSession
+
     from weir.pipeline import graph as g
     from weir.pipeline import validate
     from weir.pipeline.load import load as load_pipeline
+    from weir.runtime.runner import Runner
 
-    p = validate(load_pipeline(pipeline))
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    declared = validate(load_pipeline(pipeline))
+    runner = Runner(declared, load())  # with its archivers and views, as `weir run` runs it
+    own = SparkSession.getActiveSession() is None
+    try:
+        if not declaration:
+            runner.prepare(record=False)
+    finally:
+        # A session this command started is stopped before the exit: its Python workers otherwise die on a
+        # broken pipe, a traceback on stderr after the one line that says what is wrong.
+        if own and (active := SparkSession.getActiveSession()) is not None:
+            active.stop()
+    p = runner.pipeline
     if not as_dot:
         out.print(g.text(p), highlight=False, markup=False)
         out.print()
@@ -88,6 +113,9 @@ def run(
     # Declared HTTP sources are served while the pipeline runs, not for a --once run or part of a pipeline
     serve = p.http_sources and not once and not processor
     try:
+        # Every processor traced and its state checked before an HTTP source answers: a refused restart must not
+        # come after the source took records in (201) and the runner's Spark start (tens of seconds).
+        runner.prepare()
         with http_sources(pipeline, p, Path(settings.home) / "logs") if serve else contextlib.nullcontext([]) as urls:
             for url in urls:
                 out.print(f"HTTP source listening on {url}")

@@ -1,4 +1,5 @@
-"""The topology as text for a terminal and as Graphviz dot."""
+"""The topology as text for a terminal and as Graphviz dot: every part that runs, HTTP sources, processors,
+archivers (given the runner's pipeline, which has them as processors) and views."""
 
 from __future__ import annotations
 
@@ -17,17 +18,24 @@ def _label(p: Pipeline, topic: str) -> str:
 def text(p: Pipeline) -> str:
     """One line per processor, `inputs ──► processor ──► outputs`, sources first."""
     order = {"source": 0, "internal": 1, "sink": 2}
-    lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(p.processors)} processors"]
+    views = {v.processor for v in p.views.values()}
+    procs = [x for x in p.processors.values() if x.name not in views]  # a view's processor is its view's line
+    lines = [f"pipeline {p.name}: {len(p.topics)} topics, {len(procs)} processors"]
     if p.views:
         lines[0] += f", {len(p.views)} view{'' if len(p.views) == 1 else 's'}"
-    for proc in sorted(p.processors.values(), key=lambda x: (order[x.kind], x.name)):
+    if p.http_sources:
+        lines[0] += f", {len(p.http_sources)} HTTP source{'' if len(p.http_sources) == 1 else 's'}"
+    for s in p.http_sources:
+        posts = ", ".join(f"POST /topics/{t}" for t in s.topics)
+        lines.append(f"  HTTP {s.host}:{s.port} {posts} ──► {', '.join(_label(p, t) for t in s.topics)}")
+    for proc in sorted(procs, key=lambda x: (order[x.kind], x.name)):
         ins = ", ".join(_label(p, t) for t in proc.inputs) or "(outside world)"
         outs = ", ".join(_label(p, t) for t in proc.outputs) or _sink(proc)
         state = ", stateful" if proc.stateful else ""
         lines.append(f"  {ins} ──► {proc.name} ({proc.kind}{state}, {proc.version}) ──► {outs}")
     for v in sorted(p.views.values(), key=lambda v: v.name):
         store = "postgresql" if v.dsn else "the settings' store"
-        lines.append(f"  {_label(p, v.source)} ──► view {v.name} [key {', '.join(v.key)}; {store}]")
+        lines.append(f"  {_label(p, v.source)} ──► view {v.name} [key {', '.join(v.key)}; {store}; {v.processor}]")
     read = {t for x in p.processors.values() for t in (*x.inputs, *x.outputs)} | {v.source for v in p.views.values()}
     unused = sorted(set(p.topics) - read)
     if unused:
@@ -49,7 +57,12 @@ def dot(p: Pipeline) -> str:
     for t in p.topics.values():
         shape = "cylinder" if isinstance(t, Table) else "ellipse"
         lines.append(f"  {_q('topic:' + t.name)} [label={_q(t.name)}, shape={shape}];")
-    for proc in p.processors.values():
+    for i, s in enumerate(p.http_sources):
+        node = _q(f"http:{i}")
+        lines.append(f"  {node} [label={_q(f'HTTP {s.host}:{s.port}')}, shape=invhouse];")
+        lines += [f"  {node} -> {_q('topic:' + t)};" for t in s.topics]
+    views = {v.processor for v in p.views.values()}
+    for proc in (x for x in p.processors.values() if x.name not in views):
         lines.append(f"  {_q('proc:' + proc.name)} [label={_q(proc.name)}, shape=box, style=rounded];")
         lines += [f"  {_q('topic:' + t)} -> {_q('proc:' + proc.name)};" for t in proc.inputs]
         lines += [f"  {_q('proc:' + proc.name)} -> {_q('topic:' + t)};" for t in proc.outputs]

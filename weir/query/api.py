@@ -134,7 +134,7 @@ def run(
             f"{limits.timeout_s:g} s (--timeout)"
         ) from None
     provenance = [sources[n].provenance for n in sorted(sources)]
-    provenance += [Provenance(n, provider="a table given by the caller") for n in sorted(given)]
+    provenance += [Provenance.given(n, given[n]) for n in sorted(given)]
     return Answer(
         table, provenance, truncated, time.monotonic() - started, engine, limits.row_limit,
         redact_text(statement), sorted([*sources, *given]),

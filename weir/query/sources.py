@@ -23,6 +23,7 @@ from weir.query import lakecount, seam, tail
 from weir.query.catalog import TableSpec
 from weir.storage import delta
 from weir.storage.lake import Lake, coverage_of
+from weir.storage.views import PROVENANCE
 
 DECODE_CHUNK = 65_536  # lake rows decoded at a time, when the lake kept raw values only
 
@@ -39,11 +40,12 @@ class Provenance:
     undecodable: int = 0
     missing_offsets: int = 0  # offsets neither the lake nor the broker holds (retention deleted them first)
     excluded: int = 0  # lake rows outside the coverage its commits record (never expected; left out, counted)
-    provider: str | None = None  # a table given by the caller (a view), not a topic
+    provider: str | None = None  # a table given by the caller (a view), not a topic: what its rows came from
+    rows: int | None = None  # a given table's rows (None: a stream whose length is not known before it is read)
 
     def line(self) -> str:
         if self.provider is not None:
-            return f"{self.table}: {self.provider}"
+            return f"{self.table}: " + (f"{self.rows:,} rows from " if self.rows is not None else "") + self.provider
         if not self.archived:
             text = f"{self.table}: not archived, {self.tail_rows:,} rows from the broker alone"
         else:
@@ -61,7 +63,18 @@ class Provenance:
         return text + ("; " + "; ".join(notes) if notes else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        if self.provider is not None:  # neither archived nor a tail: lake and tail figures would say 0 rows
+            return {"table": self.table, "provider": self.provider, "rows": self.rows}
+        return {k: v for k, v in self.__dict__.items() if v is not None and k != "rows"}
+
+    @classmethod
+    def given(cls, table: str, data: Any) -> Provenance:
+        """A caller's table (a view): its rows and, from its schema's `weir.provenance` metadata, their origin."""
+        schema = getattr(data, "schema", None)
+        said = ((schema.metadata if schema is not None else None) or {}).get(PROVENANCE.encode())
+        rows = getattr(data, "num_rows", None)
+        return cls(table, archived=False, provider=said.decode() if said else "a table given by the caller",
+                   rows=rows if isinstance(rows, int) else None)  # fmt: skip
 
 
 @dataclass

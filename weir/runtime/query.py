@@ -34,7 +34,7 @@ from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
-from weir.pipeline.model import Pipeline, Processor, Topic
+from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
@@ -235,8 +235,30 @@ class ProcessorQuery:
         carry the undecodable records too: weir's blocks route them to "dlq" themselves, since a second
         branch for them would make Spark read each input twice, and count its rows twice."""
         if self.proc.kind == "source":
-            return self.proc.fn(self.spark)
-        return self.proc.fn(*[self.source(self.topics[t]) for t in self.proc.inputs])
+            return self.called(self.spark)
+        return self.called(*[self.source(self.topics[t]) for t in self.proc.inputs])
+
+    def called(self, *args: DataFrame | SparkSession) -> DataFrame | dict[str, DataFrame]:
+        """The processor's function on `args`; Spark's analysis error (a column that does not exist) becomes one
+        line naming the processor, the column and its inputs' columns (a DeclarationError)."""
+        # PySpark logs an analysis error with its whole plan as JSON before raising it: the error is raised here
+        # as one line instead, so its loggers are quiet for this call.
+        quiet = [logging.getLogger(n) for n in ("DataFrameQueryContextLogger", "SQLQueryContextLogger")]
+        levels = [q.level for q in quiet]
+        for q in quiet:
+            q.setLevel(logging.CRITICAL)
+        try:
+            return self.proc.fn(*args)
+        except AnalysisException as exc:
+            inputs = {t: [c for c in a.columns if c.lower() not in KAFKA_COLUMN_NAMES and c != ERROR_COLUMN]
+                      for t, a in zip(self.proc.inputs, args, strict=False) if isinstance(a, DataFrame)}  # fmt: skip
+            problem = routing.analysis_problem(
+                self.proc, exc.getCondition() or "", exc.getMessageParameters() or {}, str(exc), inputs
+            )
+            raise DeclarationError(problem) from None
+        finally:
+            for q, level in zip(quiet, levels, strict=True):
+                q.setLevel(level)
 
     def trace(self) -> DataFrame | dict[str, DataFrame]:
         """The processor's result, checked against the declared outputs before anything starts, so that a
@@ -253,7 +275,7 @@ class ProcessorQuery:
     def trace_batch(self, schema: StructType) -> DataFrame | dict[str, DataFrame]:
         """A stateless processor's result on an empty batch of `schema` (the inputs' columns), checked
         against the declared outputs: what `run_batch` would do, without data."""
-        result = self.proc.fn(*self._split(self.spark.createDataFrame([], schema)))
+        result = self.called(*self._split(self.spark.createDataFrame([], schema)))
         routing.check_outputs(self.proc, result, self.topics)
         return result
 

@@ -73,6 +73,19 @@ def output_problems(proc: Processor, result: DataFrame, topic: Topic) -> list[st
     return found
 
 
+def analysis_problem(proc: Processor, condition: str, params: dict[str, str], message: str,
+                     inputs: dict[str, list[str]]) -> str:  # fmt: skip
+    """One line for Spark's refusal of a processor's function (a typo in a column name: `F.col("tmep")`),
+    naming the processor, the column and the columns its inputs have, instead of Spark's page of plan."""
+    have = "; ".join(f"input {t} has {', '.join(c)} and the Kafka columns" for t, c in inputs.items())
+    have = have or "it has no input topic"
+    if condition.startswith("UNRESOLVED_COLUMN") or condition.startswith("UNRESOLVED_FIELD"):
+        name = params.get("objectName") or params.get("fieldName") or "?"
+        return f"processor {proc.name}: its function names column {name.strip('`')}, which does not exist ({have})"
+    first = message.strip().split("\n", 1)[0]
+    return f"processor {proc.name}: Spark refused its function: {first} ({have})"
+
+
 def _header(name: str, value: Column) -> Column:
     return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
 

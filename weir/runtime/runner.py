@@ -25,13 +25,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from weir import units
+from weir.blocks.common import settings_noted
 from weir.config import Settings, load
 from weir.kafka import heal
 from weir.kafka.admin import Admin
 from weir.kafka.log import servers_of
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
-from weir.pipeline.model import Pipeline, Processor, Topic
+from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
@@ -172,6 +173,7 @@ class Runner:
         self.started = now_iso()  # the processors' totals count from here (`weir status` says so)
         self._queries: dict[str, Any] = {}
         self._builders: dict[str, ProcessorQuery] = {}
+        self._notes: dict[str, str] | None = None  # set by prepare(): every processor traced and checked
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
@@ -256,7 +258,7 @@ class Runner:
         for lock in self._locks if jvm is not None else []:
             lock.assist(jvm.pid)
         # Every processor traced and checked before anything is created: a refused pipeline leaves no topic.
-        notes = self._prepare()
+        notes = self.prepare()
         created = self.create_topics()
         if created:
             log.info("weir: created topics %s", ", ".join(created))
@@ -278,27 +280,48 @@ class Runner:
         self._supervisor.start()
         return self
 
-    def _prepare(self) -> dict[str, str]:
-        """Trace every processor and check its version before anything starts: fail fast, all at once. The
+    def prepare(self, record: bool = True) -> dict[str, str]:
+        """Trace every processor (its function on its inputs' schemas, its result checked against its outputs)
+        and check its version against its checkpoint, before anything starts: fail fast, all at once. `weir run`
+        calls it before its HTTP sources answer; `weir graph` with `record=False`, which writes nothing. The
         notes of changed code by processor, to publish once the progress topic exists."""
-        notes = {}
+        if self._notes is None:
+            self._notes = self._prepare(record)
+        return self._notes
+
+    def _prepare(self, record: bool) -> dict[str, str]:
+        notes: dict[str, str] = {}
         check_embedded(self.spark, self.selected)
+        refused: list[str] = []  # every processor's problem, reported together
+        incompatible = False
         for proc in self.selected:
             b = ProcessorQuery(
                 self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc),
                 available_now=self.available_now,
             )  # fmt: skip
-            result = b.trace()
-            shape = (
-                result.schema.simpleString()
-                if not isinstance(result, dict)
-                else json.dumps({k: v.schema.simpleString() for k, v in result.items()}, sort_keys=True)
-            )
-            note = versions.check(proc, self.checkpoint(proc), shape)
+            try:
+                with settings_noted() as blocks:
+                    result = b.trace()
+                shape = (
+                    result.schema.simpleString()
+                    if not isinstance(result, dict)
+                    else json.dumps({k: v.schema.simpleString() for k, v in result.items()}, sort_keys=True)
+                )
+                schemas = {t: self.pipeline.topics[t].schema for t in proc.inputs if t in self.pipeline.topics}
+                note = versions.check(proc, self.checkpoint(proc), shape, schemas, blocks, record=record)
+            except versions.IncompatibleChange as exc:
+                refused.append(str(exc))
+                incompatible = True
+                continue
+            except ValueError as exc:  # DeclarationError, and the blocks' checks of their arguments
+                refused.append(str(exc))
+                continue
             if note:
                 self.status[proc.name].note = notes[proc.name] = note
                 log.warning("weir: %s", note)
             self._builders[proc.name] = b
+        if refused:
+            raise (versions.IncompatibleChange if incompatible else DeclarationError)("\n".join(refused))
         return notes
 
     def _start_query(self, name: str) -> None:

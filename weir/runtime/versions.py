@@ -1,16 +1,18 @@
 """The code version stored with a processor's checkpoint, and what a change of it means at restart.
 
-`<checkpoint>/weir.json` records the processor's version, its inputs and, when stateful, the shape of its
-result. A stateless processor resumes with changed code; a stateful one whose shape or inputs changed is
-refused, naming both versions and `weir run --reset <processor>`. See docs/pipelines.md ("Versions"). A reset
-keeps the deleted run's input coverage in the checkpoint's history for `weir audit` (docs/delivery.md, "Audit").
+`<checkpoint>/weir.json` records the processor's version, its inputs and their declared schemas, its blocks'
+settings and, when stateful, the shape of its result. A stateless processor resumes with changed code; a
+stateful one whose shape or inputs changed is refused, naming what changed (the fields of its result and of its
+inputs' schemas, the blocks' settings, the code version) and `weir run --reset <processor>`. See
+docs/pipelines.md ("Versions"). A reset keeps the deleted run's input coverage in the checkpoint's history for
+`weir audit` (docs/delivery.md, "Audit").
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pyarrow import fs
 
@@ -37,6 +39,8 @@ class VersionRecord:
     stateful: bool
     inputs: list[str]
     result_schema: str
+    input_schemas: dict[str, str] = field(default_factory=dict)  # declared DDL by input topic; {} before 2026-11
+    blocks: list[dict[str, str]] = field(default_factory=list)  # the stateful blocks' settings, in call order
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
@@ -56,9 +60,16 @@ def write(checkpoint: str, record: VersionRecord) -> None:
     paths.write_atomic(filesystem, path, json.dumps(asdict(record), indent=1).encode())
 
 
-def check(proc: Processor, checkpoint: str, result_schema: str) -> str | None:
-    """Raise IncompatibleChange, or store the current version; returns a note when the code changed."""
-    current = VersionRecord(proc.name, proc.version, proc.stateful, list(proc.inputs), result_schema)
+def check(
+    proc: Processor, checkpoint: str, result_schema: str, input_schemas: dict[str, str] | None = None,
+    blocks: list[dict[str, str]] | None = None, record: bool = True,
+) -> str | None:  # fmt: skip
+    """Raise IncompatibleChange, or store the current version (unless `record` is False: `weir graph` only
+    looks); returns a note when the code changed."""
+    current = VersionRecord(
+        proc.name, proc.version, proc.stateful, list(proc.inputs), result_schema, dict(input_schemas or {}),
+        list(blocks or []),
+    )  # fmt: skip
     stored = read(checkpoint)
     note = None
     if stored is not None and stored.version != current.version:
@@ -67,20 +78,100 @@ def check(proc: Processor, checkpoint: str, result_schema: str) -> str | None:
         # Checked whatever the version says: the same source can build other state (a closure's value).
         changes = []
         if stored.result_schema != current.result_schema:
-            changes.append(f"its result changed from {stored.result_schema} to {current.result_schema}")
+            changes += shape_changes(stored.result_schema, current.result_schema)
         if stored.inputs != current.inputs:
             changes.append(f"its inputs changed from {stored.inputs} to {current.inputs}")
         if not stored.stateful:
             changes.append("it was stateless and is now stateful")
         if changes:
-            raise IncompatibleChange(
-                f"processor {proc.name}: version {current.version} cannot resume from the state in {checkpoint}, "
-                f"written by version {stored.version}: {'; '.join(changes)}. Restore the previous code, or "
-                f"rebuild the state from the earliest offsets of its inputs with `weir run --reset {proc.name}`."
+            # What else changed since the state was written explains the change of shape: an input's declared
+            # schema (a field added), a block's settings, the code.
+            causes = [
+                f"input {t}: {c}"
+                for t in current.inputs
+                if t in stored.input_schemas and stored.input_schemas[t] != current.input_schemas.get(t)
+                for c in schema_changes(stored.input_schemas[t], current.input_schemas.get(t, ""))
+            ]
+            causes += block_changes(stored.blocks, current.blocks) if stored.blocks else []  # none: an older record
+            code = (
+                f"the code is unchanged ({current.version})"
+                if stored.version == current.version
+                else f"the code changed ({stored.version} -> {current.version})"
             )
-    if stored != current:
+            raise IncompatibleChange(
+                f"processor {proc.name}: cannot resume from the state in {checkpoint}: {'; '.join(changes)}"
+                + (f"; since the state was written, {'; '.join(causes)}" if causes else "")
+                + f"; {code}. Restore what changed, or rebuild the state from the earliest offsets of its inputs "
+                f"with `weir run --reset {proc.name}`."
+            )
+    if record and stored != current:
         write(checkpoint, current)
     return note
+
+
+def _top_level(text: str, sep: str = ",") -> list[str]:
+    """`text` split on `sep` outside <...>, (...) and [...]."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "<([") - (ch in ">)]")
+        if ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _struct_fields(simple: str) -> dict[str, str]:
+    """The top-level fields of a Spark simpleString `struct<a:int,b:struct<c:string>>`, name -> type."""
+    inner = simple.strip()
+    inner = inner[len("struct<") : -1] if inner.startswith("struct<") and inner.endswith(">") else inner
+    return dict((name.strip("`"), kind) for name, _, kind in (f.partition(":") for f in _top_level(inner)))
+
+
+def _field_changes(what: str, old: dict[str, str], new: dict[str, str]) -> list[str]:
+    out = [f"{what} gained field {n} ({new[n]})" for n in new if n not in old]
+    out += [f"{what} lost field {n} ({old[n]})" for n in old if n not in new]
+    out += [f"{what}'s field {n} changed from {old[n]} to {new[n]}" for n in new if n in old and old[n] != new[n]]
+    return out
+
+
+def shape_changes(old: str, new: str) -> list[str]:
+    """A result's change of shape, field by field (a dict result: per output topic)."""
+
+    def shapes(s: str) -> dict[str, str]:
+        return json.loads(s) if s.startswith("{") else {"": s}
+
+    before, after = shapes(old), shapes(new)
+    out = []
+    for topic in sorted(set(before) | set(after)):
+        what = f"its result for {topic}" if topic else "its result"
+        if topic not in after or topic not in before:
+            out.append(f"{what} {'appeared' if topic in after else 'disappeared'}")
+            continue
+        found = _field_changes(what, _struct_fields(before[topic]), _struct_fields(after[topic]))
+        out += found or [f"{what} changed from {before[topic]} to {after[topic]}"]  # order of fields
+    return out
+
+
+def schema_changes(old: str, new: str) -> list[str]:
+    """A declared DDL schema's change, field by field."""
+
+    def fields(ddl: str) -> dict[str, str]:
+        return dict((name.strip("`"), kind.strip()) for name, _, kind in (f.partition(" ") for f in _top_level(ddl)))
+
+    return _field_changes("its declared schema", fields(old), fields(new)) or [f"schema {old!r} -> {new!r}"]
+
+
+def block_changes(old: list[dict[str, str]], new: list[dict[str, str]]) -> list[str]:
+    """The stateful blocks' settings, compared call by call."""
+    if [b["block"] for b in old] != [b["block"] for b in new]:
+        return [f"its blocks changed from {[b['block'] for b in old]} to {[b['block'] for b in new]}"]
+    return [
+        f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}"
+        for a, b in zip(old, new, strict=True)
+        for k in dict.fromkeys([*a, *b])
+        if a.get(k) != b.get(k)
+    ]
 
 
 def reset(checkpoint: str) -> bool:

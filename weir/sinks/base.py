@@ -125,6 +125,11 @@ class Sink(ABC):
         says what that replay does. Returns `Written`: the rows this call wrote, and the rows it skipped as
         already delivered. An exception fails the batch: the query stops, and a restart replays it."""
 
+    def with_topics(self, names: dict[str, str]) -> Sink:
+        """This sink with the topics it names renamed by `names` (logical -> physical): the testing kit's copy
+        of a pipeline puts every topic under a test's prefix. The default names no topic: the sink itself."""
+        return self
+
     def _opened_writer(self) -> str:
         # Exactly-once sinks key published batches by writer: a default name would let two queries writing
         # one target skip each other's batches as replays, so a missing open() is an error, not a default.

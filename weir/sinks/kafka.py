@@ -9,6 +9,7 @@ consumers see its records twice; rows that came from a weir-kafka source carry a
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -37,6 +38,16 @@ class KafkaSink(Sink):
             f"kafka.{k.replace('_', '.')}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in kafka.items()
         }
         self.name = f"kafka:{topic}"
+
+    def with_topics(self, names: dict[str, str]) -> KafkaSink:
+        """A copy writing to `names[topic]` when the topic is one of them (a test's prefixed topic)."""
+        if self.topic not in names:
+            return self
+        renamed = copy.copy(self)
+        renamed.topic = names[self.topic]
+        renamed._options = self._options | {"topic": renamed.topic}
+        renamed.name = f"kafka:{renamed.topic}"
+        return renamed
 
     @property
     def options(self) -> dict[str, str]:

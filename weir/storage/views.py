@@ -454,6 +454,9 @@ class Combined(ViewReader):
             r.close()
 
 
+PROVENANCE = "weir.provenance"  # schema metadata of a table given to weir.query: where its rows came from
+
+
 def arrow_table(reader: ViewReader, view: str) -> Any:
     """The view's rows as a pyarrow Table, columns typed from the view's declared types (for `weir sql`:
     views are tables there too): integers, reals and booleans as such; strings, and what the stores keep as
@@ -463,8 +466,15 @@ def arrow_table(reader: ViewReader, view: str) -> Any:
     types = {"tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
              "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary()}  # fmt: skip
     info = reader.info(view, count=False)
-    schema = pa.schema([(n, types.get(t.lower(), pa.string())) for n, t in info.columns])
     rows = list(reader.all_rows(view))
+    # What the rows came from, for the answer's provenance (weir.query): the freshness read just before them.
+    fresh = info.freshness
+    said = (
+        f"view {view} of pipeline {info.pipeline}, kept from topic {info.source}: "
+        + (f"as of {_iso(fresh.as_of_ms)}, batch {fresh.batch_id}, source offsets {json.dumps(fresh.offsets)}"
+           if fresh.as_of_ms is not None else "no batch applied yet")
+    )  # fmt: skip
+    schema = pa.schema([(n, types.get(t.lower(), pa.string())) for n, t in info.columns], metadata={PROVENANCE: said})
     columns = []
     for f in schema:
         values = [r.get(f.name) for r in rows]

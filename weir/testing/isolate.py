@@ -1,8 +1,10 @@
 """One test's copy of a pipeline: every topic renamed `<prefix>.<name>`, so tests share one broker unseen.
 
-The processors' functions are wrapped so that what they name by topic (the keys of a dict result, the
-values of an `_output` column) is renamed the same way; everything else (the `topic` column of their
-inputs, dead-letter and late topics, the lake's directories) follows from the renamed topics by itself.
+Every declaration that names a topic is renamed with it: processors' inputs and outputs, a sink that writes
+to a topic (`Sink.with_topics`), HTTP sources, views (archivers are the topics' own `archived`). The processors'
+functions are wrapped so that what they name by topic (the keys of a dict result, the values of an `_output`
+column) is renamed the same way; everything else (the `topic` column of their inputs, dead-letter and late
+topics, the lake's directories) follows from the renamed topics by itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyspark.sql import functions as F
 
 from weir.pipeline.model import Pipeline
 from weir.runtime.routing import OUTPUT
+from weir.sinks.base import Sink
 
 
 def physical(prefix: str, topic: str) -> str:
@@ -54,10 +57,15 @@ def isolated(pipeline: Pipeline, prefix: str) -> Pipeline:
             fn=_wrapped(proc.fn, names),
             inputs=tuple(names.get(t, t) for t in proc.inputs),
             outputs=tuple(names.get(t, t) for t in proc.outputs),
+            sink=proc.sink.with_topics(names) if isinstance(proc.sink, Sink) else proc.sink,
         )
         for name, proc in pipeline.processors.items()
     }
     # A view's own DSN is dropped: a test keeps its views in the embedded store under its own home, and
     # shares no database with other tests (docs/testing.md).
     views = {n: replace(v, source=names.get(v.source, v.source), dsn=None) for n, v in pipeline.views.items()}
-    return replace(pipeline, topics=topics, processors=processors, views=views, _duplicates=list(pipeline._duplicates))
+    sources = [replace(s, topics=tuple(names.get(t, t) for t in s.topics)) for s in pipeline.http_sources]
+    return replace(
+        pipeline, topics=topics, processors=processors, http_sources=sources, views=views,
+        _duplicates=list(pipeline._duplicates),
+    )  # fmt: skip

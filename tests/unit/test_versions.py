@@ -1,0 +1,58 @@
+"""A stateful processor's restart against its checkpoint's version record (weir.runtime.versions), without Spark:
+a refusal names what changed, field by field, and the block setting, not the same version twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from weir.pipeline.model import Processor
+from weir.runtime import versions
+
+BLOCK = {"block": "tumbling_window", "key": "device", "size": "1 minute", "watermark": "10 seconds"}
+
+
+def counts(version: str = "src-bc9a09054e0c") -> Processor:
+    return Processor("counts", fn=lambda df: df, inputs=("readings",), outputs=("counts",), version=version,
+                     checkpoint="iot/counts", stateful=True)  # fmt: skip
+
+
+def test_a_refusal_names_the_field_the_input_schema_and_the_block_setting_that_changed(tmp_path):
+    cp = str(tmp_path / "counts")
+    versions.check(counts(), cp, "struct<device:string,n:bigint>", {"readings": "device STRING, celsius DOUBLE"},
+                   [BLOCK])  # fmt: skip
+    with pytest.raises(versions.IncompatibleChange) as refused:
+        versions.check(
+            counts(), cp, "struct<device:string,n:bigint,humidity:double>",
+            {"readings": "device STRING, celsius DOUBLE, humidity DOUBLE"}, [BLOCK | {"size": "5 minutes"}],
+        )  # fmt: skip
+    message = str(refused.value)
+    assert "its result gained field humidity (double)" in message
+    assert "input readings: its declared schema gained field humidity (DOUBLE)" in message
+    assert "tumbling_window's size changed from 1 minute to 5 minutes" in message
+    assert "the code is unchanged (src-bc9a09054e0c)" in message and message.count("src-bc9a09054e0c") == 1
+    assert "weir run --reset counts" in message
+
+
+def test_graph_only_looks_and_an_older_record_is_still_compared(tmp_path):
+    cp = str(tmp_path / "counts")
+    versions.write(cp, versions.VersionRecord("counts", "src-1", True, ["readings"], "struct<a:int,b:map<string,int>>"))
+    with pytest.raises(versions.IncompatibleChange, match=r"its result's field a changed from int to bigint; the "
+                       r"code changed \(src-1 -> src-2\)"):  # fmt: skip
+        versions.check(counts("src-2"), cp, "struct<a:bigint,b:map<string,int>>", record=False)
+    assert versions.read(cp).result_schema == "struct<a:int,b:map<string,int>>"
+    assert versions.check(counts("src-2"), cp, "struct<a:int,b:map<string,int>>", record=False) == (
+        "processor counts: code version src-1 -> src-2"
+    )
+    assert versions.read(cp).version == "src-1"  # record=False wrote nothing
+
+
+def test_shapes_compare_per_output_topic_and_schemas_field_by_field():
+    after = '{"a": "struct<x:int,y:string>", "b": "struct<z:int>"}'
+    assert versions.shape_changes('{"a": "struct<x:int>"}', after) == [
+        "its result for a gained field y (string)", "its result for b appeared",
+    ]  # fmt: skip
+    assert versions.schema_changes("id STRING NOT NULL, at STRUCT<d: INT, e: INT>", "id STRING NOT NULL") == [
+        "its declared schema lost field at (STRUCT<d: INT, e: INT>)"
+    ]
+    assert versions.block_changes([BLOCK], [BLOCK]) == []
+    assert versions.block_changes([BLOCK], []) == ["its blocks changed from ['tumbling_window'] to []"]
