@@ -51,7 +51,7 @@ def scale(df):
 def documented_commands() -> list[list[str]]:
     """The `weir audit` lines of docs/delivery.md's "Audit" section, as argument lists."""
     section = DOCS.read_text().split("## Audit", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```\n(.*?)```", section, re.S)
+    block = re.search(r"```[a-z]*\n(.*?)```", section, re.S)
     assert block, "docs/delivery.md: the Audit section has no command block"
     return [shlex.split(line)[1:] for line in block.group(1).splitlines() if line.startswith("weir audit")]
 

@@ -102,7 +102,11 @@ def test_weir_graph_in_its_own_process_says_a_missing_column_in_one_line(bootstr
     bad = spec(tmp_path, "bad", f"g{uuid.uuid4().hex[:8]}", column="tmep")
     done = subprocess.run([sys.executable, "-m", "weir.cli", "graph", str(bad)], env=weir_env(tmp_path, bootstrap),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    # The JVM's own first line, printed by every program that starts Spark 4 (its vector module), is not weir's
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "Using incubator modules" not in ln]
+    # Not weir's: the JVM's own first line, printed by every program that starts Spark 4 (its vector module), and,
+    # on a loaded machine, the first line of a Python worker's BrokenPipe traceback that Spark's worker pool copies
+    # to stderr while the session stops, cut off by the JVM's exit (seen once in a fresh-clone run at load 9; the
+    # shutdown noise of issue 28, item 8). Anything else, a frame of a traceback included, is a failure.
+    spark_own = ("Using incubator modules", "Traceback (most recent call last):")
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip() and not any(s in ln for s in spark_own)]
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-5000:]
-    assert "processor heat: its function names column tmep" in lines[0]
+    assert lines[0].startswith("error: processor heat: its function names column tmep"), done.stderr[-5000:]
