@@ -497,9 +497,19 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
         assert env.committed("a") == {src: len(env.produced)}
         # unhealthy(a) resolves once a is healthy: while the trickle runs on a quiet machine, else once it has
         # caught up (under a load of 15 its batches took twice its trigger: rightly "behind" while input came).
-        well = a.wait_for(lambda: env.history("unhealthy(a)", "resolved", restart_ms), 30, "a healthy again",
-                          lambda: env.proc("a"))  # fmt: skip
-        assert well[0]["fired_at_ms"] == unhealthy["at_ms"] and env.active("unhealthy(a)") is None
+        # The alert that fired at the kill is resolved after the restart, not before (no flap while a was dead).
+        # It may fire again later, rightly: a's first batches after a restart are cold ones (new Python workers,
+        # new Kafka clients) and can run over its trigger while the trickle still comes, so a is "behind" for a
+        # moment (seen once on a quiet machine, 5.5 s after the kill). History lists the newest first.
+        def first_resolution():
+            ends = [e for e in env.history("unhealthy(a)", "resolved") if e["fired_at_ms"] == unhealthy["at_ms"]]
+            return ends or None
+
+        well = a.wait_for(first_resolution, 30, "a healthy again",
+                          lambda: (env.proc("a"), env.get("/api/alerts")["history"]))  # fmt: skip
+        assert len(well) == 1 and well[0]["at_ms"] >= restart_ms, env.get("/api/alerts")["history"]
+        wait_for(lambda: env.active("unhealthy(a)") is None, 30, "unhealthy(a) to resolve once a caught up",
+                 about=lambda: (env.proc("a"), env.get("/api/alerts")["history"]))  # fmt: skip
         restart_to_resolve = ((back[0]["at_ms"] - restart_ms) / 1000, (well[0]["at_ms"] - restart_ms) / 1000)
         assert (procs["a"]["lag_seconds"], procs["a"]["retention_left_s"], procs["a"]["health"]) == (0, None, "healthy")
         assert [n for n, o in env.get("/api/overview")["outputs"].items() if o["freshness_s"] != 0] == []
