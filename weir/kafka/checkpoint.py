@@ -135,3 +135,18 @@ def logged_end(checkpoint: str, batch: int, topic: str) -> tuple[dict[int, int],
         if topic in line.end:
             return line.end[topic], line.loss.events
     return None
+
+
+def planned_span(checkpoint: str, batch: int, topic: str) -> dict[int, tuple[int, int]] | None:
+    """`topic`'s (first, end) offsets per partition as batch `batch` was planned (its `@start` and its end), or
+    None when the log has no such batch or topic, or the plan does not say where a partition starts."""
+    if batch < 0:
+        return None
+    for line in _source_lines(read_text(Checkpoint(checkpoint).offset_file(batch)) or ""):
+        if topic in line.end:
+            end = line.end[topic]
+            start = (line.start or {}).get(topic, {})
+            if set(start) < set(end):
+                return None
+            return {p: (start[p], e) for p, e in end.items()}
+    return None

@@ -43,6 +43,10 @@ class Counts:
     # The archiver: the records its read tasks counted, which stand for `in` (Spark's numInputRows counts the rows
     # its source hands Spark: the files' descriptions). None: Spark's count.
     read: int | None = None
+    # The records read per input partition (the read observation's figures, by topic), when weir's own read of the
+    # batch stands for Spark's: a batch run again after its one job failed (weir.runtime.query, _rerun), whose
+    # micro-batch figures also hold the failed job's finished tasks. None: Spark's observation.
+    reads: dict[str, dict] | None = None
     # Offsets a batch did not read or write as planned (weir.runtime.completeness), each a Gap's JSON; exact ones
     # are violations too.
     gaps: list[dict] = field(default_factory=list)
@@ -93,7 +97,7 @@ class Counts:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        del d["passed"], d["has_sources"], d["handed"], d["read"]
+        del d["passed"], d["has_sources"], d["handed"], d["read"], d["reads"]
         d["in"] = d.pop("in_")
         d["balanced"] = self.balanced
         d["unaccounted"] = self.unaccounted

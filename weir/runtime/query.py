@@ -16,9 +16,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
@@ -29,6 +30,7 @@ from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
 from weir.kafka import admission, replay
+from weir.kafka import checkpoint as checkpoint_log
 from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
@@ -38,6 +40,7 @@ from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
+from weir.runtime.tally import SourceTally
 
 log = logging.getLogger("weir.pipeline")
 SLOW_BATCH_S = 5.0  # a batch slower than this logs the seconds of each of its steps
@@ -284,10 +287,106 @@ class ProcessorQuery:
         return _with_output(result) if isinstance(result, dict) else result
 
     # -- per batch ----------------------------------------------------------------------------------------
-    # One Spark job computes a batch (read, decode, apply, route) and counts it by route; the cached result
-    # then feeds the Kafka write and the sink. Fewer jobs per batch is most of a small batch's cost.
+    # Fewer Spark jobs per batch is most of a small batch's cost. A stateless batch of one input topic without
+    # a sink runs in one job (read, decode, apply, route, count, write); any other, and one whose single job
+    # failed (a poison record), runs in three: the batch is read and counted into a cache, computed and counted
+    # by route, then written.
     def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
-        self.ledger.put(self.name, batch_id, self.run_batch(batch, batch_id))
+        tally = self._tally(batch_id)
+        counts = self.run_batch(batch, batch_id) if tally is None else self._one_pass(batch, batch_id, tally)
+        self.ledger.put(self.name, batch_id, counts)
+
+    def _tally(self, batch_id: int) -> SourceTally | None:
+        """How the batch's output rows are traced to its input records in one pass, or None when it cannot run
+        in one: several inputs (each would scan the batch again), a sink (a second write), no checkpoint (a
+        test's batch), a plan that does not say where it starts, or a batch too large for the bitmaps."""
+        if len(self.proc.inputs) != 1 or self.proc.sink is not None or not self.checkpoint or self.guard is None:
+            return None
+        topic = self.proc.inputs[0]
+        return SourceTally.of(topic, checkpoint_log.planned_span(self.checkpoint, batch_id, topic))
+
+    def _one_pass(self, batch: DataFrame, batch_id: int, tally: SourceTally) -> Counts:
+        """A stateless batch in one Spark job. Observations in that job count what the books need: the records
+        that did not decode (with their offsets' span per partition), the records handed to the function, the
+        rows by route and destination, and the distinct input records behind the output rows (SourceTally).
+        Records that did not decode are read again by offsets and dead-lettered in a second job, only when there
+        are some. A job that fails (the function raised on a record) runs the batch again the three-job way,
+        which isolates the record, over a bounded read of the batch's planned offsets (see _rerun)."""
+        self._poisoned, self.replayed = 0, 0
+        topic = self.topics[self.proc.inputs[0]]
+        bad = col(ERROR_COLUMN).isNotNull()
+        part, offset = col("partition"), col("offset")
+        spans = [F.count_if(bad).alias("bad")]
+        for p in range(topic.partitions):
+            spans += [F.min(F.when(bad & (part == p), offset)).alias(f"lo{p}"),
+                      F.max(F.when(bad & (part == p), offset)).alias(f"hi{p}")]  # fmt: skip
+        tag = f"{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}"
+        undecoded, handed = Observation(f"weir-undecoded-{tag}"), Observation(f"weir-handed-{tag}")
+        clean = self._split(batch.observe(undecoded, *spans))[0].observe(handed, F.count(F.lit(1)).alias("n"))
+        frame = self._result([clean])
+        routed = routing.route(frame, self.proc, self.topics)
+        extra = [F.count_if(col(ROUTE) == DLQ).alias("_refused")]
+        if self._has_sources:
+            extra += tally.metrics(col(routing.SOURCE), col(ROUTE).isin(OUT, EMIT))
+        try:
+            counts, got = self._observed_delivery(routed, batch_id, extra)
+        except AnalysisException:
+            raise
+        except Exception as exc:  # any task failure may be one record's: the rerun decides
+            if self.stopping.is_set():
+                raise
+            return self._rerun(batch_id, tally, exc)
+        counts.handed = int(handed.get["n"])
+        counts.refused = int(got["_refused"]) if self._routes_own else 0
+        counts.passed, outside = tally.count(got) if self._has_sources else (0, 0)
+        if outside:
+            log.error("weir: processor %s batch %d: %d output rows name input records outside the batch's offsets %s",
+                      self.proc.name, batch_id, outside, tally.spans)  # fmt: skip
+            counts.violations += 1
+        found = undecoded.get
+        if int(found["bad"]):
+            self._dead_letter(topic, batch_id, counts, int(found["bad"]), {
+                p: (int(found[f"lo{p}"]), int(found[f"hi{p}"])) for p in range(topic.partitions)
+                if found[f"lo{p}"] is not None})  # fmt: skip
+        return counts
+
+    def _dead_letter(self, topic: Topic, batch_id: int, counts: Counts, bad: int, spans: dict) -> None:
+        """The batch's records that did not decode, read again within their offsets' span per partition, written
+        to `<topic>.dlq` (a second job, guarded by the batch's marks like the first) and added to `counts`."""
+        again = self._reread(topic.name, spans)
+        with self._phase("dead letters"):
+            letters, _ = self._observed_delivery(routing.dead_letters(again, self.proc), batch_id)
+        if letters.dlq != bad:  # read again, they are not what the batch read: retention, or a changed record
+            log.error("weir: processor %s batch %d: %d records did not decode, but %d read again by their offsets",
+                      self.proc.name, batch_id, bad, letters.dlq)  # fmt: skip
+            counts.violations += 1
+        counts.dlq += letters.dlq
+        counts.violations += letters.violations
+        for dest, n in letters.outputs.items():
+            counts.outputs[dest] = counts.outputs.get(dest, 0) + n
+        counts.replayed = self.replayed
+
+    def _rerun(self, batch_id: int, tally: SourceTally, exc: Exception) -> Counts:
+        """The batch again after its one job failed, the three-job way that isolates a poison record. Its rows
+        come from a bounded read of the planned offsets, not from the micro-batch: the failed job's finished
+        tasks are already in Spark's counts of the micro-batch (numInputRows, the read observations), which a
+        second read would double. So the rerun's own read stands for them (`Counts.read`, `Counts.reads`). The
+        failed job may have written part of the batch: the write reads back from the batch's marks, as a
+        replay does, and skips what is there."""
+        log.warning("weir: processor %s batch %d failed in one pass (%s); running it again, record by record where "
+                    "it fails", self.proc.name, batch_id, _brief(exc))  # fmt: skip
+        topic = self.topics[tally.topic]
+        reads = Observation(f"weir-reread-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
+        again = _observe_reads(self._reread(topic.name, {p: (f, e - 1) for p, (f, e) in tally.spans.items() if e > f}),
+                               topic, reads)  # fmt: skip
+        if self.guard is not None:
+            self.guard = replace(self.guard, replay=True)
+        counts = self.run_batch(again, batch_id)
+        seen = reads.get
+        counts.read = sum(int(seen.get(f"c{p}") or 0) for p in range(topic.partitions)) + int(
+            seen.get(completeness.OTHER) or 0)  # fmt: skip
+        counts.reads = {topic.name: dict(seen)}
+        return counts
 
     def run_batch(self, batch: DataFrame, batch_id: int, reread: bool = False) -> Counts:
         """One static batch of a stateless processor, as foreachBatch runs it: dead-letter the undecodable
@@ -323,14 +422,7 @@ class ProcessorQuery:
         `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
         in a task are isolated by bisection and dead-lettered (docs/pipelines.md, poison records)."""
         sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
-        # Each input record's coordinates ride along hidden, so that its output rows know it whatever the
-        # function keeps (weir.runtime.provenance). A driver-side error (bad column, bad code) is no record's fault.
-        result = provenance.attach_all(self.proc.fn(*map(provenance.carry, sub)))
-        routing.check_outputs(self.proc, result, self.topics)
-        frame = _with_output(result) if isinstance(result, dict) else result
-        self._routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
-        frame = self._cache(frame if self._routes_own else frame.withColumn(ROUTE, F.lit(OUT)))
-        self._has_sources = routing.origin(frame) is not None
+        frame = self._cache(self._result(sub))
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
         # value and headers, even those of a sink's rows that never go to Kafka.
@@ -346,6 +438,19 @@ class ProcessorQuery:
             frame, routed = self._bisect(inputs, ranges if ranges is not None else self._ranges(sub), exc)
             routed = routed if extra is None else routed.unionByName(extra)
             return frame, routed, None
+
+    def _result(self, inputs: list[DataFrame]) -> DataFrame:
+        """The function's result over `inputs`, one frame with a route per row (out, unless it routes its rows
+        itself) and the input record behind each row where it still has one."""
+        # Each input record's coordinates ride along hidden, so that its output rows know it whatever the
+        # function keeps (weir.runtime.provenance). A driver-side error (bad column, bad code) is no record's fault.
+        result = provenance.attach_all(self.proc.fn(*map(provenance.carry, inputs)))
+        routing.check_outputs(self.proc, result, self.topics)
+        frame = _with_output(result) if isinstance(result, dict) else result
+        self._routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
+        frame = frame if self._routes_own else frame.withColumn(ROUTE, F.lit(OUT))
+        self._has_sources = routing.origin(frame) is not None
+        return frame
 
     @staticmethod
     def _ranges(inputs: list[DataFrame]) -> list[tuple]:
@@ -582,10 +687,13 @@ class ProcessorQuery:
         kept = marked.where(~col("_d_skip")).drop(*helpers, "_r_n", "_d_skip")
         return kept, observed
 
-    def _observed_delivery(self, routed: DataFrame, batch_id: int) -> Counts:
-        """A stateful batch without a sink in one Spark job: the Kafka write counts every route on its way
-        (an Observation of all rows, taken before the filter on a destination), so the batch is neither cached
-        nor computed twice. A route or destination outside the processor's own shows as a violation."""
+    def _observed_delivery(
+        self, routed: DataFrame, batch_id: int, extra: list[Column] | None = None
+    ) -> tuple[Counts, dict[str, Any]]:
+        """A batch without a sink in one Spark job: the Kafka write counts every route on its way (an
+        Observation of all rows, taken before the filter on a destination), so the batch is neither cached nor
+        computed twice. A route or destination outside the processor's own shows as a violation. `extra`: more
+        aggregates for the same Observation, whose row is returned with the counts."""
         combos = routing.destinations(self.proc)
         is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
         metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
@@ -594,7 +702,7 @@ class ProcessorQuery:
             for i, ((r, _), c) in enumerate(zip(combos, is_dest, strict=True))
         ]
         seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
-        self.write_topics(routed.observe(seen, *metrics))
+        self.write_topics(routed.observe(seen, *metrics, *(extra or [])))
         got = seen.get
         groups = []
         for i, (r, d) in enumerate(combos):
@@ -610,7 +718,7 @@ class ProcessorQuery:
         counts.replayed = self.replayed
         for dest, n in self.skipped.items():  # routed there, delivered before: not written by this batch
             counts.outputs[dest] -= n
-        return counts
+        return counts, got
 
     def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
         # No cache and no count: one job reads the batch and writes it. `in` is the records the read tasks
@@ -664,7 +772,7 @@ class ProcessorQuery:
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
         frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
         if self.proc.sink is None:
-            counts = self._observed_delivery(routing.route(frame, self.proc, self.topics), batch_id)
+            counts, _ = self._observed_delivery(routing.route(frame, self.proc, self.topics), batch_id)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
             self.ledger.put(self.name, batch_id, counts)
             return
@@ -762,7 +870,7 @@ class ProcessorQuery:
         return writer.start()
 
 
-def _observe_reads(stream: DataFrame, topic: Topic) -> DataFrame:
+def _observe_reads(stream: DataFrame, topic: Topic, observation: Observation | None = None) -> DataFrame:
     """`stream` observed per declared partition (records, first and last offset) in the job that reads it: Spark
     publishes the figures with the batch's progress, where the runner checks them against the batch's planned
     offsets (weir.runtime.completeness). No extra job, no shuffle: a few aggregates on columns already read."""
@@ -776,7 +884,7 @@ def _observe_reads(stream: DataFrame, topic: Topic) -> DataFrame:
             F.max(F.when(mine, offset)).alias(f"hi{p}"),
         ]
     metrics.append(F.count_if((part >= topic.partitions) | (part < 0)).alias(completeness.OTHER))
-    return stream.observe(completeness.READ_OBSERVATION + topic.name, *metrics)
+    return stream.observe(observation or completeness.READ_OBSERVATION + topic.name, *metrics)
 
 
 def union(frames: list[DataFrame]) -> DataFrame:

@@ -608,10 +608,10 @@ class Runner:
         self._folder.finished(self.checkpoint(self.pipeline.processors[name]), figures["batch_id"])
 
     def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
-        """The records the batch's inputs yielded, per partition (observed in the job that read them), against
-        the offsets its plan covers: a gap is a violation naming topic, partition and range, unless the plan
-        counted it as a skip (@dataLoss, failOnDataLoss=false)."""
-        observed = {
+        """The records the batch's inputs yielded, per partition (observed in the job that read them, or in weir's
+        own read of a batch run again: `Counts.reads`), against the offsets its plan covers: a gap is a violation
+        naming topic, partition and range, unless the plan counted it as a skip (@dataLoss, failOnDataLoss=false)."""
+        observed = counts.reads or {
             n[len(completeness.READ_OBSERVATION) :]: row.asDict()
             for n, row in (getattr(progress, "observedMetrics", None) or {}).items()
             if n.startswith(completeness.READ_OBSERVATION)
