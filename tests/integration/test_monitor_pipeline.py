@@ -495,6 +495,7 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             n: {k: v for k, v in env.proc(n).items() if k in ("health", "health_reason", "lag", "freshness_s")}
             for n in "abc"} | {"timeline": env.timeline("a", "b", "c")})  # fmt: skip
         assert env.committed("a") == {src: len(env.produced)}
+
         # unhealthy(a) resolves once a is healthy: while the trickle runs on a quiet machine, else once it has
         # caught up (under a load of 15 its batches took twice its trigger: rightly "behind" while input came).
         # The alert that fired at the kill is resolved after the restart, not before (no flap while a was dead).
