@@ -103,6 +103,7 @@ class ProcessorQuery:
         self.name = query_name(pipeline, proc)
         self.topics = pipeline.topics
         self._cached: list[DataFrame] = []
+        self._columns: dict[Any, list[Column]] = {}  # see _memo
         self.stopping = threading.Event()
         self.in_batch: int | None = None  # the batch whose foreachBatch is running
         self.ran: int | None = None  # the last batch whose foreachBatch completed in this process
@@ -314,20 +315,17 @@ class ProcessorQuery:
         which isolates the record, over a bounded read of the batch's planned offsets (see _rerun)."""
         self._poisoned, self.replayed = 0, 0
         topic = self.topics[self.proc.inputs[0]]
-        bad = col(ERROR_COLUMN).isNotNull()
-        part, offset = col("partition"), col("offset")
-        spans = [F.count_if(bad).alias("bad")]
-        for p in range(topic.partitions):
-            spans += [F.min(F.when(bad & (part == p), offset)).alias(f"lo{p}"),
-                      F.max(F.when(bad & (part == p), offset)).alias(f"hi{p}")]  # fmt: skip
         tag = f"{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}"
         undecoded, handed = Observation(f"weir-undecoded-{tag}"), Observation(f"weir-handed-{tag}")
-        clean = self._split(batch.observe(undecoded, *spans))[0].observe(handed, F.count(F.lit(1)).alias("n"))
-        frame = self._result([clean])
-        routed = routing.route(frame, self.proc, self.topics)
-        extra = [F.count_if(col(ROUTE) == DLQ).alias("_refused")]
-        if self._has_sources:
-            extra += tally.metrics(col(routing.SOURCE), col(ROUTE).isin(OUT, EMIT))
+        with self._phase("plan"):  # the driver's work on the batch's DataFrames: calls into the JVM
+            clean = self._split(batch.observe(undecoded, *self._memo("undecoded", lambda: _undecoded(topic))))[0]
+            count = self._memo("handed", lambda: [F.count(F.lit(1)).alias("n")])
+            frame = self._result([clean.observe(handed, *count)])
+            names = tuple(frame.columns)
+            routed = frame.select(*self._memo(names, lambda: routing.route_columns(names, self.proc, self.topics)))
+            extra = [F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")]
+            if self._has_sources:
+                extra += tally.metrics(routing.SOURCE, f"`{ROUTE}` IN ('{OUT}', '{EMIT}')")
         try:
             counts, got = self._observed_delivery(routed, batch_id, extra)
         except AnalysisException:
@@ -349,6 +347,13 @@ class ProcessorQuery:
                 p: (int(found[f"lo{p}"]), int(found[f"hi{p}"])) for p in range(topic.partitions)
                 if found[f"lo{p}"] is not None})  # fmt: skip
         return counts
+
+    def _memo(self, key: Any, build: Callable[[], list[Column]]) -> list[Column]:
+        """Column expressions built once per query and reused by every batch (they are unresolved, so they fit
+        any batch of the same columns): building them calls into the JVM dozens of times."""
+        if key not in self._columns:
+            self._columns[key] = build()
+        return self._columns[key]
 
     def _dead_letter(self, topic: Topic, batch_id: int, counts: Counts, bad: int, spans: dict) -> None:
         """The batch's records that did not decode, read again within their offsets' span per partition, written
@@ -537,13 +542,15 @@ class ProcessorQuery:
         report = kafka_sink.report_path()
         try:
             with self._phase("write topics"):
+                record = self._memo(("record", tuple(self.headers.items())), lambda: [
+                    col(routing.DEST).alias("topic"), col("key"), col("value"),
+                    routing.stamped_headers(self.headers).alias("headers"), col("timestamp")])  # fmt: skip
                 (
-                    routing.stamped(rows, self.headers)
+                    rows.select(*record)
                     # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
                     # reading while it is written) sees the older records, not a scatter whose newest event times
                     # would push its watermark past the rest (a stateful result comes grouped by key).
                     .sortWithinPartitions("timestamp")
-                    .select(col(routing.DEST).alias("topic"), "key", "value", "headers", "timestamp")
                     .write.format("weir-kafka")
                     .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
                     .option("commitReport", report)
@@ -885,6 +892,18 @@ def _observe_reads(stream: DataFrame, topic: Topic, observation: Observation | N
         ]
     metrics.append(F.count_if((part >= topic.partitions) | (part < 0)).alias(completeness.OTHER))
     return stream.observe(observation or completeness.READ_OBSERVATION + topic.name, *metrics)
+
+
+def _undecoded(topic: Topic) -> list[Column]:
+    """Aggregates of a batch's records that did not decode: how many, and their first and last offset per
+    partition (where to read them again)."""
+    bad = col(ERROR_COLUMN).isNotNull()
+    part, offset = col("partition"), col("offset")
+    out = [F.count_if(bad).alias("bad")]
+    for p in range(topic.partitions):
+        out += [F.min(F.when(bad & (part == p), offset)).alias(f"lo{p}"),
+                F.max(F.when(bad & (part == p), offset)).alias(f"hi{p}")]  # fmt: skip
+    return out
 
 
 def union(frames: list[DataFrame]) -> DataFrame:

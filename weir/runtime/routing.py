@@ -9,6 +9,8 @@ docs/pipelines.md ("Outputs", "Dead letters, late records, filtered records").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -90,42 +92,48 @@ def _header(name: str, value: Column) -> Column:
     return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
 
 
-def origin(df: DataFrame) -> Column | None:
-    """(topic, partition, offset) of the input record behind each row: its coordinates, else the provenance a
-    stateless function's result carried (weir.runtime.provenance); None when the rows have neither."""
-    if all(c in df.columns for c in COORDINATES):
+def origin(df: DataFrame | Sequence[str]) -> Column | None:
+    """(topic, partition, offset) of the input record behind each row of `df` (or of a frame with these
+    columns): its coordinates, else the provenance a stateless function's result carried
+    (weir.runtime.provenance); None when the rows have neither."""
+    names = df.columns if isinstance(df, DataFrame) else df
+    if all(c in names for c in COORDINATES):
         return F.struct(*map(col, COORDINATES)).cast(SOURCE_TYPE)
-    if PROVENANCE in df.columns:
+    if PROVENANCE in names:
         return col(PROVENANCE).cast(SOURCE_TYPE)
     return None
 
 
-def _headers(df: DataFrame, proc: Processor) -> Column:
+def _headers(names: Sequence[str], proc: Processor) -> Column:
     """weir.source (when the row has an input record), weir.processor, and weir.error for dead letters."""
     hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
-    src = origin(df)
+    src = origin(names)
     if src is not None:
         parts = (src["topic"], src["partition"].cast("string"), src["offset"].cast("string"))
         hs.append(F.when(src["offset"].isNotNull(), _header(SOURCE_HEADER, F.concat_ws("/", *parts))))
-    if ERROR_COLUMN in df.columns:
+    if ERROR_COLUMN in names:
         hs.append(F.when(col(ERROR_COLUMN).isNotNull(), _header(ERROR_HEADER, col(ERROR_COLUMN))))
     return F.filter(F.array(*hs), lambda h: h.isNotNull())
 
 
 def stamped(routed: DataFrame, headers: dict[str, str]) -> DataFrame:
     """A routed DataFrame with `headers` (name -> value) appended to every record's headers."""
+    return routed if not headers else routed.withColumn("headers", stamped_headers(headers))
+
+
+def stamped_headers(headers: dict[str, str]) -> Column:
+    """A routed row's headers with `headers` (name -> value) appended."""
     if not headers:
-        return routed
-    extra = F.array(*[_header(k, F.lit(v)) for k, v in headers.items()])
-    return routed.withColumn("headers", F.concat(col("headers"), extra))
+        return col("headers")
+    return F.concat(col("headers"), F.array(*[_header(k, F.lit(v)) for k, v in headers.items()]))
 
 
-def _record(df: DataFrame, topic: Topic) -> tuple[Column, Column]:
-    """(key, value) of an output record for `topic` from a result row."""
+def _record(names: Sequence[str], topic: Topic) -> tuple[Column, Column]:
+    """(key, value) of an output record for `topic` from a result row (of a frame with these columns)."""
     declared = declared_type(topic)
-    if any(f.name not in df.columns for f in declared.fields):
-        key = col("key").cast("binary") if "key" in df.columns else F.lit(None).cast("binary")
-        return key, (col("value") if "value" in df.columns else F.lit(None)).cast("binary")
+    if any(f.name not in names for f in declared.fields):
+        key = col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
+        return key, (col("value") if "value" in names else F.lit(None)).cast("binary")
     value = F.to_json(F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in declared.fields]))
     key = col(topic.key).cast("string").cast("binary") if topic.key is not None else F.lit(None).cast("binary")
     return key, value.cast("binary")
@@ -133,16 +141,23 @@ def _record(df: DataFrame, topic: Topic) -> tuple[Column, Column]:
 
 def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame:
     """The routed form of a processor's result (docs/pipelines.md, routing)."""
-    route_col = col(ROUTE) if ROUTE in df.columns else F.lit(OUT)
+    return df.select(*route_columns(tuple(df.columns), proc, topics))
+
+
+def route_columns(names: tuple[str, ...], proc: Processor, topics: dict[str, Topic]) -> list[Column]:
+    """The columns of `route` for a result with these columns. Unresolved expressions, so one list serves every
+    batch of a processor: building them takes a hundred calls into the JVM, a tenth of a second of every
+    small batch's driver time on a loaded machine."""
+    route_col = col(ROUTE) if ROUTE in names else F.lit(OUT)
     outputs = [topics[t] for t in proc.outputs if t in topics]
-    if OUTPUT in df.columns:
+    if OUTPUT in names:
         dest_out = col(OUTPUT)
-        pairs = [(col(OUTPUT) == t.name, _record(df, t)) for t in outputs]
+        pairs = [(col(OUTPUT) == t.name, _record(names, t)) for t in outputs]
     else:
         dest_out = F.lit(outputs[0].name) if outputs else F.lit(None).cast("string")
-        pairs = [(F.lit(True), _record(df, outputs[0]))] if outputs else []
-    raw_key = col("key").cast("binary") if "key" in df.columns else F.lit(None).cast("binary")
-    raw_value = col("value").cast("binary") if "value" in df.columns else F.lit(None).cast("binary")
+        pairs = [(F.lit(True), _record(names, outputs[0]))] if outputs else []
+    raw_key = col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
+    raw_value = col("value").cast("binary") if "value" in names else F.lit(None).cast("binary")
     is_output = route_col.isin(OUT, EMIT)
 
     def pick(i: int, raw: Column) -> Column:
@@ -151,7 +166,7 @@ def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame
             expr = (F.when if expr is None else expr.when)(is_output & cond, kv[i])
         return raw if expr is None else expr.otherwise(raw)
 
-    src_topic = col("topic") if "topic" in df.columns else F.lit(None).cast("string")
+    src_topic = col("topic") if "topic" in names else F.lit(None).cast("string")
     dest = (
         F.when(is_output, dest_out)
         .when(route_col == LATE, F.concat(src_topic, F.lit(".late")))
@@ -159,22 +174,22 @@ def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame
     )
     if proc.sink is not None:  # a sink processor's results go to its sink, not to a topic
         dest = F.when(is_output, F.lit(None).cast("string")).otherwise(dest)
-    stamp = col("timestamp").cast("timestamp") if "timestamp" in df.columns else F.lit(None).cast("timestamp")
+    stamp = col("timestamp").cast("timestamp") if "timestamp" in names else F.lit(None).cast("timestamp")
     # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building and
     # shuffling a string per row (this column is only ever counted, see query._groups).
-    src = origin(df)
+    src = origin(names)
     source = F.lit(None).cast(SOURCE_TYPE) if src is None else F.when(is_output & src["offset"].isNotNull(), src)
-    absorbed = col(ABSORBED).cast("long") if ABSORBED in df.columns else F.lit(None).cast("long")
-    return df.select(
+    absorbed = col(ABSORBED).cast("long") if ABSORBED in names else F.lit(None).cast("long")
+    return [
         route_col.alias(ROUTE),
         dest.alias(DEST),
         F.when(route_col == ABSORB, absorbed).alias(ABSORBED),
         pick(0, raw_key).alias("key"),
         pick(1, raw_value).alias("value"),
-        _headers(df, proc).alias("headers"),
+        _headers(names, proc).alias("headers"),
         stamp.alias("timestamp"),
         source.alias(SOURCE),
-    )
+    ]
 
 
 def destinations(proc: Processor) -> list[tuple[str, str | None]]:
