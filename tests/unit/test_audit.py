@@ -218,3 +218,20 @@ def test_the_audit_never_imports_pyspark():
     code = "import sys, weir.cli.audit, weir.kafka.audit; print('pyspark' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_a_fold_that_fails_is_counted_for_the_progress_records(tmp_path):
+    from weir.runtime.folding import Folder
+
+    not_a_checkpoint = tmp_path / "cp"
+    not_a_checkpoint.write_text("a file, not a checkpoint directory")
+    folder = Folder(100)
+    folder.finished(str(not_a_checkpoint), 0)
+    folder.close()
+    assert folder.failed(str(not_a_checkpoint)) == 1 and folder.failed(str(tmp_path / "other")) == 0
+    cp = tmp_path / "good"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    folder = Folder(100)
+    folder.finished(str(cp), 0)
+    folder.close()
+    assert folder.failed(str(cp)) == 0 and audit_fold(cp) is not None

@@ -31,7 +31,7 @@ class Folder:
         self._last: dict[str, int] = {}  # per checkpoint: the batch of the last fold asked for
         self._running: dict[str, Future] = {}
         self._caches: dict[str, dict] = {}  # per checkpoint: offset files already read (never rewritten)
-        self.failures = 0
+        self.failures: dict[str, int] = {}  # per checkpoint: folds that failed (published with its progress)
 
     def finished(self, checkpoint: str, batch: int) -> None:
         """A batch of the checkpoint committed: fold when `every` batches passed since the last fold (and none
@@ -50,9 +50,15 @@ class Folder:
         try:
             audit.fold(checkpoint, self._caches.setdefault(checkpoint, {}))
         except Exception as exc:  # the batches stay in the log: the next fold takes them
-            self.failures += 1
+            with self._lock:
+                self.failures[checkpoint] = self.failures.get(checkpoint, 0) + 1
             log.warning("weir: folding the coverage of %s failed (retried after the next batches): %s", checkpoint,
                         exc)  # fmt: skip
+
+    def failed(self, checkpoint: str) -> int:
+        """Folds of the checkpoint that failed since the runner started."""
+        with self._lock:
+            return self.failures.get(checkpoint, 0)
 
     def close(self, timeout: float = 30.0) -> None:
         """Wait (bounded) for the folds running, then stop the thread."""

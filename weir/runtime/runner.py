@@ -586,6 +586,7 @@ class Runner:
                 name, figures["batch_id"], counts.in_, counts.accounted, counts.to_json(),
             )  # fmt: skip
         st = self.status[name]
+        checkpoint = self.checkpoint(self.pipeline.processors[name])
         with self._lock:
             st.batches += 1
             st.failures_in_row = 0
@@ -603,9 +604,10 @@ class Runner:
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
             version=next(p.version for p in self.selected if p.name == name),
+            fold_failures=self._folder.failed(checkpoint),
         )  # fmt: skip
         # The batch committed before Spark reported its progress: its coverage can be kept before Spark purges it
-        self._folder.finished(self.checkpoint(self.pipeline.processors[name]), figures["batch_id"])
+        self._folder.finished(checkpoint, figures["batch_id"])
 
     def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
         """The records the batch's inputs yielded, per partition (observed in the job that read them, or in weir's
