@@ -702,12 +702,7 @@ class ProcessorQuery:
         computed twice. A route or destination outside the processor's own shows as a violation. `extra`: more
         aggregates for the same Observation, whose row is returned with the counts."""
         combos = routing.destinations(self.proc)
-        is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
-        metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
-        metrics += [
-            F.count_if((col(ROUTE) == r) & c).alias(f"n{i}")
-            for i, ((r, _), c) in enumerate(zip(combos, is_dest, strict=True))
-        ]
+        metrics = self._memo("delivery", lambda: _by_route(combos))
         seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
         self.write_topics(routed.observe(seen, *metrics, *(extra or [])))
         got = seen.get
@@ -892,6 +887,15 @@ def _observe_reads(stream: DataFrame, topic: Topic, observation: Observation | N
         ]
     metrics.append(F.count_if((part >= topic.partitions) | (part < 0)).alias(completeness.OTHER))
     return stream.observe(observation or completeness.READ_OBSERVATION + topic.name, *metrics)
+
+
+def _by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
+    """Aggregates of routed rows: all of them, the records they absorbed, and the rows of each (route,
+    destination) in `combos`, as `n<index>`."""
+    is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
+    metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
+    pairs = enumerate(zip(combos, is_dest, strict=True))
+    return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
 
 
 def _undecoded(topic: Topic) -> list[Column]:
