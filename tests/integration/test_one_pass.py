@@ -78,3 +78,27 @@ def test_a_stateless_batch_runs_in_one_job_and_its_books_are_exact(spark, bootst
     runs = {r["run_id"] for r in progress}
     jobs = sum(len(spark.sparkContext.statusTracker().getJobIdsForGroup(run)) for run in runs)
     assert len(progress) == 1 and jobs == 2, (len(progress), jobs)
+
+
+def test_a_function_whose_plan_drops_its_input_is_counted_the_three_job_way(spark, bootstrap, tmp_path):
+    """Spark's optimizer removes a read below a filter it knows is false, and the Observations on it with the
+    read: they would never complete, and the batch would wait on them for ever. Such a processor's batches take
+    the three-job path, and their books still balance."""
+    prefix = uuid.uuid4().hex[:8]
+    p = Pipeline(f"onepass-none-{prefix}")
+    src = p.topic(f"{prefix}.in", schema="n BIGINT", partitions=2)
+    out = p.topic(f"{prefix}.out", schema="n BIGINT")
+
+    @p.processor(inputs=[src], outputs=[out])
+    def nothing(df):
+        return df.where(F.lit(False))
+
+    Admin(bootstrap).create_topic(f"{prefix}.in", 2)
+    produce(bootstrap, f"{prefix}.in", [Rec(n % 2, None, json.dumps({"n": n}).encode()) for n in range(10)])
+    s = settings(tmp_path, bootstrap)
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(120), "the batch waited on Observations the optimizer had removed"
+    runner.stop()
+    progress = progress_records(s, p.name)
+    assert all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in progress), progress
+    assert sum(r["accounting"]["in"] for r in progress) == sum(r["accounting"]["filtered"] for r in progress) == 10
