@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# The SPARK_HOME whose local Python workers start from PySpark's bytecode (weir/sparkhome.py), built once
+	$(BIN)/python -c 'from weir.sparkhome import worker_home; print("SPARK_HOME for local workers:", worker_home())'
 	touch $(STAMP)
 
 venv: $(STAMP)

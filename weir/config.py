@@ -123,19 +123,20 @@ class Settings(BaseSettings):
     spark_log_level: Literal["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = Field(
         "WARN", description="Level of the Spark driver's log (weir/log4j2.properties), set at the JVM's start."
     )
+    # Under `home` unless set: a second home (WEIR_HOME) must not resume the first one's checkpoints
     checkpoint_root: str = Field(
-        default_factory=lambda: str(Path.home() / ".weir" / "checkpoints"),
+        default_factory=lambda data: str(Path(data["home"]) / "checkpoints"),
         description=(
             "Root of query checkpoints, opened by Spark and by pyarrow: a path, file:// or hdfs:// URL on storage"
-            " every Spark node reaches."
+            " every Spark node reaches (default: <home>/checkpoints)."
         ),
     )
 
     lake: str = Field(
-        default_factory=lambda: str(Path.home() / ".weir" / "lake"),
+        default_factory=lambda data: str(Path(data["home"]) / "lake"),
         description=(
             "Root of the lake (archived topics as Parquet): a path, file:// or hdfs:// URL every node reaches"
-            " (atomic renames: local disk, NFS, HDFS)."
+            " (atomic renames: local disk, NFS, HDFS; default: <home>/lake)."
         ),
     )
     views_dsn: str | None = Field(

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pyspark.sql import SparkSession
 from weir.config import Settings, load
 from weir.kafka.source import KafkaDataSource
 from weir.kafka.tolake import KafkaArchiveSource
+from weir.sparkhome import worker_home
 
 log = logging.getLogger("weir")
 
@@ -159,4 +161,59 @@ def spark_session(
     confs |= redaction_confs(confs) | log_confs(confs, settings.spark_log_level)
     for key, value in confs.items():
         builder = builder.config(key, value)
-    return register(builder.getOrCreate())
+    _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
+    spark = builder.getOrCreate()
+    if master.startswith("local"):
+        _workers_output(spark, Path(settings.home) / "logs" / WORKERS_LOG, app_name)
+    return register(spark)
+
+
+WORKERS_LOG = "python-workers.log"
+_workers_log: Path | None = None  # where this process's Python workers write, once set
+
+
+def _driver_jvm(confs: dict[str, str]) -> None:
+    """Launch the driver JVM (PySpark's gateway) in a session of its own, with the confs the builder would give it.
+
+    Ctrl-C in a terminal signals the whole foreground process group. PySpark's JVM ignores SIGINT, but the Python
+    processes it starts (the streaming source runners, the worker daemon's workers, which restore Python's SIGINT
+    handler) each died of it with a traceback, and queries failed under a runner that was stopping them in order.
+    Outside that group only weir's driver hears Ctrl-C. The JVM still ends with the driver: PySpark's gateway
+    exits when its stdin closes. On a local master the JVM's SPARK_HOME is weir.sparkhome's, unless one is set:
+    its Python workers start from PySpark's bytecode."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return  # a JVM runs already (a session stopped and built again, or a driver started by spark-submit)
+        if confs["spark.master"].startswith("local") and "SPARK_HOME" not in os.environ:
+            try:
+                home = worker_home()
+            except OSError as exc:  # a cache that cannot be written: workers compile PySpark as they start
+                log.warning("weir: no SPARK_HOME with PySpark's bytecode (%s); Python workers start slower", exc)
+            else:
+                if home is not None:
+                    os.environ["SPARK_HOME"] = str(home)
+        conf = SparkConf(loadDefaults=False)
+        for key, value in confs.items():
+            conf.set(key, value)
+        SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        SparkContext._jvm = SparkContext._gateway.jvm
+
+
+def _workers_output(spark: SparkSession, path: Path, app_name: str) -> None:
+    """Send what Spark's local Python workers print (a processor's print(), their own start-up lines, the
+    tracebacks of workers cut off when a query stops) to `path` instead of the console, as a cluster's executors
+    keep it in their own logs. The JVM copies each worker's stdout and stderr to its System.err, which this
+    replaces; Spark's log (log4j) keeps the console it opened at the start. Named once, in weir's log."""
+    global _workers_log
+    if _workers_log == path:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jvm = spark.sparkContext._jvm
+    stream = jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(str(path), True), True)
+    stream.println(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} ({app_name})")
+    jvm.java.lang.System.setErr(stream)
+    _workers_log = path
+    log.info("weir: what Spark's Python workers print goes to %s", path)

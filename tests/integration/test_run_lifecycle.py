@@ -1,12 +1,14 @@
 """`weir run` processes of one pipeline as a user meets them (issue 28): a second runner beside a running one
 is refused in one line naming it; a SIGKILLed runner's lock is taken over by the next start, which says so;
-`weir status` shows a run from its start, and a window processor's rows written. One window processor.
+`weir status` shows a run from its start, and a window processor's rows written; Ctrl-C, early or late, prints
+weir's summary and nothing else. One window processor.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -93,6 +95,43 @@ def stop(proc: subprocess.Popen) -> None:
         raise AssertionError("weir run did not stop within 120 s of SIGTERM") from None
 
 
+# What `weir run` itself prints: its log lines, and per processor its summary (and the line of the JVM's start
+# about Spark's vector module, when the stop came as the JVM started: the java launcher's own, before any code)
+WEIR_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) (weir|lake:)|WARNING: Using incubator modules: "
+    r"|[\w.]+: \w+, \d+ batches, \d+ restarts, totals \{.*\}$)"
+)
+
+
+def interrupt(proc: subprocess.Popen, log: Path) -> list[str]:
+    """SIGINT to the run's process group, as Ctrl-C in a terminal: exit 0; what it printed from then on."""
+    before = log.stat().st_size
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        assert proc.wait(120) == 0, log.read_text()[-3000:]
+    except subprocess.TimeoutExpired:
+        raise AssertionError("weir run did not stop within 120 s of SIGINT") from None
+    with open(log, "rb") as f:
+        f.seek(before)
+        return [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+
+
+def test_a_run_interrupted_while_it_starts_releases_its_locks_and_prints_its_summary(pipeline, tmp_path):
+    """Ctrl-C before the processors run (Spark's start, the processors' checks): the summary, no traceback, and
+    the locks released (a SIGKILLed runner's would be taken over, and the next run would say so)."""
+    spec, env, state_file = pipeline
+    proc = start_weir(spec, env, tmp_path / "run-early.log")
+    try:
+        wait_running(proc, lambda: (state(state_file) or {}).get("pid") == proc.pid, 120, "the state file", tmp_path)
+        said = interrupt(proc, tmp_path / "run-early.log")
+    finally:
+        kill_tree(proc)
+    assert [line for line in said if not WEIR_LINE.match(line)] == [], said
+    assert any(line.startswith("per_10s: ") for line in said), said
+    again = weir(env, "run", str(spec), "--once")
+    assert "took over the stale lock" not in again.stdout + again.stderr, again.stderr[-3000:]
+
+
 def test_a_second_runner_is_refused_and_a_killed_runners_lock_is_taken_over(pipeline, bootstrap, tmp_path):
     spec, env, state_file = pipeline
     first = start_weir(spec, env, tmp_path / "run-first.log")
@@ -124,9 +163,13 @@ def test_a_second_runner_is_refused_and_a_killed_runners_lock_is_taken_over(pipe
         assert len(took) == 1 and f"pid {first.pid}" in took[0] and "its process is gone" in took[0], took
         out = f"{state_file.stem.removeprefix('life-')}.per_10s"
         wait_running(third, lambda: len(consume_all(bootstrap, out)) >= 8, 240, "the 8 windows", tmp_path, 1.0)
-        stop(third)
+        said = interrupt(third, log)  # Ctrl-C in a terminal (item 8)
     finally:
         kill_tree(third)
+    # A clean stop prints weir's own lines and its summary, nothing else: no traceback of a Python worker cut off,
+    # no "Failed to cancel job group", no worker chatter
+    assert [line for line in said if not WEIR_LINE.match(line)] == [], said
+    assert any(line.startswith("per_10s: stopped, ") for line in said), said
     assert state(state_file)["stopping"] is True
     # Across the kill and the takeover, the 8 windows were written once each: nothing lost, nothing doubled
     windows = [json.loads(m.value()) for m in consume_all(bootstrap, out)]

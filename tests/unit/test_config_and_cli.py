@@ -24,6 +24,17 @@ def test_settings_from_environment(monkeypatch):
     }
 
 
+def test_checkpoints_and_lake_live_under_home_unless_set(tmp_path, monkeypatch):
+    """A second home must not resume the first one's checkpoints (they were under ~/.weir whatever WEIR_HOME said)."""
+    for name in ("WEIR_CHECKPOINT_ROOT", "WEIR_LAKE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path / "h"))
+    s = Settings()
+    assert (s.checkpoint_root, s.lake) == (str(tmp_path / "h" / "checkpoints"), str(tmp_path / "h" / "lake"))
+    monkeypatch.setenv("WEIR_LAKE", "s3://b/lake")
+    assert Settings().lake == "s3://b/lake"
+
+
 def test_settings_from_toml(tmp_path, monkeypatch):
     (tmp_path / "weir.toml").write_text('spark_master = "local[2]"\nbootstrap_servers = "k:9093"\n')
     monkeypatch.chdir(tmp_path)

@@ -35,6 +35,9 @@ def clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except KeyboardInterrupt:  # Ctrl-C (or `weir run`'s SIGTERM) before a command's own stop took over
+            err.print("interrupted")
+            raise typer.Exit(130) from None
         # LakeError, CheckpointError and SinkError are RuntimeErrors; a file that cannot be read an OSError.
         except (BrokerError, BrokerUnavailable, TopicError, ValueError, RuntimeError, OSError) as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -91,6 +92,9 @@ def run(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM callback otherwise
+    # Until the runner's own handlers take over (Runner.run), SIGTERM stops as Ctrl-C does: the JVM's start and the
+    # processors' checks take tens of seconds, and a stop then must still release the locks and print the summary.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     p = validate(load_pipeline(pipeline))
     settings = load()
     if republish and not reset:
@@ -120,6 +124,8 @@ def run(
             for url in urls:
                 out.print(f"HTTP source listening on {url}")
             runner.run(duration)
+    except KeyboardInterrupt:  # stopped before the queries ran: the summary below says how far it got
+        logging.getLogger("weir").info("weir: stopped before the processors started")
     except versions.IncompatibleChange as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -127,7 +133,10 @@ def run(
         runner.stop()  # run() has stopped it, unless the HTTP sources did not start: then it releases the locks
     failed = [n for n, st in runner.snapshot().items() if st.state == "failed"]
     for n, st in runner.snapshot().items():
-        out.print(f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}")
+        out.print(  # one line per processor, whatever the terminal's width: a summary to grep
+            f"{n}: {st.state}, {st.batches} batches, {st.restarts} restarts, totals {st.totals.to_json()}",
+            soft_wrap=True, highlight=False,
+        )  # fmt: skip
     if runner.broken:
         err.print(f"[red]error:[/red] {runner.broken}")
         raise typer.Exit(3)

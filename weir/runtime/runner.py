@@ -172,6 +172,8 @@ class Runner:
         self.status = {p.name: ProcessorStatus(p.name) for p in self.selected}
         self.started = now_iso()  # the processors' totals count from here (`weir status` says so)
         self._queries: dict[str, Any] = {}
+        self._launches: list[str] = []  # processors to start, one at a time (_launch_next)
+        self._launching: tuple[str, float] | None = None  # the query creating its sources, since (monotonic)
         self._builders: dict[str, ProcessorQuery] = {}
         self._notes: dict[str, str] | None = None  # set by prepare(): every processor traced and checked
         self._stop = threading.Event()
@@ -324,6 +326,35 @@ class Runner:
             raise (versions.IncompatibleChange if incompatible else DeclarationError)("\n".join(refused))
         return notes
 
+    def _launch(self, name: str) -> None:
+        self.status[name].restart_at = None
+        self._set_state(name, "starting")
+        self._launches.append(name)
+
+    def _launch_next(self) -> None:
+        """Start the next processor once the query started before it has created its sources.
+
+        A query creates its sources when it starts, on its own thread; a Python source (weir-kafka) starts a
+        Python process there, which Spark's worker factory gives 10 s, hard-coded, to connect back (its imports
+        take 1-1.5 s of CPU at load 11). Started together, a pipeline's queries started that many processes at
+        once on a loaded machine: "Python worker failed to connect back", 9-35 failed starts per `weir run`
+        (issue 27). One at a time, each is alone. A query still creating its sources after LAUNCH_WAIT_S does not
+        hold the others back any longer (logged)."""
+        if self._launching is not None:
+            name, since = self._launching
+            query = self._queries.get(name)
+            if query is not None and query.isActive and _creating_sources(query):
+                if time.monotonic() - since < LAUNCH_WAIT_S:
+                    return
+                log.warning("weir: processor %s still creating its sources after %.0fs; starting the next one",
+                            name, LAUNCH_WAIT_S)  # fmt: skip
+            self._launching = None
+        while self._launches and self._launching is None:
+            name = self._launches.pop(0)
+            self._start_query(name)
+            if name in self._queries:
+                self._launching = (name, time.monotonic())
+
     def _start_query(self, name: str) -> None:
         self.status[name].restart_at = None
         self._set_state(name, "starting")
@@ -381,7 +412,7 @@ class Runner:
             with self._lock:
                 if pending and self._stage_done():
                     for proc in pending.pop(0):
-                        self._start_query(proc.name)
+                        self._launch(proc.name)
                 for name, q in list(self._queries.items()):
                     if q.isActive:
                         continue
@@ -396,7 +427,8 @@ class Runner:
                 for name, st in self.status.items():
                     if st.state == "restarting" and st.restart_at is not None and now >= st.restart_at:
                         st.restarts += 1
-                        self._start_query(name)
+                        self._launch(name)
+                self._launch_next()
                 if not pending and self._stage_done():
                     break
                 if self.broken is not None:
@@ -473,7 +505,11 @@ class Runner:
             log.warning("weir: processor %s: progress of batch %s did not arrive within %ss", name, last, timeout)
 
     def _stage_done(self) -> bool:
-        return not self._queries and not any(st.state == "restarting" for st in self.status.values())
+        return (
+            not self._queries
+            and not self._launches
+            and not any(st.state == "restarting" for st in self.status.values())
+        )
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every query finished (available_now) or the runner stopped; True when it did."""
@@ -492,6 +528,9 @@ class Runner:
             for b in self._builders.values():
                 b.stopping.set()  # no new batch starts from here
             queries = list(self._queries.items())
+            for name in self._launches:  # never started: stopped as they are
+                self._set_state(name, "stopped")
+            self._launches.clear()
         # Side by side: one after the other, a pipeline of idle processors took the sum of their stops.
         stopping = [threading.Thread(target=self._stop_query, args=q, name=f"weir-stop-{q[0]}") for q in queries]
         for t in stopping:
@@ -668,3 +707,14 @@ class Runner:
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(body, indent=1, default=str))
         tmp.replace(path)
+
+
+LAUNCH_WAIT_S = 60.0  # at most this long a query creating its sources holds back the next one (Runner._launch_next)
+
+
+def _creating_sources(query: Any) -> bool:
+    """True while a started query has not created its sources yet (Spark's status message until it has)."""
+    try:
+        return query.status.get("message") == "Initializing sources"
+    except Exception:  # a query stopping under the call: it holds nothing back
+        return False
