@@ -170,6 +170,11 @@ def test_a_second_runner_is_refused_and_a_killed_runners_lock_is_taken_over(pipe
     # no "Failed to cancel job group", no worker chatter
     assert [line for line in said if not WEIR_LINE.match(line)] == [], said
     assert any(line.startswith("per_10s: stopped, ") for line in said), said
+    # The window's Python workers said "Starting Streaming TransformWithStateInPandas Python worker." and more at
+    # every batch: their output goes to the workers' log, not weir run's
+    chatter = [line for line in log.read_text().splitlines() if "TransformWithStateInPandas Python worker" in line]
+    assert chatter == [], chatter[:3]
+    assert "TransformWithStateInPandas Python worker" in (tmp_path / "home" / "logs" / "python-workers.log").read_text()
     assert state(state_file)["stopping"] is True
     # Across the kill and the takeover, the 8 windows were written once each: nothing lost, nothing doubled
     windows = [json.loads(m.value()) for m in consume_all(bootstrap, out)]

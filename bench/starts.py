@@ -1,0 +1,124 @@
+"""Starts of the shop pipeline (examples/shop, 7 queries): failed starts and the time to every processor's first
+batch, `weir run` as a real process, N times in a row (issue 27: "no failed start").
+
+    .venv/bin/python bench/starts.py [--starts 10] [--rate 200] [--pip-spark-home]
+
+Each start gets a fresh home (checkpoints, progress log) on one embedded broker started here; it runs until every
+processor has finished a batch (or --wait seconds), then stops as Ctrl-C does. A failed start is a `failure`
+progress record (a query that failed and was restarted, e.g. "Python worker failed to connect back").
+`--pip-spark-home` runs the same starts with pip's PySpark directory as SPARK_HOME (workers compile PySpark from
+the zip's sources as they start: weir before weir/sparkhome.py), as the baseline of the same run.
+Run it beside two busy loops (`sh -c 'while :; do :; done' &`, twice) for the issue's loaded machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+
+PROCESSORS = 7  # generate, enrich, revenue, spend, alert, archive.orders, view.revenue_by_category
+
+
+def records(home: Path) -> list[dict]:
+    out = []
+    for path in (home / "progress").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line being written
+                out.append(json.loads(line))
+    return out
+
+
+def one_start(base: Path, n: int, env: dict, wait: float) -> dict:
+    home = base / f"start-{n}"
+    env = {**env, "WEIR_HOME": str(home)}
+    log = open(home.parent / f"start-{n}.log", "wb")  # noqa: SIM115 - closed below
+    began = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "weir.cli", "run", "examples/shop/pipeline.py"], cwd=ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    first: dict[str, float] = {}
+    while time.time() - began < wait and len(first) < PROCESSORS and proc.poll() is None:
+        for r in records(home):
+            if r["type"] == "progress" and r["processor"] not in first:
+                first[r["processor"]] = r["at_ms"] / 1000 - began
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait(30)
+    log.close()
+    failures = [r for r in records(home) if r["type"] == "failure"]
+    return {
+        "every_first_batch_s": max(first.values()) if len(first) == PROCESSORS else None,
+        "first_batch_s": min(first.values()) if first else None,
+        "failures": len(failures),
+        "errors": sorted({f["error"][:60] for f in failures}),
+        "exit": code,
+        "load": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--starts", type=int, default=10)
+    ap.add_argument("--rate", type=int, default=200, help="the generator's records/s")
+    ap.add_argument("--wait", type=float, default=300.0, help="seconds a start may take to run every processor")
+    ap.add_argument("--pip-spark-home", action="store_true", help="also the same starts with pip's SPARK_HOME")
+    args = ap.parse_args()
+    console = Console()
+    base = Path(tempfile.mkdtemp(prefix="weir-starts-"))
+    broker = EmbeddedBroker(base / "broker", free_port())
+    broker.start()
+    env = {**os.environ, "WEIR_BOOTSTRAP_SERVERS": broker.bootstrap, "SHOP_RATE": str(args.rate),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env.pop("SPARK_HOME", None)
+    import pyspark
+
+    modes = {"weir": env}
+    if args.pip_spark_home:
+        modes["pip SPARK_HOME"] = {**env, "SPARK_HOME": str(Path(pyspark.__file__).parent)}
+    table = Table(title=f"{args.starts} starts of the shop pipeline per mode ({PROCESSORS} queries)")
+    for column in ("mode", "start", "failed starts", "first batch s", "every processor's first batch s",
+                   "exit", "load"):  # fmt: skip
+        table.add_column(column)
+    totals = {}
+    try:
+        for mode, mode_env in modes.items():
+            totals[mode] = 0
+            for n in range(args.starts):
+                got = one_start(base / mode.replace(" ", "-"), n, mode_env, args.wait)
+                totals[mode] += got["failures"]
+                console.print(mode, n, got)
+                table.add_row(mode, str(n + 1), f"{got['failures']} {' '.join(got['errors'])}".strip(),
+                              _s(got["first_batch_s"]), _s(got["every_first_batch_s"]), str(got["exit"]),
+                              f"{got['load']:.1f}")  # fmt: skip
+    finally:
+        broker.stop()
+    console.print(table)
+    for mode, n in totals.items():
+        console.print(f"{mode}: {n} failed starts in {args.starts} runs")
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+if __name__ == "__main__":
+    main()
