@@ -47,6 +47,7 @@ def records(home: Path) -> list[dict]:
 def one_start(base: Path, n: int, env: dict, wait: float) -> dict:
     home = base / f"start-{n}"
     env = {**env, "WEIR_HOME": str(home)}
+    home.mkdir(parents=True)
     log = open(home.parent / f"start-{n}.log", "wb")  # noqa: SIM115 - closed below
     began = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "weir.cli", "run", "examples/shop/pipeline.py"], cwd=ROOT,
