@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -128,8 +129,29 @@ def test_a_run_interrupted_while_it_starts_releases_its_locks_and_prints_its_sum
         kill_tree(proc)
     assert [line for line in said if not WEIR_LINE.match(line)] == [], said
     assert any(line.startswith("per_10s: ") for line in said), said
+    # No JVM of that run lives on: one interrupted as it started lived for ever before (its start failed, py4j's
+    # listener kept it up, and it had left the run's process tree)
+    home = env["WEIR_HOME"]
+    deadline = time.monotonic() + 30
+    while (left := _jvms_of(home)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == [], left
     again = weir(env, "run", str(spec), "--once")
     assert "took over the stale lock" not in again.stdout + again.stderr, again.stderr[-3000:]
+
+
+def _jvms_of(home: str) -> list[int]:
+    """Java processes started with WEIR_HOME=`home` in their environment."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"java" in (proc / "cmdline").read_bytes().split(b"\0")[0] and f"WEIR_HOME={home}".encode() in (
+                proc / "environ"
+            ).read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def test_a_second_runner_is_refused_and_a_killed_runners_lock_is_taken_over(pipeline, bootstrap, tmp_path):
