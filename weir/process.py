@@ -1,5 +1,5 @@
-"""Whether a process is alive: for the runners' state files (`weir status`) and the monitor, which must not
-import the pipeline machinery to ask."""
+"""Whether a process is alive, when it started, its children: for the runners' state files (`weir status`), the
+monitor, which must not import the pipeline machinery to ask, and the Spark session's launch."""
 
 from __future__ import annotations
 
@@ -31,3 +31,16 @@ def process_start(pid: int) -> str | None:
         return stat[stat.rindex(")") + 2 :].split(" ")[19]
     except (OSError, ValueError, IndexError):
         return None
+
+
+def children(pid: int) -> set[int]:
+    """The pids whose parent is `pid` (Linux `/proc`; none found elsewhere)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            if int(text[text.rindex(")") + 2 :].split(" ")[1]) == pid:
+                found.add(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

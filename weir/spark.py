@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from weir.config import Settings, load
 from weir.kafka.source import KafkaDataSource
 from weir.kafka.tolake import KafkaArchiveSource
+from weir.process import children
 from weir.sparkhome import worker_home
 
 log = logging.getLogger("weir")
@@ -200,27 +201,17 @@ def _driver_jvm(confs: dict[str, str]) -> None:
         conf = SparkConf(loadDefaults=False)
         for key, value in confs.items():
             conf.set(key, value)
-        before = _children()
+        before = children(os.getpid())
         try:
             SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
         except BaseException:
             # Ctrl-C (or an error) while the JVM starts: PySpark loses the process, and the JVM, whose start then
             # fails to write its connection file, keeps py4j's listener thread and lives on for ever (measured)
-            for pid in _children() - before:
+            for pid in children(os.getpid()) - before:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             raise
         SparkContext._jvm = SparkContext._gateway.jvm
-
-
-def _children() -> set[int]:
-    """This process's children (Linux /proc; none found elsewhere)."""
-    me, found = os.getpid(), set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
-                found.add(int(stat.parent.name))
-    return found
 
 
 def _workers_output(spark: SparkSession, path: Path, app_name: str) -> None:

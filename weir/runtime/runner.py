@@ -355,9 +355,7 @@ class Runner:
             if name in self._queries:
                 self._launching = (name, time.monotonic())
 
-    def _start_query(self, name: str) -> None:
-        self.status[name].restart_at = None
-        self._set_state(name, "starting")
+    def _start_query(self, name: str) -> None:  # in state "starting" since _launch
         try:
             self._queries[name] = self._builders[name].start()
             self._by_id[str(self._queries[name].id)] = name
