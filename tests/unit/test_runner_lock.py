@@ -102,3 +102,40 @@ def test_a_runner_whose_lock_was_taken_over_stops_and_leaves_the_state_file_to_t
     paused.stop()
     assert state.read_text() == "the taker's"
     taker.release()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # pytest's report of a drop
+def test_a_ctrl_c_that_python_drops_during_the_start_still_stops_the_run(tmp_path):
+    """Ctrl-C as PySpark forks the JVM lands in an at-fork hook of `logging`, where Python prints "Exception
+    ignored" and drops the KeyboardInterrupt: the run went on as if never stopped. The runner's flag survives
+    it: the start's next check raises, and `run` neither starts nor waits; the drop's report is not printed."""
+    import gc
+    import signal
+    import sys
+
+    from weir.cli.pipelines import _interrupts_to
+
+    class Dropping:  # Python drops what a finalizer raises, as it drops what an at-fork hook raises
+        def __del__(self):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+
+    r = runner(tmp_path)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    try:
+        _interrupts_to(r)
+        Dropping()
+        gc.collect()
+        with pytest.raises(KeyboardInterrupt):
+            r.raise_if_interrupted()
+
+        def start():
+            raise AssertionError("an interrupted runner started its queries")
+
+        r.start = start
+        r.run()  # returns at once: nothing started, nothing to wait for
+    finally:
+        sys.unraisablehook = hook
+        for s, h in previous.items():
+            signal.signal(s, h)
+        r.stop()

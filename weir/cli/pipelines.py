@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +16,9 @@ from weir.cli.common import Spec, clean_errors, err, out
 from weir.cli.sources import http_sources
 from weir.config import load
 from weir.kafka import Admin
+
+if TYPE_CHECKING:
+    from weir.runtime.runner import Runner
 
 
 @clean_errors
@@ -116,10 +121,15 @@ def run(
         raise
     # Declared HTTP sources are served while the pipeline runs, not for a --once run or part of a pipeline
     serve = p.http_sources and not once and not processor
+    _interrupts_to(runner)
     try:
+        runner.spark  # noqa: B018 - the JVM's start; its SparkContext puts a SIGINT handler of its own in place
+        _interrupts_to(runner)
+        runner.raise_if_interrupted()  # one during the JVM's start may have been dropped (Runner.interrupt)
         # Every processor traced and its state checked before an HTTP source answers: a refused restart must not
         # come after the source took records in (201) and the runner's Spark start (tens of seconds).
         runner.prepare()
+        runner.raise_if_interrupted()
         with http_sources(pipeline, p, Path(settings.home) / "logs") if serve else contextlib.nullcontext([]) as urls:
             for url in urls:
                 out.print(f"HTTP source listening on {url}")
@@ -145,6 +155,26 @@ def run(
         raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
+
+
+def _interrupts_to(runner: Runner) -> None:
+    """Ctrl-C and SIGTERM until `runner.run` takes them: the runner is told (Runner.interrupt), then
+    KeyboardInterrupt leaves the start's long steps. The flag outlives the exception where Python drops it: a
+    Ctrl-C as PySpark forks the JVM lands in an at-fork hook of `logging`, and the run went on as if never
+    stopped. Python reports such a drop as "Exception ignored" with a traceback; the flag has it, so that
+    report is left out."""
+
+    def handler(signum: int, frame: object) -> None:
+        runner.interrupt()
+        raise KeyboardInterrupt
+
+    def unraisable(report: sys.UnraisableHookArgs, default: Callable = sys.unraisablehook) -> None:
+        if report.exc_type is not KeyboardInterrupt:
+            default(report)
+
+    sys.unraisablehook = unraisable
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, handler)
 
 
 @clean_errors

@@ -177,6 +177,7 @@ class Runner:
         self._builders: dict[str, ProcessorQuery] = {}
         self._notes: dict[str, str] | None = None  # set by prepare(): every processor traced and checked
         self._stop = threading.Event()
+        self._interrupted = threading.Event()  # Ctrl-C or SIGTERM (interrupt)
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
@@ -570,16 +571,28 @@ class Runner:
             self._await_listener(name)
             self._set_state(name, "stopped")
 
+    def interrupt(self) -> None:
+        """Ask the runner to stop (Ctrl-C, SIGTERM), from a signal handler: `run` returns as soon as it can, and
+        does not start when asked before. A caller that turns the signal into KeyboardInterrupt too (to leave a
+        long start) calls this first: Python drops an exception raised where none can propagate (an at-fork
+        hook, a finalizer), and the flag is what survives it (`raise_if_interrupted`)."""
+        self._interrupted.set()
+
+    def raise_if_interrupted(self) -> None:
+        """KeyboardInterrupt when `interrupt` was called: a check between the steps of a start."""
+        if self._interrupted.is_set():
+            raise KeyboardInterrupt
+
     def run(self, duration: float | None = None) -> None:
-        """Start, then block until Ctrl-C, SIGTERM, `duration` seconds, or (available_now) the end."""
-        stop = threading.Event()
+        """Start, then block until Ctrl-C, SIGTERM (`interrupt`), `duration` seconds, or (available_now) the end."""
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
-            signal.signal(s, lambda *_: stop.set())
+            signal.signal(s, lambda *_: self.interrupt())
         try:
-            self.start()
+            if not self._interrupted.is_set():
+                self.start()
             deadline = None if duration is None else time.monotonic() + duration
-            while not stop.is_set() and not self.wait(0.5):
+            while not self._interrupted.is_set() and not self.wait(0.5):
                 if deadline is not None and time.monotonic() >= deadline:
                     break
         finally:
