@@ -112,3 +112,22 @@ def test_a_listed_latest_beyond_the_fetched_high_water_mark_is_not_planned():
     # planned to 41 would wait for an offset that never comes.
     v = view([(0, 41)], [("eof", 40)])
     assert v.bounds([TP0]) == {TP0: (0, 40)}
+
+
+def test_a_listing_whose_earliest_is_above_its_latest_is_settled_by_a_fetch_at_the_higher(caplog):
+    # Seen from the embedded broker in a loaded CI run, every batch: earliest 31, latest 1, for a partition of 31
+    # records. A fetch at 31 answers the end of the partition with the log start and the mark: no second listing.
+    v = view([(31, 1)], [("eof", 31)])
+    assert v.bounds([TP0]) == {TP0: (0, 31)}
+    assert v.consumer.script == []
+    assert "listed earliest 31 above latest 1" in caplog.text
+    caplog.clear()
+    v._list, v.consumer.script = view([(31, 1)], [])._list, [("eof", 33)]
+    assert v.bounds([TP0]) == {TP0: (0, 33)}
+    assert "listed earliest" not in caplog.text  # once per partition and view: the broker does it every time
+
+
+def test_a_contradictory_listing_whose_fetch_is_out_of_range_stays_a_loud_error():
+    v = view([(31, 1), (31, 1)], [("reset",), ("reset",)])
+    with pytest.raises(BrokerUnavailable, match=r"listed earliest 31 and latest 1 twice|earliest 31 and latest 1"):
+        v.bounds([TP0])

@@ -94,6 +94,7 @@ class LogView:
         self.consumer = Consumer({**self.settings, "logger": client_log})
         self._record_bytes: float | None = None
         self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view
+        self._contradicted: set[TP] = set()  # partitions whose listing contradicted itself (warned once)
 
     def average_record_bytes(self) -> int:
         """Key+value bytes per record, averaged over the records sampled by `bounds` (1 KiB until then)."""
@@ -154,20 +155,28 @@ class LogView:
             if low[tp] < 0 or listed[tp] < low[tp]:
                 doubts[tp] = f"listed earliest {low[tp]} and latest {listed[tp]}"
         sane = {tp: (low[tp], listed[tp]) for tp in tps if tp not in doubts}
+        found = self._fetched_bounds({tp: max(low[tp], listed[tp]) for tp in doubts if listed[tp] >= 0 <= low[tp]})
+        for tp, (lo, hi) in found.items():
+            del doubts[tp]
+            if tp not in self._contradicted:  # once per partition and view: the broker does it every time
+                self._contradicted.add(tp)
+                client_log.logger.warning(
+                    "weir-kafka: %s partition %d: the broker listed earliest %d above latest %d; a fetch's log start "
+                    "and high-water mark are used instead: %d and %d", *tp, low[tp], listed[tp], lo, hi,
+                )  # fmt: skip
         high, unfetched = self._fetched_high_watermarks(sane)
         for tp in unfetched:
             doubts[tp] = f"the probe at offset {sane[tp][1] - 1} was answered with an offset reset"
-        found: dict[TP, tuple[int, int]] = {}
         for tp, (lo, hi) in sane.items():
             if tp in doubts:
                 continue
             # The Fetch response's high-water mark is the end of the log, by the protocol: a listing above it (a
             # broker's ListOffsets beyond what a fetch returns) would plan reads of offsets that never come.
-            hi = high.get(tp, hi)
+            found[tp] = (lo, high.get(tp, hi))
+        for tp, (_, hi) in found.items():
             seen = self._seen_high.get(tp)
             if seen is not None and hi < seen:
                 doubts[tp] = f"lower high-water mark {hi} after {seen}"
-            found[tp] = (lo, hi)
         return found, doubts
 
     def listed(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
@@ -188,11 +197,29 @@ class LogView:
         except KafkaException as exc:
             raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
 
+    def _fetched_bounds(self, at: dict[TP, int]) -> dict[TP, tuple[int, int]]:
+        """(log start, high-water mark) of each partition from a fetch at offset `at` (the Fetch response carries
+        both, by the protocol), for the partitions whose fetch answered and whose log start is known and not above
+        the mark. For a listing that contradicts itself: one broker's ListOffsets answered earliest 31 and latest
+        1 for a partition of 31 records, batch after batch (shared/FACTS.md); a fetch at offset 31 answered the
+        end of the partition, with log start 0 and mark 31."""
+        if not at:
+            return {}
+        marks, _ = self._probe(at)
+        return {tp: (lo, hi) for tp, (lo, hi) in marks.items() if 0 <= lo <= hi and hi >= at[tp]}
+
     def _fetched_high_watermarks(self, listed: dict[TP, tuple[int, int]]) -> tuple[dict[TP, int], set[TP]]:
         """The high-water mark of every non-empty partition, from a fetch made by this call (one record just below
         the listed latest), and the partitions whose fetch the broker answered with an offset reset instead (retention
         passed the probe offset meanwhile): their mark was not observed, and a cached one may be another call's."""
         probe = {tp: hi - 1 for tp, (lo, hi) in listed.items() if hi - 1 >= lo and hi > 0}
+        marks, reset = self._probe(probe)
+        return {tp: hi for tp, (_, hi) in marks.items()}, reset
+
+    def _probe(self, probe: dict[TP, int]) -> tuple[dict[TP, tuple[int, int]], set[TP]]:
+        """Fetch each partition at its offset in `probe` (a record, or the end of the partition when the offset is
+        its high-water mark): the cached (log start, high-water mark) of each that answered, and those the broker
+        answered with an offset reset."""
         if not probe:
             return {}, set()
         self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in probe.items()])
@@ -218,7 +245,7 @@ class LogView:
                     pending.discard(tp)
             # Fresh for the partitions that answered: librdkafka updates a partition's mark from each fetch
             # response before it hands over that response's records or end-of-partition event.
-            marks = {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in probe}
+            marks = {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True) for tp in probe}
             return {tp: m for tp, m in marks.items() if tp not in reset}, reset
         finally:
             self.consumer.unassign()
