@@ -131,6 +131,25 @@ def test_two_takers_of_one_stale_lock_one_wins(where):
     assert sorted(outcomes) == ["refused", "took"]
 
 
+def test_a_generation_that_vanished_as_it_was_read_means_a_newer_holder(where):
+    """The race behind the test above, made certain: a second taker listed the lock's generations before the
+    winner created the next and deleted the stale one. It found the stale one gone, and took generation 0 again,
+    below the winner's, as if the lock were free."""
+    plant(where, 0, pid=dead_pid())
+    winner = CheckpointLock(where, "p", 15)
+    winner.acquire()  # generation 1; the stale generation 0 deleted
+    late = CheckpointLock(where, "p", 15)
+    listed = late.generations
+    listings = iter([[0]])  # what the late taker listed before the winner's create
+    late.generations = lambda: next(listings, None) or listed()  # type: ignore[method-assign]
+    try:
+        with pytest.raises(LockHeld, match="is run by"):
+            late.acquire()
+        assert CheckpointLock(where, "p", 15).generations() == [1]
+    finally:
+        winner.release()
+
+
 def test_a_holder_whose_lock_was_taken_over_finds_out_at_its_next_renewal(where):
     holder = CheckpointLock(where, "p", 0.3)
     holder.acquire()

@@ -118,12 +118,19 @@ class CheckpointLock:
             return None
 
     def current(self) -> Holder | None:
-        """The highest generation's holder, None when there never was one."""
-        for generation in reversed(self.generations()):
-            holder = self.read(generation)
+        """The highest generation's holder, None when there never was one. A generation is deleted only after a
+        higher one was created, so one that vanished between the listing and its read means a newer holder: the
+        directory is listed again. Falling back to a lower generation (or to none) let a second taker of a stale
+        lock create a generation below the winner's and return as if it held the lock (seen once, two threads of
+        the unit test): two runners on one checkpoint until the loser's first renewal."""
+        for _ in range(20):
+            generations = self.generations()
+            if not generations:
+                return None
+            holder = self.read(generations[-1])
             if holder is not None:
                 return holder
-        return None
+        raise LockHeld(f"{self.what}: the lock {self.location} changed holder 20 times while reading it")
 
     # -- taking ---------------------------------------------------------------------------------------
     def acquire(self, wait: Callable[[float], None] = time.sleep) -> str | None:
