@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -118,7 +119,9 @@ class ProcessorQuery:
         # Stamped on every record written to Kafka: the writer's pipeline (weir.processor is in the routed
         # headers), and a backfill's id (weir.backfill).
         self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name}
-        self.guard: replay.Guard | None = None  # the running batch's replay guard (a streaming batch's write)
+        # The running batch's replay guard (a streaming batch's write; see `guard`), or its marks being taken
+        self._guard: replay.Guard | None = None
+        self._marks: Future[replay.Guard] | None = None
         self.replayed = 0  # records the running batch's write found already delivered, and skipped
         # What this writer already delivered to its topics (a backfill's: what streaming delivered; a rebuild's:
         # what the processor wrote before its reset), never written again: `read_delivered`'s rows.
@@ -133,6 +136,44 @@ class ProcessorQuery:
         # write's are booked with the next batch that succeeds).
         self.client_rebuilds = 0
         self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
+
+    @property
+    def guard(self) -> replay.Guard | None:
+        """The running batch's replay guard (a streaming batch's write; docs/delivery.md, "Replays"). Its marks
+        are taken while the driver plans the batch (`_mark`): the first use waits for them, and every write
+        of the batch uses the guard, so nothing of it is written before its marks are noted."""
+        if self._marks is not None:
+            with self._phase("replay marks"):  # the wait only: the rest overlapped the plan
+                self._guard, self._marks = self._marks.result(), None
+        return self._guard
+
+    @guard.setter
+    def guard(self, guard: replay.Guard | None) -> None:
+        self._marks, self._guard = None, guard
+
+    def _mark(self, batch_id: int) -> None:
+        """Start taking the batch's marks (`_begin_guard`) beside the driver's planning: both wait on round trips
+        (the broker's ends, the checkpoint's storage; the JVM's analysis), about 0.1-0.25 s each a batch. A
+        daemon thread: one still riding out a broker outage must not hold the process's exit."""
+        marks: Future[replay.Guard] = Future()
+
+        def take() -> None:
+            try:
+                marks.set_result(self._begin_guard(batch_id))
+            except BaseException as exc:  # the batch raises it where it waits for the marks
+                marks.set_exception(exc)
+
+        threading.Thread(target=take, name=f"weir-marks-{self.proc.name}", daemon=True).start()
+        self._marks = marks
+
+    def _end_guard(self) -> None:
+        """The batch is over. A batch that failed before its first write may still be noting its marks: they
+        are waited for (their own bound), so that the next attempt of the batch finds them and replays."""
+        pending, self._marks, self._guard = self._marks, None, None
+        if pending is not None:
+            # Its failure, if any, is not the batch's: the batch failed first, and says why
+            with contextlib.suppress(Exception):
+                pending.result()
 
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
@@ -303,7 +344,7 @@ class ProcessorQuery:
         in one: several inputs (each would scan the batch again), a sink (a second write), no checkpoint (a
         test's batch), a plan that does not say where it starts, or a batch too large for the bitmaps."""
         single = len(self.proc.inputs) == 1 and self.proc.sink is None and self._observable is not False
-        if not single or not self.checkpoint or self.guard is None:
+        if not single or not self.checkpoint or (self._marks is None and self._guard is None):
             return None
         topic = self.proc.inputs[0]
         return SourceTally.of(topic, checkpoint_log.planned_span(self.checkpoint, batch_id, topic))
@@ -753,7 +794,7 @@ class ProcessorQuery:
         counts = Counts(out=done.written.delivered, dlq=done.dead + done.refused, refused=done.refused)
         counts.outputs[self.proc.sink.name] = done.written.rows
         if done.spans:
-            self.guard = self._guard(batch_id)
+            self.guard = self._begin_guard(batch_id)
             again = self._reread(self.view.source, done.spans)
             self.write_topics(views.dead_letters(again, self.proc, self.pipeline, self.view))
             counts.replayed = self.replayed
@@ -800,11 +841,14 @@ class ProcessorQuery:
         finally:
             self._release()
 
-    def _guard(self, batch_id: int) -> replay.Guard | None:
+    def _guarded(self) -> bool:
+        """Whether a streaming batch's writes are guarded against replays: it writes topics (not a view's,
+        whose dead letters take their marks when they come, see _view_batch)."""
+        return not (self.archive or self.view) and any(d is not None for _, d in routing.destinations(self.proc))
+
+    def _begin_guard(self, batch_id: int) -> replay.Guard:
         """The replay guard of a streaming batch that writes topics (docs/delivery.md, "Replays")."""
         topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
-        if self.archive or not topics:
-            return None
         client = self.settings.client_config()
         wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
@@ -853,12 +897,11 @@ class ProcessorQuery:
             try:
                 self._poisoned, self.phases = 0, {}
                 began = time.monotonic()
-                # A view takes its replay marks only when it has dead letters to write (see _view_batch).
-                with self._phase("replay marks"):
-                    self.guard, self.replayed = (None if self.view else self._guard(batch_id)), 0
-                unappended = self._unappended(batch_id)
+                self.guard, self.replayed = None, 0
+                if self._guarded():
+                    self._mark(batch_id)
                 handler(batch, batch_id)
-                self._books_writes(batch_id, unappended)
+                self._books_writes(batch_id, self._unappended(batch_id))
                 took = time.monotonic() - began
                 if took > SLOW_BATCH_S:  # where a slow batch's time went (after an outage, on a loaded machine)
                     spent = ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items())
@@ -869,7 +912,8 @@ class ProcessorQuery:
                     on_batch(batch, batch_id)
                 self.ran = batch_id
             finally:
-                self.in_batch, self.guard = None, None
+                self.in_batch = None
+                self._end_guard()
 
         Path(self.measurements).unlink(missing_ok=True)  # a previous run's measurements are not this one's
         writer = stream.writeStream.queryName(self.name).option("checkpointLocation", self.checkpoint)
