@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from pydantic_settings import (
 from weir import units
 
 REDACTED = "***"
+GROUP_FIELDS = {"pipeline", "processor"}  # what group_offsets_id may name
 
 # Setting names whose values are credentials, whatever the nesting: librdkafka (sasl.password,
 # sasl.jaas.config, sasl.oauthbearer.*, ssl.key.pem, ssl.key.password, ssl.keystore.*), Spark and Hadoop
@@ -207,6 +209,17 @@ class Settings(BaseSettings):
     retention_guard_threshold: float = Field(
         0.5, gt=0, le=1, description="Warn when an archiver lags by more than this fraction of its topic's retention."
     )
+    group_offsets: bool = Field(
+        True,
+        description=(
+            "Commit each processor's batch ends to a consumer group of its own, for lag tools (Kafka UI, Burrow,"
+            " kafka-consumer-groups); informational, weir never reads them back (docs/delivery.md)."
+        ),
+    )
+    group_offsets_id: str = Field(
+        "weir.{pipeline}.{processor}",
+        description="The consumer group of a processor's offsets: a template of {pipeline} and {processor}.",
+    )
 
     monitor: dict[str, Any] = Field(
         default_factory=dict,
@@ -218,6 +231,22 @@ class Settings(BaseSettings):
     def _a_duration(cls, value: str) -> str:
         units.duration_ms(value, "broker_unavailable_timeout", bare="s")  # a bad value fails here, at load
         return value
+
+    @field_validator("group_offsets_id")
+    @classmethod
+    def _a_group_template(cls, value: str) -> str:
+        # Plain fields only: a conversion or format spec ("{processor!r}") would make names no one expects
+        fields = {(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value) if f is not None}
+        if any(f not in GROUP_FIELDS or spec or conv for f, spec, conv in fields) or not value.strip():
+            raise ValueError(
+                f"group_offsets_id {value!r}: a consumer group name with no field but {{pipeline}} and {{processor}}"
+                " (e.g. 'weir.{pipeline}.{processor}')"
+            )
+        return value
+
+    def offsets_group(self, pipeline: str, processor: str) -> str | None:
+        """The consumer group a processor's batch ends are committed to, None when group_offsets is off."""
+        return self.group_offsets_id.format(pipeline=pipeline, processor=processor) if self.group_offsets else None
 
     @property
     def broker_wait(self) -> timedelta:

@@ -1,7 +1,11 @@
 """`weir audit` on a real pipeline's checkpoints: a `weir run` killed with SIGKILL mid-run, restarted, then its
 processor reset and backfilled, reports no gap, every input offset processed once per run (the run before the
 reset, the run after it, the backfill); the same checkpoint doctored to skip a range names the range and
-exits 1. The commands of docs/delivery.md ("Audit") are the ones run here."""
+exits 1. The commands of docs/delivery.md ("Audit") are the ones run here.
+
+The same runs check the processors' consumer groups, read as lag tools read them (OffsetFetch): never ahead of
+the committed batch after the kill, equal to its ends after the restart, and their lag equal to `weir status`'s
+(docs/delivery.md, "Consumer group offsets")."""
 
 from __future__ import annotations
 
@@ -20,12 +24,16 @@ from pathlib import Path
 
 import pytest
 from _pipe import Rec, produce, wait_for, weir_env
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from weir.backfill import backfill
 from weir.cli import app
 from weir.config import load
 from weir.kafka import Admin
+from weir.kafka.checkpoint import read_offsets
+from weir.runtime.status import collect
 from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
@@ -60,6 +68,22 @@ def scale_batches(home: Path) -> int:
     path = home / "progress" / "audit.jsonl"
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
     return sum(1 for r in lines if r["type"] == "progress" and r["processor"] == "scale" and r["input_rows"] > 0)
+
+
+def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset of each of `topic`'s partitions (-1001: none), by OffsetFetch, as Kafka UI and
+    `kafka-consumer-groups --describe` read it."""
+    asked = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in (0, 1)])
+    # The client is kept until it answers: one collected before it did never resolves its future
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_consumer_group_offsets([asked], request_timeout=10)[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in found.topic_partitions}
+
+
+def committed_ends(home: Path, processor: str, topic: str) -> dict[int, int]:
+    """The ends of `processor`'s last committed batch in `topic`, from its checkpoint (named by the state file)."""
+    checkpoint = json.loads((home / "run" / "audit.json").read_text())["processors"][processor]["checkpoint"]
+    return read_offsets(checkpoint).committed.get(topic, {})
 
 
 def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_skip_is_named(
@@ -98,7 +122,14 @@ def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_ski
     wait_for(lambda: scale_batches(tmp_path / "home") >= 1, 240, "a batch of scale before the kill")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
+    events, home, archiver = f"{prefix}.events", tmp_path / "home", f"archive.{prefix}.events"
+    # A kill may land between Spark's commit of a batch and the group's: the group may lag, never lead
+    ends, group = committed_ends(home, "scale", events), group_offsets(bootstrap, "weir.audit.scale", events)
+    assert all(group[p] <= ends.get(p, 0) for p in group), (group, ends)
     finish(run("--once", WEIR_MAX_OFFSETS_PER_TRIGGER="100"))  # several batches: Spark purges the early ones
+    for name in ("scale", archiver):  # the restart's last batch ends every partition: its group says so
+        assert committed_ends(home, name, events) == {0: N // 2, 1: N // 2}
+        assert group_offsets(bootstrap, f"weir.audit.{name}", events) == {0: N // 2, 1: N // 2}, name
     # Reset: the run so far is kept in the history; the new one reads everything again, in several batches.
     finish(run("--once", "--reset", "scale", WEIR_MAX_OFFSETS_PER_TRIGGER="250"))
     s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "checkpoints"),
@@ -156,3 +187,11 @@ def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_ski
     result = cli.invoke(app, ["audit", "pipeline.py", "--processor", "scale", "--json"])
     holes = [h for p in json.loads(result.output)["processors"][0]["partitions"] for h in p["holes"]]
     assert {"start": end0, "end": end0 + 7, "kind": "silent"} in holes
+
+    # The groups' lag equals weir's own figure (`weir status`, from the checkpoints): records the runs never read
+    produce(bootstrap, events, [Rec(i % 2, str(i).encode(), b"{}") for i in range(N, N + 7)])
+    lag = {n: st["lag"] for n, st in collect(s, "audit")["audit"]["processors"].items()}
+    ends = Admin(bootstrap).offsets(events)
+    for name in ("scale", archiver):
+        group = group_offsets(bootstrap, f"weir.audit.{name}", events)
+        assert sum(ends[p][1] - group[p] for p in (0, 1)) == lag[name] == 7, (name, group, lag)

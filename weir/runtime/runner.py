@@ -29,6 +29,7 @@ from weir.blocks.common import settings_noted
 from weir.config import Settings, load
 from weir.kafka import heal
 from weir.kafka.admin import Admin
+from weir.kafka.groups import GroupCommitter
 from weir.kafka.log import servers_of
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
@@ -271,6 +272,9 @@ class Runner:
             str(Path(self.settings.home) / "progress"),
             self.settings.progress_topic,
         )
+        # Each processor's batch ends in a consumer group of its own, for lag tools (docs/delivery.md)
+        self._groups = GroupCommitter(self.settings, self.pipeline.name)
+        self._groups.resume({p.name: self.checkpoint(p) for p in self.selected})
         retained = self.spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100") or "100"
         self._folder = Folder(int(retained))
         self._listener = _Listener(self)
@@ -548,6 +552,8 @@ class Runner:
             self._listener = None
         if getattr(self, "_folder", None) is not None:
             self._folder.close()
+        if getattr(self, "_groups", None) is not None:
+            self._groups.close()  # the last batches' ends, committed within a bound
         if self.publisher:
             self.publisher.close()
             self.publisher = None
@@ -654,10 +660,11 @@ class Runner:
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
             version=next(p.version for p in self.selected if p.name == name),
-            fold_failures=self._folder.failed(checkpoint),
+            fold_failures=self._folder.failed(checkpoint), **self._groups.figures(name),
         )  # fmt: skip
         # The batch committed before Spark reported its progress: its coverage can be kept before Spark purges it
         self._folder.finished(checkpoint, figures["batch_id"])
+        self._groups.offer(name, figures["sources"])  # committed to the group by its own thread
 
     def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
         """The records the batch's inputs yielded, per partition (observed in the job that read them, or in weir's
