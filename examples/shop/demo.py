@@ -261,6 +261,33 @@ def audit_summary(runner: Runner) -> str:
     )
 
 
+def groups_summary(bootstrap: str, runner: Runner) -> str:
+    """Each processor's consumer group (docs/delivery.md, "Consumer group offsets") read as lag tools read it, by
+    OffsetFetch: the log end minus the committed offset, over its input partitions."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    settings, pipeline = runner.settings, runner.pipeline
+    if not settings.group_offsets:
+        return "consumer group offsets: off (group_offsets = false)"
+    client = AdminClient({"bootstrap.servers": bootstrap})  # kept: a client collected early never answers
+    wanted = {
+        settings.offsets_group(pipeline.name, name): [(t, p) for t in proc.inputs if t in pipeline.topics
+                                                      for p in range(pipeline.topics[t].partitions)]
+        for name, proc in pipeline.processors.items()
+    }  # fmt: skip
+    ends = Admin(bootstrap).end_offsets([tp for tps in wanted.values() for tp in tps])
+    lags = []
+    for group, tps in wanted.items():
+        if not tps:
+            continue
+        asked = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])]
+        committed = client.list_consumer_group_offsets(asked)[group].result(timeout=30).topic_partitions
+        lag = sum(ends[(tp.topic, tp.partition)][1] - max(tp.offset, 0) for tp in committed)
+        lags.append(f"{group} {lag:,}")
+    return "lag of each processor's consumer group, as kafka-consumer-groups reads it: " + ", ".join(lags)
+
+
 def sql_summary(settings: Settings, pipeline: Pipeline, topic: str = "orders") -> tuple[str, Table, str]:
     """`weir sql` over the orders topic: revenue by category from the lake plus the live tail (each record once);
     the query, its answer as a table, and where the rows came from."""
@@ -522,7 +549,9 @@ def main(
         console.print("stopping the queries, up to a minute (an interrupted batch is replayed by the next start) ...")
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # an interrupted foreachBatch call logs its stack
         runner.stop()
-        snapshot, runner = runner.snapshot(), None
+        # The finally below stops a runner only while it runs; the summaries below read the stopped one's books
+        stopped, runner = runner, None
+        snapshot = stopped.snapshot()
         console.print(live_table(snapshot, elapsed, duration, live=False))
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
@@ -533,7 +562,8 @@ def main(
                 console.print(f"  {doc}")
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
-        console.print(audit_summary(runner), highlight=False)
+        console.print(audit_summary(stopped), highlight=False)
+        console.print(groups_summary(broker.bootstrap, stopped), highlight=False)
         console.print(view_line(base if server.poll() is None else None))
         query, answer, provenance = sql_summary(settings, pipeline)
         console.print(f'weir sql "{query}"')
