@@ -1,7 +1,8 @@
 """The code blocks of README.md and docs/*.md, as a test reads them (docs/testing.md, "The docs' examples run").
 
 A block's info string says what it is: `python` is run; `sh`, `bash` and `console` (its `$ ` lines) are commands
-run; `json` and `toml` are parsed; `text` is output or a picture, with nothing to run. An HTML comment right above
+run; `json` and `toml` are parsed; `text` is output or a picture, with nothing to run; `proto` is a Protobuf file
+(a `file` block) that the test which runs the page's example compiles. An HTML comment right above
 a fence (blank lines allowed) says more:
 
     <!-- doc: file shop.py -->            the block is the content of shop.py in the page's directory
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-KINDS = {"python", "sh", "bash", "console", "json", "toml", "text"}
+KINDS = {"python", "sh", "bash", "console", "json", "toml", "text", "proto"}
 COMMANDS = {"sh", "bash", "console"}
 _FENCE = re.compile(r"^( *)```(\S*)\s*$")  # a fence may be indented (in a list item)
 _MARK = re.compile(r"<!--\s*doc:\s*(.*?)\s*-->", re.S)
@@ -131,6 +132,8 @@ def problems(block: Block) -> list[str]:
             found.append(f"{block.where}: unknown mark {m!r} (known: {', '.join(known)}, setup)")
     if block.not_run is not None and not block.not_run:
         found.append(f"{block.where}: 'not run' without a reason")
+    if block.info == "proto" and not (block.file and block.mark("run by")):
+        found.append(f"{block.where}: a proto block is a file some test compiles: mark it 'file' and 'run by'")
     if block.info == "text" and (block.marks or block.setup):
         found.append(f"{block.where}: a text block runs nothing; marks {block.marks} mean nothing on it")
     by = block.mark("run by")

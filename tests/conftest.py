@@ -141,3 +141,14 @@ def table_root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "tables")
     return f"{request.getfixturevalue('s3')}/{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """The URL of a Confluent-compatible schema registry on a free loopback port: tests/registry_server.py, a test
+    double that never ships in weir, its state in a PostgreSQL schema of its own on the machine's server (dropped at
+    the end of the run). It starts no Spark. Give each test its own subjects: the session shares the server."""
+    from registry_server import RegistryServer  # imported here: a run that needs no registry loads none of it
+
+    with RegistryServer() as registry:
+        yield registry.url

@@ -4,8 +4,9 @@
     shop = weir.Pipeline("shop")                  # declare topics and processors (docs/pipelines.md)
     spark = weir.spark_session("my-job")          # a session with the weir-kafka source and sink registered
 
-The public face: `Pipeline`, `spark_session`, the stateful blocks and the sinks. Names resolve on first use,
-so Spark-free tools (the broker, the monitor) never import PySpark.
+The public face: `Pipeline`, `spark_session`, the stateful blocks, the sinks and the value formats (`avro`,
+`protobuf`, `json_schema`). Names resolve on first use, so Spark-free tools (the broker, the monitor) never
+import PySpark.
 """
 
 from weir.config import Settings, load
@@ -20,6 +21,8 @@ _WHERE = {
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
     "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka",
     "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres", "Written": "weir.sinks.base",
+    "avro": "weir.kafka.formats.declare", "protobuf": "weir.kafka.formats.declare",
+    "json_schema": "weir.kafka.formats.declare",
 }  # fmt: skip
 __all__ = ["Settings", "load", *sorted(_WHERE)]
 

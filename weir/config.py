@@ -220,6 +220,20 @@ class Settings(BaseSettings):
         "weir.{pipeline}.{processor}",
         description="The consumer group of a processor's offsets: a template of {pipeline} and {processor}.",
     )
+    schema_registry_url: str | None = Field(
+        None,
+        description=(
+            "The schema registry of Avro, Protobuf and JSON Schema topics declared with registry=True (a Confluent"
+            " compatible REST API, docs/formats.md)."
+        ),
+    )
+    schema_registry: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra settings of the schema registry client, passed through as confluent-kafka takes them"
+            " (basic.auth.user.info, ssl.ca.location, ssl.certificate.location, ssl.key.location)."
+        ),
+    )
 
     monitor: dict[str, Any] = Field(
         default_factory=dict,
@@ -247,6 +261,10 @@ class Settings(BaseSettings):
     def offsets_group(self, pipeline: str, processor: str) -> str | None:
         """The consumer group a processor's batch ends are committed to, None when group_offsets is off."""
         return self.group_offsets_id.format(pipeline=pipeline, processor=processor) if self.group_offsets else None
+
+    def registry_conf(self) -> dict[str, str]:
+        """The schema registry client's configuration (credentials included: never log it), empty without a URL."""
+        return {**self.schema_registry, "url": self.schema_registry_url} if self.schema_registry_url else {}
 
     @property
     def broker_wait(self) -> timedelta:

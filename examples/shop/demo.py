@@ -53,7 +53,9 @@ from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
 from weir.kafka import Admin, EmbeddedBroker
 from weir.kafka.broker import free_port
-from weir.pipeline import Pipeline
+from weir.kafka.decode import parse_fields
+from weir.kafka.formats import value_format
+from weir.pipeline import Pipeline, Topic
 from weir.runtime.accounting import Counts
 
 if TYPE_CHECKING:
@@ -181,8 +183,41 @@ def lateness(snapshot: dict, seed: int, generated: int | None = None) -> str:
     return text
 
 
-def tail(bootstrap: str, topic: str, n: int = 5) -> list[dict]:
-    """The last records of a topic (up to n per partition, newest last by timestamp), decoded from JSON."""
+def start_registry() -> tuple[contextlib.AbstractContextManager | None, str]:
+    """The schema registry the Avro alerts are registered in: weir's test double of the Confluent registry REST
+    API (tests/registry_server.py, state in the machine's PostgreSQL; weir ships no registry). (None, why) when
+    it cannot start: alerts are JSON then."""
+    try:
+        from tests.registry_server import RegistryServer
+
+        server = RegistryServer()
+        server.__enter__()
+    except Exception as exc:
+        return None, f"alerts are JSON: no schema registry ({' '.join(str(exc).split())[:200]})"
+    return server, f"alerts are Avro in the Confluent wire format, registered in the schema registry at {server.url}"
+
+
+def registered(settings: Settings, topic: str) -> str:
+    """Where a topic's schema is in the registry: its subject, version and id (what a consumer's deserializer
+    finds by the id each record carries)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    latest = SchemaRegistryClient(settings.registry_conf()).get_latest_version(f"{topic}-value")
+    return (f"{topic}: Avro schema id {latest.schema_id}, version {latest.version} of subject {latest.subject} in "
+            f"the schema registry (weir registered it before the first write)")  # fmt: skip
+
+
+def decoded(values: list[bytes], topic: Topic, registry_conf: dict[str, str]) -> list[dict]:
+    """Values as the topic's format reads them (JSON, or Avro, Protobuf, JSON Schema through the registry)."""
+    if topic.format.kind == "json":
+        return [json.loads(v) for v in values]
+    columns, _ = value_format(topic.format, topic.name, registry_conf).decoder().decode(values)
+    names = [f.name for f in parse_fields(topic.schema)]
+    return [dict(zip(names, row, strict=True)) for row in zip(*(c.to_pylist() for c in columns), strict=True)]
+
+
+def tail(bootstrap: str, topic: str, n: int = 5) -> list[bytes]:
+    """The last values of a topic (up to n per partition, newest last by timestamp)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "shop-demo", "enable.auto.commit": False})
     try:
         bounds = Admin(bootstrap).offsets(topic)
@@ -195,7 +230,7 @@ def tail(bootstrap: str, topic: str, n: int = 5) -> list[dict]:
     finally:
         consumer.close()
     got.sort(key=lambda m: m.timestamp()[1])
-    return [json.loads(m.value()) for m in got[-n:]]
+    return [m.value() for m in got[-n:]]
 
 
 @contextlib.contextmanager
@@ -493,13 +528,17 @@ def main(
     ingest = None
     customers_job = None
     server = None
+    registry = None
     orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
         broker.start()
+        registry, why_registry = start_registry()
+        console.print(why_registry)
         settings = Settings(
             home=str(run_dir), bootstrap_servers=broker.bootstrap, checkpoint_root=str(run_dir / "checkpoints"),
             lake=str(run_dir / "lake"), spark_master="local[2]", trigger="2 seconds",
+            schema_registry_url=registry.url if registry is not None else None,
         )  # fmt: skip
         console.print("starting weir monitor (a separate process) ...")
         monitor = start_monitor(settings, run_dir)  # it comes up while Spark starts
@@ -517,7 +556,8 @@ def main(
         if why:
             console.print(why)
         outside = ("orders", "customers") if dsn else ("orders",) if http else ()
-        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside)
+        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside,
+                         avro_alerts=registry is not None)  # fmt: skip
         runner = Runner(pipeline, settings, spark=spark)
         if http:
             shape = Shape(seed, int(time.time() * 1000), rate / speedup)
@@ -558,8 +598,10 @@ def main(
         console.print(topic_table(Admin(broker.bootstrap), topics))
         for topic in ("revenue.by_category_1m", "alerts"):
             console.print(f"latest records of {topic}:")
-            for doc in tail(broker.bootstrap, topic):
+            for doc in decoded(tail(broker.bootstrap, topic), pipeline.topics[topic], settings.registry_conf()):
                 console.print(f"  {doc}")
+        if registry is not None:
+            console.print(registered(settings, "alerts"), highlight=False)
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(lake_summary(settings.lake, "orders"))
         console.print(audit_summary(stopped), highlight=False)
@@ -586,6 +628,8 @@ def main(
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
         broker.stop()
+        if registry is not None:
+            registry.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,12 @@ makes about 2% of orders minutes late, which the windows route to `orders.enrich
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import weir
 from examples.shop.generator import ShopSource
 from examples.shop.records import Shape, default_threshold
 from weir.blocks.join import join_table
@@ -103,6 +105,7 @@ def build(
     start_ms: int | None = None,
     archive: bool = True,
     from_outside: tuple[str, ...] = (),
+    avro_alerts: bool = False,
 ) -> Pipeline:
     """The shop pipeline with a generator of `rate` records/s (0: as fast as possible, with `total` and
     `event_rate`), `seed`, an optional `total`, and the spend alert's `threshold` (default: 5x the average
@@ -110,7 +113,8 @@ def build(
     event-time origin) for tests; by default it is the wall clock when the stream first runs. The
     generator leaves the outputs named in `from_outside` to other producers: orders over HTTP through `weir
     ingest http` (examples/shop/orders_http.py), customers from PostgreSQL through `weir ingest postgres`
-    (examples/shop/customers_pg.py)."""
+    (examples/shop/customers_pg.py). With `avro_alerts`, alerts are Avro records in the Confluent wire format
+    (alerts.avsc, registered in the settings' schema registry; docs/formats.md), as other teams consume them."""
     if rate == 0 and event_rate is None:
         event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
     shape = Shape(seed, 0, event_rate or rate, customers)
@@ -130,7 +134,11 @@ def build(
     enriched_orders = shop.topic("orders.enriched", ENRICHED, key="order_id", partitions=4)
     revenue_1m = shop.topic("revenue.by_category_1m", REVENUE, key="category", partitions=2)
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
-    alerts = shop.topic("alerts", ALERTS, key="customer_id", partitions=1)
+    if avro_alerts:
+        avro = weir.avro(Path(__file__).with_name("alerts.avsc"), registry=True)
+        alerts = shop.topic("alerts", key="customer_id", partitions=1, format=avro)
+    else:
+        alerts = shop.topic("alerts", ALERTS, key="customer_id", partitions=1)
 
     generated_outputs = [t for t in (orders, customer_table, page_views) if t.name not in from_outside]
     if from_outside:

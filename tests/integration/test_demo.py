@@ -5,6 +5,7 @@ two sessions (its audit summary was handed the runner after it was dropped), uns
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,6 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     assert audit is not None and "0 more than once, 0 silent gap(s)" in audit, said[-4000:]
     assert "lag of each processor's consumer group, as kafka-consumer-groups reads it: weir.shop.enrich" in said
     assert 'weir sql "SELECT category' in said and "weir sql failed" not in said, said[-4000:]
+    # Alerts are Avro through the registry (docs/formats.md), and their latest records decode from it.
+    assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]
+    assert re.search(r"alerts: Avro schema id \d+, version 1 of subject alerts-value in the schema registry", said)

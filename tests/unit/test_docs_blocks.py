@@ -80,7 +80,7 @@ def test_marks_setup_and_commands_are_read_from_the_comments_above_a_fence(tmp_p
     assert commands(b) == ["WEIR_X=1 .venv/bin/weir graph shop.py      --dot   # the dot"]
     assert argv(commands(b)[0]) == ({"WEIR_X": "1"}, ["weir", "graph", "shop.py", "--dot"])
     assert c.marks == [] and problems(c) == [
-        f"{c.page}:19: info string '': one of bash, console, json, python, sh, text, toml says how to test it"
+        f"{c.page}:19: info string '': one of bash, console, json, proto, python, sh, text, toml says how to test it"
     ]
 
 

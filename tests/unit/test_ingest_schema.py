@@ -19,7 +19,7 @@ SCHEMA = (
 
 def test_valid_records_get_their_keys_in_one_parse():
     schema = RecordSchema(SCHEMA, key="order_id")
-    keys, problems = schema.check([b'{"order_id":"a","amount":1}', b'{"order_id":"b","tags":["x"],"extra":1}'])
+    keys, problems, _ = schema.check([b'{"order_id":"a","amount":1}', b'{"order_id":"b","tags":["x"],"extra":1}'])
     assert keys == [b"a", b"b"] and problems == [None, None]
 
 
@@ -47,7 +47,7 @@ def test_valid_records_get_their_keys_in_one_parse():
 )
 def test_each_invalid_record_is_named_among_valid_ones(value, fields, words):
     schema = RecordSchema(SCHEMA, key="order_id")
-    keys, problems = schema.check([b'{"order_id":"ok1"}', value, b'{"order_id":"ok2"}'])
+    keys, problems, _ = schema.check([b'{"order_id":"ok1"}', value, b'{"order_id":"ok2"}'])
     assert keys[0] == b"ok1" and keys[2] == b"ok2" and keys[1] is None
     assert problems[0] is None and problems[2] is None
     assert problems[1].row == 1 and problems[1].fields == fields and words in problems[1].reason
@@ -77,16 +77,16 @@ def test_timestamps_come_as_iso_strings_or_epoch_seconds_or_milliseconds():
         [b'{"device_id":"a","ts":1700000000}', b'{"device_id":"b","ts":1700000000.123}'],  # seconds
         [b'{"device_id":"a","ts":"2023-11-14T22:13:20Z"}', b'{"device_id":"b","ts":1700000000123}'],  # mixed
     ):
-        keys, problems = schema.check(values)
+        keys, problems, _ = schema.check(values)
         assert problems == [None, None] and keys == [b"a", b"b"]
         assert (schema._all_valid(values) is None) == (b'"ts":"' in values[0])  # only the mixed one bisects
         columns, errors = schema.decoder.decode(values)
         assert errors.null_count == 2
         assert columns[1].to_pylist() == [at, at + timedelta(milliseconds=123)]
-    _, problems = schema.check([b'{"device_id":"a","ts":"yesterday"}', b'{"device_id":"b","ts":true}'])
+    _, problems, _ = schema.check([b'{"device_id":"a","ts":"yesterday"}', b'{"device_id":"b","ts":true}'])
     assert problems[0].fields == ("ts",) and 'got the string "yesterday"' in problems[0].reason
     assert "or epoch seconds or milliseconds, got true" in problems[1].reason
-    _, problems = schema.check([b'{"device_id":"a","ts":1e20}'])
+    _, problems, _ = schema.check([b'{"device_id":"a","ts":1e20}'])
     assert problems[0].fields == ("ts",) and "out of range" in problems[0].reason
 
 

@@ -302,9 +302,8 @@ def _ensure_topics(settings: Settings, p: Pipeline, target: Target) -> None:
 def input_schema(p: Pipeline, topic: str):
     """The columns the weir-kafka source gives the topic's stream (and the archiver gave its lake files)."""
 
-    schema = p.topics[topic].schema
     options = {"subscribe": topic, "kafka.bootstrap.servers": "-"}  # parsed for the schema only: no client
-    options |= {"valueFormat": "json", "valueSchema": schema} if schema.strip() else {}
+    options |= p.topics[topic].reader_options({})  # the columns depend on the schema, not on the registry
     return T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(parse_source(options, streaming=None)))
 
 

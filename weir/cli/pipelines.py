@@ -172,7 +172,9 @@ def _interrupts_to(runner: Runner) -> None:
         if report.exc_type is not KeyboardInterrupt:
             default(report)
 
-    sys.unraisablehook = unraisable
+    if not getattr(sys.unraisablehook, "weir_interrupts", False):  # once: a second call only puts handlers back
+        unraisable.weir_interrupts = True  # type: ignore[attr-defined]
+        sys.unraisablehook = unraisable
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, handler)
 

@@ -53,7 +53,7 @@ class Intake:
         default 0..n-1, a request's positions); `provenance` headers go on every record (the file, the client
         address). A refused record's reason starts with its row (`row 10: field 'temp': ...`), and its dead
         letter keeps the key field's value as sent."""
-        keys, problems = self.schema.check(values)
+        keys, problems, values = self.schema.check(values)
         numbers = rows if rows is not None else list(range(len(values)))
         outs, invalid = [], []
         for i, value in enumerate(values):

@@ -197,19 +197,19 @@ class PgJob:
     def _send(self, unit: bytes, changes: list[Change], what: str) -> None:
         outs = []
         valid = [c for c in changes if c.op != "DELETE"]
-        keys, problems = self.intake.schema.check([json.dumps(c.values).encode() for c in valid])
-        checked = {c.row: (k, p) for c, k, p in zip(valid, keys, problems, strict=True)}
+        keys, problems, values = self.intake.schema.check([json.dumps(c.values).encode() for c in valid])
+        checked = {c.row: (k, p, v) for c, k, p, v in zip(valid, keys, problems, values, strict=True)}
         for c in changes:
             headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(c.row).encode())]
             if c.op == "DELETE":  # a tombstone, keyed like the row it deletes
                 outs.append(Out(self.intake.topic, None, kafka_key(c.values, self.key), headers, c.row))
                 continue
-            key, problem = checked[c.row]
+            key, problem, encoded = checked[c.row]
             if problem is None and (len(self.key) > 1 or self.intake.schema.key is None):
                 key = kafka_key(c.values, self.key)  # the schema's check gives one key field's text only
             value = json.dumps(c.values).encode()
             if problem is None:
-                outs.append(Out(self.intake.topic, value, key, headers, c.row))
+                outs.append(Out(self.intake.topic, encoded, key, headers, c.row))
             else:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
                 outs.append(Out(self.intake.dlq, value, kafka_key(c.values, self.key), headers, c.row))

@@ -101,18 +101,19 @@ _SIZED = {"DECIMAL": 2, "DEC": 2, "NUMERIC": 2, "CHAR": 1, "CHARACTER": 1, "VARC
 _TYPE = re.compile(r"\s*([A-Za-z_]+)\s*")
 
 
-def type_problem(ddl: str) -> str | None:
+def type_problem(ddl: str, *, maps: bool = False) -> str | None:
     """What is wrong with a field type as Spark's DDL writes it ("STRING", "DECIMAL(10,2)",
     "ARRAY<STRUCT<a: INT>>"), for JSON decoding; None when it is fine. Checked without Spark, so that a
-    declaration is refused before anything starts; Spark's own parser reads the type later."""
+    declaration is refused before anything starts; Spark's own parser reads the type later. `maps` accepts
+    MAP<K, V>, which the columns of Avro and Protobuf values have and JSON decoding does not."""
     try:
-        rest = _check_type(ddl)
+        rest = _check_type(ddl, maps)
     except ValueError as exc:
         return str(exc)
     return None if not rest.strip() else f"unexpected {rest.strip()!r} after the type"
 
 
-def _check_type(text: str) -> str:
+def _check_type(text: str, maps: bool = False) -> str:
     """Check the type at the start of `text`; the text after it."""
     m = _TYPE.match(text)
     if not m:
@@ -129,20 +130,30 @@ def _check_type(text: str) -> str:
         elif name != "DECIMAL" and name not in ("DEC", "NUMERIC"):
             raise ValueError(f"{name} needs a length, e.g. {name}(20)")
         return rest
-    if name == "MAP":
+    if name == "MAP" and not maps:
         raise ValueError("JSON decoding does not support MAP types; use a STRUCT")
+    if name == "MAP":
+        if not rest.lstrip().startswith("<"):
+            raise ValueError("MAP needs <key, value>, e.g. MAP<STRING, INT>")
+        rest = _check_type(rest.lstrip()[1:], maps)
+        if not rest.lstrip().startswith(","):
+            raise ValueError("MAP<...> needs a key type and a value type, e.g. MAP<STRING, INT>")
+        rest = _check_type(rest.lstrip()[1:], maps)
+        if not rest.lstrip().startswith(">"):
+            raise ValueError("MAP<...> is not closed with '>'")
+        return rest.lstrip()[1:]
     if name in ("ARRAY", "STRUCT"):
         if not rest.lstrip().startswith("<"):
             raise ValueError(f"{name} needs <...>, e.g. {name}<{'STRING' if name == 'ARRAY' else 'a: STRING'}>")
         rest = rest.lstrip()[1:]
         if name == "ARRAY":
-            rest = _check_type(rest)
+            rest = _check_type(rest, maps)
         else:
             while True:
                 field = re.match(r"\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?", rest)
                 if not field:
                     raise ValueError(f"STRUCT: expected '<name>: <type>' at {rest.strip()!r}")
-                rest = _check_type(rest[field.end() :])
+                rest = _check_type(rest[field.end() :], maps)
                 rest = re.sub(r"^\s*NOT\s+NULL", "", rest, flags=re.I)
                 rest = re.sub(r"^\s*COMMENT\s+'(?:[^'\\]|\\.)*'", "", rest, flags=re.I)
                 if not rest.lstrip().startswith(","):
@@ -189,6 +200,9 @@ def arrow_type(ddl: str) -> pa.DataType:
         return pa.decimal128(digits[0] if digits else 10, digits[1] if len(digits) > 1 else 0)
     if name == "ARRAY":
         return pa.list_(arrow_type(rest[1:-1]))
+    if name == "MAP":
+        key, value = _split(rest[1:-1])
+        return pa.map_(arrow_type(key), arrow_type(value))
     if name == "STRUCT":
         fields = []
         for part in _split(rest[1:-1]):

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from weir.kafka.decode import JsonDecoder
+from weir.kafka.formats.base import Decoder
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
 from weir.storage.lake import Lake, Range, coverage_of, ranges_of
@@ -167,7 +167,7 @@ def _verified(lake: Lake, part: LakePartition) -> ds.Dataset | None:
     )
 
 
-def to_source_batch(table: pa.Table, schema: pa.Schema, decoder: JsonDecoder | None) -> pa.RecordBatch:
+def to_source_batch(table: pa.Table, schema: pa.Schema, decoder: Decoder | None) -> pa.RecordBatch:
     """Archived rows (Kafka columns, in offset order) as a batch of the source's schema, the value decoded as
     the broker path decodes it."""
     arrays = [table.column(name).combine_chunks().cast(schema.field(i).type) for i, name in enumerate(KAFKA_COLUMNS)]
@@ -178,7 +178,7 @@ def to_source_batch(table: pa.Table, schema: pa.Schema, decoder: JsonDecoder | N
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def read_lake(part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | None) -> Iterator[pa.RecordBatch]:
+def read_lake(part: LakePartition, schema: pa.Schema, decoder: Decoder | None) -> Iterator[pa.RecordBatch]:
     """Every archived record of [part.start, part.end) of one partition, in offset order, as Arrow batches
     of the source's schema. Raises DataLossError when the lake does not hold what its manifests say."""
     if part.end <= part.start:
@@ -194,7 +194,7 @@ def read_lake(part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | Non
         ) from None
 
 
-def _read(lake: Lake, part: LakePartition, schema: pa.Schema, decoder: JsonDecoder | None) -> Iterator[pa.RecordBatch]:
+def _read(lake: Lake, part: LakePartition, schema: pa.Schema, decoder: Decoder | None) -> Iterator[pa.RecordBatch]:
     dataset = _verified(lake, part)
     for w in range(part.start, part.end, WINDOW):
         stop = min(w + WINDOW, part.end)

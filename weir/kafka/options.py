@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from weir.config import redact
 from weir.kafka.admission import FlowOptions
+from weir.kafka.formats import KINDS, FormatError, FormatSpec
+from weir.kafka.formats import value_format as value_format_of
 from weir.kafka.log import servers_of
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
@@ -51,8 +53,12 @@ SOURCE_OPTIONS = {
     "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
     "lake": "a lake root (path or URL): offsets retention deleted are read from its archive of the topic",
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
-    "valueformat": "raw (default) or json",
+    "valueformat": "raw (default), json, avro, protobuf or json-schema (docs/formats.md)",
     "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
+    "valueformatspec": "with valueFormat avro, protobuf or json-schema: the format as weir.kafka.formats.FormatSpec's "
+    "to_option() writes it (its schema text, whether values are framed for a registry, the subject)",
+    "schemaregistry.*": "the schema registry client's settings: schemaRegistry.url, "
+    "schemaRegistry.basic.auth.user.info, schemaRegistry.ssl.ca.location, ... (passed through)",
     "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
     "includeheaders": "accepted for compatibility with Spark's source; headers are always included",
     "weir.simulatedlogstartoffsets": (
@@ -91,7 +97,7 @@ def _lowered(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _check_known(opts: dict[str, str], known: dict[str, str], what: str) -> None:
-    unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in known)
+    unknown = sorted(k for k in opts if not k.startswith(("kafka.", "schemaregistry.")) and k not in known)
     if unknown:
         valid = "\n".join(f"  {name}: {doc}" for name, doc in known.items())
         raise OptionError(f"unknown {what} option(s) {', '.join(unknown)}. Valid options:\n{valid}")
@@ -173,6 +179,8 @@ class SourceOptions:
     value_format: str = "raw"
     value_schema: str | None = None
     value_prefix: str = ""
+    value_spec: FormatSpec | None = None  # avro, protobuf, json-schema: what the values are (weir.kafka.formats)
+    registry: dict[str, str] = field(default_factory=dict, repr=False)  # its client's settings, credentials too
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
@@ -245,15 +253,32 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
             if isinstance(spec, dict) and any(o == bad for parts in spec.values() for o in parts.values()):
                 raise OptionError(f"option {name} may not use {bad} in a batch read")
     value_format = opts.get("valueformat", "raw").lower()
-    if value_format not in ("raw", "json"):
-        raise OptionError(f"option valueFormat must be raw or json, got {value_format!r}")
+    if value_format not in ("raw", *KINDS):
+        raise OptionError(f"option valueFormat must be raw, {', '.join(KINDS)}; got {value_format!r}")
     value_schema = opts.get("valueschema")
+    spec = None
+    if value_format not in ("raw", "json"):
+        if "valueformatspec" not in opts:
+            raise OptionError(
+                f"option valueFormat={value_format} needs valueFormatSpec (weir.kafka.formats.FormatSpec)"
+            )
+        try:
+            spec = FormatSpec.from_option(opts["valueformatspec"])
+            if spec.kind != value_format:
+                raise FormatError(f"valueFormatSpec is for {spec.kind} values, valueFormat says {value_format}")
+            topic = topics[0] if len(topics) == 1 else (pattern or "")
+            registry = {k[len("schemaregistry.") :]: v for k, v in opts.items() if k.startswith("schemaregistry.")}
+            value_schema = value_schema or value_format_of(spec, topic, registry).ddl()
+        except FormatError as exc:
+            raise OptionError(str(exc)) from None
     if value_format == "json" and not value_schema:
         raise OptionError(
             "option valueFormat=json needs valueSchema, the DDL of the value, e.g. 'user STRING, amount DOUBLE'"
         )
     if value_format == "raw" and value_schema:
         raise OptionError("option valueSchema needs valueFormat=json")
+    if value_format in ("raw", "json") and "valueformatspec" in opts:
+        raise OptionError("option valueFormatSpec needs valueFormat avro, protobuf or json-schema")
     simulated = parse_offsets("weir.simulatedLogStartOffsets", opts.get("weir.simulatedlogstartoffsets"), "earliest")
     poll = _positive_int(opts, "polltimeoutms")
     return SourceOptions(
@@ -270,6 +295,8 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         value_format=value_format,
         value_schema=value_schema,
         value_prefix=opts.get("valuefieldprefix", ""),
+        value_spec=spec,
+        registry={k[len("schemaregistry.") :]: v for k, v in opts.items() if k.startswith("schemaregistry.")},
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
         flow=_flow(opts),

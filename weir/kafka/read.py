@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from weir.kafka.decode import JsonDecoder
+from weir.kafka.formats.base import Decoder
 from weir.kafka.log import BrokerUnavailable, client_log, is_outage
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import SourceOptions
@@ -45,9 +45,7 @@ _VALUE, _TIMESTAMP, _KEY = methodcaller("value"), methodcaller("timestamp"), met
 _OFFSET, _HEADERS, _ERROR = methodcaller("offset"), methodcaller("headers"), methodcaller("error")
 
 
-def to_batch(
-    records: list, topic: str, partition: int, schema: pa.Schema, decoder: JsonDecoder | None
-) -> pa.RecordBatch:
+def to_batch(records: list, topic: str, partition: int, schema: pa.Schema, decoder: Decoder | None) -> pa.RecordBatch:
     """Arrow batch in the source's column order from confluent-kafka messages of one partition."""
     n = len(records)
     # map() over method callers: no bound method per record (per-record Python was a third of a read task). Not
@@ -76,7 +74,7 @@ def to_batch(
 
 
 def read_range(
-    opts: SourceOptions, r: OffsetRange, schema: pa.Schema, decoder: JsonDecoder | None
+    opts: SourceOptions, r: OffsetRange, schema: pa.Schema, decoder: Decoder | None
 ) -> Iterator[pa.RecordBatch]:
     """Every record of [r.start, r.end) of one partition, in offset order, as Arrow batches.
 
@@ -152,7 +150,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def _chunk(
-    opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int, schema: pa.Schema, decoder: JsonDecoder | None
+    opts: SourceOptions, consumer: Consumer, r: OffsetRange, pos: int, schema: pa.Schema, decoder: Decoder | None
 ) -> tuple[pa.RecordBatch | None, int, bool, KafkaError | None]:
     """One consume call: (the batch or None, the next position, whether anything arrived, the error that says
     the broker is out of reach, if one came)."""

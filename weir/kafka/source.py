@@ -31,6 +31,8 @@ from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
+from weir.kafka.formats import value_format
+from weir.kafka.formats.base import Decoder
 from weir.kafka.log import TP, BrokerUnavailable, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
@@ -50,7 +52,7 @@ KAFKA_COLUMN_NAMES = ("key", "value", "topic", "partition", "offset", "timestamp
 
 def value_ddl(opts: SourceOptions) -> str:
     """DDL of the decoded value columns (all nullable: an error row has none) plus `_error`."""
-    if opts.value_format != "json":
+    if opts.value_format == "raw":
         return ""
     cols = []
     for f in parse_fields(opts.value_schema or ""):
@@ -64,10 +66,15 @@ def value_ddl(opts: SourceOptions) -> str:
     return ", " + ", ".join([*cols, f"{ERROR_COLUMN} STRING"])
 
 
-def decoder(opts: SourceOptions, schema: StructType) -> JsonDecoder | None:
-    """The JSON decoder of the value columns of `schema` (the source's columns), None for raw values."""
-    if opts.value_format != "json":
+def decoder(opts: SourceOptions, schema: StructType) -> Decoder | None:
+    """The decoder of the value columns of `schema` (the source's columns), None for raw values: weir's JSON
+    decoder, or the values' format's (weir.kafka.formats). Made where the source is made: on the driver, pickled to
+    the read tasks."""
+    if opts.value_format == "raw":
         return None
+    if opts.value_spec is not None:
+        topic = opts.topics[0] if len(opts.topics) == 1 else (opts.pattern or "")
+        return value_format(opts.value_spec, topic, opts.registry).decoder()
     arrow = to_arrow_schema(schema, timezone="UTC")
     names = arrow.names[len(KAFKA_COLUMN_NAMES) : -1]
     fields = pa.schema([arrow.field(n) for n in names])

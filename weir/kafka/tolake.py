@@ -57,7 +57,7 @@ KAFKA_STRUCT = StructType([
 def record_schema(opts: SourceOptions) -> StructType:
     """The weir-kafka columns of `opts` (KAFKA_COLUMNS, the decoded fields, `_error`), built without a Spark
     session: the archive source's own schema is the files' descriptions, so Spark parses no record DDL for it."""
-    if opts.value_format != "json":
+    if opts.value_format == "raw":
         return KAFKA_STRUCT
     from pyspark.sql.pandas.types import from_arrow_type
 

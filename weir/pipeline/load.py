@@ -31,7 +31,17 @@ def _syntax(exc: SyntaxError, where: str) -> str:
 
 
 def load(spec: str) -> Pipeline:
-    """The Pipeline named by `spec`; without `:name`, the only Pipeline the module defines."""
+    """The Pipeline named by `spec`; without `:name`, the only Pipeline the module defines. Topics whose schema
+    is only in the schema registry read it there (the settings' schema_registry_url)."""
+    found = _load(spec)
+    if all(t.resolved for t in found.topics.values()):
+        return found
+    from weir.config import load as settings
+
+    return found.with_schemas(settings().registry_conf())
+
+
+def _load(spec: str) -> Pipeline:
     target, _, attr = spec.partition(":")
     _importable_here()
     if target.endswith(".py") or "/" in target:

@@ -11,6 +11,7 @@ A declaration only describes; `validate()` checks the whole topology before anyt
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 
 from weir import units
 from weir.kafka.decode import SchemaError, parse_fields
+from weir.kafka.formats import FormatError, FormatSpec, value_format
+from weir.kafka.formats.declare import pinned
 from weir.sinks.base import Sink
 
 
@@ -40,7 +43,8 @@ def duration_ms(value: int | str, what: str) -> int:
 
 @dataclass(frozen=True)
 class Topic:
-    """A pipe: a Kafka topic with its record schema (DDL of the JSON value) and key."""
+    """A pipe: a Kafka topic with its record schema (DDL of the value's columns), its key, and its values' format:
+    JSON by default, or Avro, Protobuf or JSON Schema (docs/formats.md), whose columns follow their schema."""
 
     name: str
     schema: str
@@ -49,6 +53,22 @@ class Topic:
     retention_ms: int = 7 * 86_400_000
     archived: bool = False
     compacted: bool = False
+    format: FormatSpec = field(default_factory=FormatSpec)
+
+    @property
+    def resolved(self) -> bool:
+        """False for a format whose schema is still in the registry (columns unknown until `with_schema`)."""
+        return self.format.schema is not None or not self.format.registry
+
+    def reader_options(self, registry_conf: dict[str, str]) -> dict[str, str]:
+        """The weir-kafka source's options that decode this topic's values (none for a raw topic)."""
+        if not self.schema.strip():
+            return {}
+        if self.format.kind == "json":
+            return {"valueFormat": "json", "valueSchema": self.schema}
+        registry = {f"schemaRegistry.{k}": v for k, v in registry_conf.items()} if self.format.registry else {}
+        return {"valueFormat": self.format.kind, "valueSchema": self.schema,
+                "valueFormatSpec": self.format.to_option(), **registry}  # fmt: skip
 
     def fields(self) -> list[str]:
         """The value's declared fields; none for a raw topic (schema "": bytes weir does not decode)."""
@@ -137,6 +157,25 @@ class View:
 VIEW_PREFIX = "view."
 
 
+def _with_columns(pipeline: str, topic: Topic) -> Topic:
+    """A topic whose format has a schema, with its columns (`schema`) read from that schema."""
+    if topic.format.kind == "json":
+        return topic
+    if not topic.resolved:
+        ddl = ""
+    else:
+        try:  # the columns depend on the schema's text only, not on the registry
+            ddl = value_format(dataclasses.replace(topic.format, registry=False), topic.name).ddl()
+        except FormatError as exc:
+            raise DeclarationError(f"pipeline {pipeline}: topic {topic.name}: {exc}") from None
+    if topic.schema.strip() and topic.schema != ddl:
+        raise DeclarationError(
+            f"pipeline {pipeline}: topic {topic.name}: a {topic.format.kind} topic takes its columns from its "
+            "schema; drop schema="
+        )
+    return dataclasses.replace(topic, schema=ddl)
+
+
 @dataclass
 class Pipeline:
     """A named topology of topics, tables, processors and views."""
@@ -149,6 +188,7 @@ class Pipeline:
     _duplicates: list[str] = field(default_factory=list, repr=False)
 
     def _add_topic(self, topic: Topic) -> Topic:
+        topic = _with_columns(self.name, topic)
         if not _TOPIC_NAME.match(topic.name):
             raise DeclarationError(f"pipeline {self.name}: {topic.name!r} is not a valid Kafka topic name")
         if topic.partitions < 1:
@@ -157,7 +197,7 @@ class Pipeline:
             names = topic.fields()
         except SchemaError as exc:
             raise DeclarationError(f"pipeline {self.name}: topic {topic.name}: {exc}") from None
-        if topic.key is not None and topic.key not in names:
+        if topic.key is not None and topic.key not in names and topic.resolved:
             fields = ", ".join(names)
             raise DeclarationError(
                 f"pipeline {self.name}: topic {topic.name}: key {topic.key!r} is not a field of its schema ({fields})"
@@ -170,19 +210,37 @@ class Pipeline:
         return topic
 
     def topic(
-        self, name: str, schema: str, key: str | None = None, partitions: int = 1,
-        retention: int | str = "7d", archived: bool = False,
+        self, name: str, schema: str = "", key: str | None = None, partitions: int = 1,
+        retention: int | str = "7d", archived: bool = False, format: FormatSpec | None = None,
     ) -> Topic:  # fmt: skip
+        """A pipe. `schema` is the DDL of its JSON values ("" for raw bytes); with `format` (weir.avro(...),
+        weir.protobuf(...), weir.json_schema(...)) the columns come from the format's schema instead."""
+        retention_ms = duration_ms(retention, f"topic {name} retention")
         return self._add_topic(
-            Topic(name, schema, key, partitions, duration_ms(retention, f"topic {name} retention"), archived)
+            Topic(name, schema, key, partitions, retention_ms, archived, format=format or FormatSpec())
         )
 
     def table(
-        self, name: str, schema: str, key: str, partitions: int = 1, retention: int | str = -1, archived: bool = False
-    ) -> Table:
+        self, name: str, schema: str = "", key: str = "", partitions: int = 1, retention: int | str = -1,
+        archived: bool = False, format: FormatSpec | None = None,
+    ) -> Table:  # fmt: skip
+        retention_ms = duration_ms(retention, f"table {name} retention")
         return self._add_topic(
-            Table(name, schema, key, partitions, duration_ms(retention, f"table {name} retention"), archived)
+            Table(name, schema, key or None, partitions, retention_ms, archived, format=format or FormatSpec())
         )
+
+    def with_schemas(self, registry_conf: dict[str, str]) -> Pipeline:
+        """This pipeline with every registry-only format fixed to its subject's latest schema (its columns
+        known), once per run: the driver's columns and the executors' decoders then read under one schema."""
+        for name, topic in list(self.topics.items()):
+            if not topic.resolved:
+                try:
+                    spec = pinned(topic.format, name, registry_conf)
+                except FormatError as exc:
+                    raise DeclarationError(f"pipeline {self.name}: {exc}") from None
+                del self.topics[name]  # replaced, not declared twice
+                self._add_topic(dataclasses.replace(topic, format=spec))
+        return self
 
     def http_source(self, *topics: Topic | str, port: int = 8643, host: str = "127.0.0.1") -> HttpSource:
         """Declare an HTTP ingest of `topics`: records POSTed to /topics/<topic> are checked against the topic's

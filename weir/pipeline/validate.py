@@ -53,6 +53,11 @@ def problems(p: Pipeline) -> list[str]:
 
 def _schema_problems(t: Topic) -> list[str]:
     """One line per bad field of a topic's schema, naming the topic and the field."""
+    if not t.resolved:
+        return [
+            f"topic {t.name}: its {t.format.kind} schema is in the schema registry and was not read "
+            "(a run reads it: Pipeline.with_schemas)"
+        ]
     if not t.schema.strip():
         return []  # a raw topic: bytes weir does not decode
     try:
@@ -61,7 +66,7 @@ def _schema_problems(t: Topic) -> list[str]:
         return [f"topic {t.name}: schema {t.schema!r}: {exc}"]
     out = []
     for f in fields:
-        problem = type_problem(f.type_ddl)
+        problem = type_problem(f.type_ddl, maps=t.format.kind != "json")  # Avro and Protobuf have maps
         if problem:
             out.append(f"topic {t.name}: field {f.name}: {problem} (in {f.type_ddl!r})")
     return out

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from weir.kafka.decode import ERROR_COLUMN, arrow_type, parse_fields
+from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, arrow_type, parse_fields
+from weir.kafka.formats import FormatSpec, value_format
+from weir.kafka.formats.base import Decoder
 from weir.pipeline.model import Pipeline
 
 # The Kafka columns of a table, as the weir-kafka source and the lake have them, then the lake's partitions.
@@ -52,6 +54,25 @@ class TableSpec:
     required: frozenset[str] = frozenset()
     declared: bool = False  # the fields come from a pipeline's declaration (else from the lake's columns)
     problem: str | None = None  # why the table cannot be queried (raised only when a query names it)
+    format: FormatSpec = field(
+        default_factory=FormatSpec
+    )  # what the values are: JSON, or Avro, Protobuf, JSON Schema (docs/formats.md)
+    registry: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # the registry client's settings
+
+    def decoder(self) -> Decoder | None:
+        """The decoder of the table's values into its decoded fields, None for raw values."""
+        if not self.decoded:
+            return None
+        if self.format.kind == "json":
+            return JsonDecoder(self.fields, set(self.required))
+        return value_format(self.format, self.topic, dict(self.registry)).decoder()
+
+    def format_options(self) -> dict[str, str]:
+        """The weir-kafka source's options for the table's format, beside its valueSchema (none for JSON)."""
+        if self.format.kind == "json":
+            return {}
+        registry = {f"schemaRegistry.{k}": v for k, v in self.registry} if self.format.registry else {}
+        return {"valueFormatSpec": self.format.to_option(), **registry}
 
     @property
     def decoded(self) -> bool:
@@ -95,11 +116,16 @@ def build(
     """Every table by name (the topic's name). `lake_schemas`: the lake tables' schemas, for decoded columns of
     topics a pipeline does not declare."""
     declared = pipeline.topics if pipeline is not None else {}
+    registry: tuple[tuple[str, str], ...] = ()
+    if any(t.format.registry for t in declared.values()):  # framed values resolve their writers' schemas there
+        from weir.config import load
+
+        registry = tuple(sorted(load().registry_conf().items()))
     lake_schemas = lake_schemas or {}
     out: dict[str, TableSpec] = {}
     for topic in sorted(set(lake_topics) | {t for t in broker_topics if not t.startswith("__")}):
         source = topic.removesuffix(".late") if topic.endswith(".late") else topic
-        fields, required, is_declared = pa.schema([]), frozenset[str](), False
+        fields, required, is_declared, fmt = pa.schema([]), frozenset[str](), False, FormatSpec()
         if topic.endswith(".dlq"):
             pass  # records that did not decode: raw columns only
         elif source in declared:
@@ -108,10 +134,19 @@ def build(
             except CatalogError as exc:
                 out[topic] = TableSpec(topic, topic, topic in lake_topics, topic in broker_topics, problem=str(exc))
                 continue
-            is_declared = True
+            is_declared, fmt = True, declared[source].format
         elif topic in lake_schemas:
             fields = lake_fields(lake_schemas[topic])
         out[topic] = TableSpec(
-            topic, topic, topic in lake_topics, topic in broker_topics, fields, required, is_declared
+            topic,
+            topic,
+            topic in lake_topics,
+            topic in broker_topics,
+            fields,
+            required,
+            is_declared,
+            None,
+            fmt,
+            registry if fmt.registry else (),
         )
     return out

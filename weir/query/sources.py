@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
+from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.log import LogView
 from weir.query import lakecount, seam, tail
 from weir.query.catalog import TableSpec
@@ -141,7 +141,7 @@ def _lake_usable(spec: TableSpec, dataset: pads.Dataset) -> bool:
 def _decode_lake(spec: TableSpec, dataset: pads.Dataset, flt: pc.Expression | None, deadline: float) -> pa.Table:
     """The lake's rows with the table's decoded columns computed from their raw values (bounded by the query's
     deadline: TailTimeout past it)."""
-    decoder = JsonDecoder(spec.fields, set(spec.required))
+    decoder = spec.decoder()
     schema = spec.schema()
     raw = [n for n in schema.names if n in dataset.schema.names and n not in spec.fields.names and n != ERROR_COLUMN]
     pieces = []

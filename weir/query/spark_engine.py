@@ -83,7 +83,8 @@ def _tail(spark: SparkSession, source: Source, settings: Settings) -> DataFrame:
         for k_, v in settings.client_config().items():
             reader = reader.option(f"kafka.{k_}", v)
         if spec.decoded:
-            reader = reader.option("valueFormat", "json").option("valueSchema", value_ddl(spec))
+            reader = reader.option("valueFormat", spec.format.kind).option("valueSchema", value_ddl(spec))
+            reader = reader.options(**spec.format_options())
         df = reader.load()
         stamp = F.date_format("timestamp", "yyyy-MM-dd")
         df = df.withColumn("date", F.coalesce(stamp, F.lit("1970-01-01"))).withColumn(

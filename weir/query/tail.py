@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from weir.kafka.decode import ERROR_COLUMN, JsonDecoder
+from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.log import TP, LogView, client_log, is_outage
 from weir.kafka.options import SourceOptions
 from weir.kafka.read import CHUNK, gc_paused, to_batch
@@ -47,10 +47,6 @@ def watermarks(
     return out
 
 
-def decoder(spec: TableSpec) -> JsonDecoder | None:
-    return JsonDecoder(spec.fields, set(spec.required)) if spec.decoded else None
-
-
 def with_partitions(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     """`date` and `hour` (UTC, of the record's timestamp) as the lake partitions by; no timestamp: 1970-01-01/00."""
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
@@ -77,7 +73,7 @@ def read(
     TailTimeout when the deadline (a `time.monotonic()` instant) passes."""
     schema = spec.schema()
     reader_schema = pa.schema([f for f in schema if f.name not in ("date", "hour")])
-    dec = decoder(spec)
+    dec = spec.decoder()
     pending: dict[int, list[tuple[int, int | None]]] = {
         p: [sp for sp in spans.get(p, []) if sp[1] > sp[0]] for p in {*spans, *(open_from or {})}
     }

@@ -103,6 +103,8 @@ class ProcessorQuery:
         self.available_now, self.max_poison = available_now, max_poison
         self.name = query_name(pipeline, proc)
         self.topics = pipeline.topics
+        # Avro, Protobuf and JSON Schema outputs: their schemas registered now, before anything is written
+        self.writers = routing.writers(proc, self.topics, settings.registry_conf())
         self._cached: list[DataFrame] = []
         self._columns: dict[Any, list[Column]] = {}  # see _memo
         self._observable: bool | None = None  # whether a one-pass batch's plan keeps its Observations (_observes)
@@ -197,8 +199,7 @@ class ProcessorQuery:
             .option("subscribe", topic.name)
             .option("startingOffsets", json.dumps(starting) if starting else "earliest")
         )
-        if topic.fields():
-            reader = reader.option("valueFormat", "json").option("valueSchema", topic.schema)
+        reader = reader.options(**topic.reader_options(self.settings.registry_conf()))
         reader = reader.options(**self.admission_options())
         if self.settings.lake and not self.archive:
             # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
@@ -365,7 +366,14 @@ class ProcessorQuery:
             count = self._memo("handed", lambda: [F.count(F.lit(1)).alias("n")])
             frame = self._result([clean.observe(handed, *count)])
             names = tuple(frame.columns)
-            routed = frame.select(*self._memo(names, lambda: routing.route_columns(names, self.proc, self.topics)))
+            enc = self._memo(("encoded", names), lambda: [routing.encoded_column(names, self.proc, self.topics,
+                                                                                 self.writers)])  # fmt: skip
+            if enc[0] is not None:  # an output in a format of its own: each row encoded once, then routed
+                frame = frame.withColumn(routing.ENCODED, enc[0])
+                names = tuple(frame.columns)
+            routed = frame.select(
+                *self._memo(names, lambda: routing.route_columns(names, self.proc, self.topics, self.writers))
+            )
             extra = [F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")]
             if self._has_sources:
                 extra += tally.metrics(routing.SOURCE, f"`{ROUTE}` IN ('{OUT}', '{EMIT}')")
@@ -386,7 +394,8 @@ class ProcessorQuery:
                 raise
             return self._rerun(batch_id, tally, exc)
         counts.handed = int(handed.get["n"])
-        counts.refused = int(got["_refused"]) if self._routes_own else 0
+        # Rows sent to dlq by the function itself, or refused by an output's format: handed, not filtered
+        counts.refused = int(got["_refused"]) if self._routes_own or routing.ENCODED in names else 0
         counts.passed, outside = tally.count(got) if self._has_sources else (0, 0)
         if outside:
             log.error("weir: processor %s batch %d: %d output rows name input records outside the batch's offsets %s",
@@ -482,7 +491,7 @@ class ProcessorQuery:
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
         # value and headers, even those of a sink's rows that never go to Kafka.
-        routed = routing.route(frame, self.proc, self.topics)
+        routed = routing.route(frame, self.proc, self.topics, self.writers)
         routed = routed if extra is None else routed.unionByName(extra)
         try:
             return frame, routed, _groups(routed)
@@ -569,7 +578,9 @@ class ProcessorQuery:
         if self._routes_own and any(g[ROUTE] == DLQ for g in groups):
             # Records the function itself sent to dlq were handed to it: not "filtered" as well (Counts.settle).
             # The frame is cached: a count of it reads memory.
-            counts.refused = frame.where(col(ROUTE) == DLQ).count()
+            counts.refused += frame.where(col(ROUTE) == DLQ).count()
+        if self.writers and any(g[ROUTE] == DLQ for g in groups):
+            counts.refused += routing.refused_rows(frame, self.proc, self.topics, self.writers)
         if any(g[routing.DEST] is not None for g in groups):
             self.write_topics(routed)
             counts.replayed = self.replayed
@@ -644,10 +655,10 @@ class ProcessorQuery:
         found = rebuild.pending(self.checkpoint)
         if found is None:
             return
-        if not [d for _, d in routing.destinations(self.proc) if d is not None]:
+        if not self._written_topics():
             return
         if found.marks is None:
-            topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+            topics = self._written_topics()
             wait = self.settings.broker_wait // timedelta(milliseconds=1)
             marks = replay.take_marks(self.settings.client_config(), topics, timeout=min(30.0, wait / 1000))
             found.marks = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}
@@ -735,7 +746,7 @@ class ProcessorQuery:
             "left",
         )  # fmt: skip
         skip = col("_d_seen").isNotNull() | (col("_r_n").isNotNull() & (col("_r_rank") <= col("_r_n")))
-        dests = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+        dests = self._written_topics()
         observed = Observation(f"weir-{self.name}-delivered-{uuid.uuid4().hex[:8]}")
         marked = marked.withColumn("_d_skip", skip).observe(
             observed, F.lit(0).alias("_none"),
@@ -816,8 +827,7 @@ class ProcessorQuery:
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in spans.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}))
         )
-        if self.topics[topic].fields():
-            reader = reader.option("valueFormat", "json").option("valueSchema", self.topics[topic].schema)
+        reader = reader.options(**self.topics[topic].reader_options(self.settings.registry_conf()))
         if self.settings.lake:  # offsets retention deleted meanwhile are read from the lake, as the stream would
             reader = reader.option("lake", self.settings.lake)
         return reader.load()
@@ -825,7 +835,7 @@ class ProcessorQuery:
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
         frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
         if self.proc.sink is None:
-            counts, _ = self._observed_delivery(routing.route(frame, self.proc, self.topics), batch_id)
+            counts, _ = self._observed_delivery(routing.route(frame, self.proc, self.topics, self.writers), batch_id)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
             self.ledger.put(self.name, batch_id, counts)
             return
@@ -834,7 +844,7 @@ class ProcessorQuery:
         try:
             # Not cached: a projection of the cached batch (see _attempt). A block's routes are the accounting,
             # so the groups need no count of distinct sources, which costs a shuffle.
-            routed = routing.route(frame, self.proc, self.topics)
+            routed = routing.route(frame, self.proc, self.topics, self.writers)
             counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
             self.ledger.put(self.name, batch_id, counts)
@@ -844,11 +854,15 @@ class ProcessorQuery:
     def _guarded(self) -> bool:
         """Whether a streaming batch's writes are guarded against replays: it writes topics (not a view's,
         whose dead letters take their marks when they come, see _view_batch)."""
-        return not (self.archive or self.view) and any(d is not None for _, d in routing.destinations(self.proc))
+        return not (self.archive or self.view) and bool(self._written_topics())
+
+    def _written_topics(self) -> list[str]:
+        """Every topic the processor's batches may write (outputs, dead letters, late records), sorted."""
+        return sorted({d for _, d in routing.destinations(self.proc) if d is not None})
 
     def _begin_guard(self, batch_id: int) -> replay.Guard:
         """The replay guard of a streaming batch that writes topics (docs/delivery.md, "Replays")."""
-        topics = sorted({d for _, d in routing.destinations(self.proc) if d is not None})
+        topics = self._written_topics()
         client = self.settings.client_config()
         wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)

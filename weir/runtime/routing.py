@@ -9,14 +9,18 @@ docs/pipelines.md ("Outputs", "Dead letters, late records, filtered records").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.functions import arrow_udf
 
 from weir.blocks.common import col
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
+from weir.kafka.formats import encode_each, writer
+from weir.kafka.formats.base import Encoder
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
@@ -104,8 +108,9 @@ def origin(df: DataFrame | Sequence[str]) -> Column | None:
     return None
 
 
-def _headers(names: Sequence[str], proc: Processor) -> Column:
-    """weir.source (when the row has an input record), weir.processor, and weir.error for dead letters."""
+def _headers(names: Sequence[str], proc: Processor, refused: Column | None = None) -> Column:
+    """weir.source (when the row has an input record), weir.processor, and weir.error for dead letters (`refused`:
+    why the output's format refused the row)."""
     hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
     src = origin(names)
     if src is not None:
@@ -113,6 +118,8 @@ def _headers(names: Sequence[str], proc: Processor) -> Column:
         hs.append(F.when(src["offset"].isNotNull(), _header(SOURCE_HEADER, F.concat_ws("/", *parts))))
     if ERROR_COLUMN in names:
         hs.append(F.when(col(ERROR_COLUMN).isNotNull(), _header(ERROR_HEADER, col(ERROR_COLUMN))))
+    if refused is not None:
+        hs.append(F.when(refused.isNotNull(), _header(ERROR_HEADER, refused)))
     return F.filter(F.array(*hs), lambda h: h.isNotNull())
 
 
@@ -128,36 +135,118 @@ def stamped_headers(headers: dict[str, str]) -> Column:
     return F.concat(col("headers"), F.array(*[_header(k, F.lit(v)) for k, v in headers.items()]))
 
 
-def _record(names: Sequence[str], topic: Topic) -> tuple[Column, Column]:
+def writers(proc: Processor, topics: dict[str, Topic], registry_conf: dict[str, str]) -> dict[str, Encoder]:
+    """The encoders of the processor's output topics whose values are not JSON (Avro, Protobuf, JSON Schema),
+    made on the driver once per start: each registers its schema with the registry first (or finds it there),
+    so a schema the registry refuses stops the start with the registry's answer (docs/formats.md)."""
+    return {
+        name: writer(topics[name].format, name, registry_conf)
+        for name in proc.outputs
+        if name in topics and topics[name].format.kind != "json"
+    }
+
+
+ENCODED = "_encoded"  # struct<value binary, error string>: a row's value in its output topic's format
+_ENCODED_TYPE = "struct<value:binary,error:string>"
+
+
+def _encoder_udf(encoder: Encoder) -> Callable[[Column], Column]:
+    """`encoder` in the write's tasks, row by row refusals included: a row the format refuses gets its error,
+    not a failed task (weir.kafka.formats.encode_each)."""
+
+    @arrow_udf(_ENCODED_TYPE)
+    def encode(rows: pa.Array) -> pa.Array:
+        values, errors = encode_each(encoder, rows)
+        return pa.StructArray.from_arrays([values, errors], names=["value", "error"])
+
+    return encode
+
+
+def encoded_column(names: tuple[str, ...], proc: Processor, topics: dict[str, Topic],
+                   encoders: dict[str, Encoder] | None) -> Column | None:  # fmt: skip
+    """`ENCODED` for a result with these columns: an output row's value in its topic's format (Avro, Protobuf,
+    JSON Schema), computed once, before routing reads it twice (the route, the value); None when no output
+    topic of the processor has such a format."""
+    outputs = [topics[t] for t in proc.outputs if t in topics and t in (encoders or {})]
+    if not outputs:
+        return None
+    route_col = col(ROUTE) if ROUTE in names else F.lit(OUT)
+    chosen = (lambda t: col(OUTPUT) == t.name) if OUTPUT in names else (lambda t: F.lit(True))
+    parts = []
+    for t in outputs:
+        fields = declared_type(t).fields
+        if any(f.name not in names for f in fields):
+            continue  # the result carries its own key and value columns
+        row = F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in fields])
+        wanted = route_col.isin(OUT, EMIT) & chosen(t)
+        parts.append(F.when(wanted, _encoder_udf(encoders[t.name])(F.when(wanted, row))))
+    return F.coalesce(*parts) if parts else None
+
+
+def with_encoded(df: DataFrame, proc: Processor, topics: dict[str, Topic],
+                 encoders: dict[str, Encoder] | None) -> DataFrame:  # fmt: skip
+    """`df` with `ENCODED` when its processor writes a topic in a format of its own (see encoded_column)."""
+    column = encoded_column(tuple(df.columns), proc, topics, encoders)
+    return df if column is None else df.withColumn(ENCODED, column)
+
+
+def refused_rows(frame: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder]) -> int:
+    """The rows of a result (cached) whose output's format refuses them: dead letters, not filtered records."""
+    column = encoded_column(tuple(frame.columns), proc, topics, encoders)
+    return 0 if column is None else frame.where(column["error"].isNotNull()).count()
+
+
+def _record(names: Sequence[str], topic: Topic, encoded: bool = False) -> tuple[Column, Column]:
     """(key, value) of an output record for `topic` from a result row (of a frame with these columns)."""
     declared = declared_type(topic)
     if any(f.name not in names for f in declared.fields):
         key = col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
         return key, (col("value") if "value" in names else F.lit(None)).cast("binary")
-    value = F.to_json(F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in declared.fields]))
+    if topic.format.kind != "json" and not (encoded and ENCODED in names):
+        raise DeclarationError(f"topic {topic.name}: its {topic.format.kind} values need a writer (routing.writers)")
+    if topic.format.kind == "json":
+        value = F.to_json(F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in declared.fields]))
+    else:
+        value = col(ENCODED)["value"]
     key = col(topic.key).cast("string").cast("binary") if topic.key is not None else F.lit(None).cast("binary")
     return key, value.cast("binary")
 
 
-def route(df: DataFrame, proc: Processor, topics: dict[str, Topic]) -> DataFrame:
-    """The routed form of a processor's result (docs/pipelines.md, routing)."""
-    return df.select(*route_columns(tuple(df.columns), proc, topics))
+def route(
+    df: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder] | None = None
+) -> DataFrame:
+    """The routed form of a processor's result (docs/pipelines.md, routing); `encoders`: `writers`."""
+    df = with_encoded(df, proc, topics, encoders)
+    return df.select(*route_columns(tuple(df.columns), proc, topics, encoders))
 
 
-def route_columns(names: tuple[str, ...], proc: Processor, topics: dict[str, Topic]) -> list[Column]:
+def route_columns(
+    names: tuple[str, ...], proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder] | None = None
+) -> list[Column]:
     """The columns of `route` for a result with these columns. Unresolved expressions, so one list serves every
     batch of a processor: building them takes a hundred calls into the JVM, a tenth of a second of every
-    small batch's driver time on a loaded machine."""
+    small batch's driver time on a loaded machine. A result of a processor that writes a format of its own
+    (Avro, Protobuf, JSON Schema) has its `ENCODED` column (`with_encoded`): a row the format refuses is a dead
+    letter, its row as JSON, with the format's reason (docs/formats.md)."""
     route_col = col(ROUTE) if ROUTE in names else F.lit(OUT)
+    encoders = encoders or {}
     outputs = [topics[t] for t in proc.outputs if t in topics]
     if OUTPUT in names:
         dest_out = col(OUTPUT)
-        pairs = [(col(OUTPUT) == t.name, _record(names, t)) for t in outputs]
+        pairs = [(col(OUTPUT) == t.name, _record(names, t, t.name in encoders)) for t in outputs]
     else:
         dest_out = F.lit(outputs[0].name) if outputs else F.lit(None).cast("string")
-        pairs = [(F.lit(True), _record(names, outputs[0]))] if outputs else []
+        pairs = [(F.lit(True), _record(names, outputs[0], outputs[0].name in encoders))] if outputs else []
     raw_key = col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
     raw_value = col("value").cast("binary") if "value" in names else F.lit(None).cast("binary")
+    refused = None
+    if ENCODED in names:
+        refused = F.when(route_col.isin(OUT, EMIT), col(ENCODED)["error"])
+        route_col = F.when(refused.isNotNull(), F.lit(DLQ)).otherwise(route_col)
+        fields = sorted({f.name for t in outputs for f in declared_type(t).fields if f.name in names})
+        raw_value = F.when(refused.isNotNull(), F.to_json(F.struct(*map(col, fields))).cast("binary")).otherwise(
+            raw_value
+        )
     is_output = route_col.isin(OUT, EMIT)
 
     def pick(i: int, raw: Column) -> Column:
@@ -167,6 +256,8 @@ def route_columns(names: tuple[str, ...], proc: Processor, topics: dict[str, Top
         return raw if expr is None else expr.otherwise(raw)
 
     src_topic = col("topic") if "topic" in names else F.lit(None).cast("string")
+    if refused is not None and proc.inputs:  # a refused output row without its input's topic: the first input's
+        src_topic = F.when(refused.isNotNull(), F.coalesce(src_topic, F.lit(proc.inputs[0]))).otherwise(src_topic)
     dest = (
         F.when(is_output, dest_out)
         .when(route_col == LATE, F.concat(src_topic, F.lit(".late")))
@@ -186,7 +277,7 @@ def route_columns(names: tuple[str, ...], proc: Processor, topics: dict[str, Top
         F.when(route_col == ABSORB, absorbed).alias(ABSORBED),
         pick(0, raw_key).alias("key"),
         pick(1, raw_value).alias("value"),
-        _headers(names, proc).alias("headers"),
+        _headers(names, proc, refused).alias("headers"),
         stamp.alias("timestamp"),
         source.alias(SOURCE),
     ]

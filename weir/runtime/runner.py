@@ -155,6 +155,8 @@ class Runner:
         self.settings = settings or load()
         # Topics declared archived=True get their archiver, a processor like the others.
         # Views get their processors too (weir.runtime.views): each is maintained by a sink processor.
+        # A topic whose schema is only in the registry reads it now, once for the whole run (docs/formats.md).
+        pipeline = pipeline.with_schemas(self.settings.registry_conf())
         archived = with_archivers(pipeline, self.settings.lake, archive)
         self.pipeline = pipeline = validate(with_views(archived, self.settings))
         self.available_now = available_now

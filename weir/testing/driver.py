@@ -66,6 +66,8 @@ class PipelineTest:
         isolate: bool = True,
         **settings: Any,
     ) -> None:
+        if not all(t.resolved for t in pipeline.topics.values()):  # a registry-only format: its latest schema
+            pipeline = pipeline.with_schemas(load(**settings).registry_conf())
         self.declared = validate(pipeline)
         self.env = environment or Environment.current()
         self.prefix = f"t{uuid.uuid4().hex[:8]}" if isolate else ""

@@ -8,6 +8,7 @@ sees a record's fields with the types the pipeline's next processor would see.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,11 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from weir import units
+from weir.config import load
 from weir.kafka.admin import Admin
+from weir.kafka.decode import arrow_type, parse_fields
+from weir.kafka.formats import writer
+from weir.kafka.formats.base import Encoder
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.offsets import OffsetRange
@@ -100,7 +105,21 @@ def encode(topic: Topic, row: Row) -> tuple[bytes | None, bytes | None]:
     if not isinstance(row, dict):
         raise TypeError(f"topic {topic.name}: a row is a dict of fields, bytes or a string, not {type(row).__name__}")
     key = row.get(topic.key) if topic.key is not None else None
-    return (None if key is None else str(key).encode()), json.dumps(row, default=_json_default).encode()
+    key = None if key is None else str(key).encode()
+    if topic.format.kind != "json":
+        return key, _writer(topic).encode(pa.array([row], type=_struct(topic)))[0].as_py()
+    return key, json.dumps(row, default=_json_default).encode()
+
+
+@functools.cache
+def _writer(topic: Topic) -> Encoder:
+    """The encoder of an Avro, Protobuf or JSON Schema topic, its schema registered (once per topic)."""
+    return writer(topic.format, topic.name, load().registry_conf() if topic.format.registry else {})
+
+
+@functools.cache
+def _struct(topic: Topic) -> pa.StructType:
+    return pa.struct([pa.field(f.name, arrow_type(f.type_ddl)) for f in parse_fields(topic.schema)])
 
 
 @dataclass(frozen=True)
@@ -156,8 +175,8 @@ def produce(bootstrap: str, topic: Topic, rows: Iterable[Row], stamps: list[int]
 def source_options(bootstrap: str, topic: Topic | None, name: str) -> tuple[Any, T.StructType]:
     """The weir-kafka source's options and columns for reading topic `name` (decoded when `topic` has a schema)."""
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": name, "pollTimeoutMs": str(READ_TIMEOUT_MS)}
-    if topic is not None and topic.fields():
-        options |= {"valueFormat": "json", "valueSchema": topic.schema}
+    if topic is not None:
+        options |= topic.reader_options(load().registry_conf() if topic.format.registry else {})
     opts = parse_source(options, streaming=None)
     return opts, T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(opts))
 
