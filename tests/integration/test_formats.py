@@ -183,3 +183,20 @@ def test_an_output_row_its_format_refuses_is_a_dead_letter_with_the_reason(regis
     ]  # fmt: skip
     books = t.accounting("double")
     assert (books.in_, books.out, books.dlq, books.filtered, books.balanced) == (4, 2, 2, 0, True)
+
+
+def test_a_view_over_an_avro_topic_keeps_its_decoded_columns(pipeline_test, tmp_path):
+    import weir
+
+    fields = [{"name": "category", "type": "string"}, {"name": "revenue", "type": ["null", "double"], "default": None}]
+    total = {"type": "record", "name": "Total", "fields": fields}
+    (tmp_path / "total.avsc").write_text(json.dumps(total))
+    p = Pipeline("avro-view")
+    totals = p.topic("totals", format=weir.avro(str(tmp_path / "total.avsc")), key="category")
+    p.view("revenue", source=totals, key="category")
+    t = pipeline_test(p, processors=["view.revenue"])
+    t.send("totals", [{"category": "books", "revenue": 5.0}, {"category": "games", "revenue": None}])
+    t.send("totals", [b"\x01not avro"])  # a dead letter, not a row
+    t.run_once()
+    assert t.view("revenue") == [{"category": "books", "revenue": 5.0}, {"category": "games", "revenue": None}]
+    assert [d.value for d in t.dead_letters("totals")] == [b"\x01not avro"]

@@ -23,11 +23,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
-from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from weir.kafka.decode import JsonDecoder, arrow_type, parse_fields
 from weir.kafka.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
+from weir.kafka.formats.jsonvalid import Checker
 from weir.kafka.formats.registry import Registry
 
 __all__ = ["FORMAT", "JsonSchemaDecoder", "JsonSchemaEncoder", "JsonSchemaFormat"]
@@ -218,7 +218,7 @@ def _json_kind(value: object) -> str:
     return {float: "number", str: "string", dict: "object", list: "array"}[type(value)]
 
 
-def _compiled(schema: object, where: str) -> Validator:
+def _compiled(schema: object, where: str) -> Checker:
     """The schema's validator (its draft by $schema, else 2020-12), after checking the schema against its draft."""
     if not isinstance(schema, dict | bool):
         raise FormatError(f"{where} is not a JSON Schema (a JSON object): {json.dumps(schema)[:60]}")
@@ -228,7 +228,7 @@ def _compiled(schema: object, where: str) -> Validator:
     except SchemaError as exc:
         at = "/".join(str(p) for p in exc.path)
         raise FormatError(f"{where} is not a valid JSON Schema{f' at {at}' if at else ''}: {exc.message}") from None
-    return cls(schema)
+    return Checker(cls(schema))
 
 
 def _loaded(text: str, where: str) -> dict:
@@ -248,7 +248,7 @@ def _path(parts: Iterable[str | int]) -> str:
     return out
 
 
-def _violation(validator: Validator, doc: object) -> str:
+def _violation(validator: Checker, doc: object) -> str:
     """What `doc` breaks, the most relevant error first: "field 'amount': -3 is less than the minimum of 0"."""
     error: ValidationError = best_match(validator.iter_errors(doc))
     parts = list(error.absolute_path)
@@ -285,18 +285,18 @@ class JsonSchemaDecoder:
         self.schema = schema
         self.registry = registry
         self.where = where
-        self._validators: dict[int | None, Validator | str] = {}
+        self._validators: dict[int | None, Checker | str] = {}
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_validators": {}}  # compiled validators do not pickle; rebuilt on first use
 
-    def validator(self, schema_id: int | None) -> Validator | str:
+    def validator(self, schema_id: int | None) -> Checker | str:
         """The compiled validator of the writer's schema, or why records under `schema_id` cannot be read."""
         if schema_id not in self._validators:
             self._validators[schema_id] = self._fetched(schema_id)
         return self._validators[schema_id]
 
-    def _fetched(self, schema_id: int | None) -> Validator | str:
+    def _fetched(self, schema_id: int | None) -> Checker | str:
         if schema_id is None:
             return _compiled(json.loads(self.schema), f"{self.where}: its JSON schema")
         found = _schema_of(self.registry, schema_id)
@@ -449,7 +449,7 @@ class JsonSchemaEncoder:
             self.shape: _Type | None = _Type("STRUCT", fields={c.name: c.type for c in _Reader(root, where).columns()})
         except FormatError:
             self.shape = None  # a schema weir cannot read as columns can still be written to: nulls are left out
-        self._validator: Validator | None = None
+        self._validator: Checker | None = None
         self._converters: dict[pa.DataType, Callable[[dict], dict]] = {}
         # Decimals pass json.dumps as a marker string, replaced by their digits: exact, never a float's rounding.
         self._marker = uuid.uuid4().hex
@@ -459,7 +459,7 @@ class JsonSchemaEncoder:
         return {**self.__dict__, "_validator": None, "_converters": {}}
 
     @property
-    def validator(self) -> Validator:
+    def validator(self) -> Checker:
         if self._validator is None:
             self._validator = _compiled(json.loads(self.schema), f"{self.where}: its JSON schema")
         return self._validator
