@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from weir.config import redact_text
 from weir.kafka.formats.base import FormatError, FormatSpec
+from weir.kafka.formats.registry import Registry
 
 
 def _read(file: str | Path, what: str) -> str:
@@ -70,20 +70,8 @@ def pinned(spec: FormatSpec, topic: str, registry_conf: Mapping[str, str]) -> Fo
             f"topic {topic!r}: its {spec.kind} schema is in a schema registry, and no registry is set "
             "(the schema_registry_url setting, WEIR_SCHEMA_REGISTRY_URL)"
         )
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    subject = spec.subject_for(topic)
-    try:
-        latest = SchemaRegistryClient(dict(registry_conf)).get_latest_version(subject)
-    except SchemaRegistryError as exc:
-        raise FormatError(
-            f"topic {topic!r}: the schema registry at {redact_text(registry_conf['url'])} has no latest version of "
-            f"subject {subject!r}: {redact_text(exc.error_message)} (error code {exc.error_code})"
-        ) from None
-    except Exception as exc:
-        raise FormatError(
-            f"topic {topic!r}: the schema registry at {redact_text(registry_conf['url'])} did not answer for subject "
-            f"{subject!r}: {redact_text(str(exc))}"
-        ) from None
+    subject, registry = spec.subject_for(topic), Registry(registry_conf, topic)
+    latest = registry.call(
+        f"the latest version of subject {subject!r}", lambda: registry.client.get_latest_version(subject)
+    )
     return dataclasses.replace(spec, schema=latest.schema.schema_str)
