@@ -202,9 +202,11 @@ def registered(settings: Settings, topic: str) -> str:
     finds by the id each record carries)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    latest = SchemaRegistryClient(settings.registry_conf()).get_latest_version(f"{topic}-value")
+    client = SchemaRegistryClient(settings.registry_conf())
+    latest, key = client.get_latest_version(f"{topic}-value"), client.get_latest_version(f"{topic}-key")
     return (f"{topic}: Avro schema id {latest.schema_id}, version {latest.version} of subject {latest.subject} in "
-            f"the schema registry (weir registered it before the first write)")  # fmt: skip
+            f"the schema registry (weir registered it before the first write); keys: Avro schema id {key.schema_id} "
+            f"of subject {key.subject}")  # fmt: skip
 
 
 def decoded(values: list[bytes], topic: Topic, registry_conf: dict[str, str]) -> list[dict]:

@@ -114,7 +114,8 @@ def build(
     generator leaves the outputs named in `from_outside` to other producers: orders over HTTP through `weir
     ingest http` (examples/shop/orders_http.py), customers from PostgreSQL through `weir ingest postgres`
     (examples/shop/customers_pg.py). With `avro_alerts`, alerts are Avro records in the Confluent wire format
-    (alerts.avsc, registered in the settings' schema registry; docs/formats.md), as other teams consume them."""
+    (alerts.avsc, keys alert_key.avsc, registered in the settings' schema registry; docs/formats.md), as other
+    teams consume them."""
     if rate == 0 and event_rate is None:
         event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
     shape = Shape(seed, 0, event_rate or rate, customers)
@@ -136,7 +137,8 @@ def build(
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
     if avro_alerts:
         avro = weir.avro(Path(__file__).with_name("alerts.avsc"), registry=True)
-        alerts = shop.topic("alerts", key="customer_id", partitions=1, format=avro)
+        avro_key = weir.avro(Path(__file__).with_name("alert_key.avsc"), registry=True)  # keys as Avro records too
+        alerts = shop.topic("alerts", key="customer_id", partitions=1, format=avro, key_format=avro_key)
     else:
         alerts = shop.topic("alerts", ALERTS, key="customer_id", partitions=1)
 

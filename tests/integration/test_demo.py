@@ -34,3 +34,4 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     # Alerts are Avro through the registry (docs/formats.md), and their latest records decode from it.
     assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]
     assert re.search(r"alerts: Avro schema id \d+, version 1 of subject alerts-value in the schema registry", said)
+    assert re.search(r"keys: Avro schema id \d+ of subject alerts-key", said)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import urllib.request
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +84,8 @@ def test_the_pages_pipeline_reads_and_writes_each_format(page, registry, pipelin
     (raw, *_) = t.records("orders.big")
     assert raw.value[0] == 0 and registry.get_schema(int.from_bytes(raw.value[1:5], "big")).schema_type == "PROTOBUF"
     assert registry.get_latest_version(f"{t.topic('orders.big')}-value").schema.schema_type == "PROTOBUF"
+    key = registry.get_latest_version(f"{t.topic('orders.big')}-key")  # keys too: the OrderKey message, framed
+    assert "message OrderKey" in key.schema.schema_str and raw.key[:5] == b"\x00" + key.schema_id.to_bytes(4, "big")
 
     # The lake (the archiver kept the decoded columns) and the broker's tail (three records not archived yet,
     # decoded by the query) read as one table by weir sql.
@@ -200,3 +204,83 @@ def test_a_view_over_an_avro_topic_keeps_its_decoded_columns(pipeline_test, tmp_
     t.run_once()
     assert t.view("revenue") == [{"category": "books", "revenue": 5.0}, {"category": "games", "revenue": None}]
     assert [d.value for d in t.dead_letters("totals")] == [b"\x01not avro"]
+
+
+def test_keys_in_a_format_of_their_own_are_read_written_and_delete_a_views_row(registry, pipeline_test, tmp_path):
+    import weir
+
+    key = {"type": "record", "name": "DeviceKey", "namespace": "iot", "fields": [{"name": "device", "type": "string"}]}
+    (tmp_path / "key.avsc").write_text(json.dumps(key))
+    (tmp_path / "hot.proto").write_text('syntax = "proto3";\npackage iot;\n'
+                                        "message Hot { string device = 1; double temp = 2; }\n"
+                                        "message HotKey { string device = 1; }\n")  # fmt: skip
+    proto = str(tmp_path / "hot.proto")
+    p = Pipeline("keyed")
+    readings = p.topic("readings", "device STRING NOT NULL, temp DOUBLE", key="device",
+                       key_format=weir.avro(str(tmp_path / "key.avsc"), registry=True))  # fmt: skip
+    hot = p.topic("hot", format=weir.protobuf(proto, message="iot.Hot", registry=True), key="device",
+                  key_format=weir.protobuf(proto, message="iot.HotKey", registry=True))  # fmt: skip
+    p.view("hot_now", source=hot, key="device")
+
+    @p.processor(inputs=[readings], outputs=[hot])
+    def heat(df):
+        return df.where("temp > 30").select("device", "temp")
+
+    t = pipeline_test(p)
+    # the input's keys as confluent-kafka's own Avro serializer writes them, under <topic>-key
+    subject = f"{t.topic('readings')}-key"
+    serializer = AvroSerializer(registry, json.dumps(key), conf={"subject.name.strategy": lambda *_: subject})
+    where = SerializationContext(t.topic("readings"), MessageField.KEY)
+    keys = [serializer({"device": d}, where) for d in ("d1", "d2", "d3")]
+    t.send("readings", [{"device": "d1", "temp": 35.0}, {"device": "d2", "temp": 20.0},
+                        {"device": "d3", "temp": 40.0}], keys=keys)  # fmt: skip
+    t.send("readings", [{"device": "d4", "temp": 50.0}], keys=[b"device-4"])  # text where Avro is expected
+    t.run_once()
+
+    assert_rows(t.read("hot"), [{"device": "d1", "temp": 35.0}, {"device": "d3", "temp": 40.0}])
+    key_id = registry.get_latest_version(f"{t.topic('hot')}-key").schema_id
+    assert {r.key[:5] for r in t.records("hot")} == {b"\x00" + key_id.to_bytes(4, "big")}  # framed, registered
+    [letter] = t.dead_letters("readings")
+    assert letter.key == b"device-4"
+    assert letter.error == (
+        "key: the value does not start with the Confluent wire format's zero byte (it starts with 0x64)"
+    )
+    books = t.accounting("heat")
+    assert (books.in_, books.out, books.dlq, books.filtered, books.balanced) == (4, 2, 1, 1, True)
+    assert t.view("hot_now") == [{"device": "d1", "temp": 35.0}, {"device": "d3", "temp": 40.0}]
+
+    t.send("hot", [None], keys=["d1"])  # a tombstone: its key in the topic's key format, its fields from the key
+    t.run_once()
+    assert t.view("hot_now") == [{"device": "d3", "temp": 40.0}]
+
+
+def test_http_ingest_writes_avro_values_and_keys_confluents_deserializers_read(registry, bootstrap, tmp_path,
+                                                                              topic_name):  # fmt: skip
+    from _ingest import http_server, read_topic
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    key = {"type": "record", "name": "DeviceKey", "fields": [{"name": "device", "type": "string"}]}
+    value = {"type": "record", "name": "Reading", "fields": [{"name": "device", "type": "string"},
+                                                             {"name": "temp", "type": "double"}]}  # fmt: skip
+    (tmp_path / "key.avsc").write_text(json.dumps(key))
+    (tmp_path / "reading.avsc").write_text(json.dumps(value))
+    (tmp_path / "keyed_ingest.py").write_text(
+        "import weir\n\np = weir.Pipeline('keyed_ingest')\n"
+        f"p.topic({topic_name!r}, format=weir.avro('reading.avsc', registry=True), key='device',\n"
+        "        key_format=weir.avro('key.avsc', registry=True))\n"
+    )  # fmt: skip
+    env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}  # fmt: skip
+    rows = [{"device": "d1", "temp": 20.5}, {"device": "d2", "temp": 30.0}]
+    with http_server(["keyed_ingest:p", "--topic", topic_name], env, tmp_path / "http.log") as (_, url):
+        body = b"\n".join(json.dumps(r).encode() for r in rows)
+        request = urllib.request.Request(f"{url}/topics/{topic_name}", body, {"Content-Type": "application/x-ndjson"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 201, answer.read()
+    read = [(m.key(), m.value()) for m in read_topic(bootstrap, topic_name)]
+    values, keys = AvroDeserializer(registry), AvroDeserializer(registry)
+    got = [(keys(k, SerializationContext(topic_name, MessageField.KEY)),
+            values(v, SerializationContext(topic_name, MessageField.VALUE))) for k, v in read]  # fmt: skip
+    assert sorted(got, key=lambda kv: kv[0]["device"]) == [({"device": r["device"]}, r) for r in rows]
+    assert registry.get_latest_version(f"{topic_name}-key").schema.schema_str == registry.get_schema(
+        int.from_bytes(read[0][0][1:5], "big")).schema_str  # fmt: skip

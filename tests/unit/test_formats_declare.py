@@ -3,6 +3,7 @@ beside the declaring module, registry-only topics refused until their schema is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -21,7 +22,8 @@ ORDER = {
 def test_a_spec_travels_as_one_option_and_names_its_subject():
     spec = FormatSpec("avro", schema=json.dumps(ORDER), registry=True)
     assert FormatSpec.from_option(spec.to_option()) == spec
-    assert spec.subject_for("orders") == "orders-value" and spec.subject_for("orders", key=True) == "orders-key"
+    assert spec.subject_for("orders") == "orders-value"
+    assert dataclasses.replace(spec, role="key").subject_for("orders") == "orders-key"
     assert FormatSpec("avro", registry=True, subject="x").subject_for("orders") == "x"
     assert FormatSpec("avro", registry=True, strategy="record", record="shop.Order").subject_for("o") == "shop.Order"
     with pytest.raises(FormatError, match="record name strategy needs the record's full name"):

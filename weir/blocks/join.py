@@ -229,10 +229,11 @@ def join_table(
         _error(stream).alias(err),
         bucket(col(key), buckets).alias(by),
     )
-    # A tombstone has no decoded fields: its key is the Kafka key, as text cast to the key's type.
+    # A tombstone has no value: its key field is decoded from the Kafka key by a key format (the source fills it),
+    # else it is the Kafka key, as text cast to the key's type.
     kafka_key = F.col("key") if isinstance(key_type, BinaryType) else F.col("key").cast("string").try_cast(key_type)
     is_tomb = F.col("value").isNull()
-    table_key = F.when(is_tomb, kafka_key).otherwise(col(key))
+    table_key = F.when(is_tomb, F.coalesce(col(key), kafka_key)).otherwise(col(key))
     null_key = f"table {table_name or 'table'} record has a null key {key}"
     table_error = F.coalesce(
         _error(table),

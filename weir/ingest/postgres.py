@@ -37,6 +37,7 @@ from weir.ingest.intake import Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
+from weir.kafka.formats.base import EncodeError
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 
@@ -202,10 +203,11 @@ class PgJob:
         for c in changes:
             headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(c.row).encode())]
             if c.op == "DELETE":  # a tombstone, keyed like the row it deletes
-                outs.append(Out(self.intake.topic, None, kafka_key(c.values, self.key), headers, c.row))
+                outs.append(self._tombstone(c, headers))
                 continue
             key, problem, encoded = checked[c.row]
-            if problem is None and (len(self.key) > 1 or self.intake.schema.key is None):
+            keyed = self.intake.schema.writer is not None and self.intake.schema.writer.key is not None
+            if problem is None and not keyed and (len(self.key) > 1 or self.intake.schema.key is None):
                 key = kafka_key(c.values, self.key)  # the schema's check gives one key field's text only
             value = json.dumps(c.values).encode()
             if problem is None:
@@ -214,6 +216,18 @@ class PgJob:
                 headers += [(ERROR_HEADER, problem.reason.encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
                 outs.append(Out(self.intake.dlq, value, kafka_key(c.values, self.key), headers, c.row))
         deliver(self.intake, outs, f"{self.table} {what}", self.max_wait_s, self.counts, unit, self.client)
+
+    def _tombstone(self, c: Change, headers: list[tuple[str, bytes]]) -> Out:
+        """A deletion's record: a tombstone keyed like the row (in the topic's key format, if it has one); a dead
+        letter naming why when the key format refuses the old key."""
+        schema = self.intake.schema
+        if schema.writer is None or schema.writer.key is None:
+            return Out(self.intake.topic, None, kafka_key(c.values, self.key), headers, c.row)
+        try:
+            return Out(self.intake.topic, None, schema.tombstone_key(c.values), headers, c.row)
+        except EncodeError as exc:
+            headers = [*headers, (ERROR_HEADER, str(exc).encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
+            return Out(self.intake.dlq, json.dumps(c.values).encode(), kafka_key(c.values, self.key), headers, c.row)
 
     def step(self, conn: psycopg.Connection) -> int:
         """One batch of changes: peek, produce, wait for the acks, advance the slot. The changes taken."""

@@ -24,7 +24,9 @@ from weir.kafka import heal
 from weir.kafka.log import client_log
 
 log = logging.getLogger("weir.ingest")
-ACK_MARGIN_S = 1.0  # beyond message.timeout.ms, librdkafka has failed every record: no longer wait
+# beyond message.timeout.ms, librdkafka has failed every record; it scans for expired records about once a
+# second and the report crosses the poll thread, so the margin covers two scans and a loaded machine
+ACK_MARGIN_S = 3.0
 DRAIN_S = 5.0  # a purged producer's failure reports come at once; the bound is for a wedged client only
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from weir.kafka.decode import JsonDecoder, SchemaError, arrow_type, parse_fields, type_problem
-from weir.kafka.formats.base import EncodeError, Encoder
+from weir.kafka.formats.keys import RecordWriter
 
 __all__ = ["Invalid", "RecordSchema", "arrow_type"]
 
@@ -43,7 +43,7 @@ class Invalid:
 class RecordSchema:
     """Checks JSON values against a topic's schema; `key` names the field whose value is the record key."""
 
-    def __init__(self, ddl: str, key: str | None = None, encoder: Encoder | None = None) -> None:
+    def __init__(self, ddl: str, key: str | None = None, writer: RecordWriter | None = None) -> None:
         specs = parse_fields(ddl)
         for spec in specs:
             problem = type_problem(spec.type_ddl)
@@ -55,8 +55,9 @@ class RecordSchema:
         self.key = key
         arrow = pa.schema([pa.field(s.name, arrow_type(s.type_ddl)) for s in specs])
         self.decoder = JsonDecoder(arrow, {s.name for s in specs if s.required})
-        # JSON in, the topic's format out (Avro, Protobuf, JSON Schema): valid records are encoded, here
-        self.encoder, self.row_type = encoder, pa.struct(list(arrow))
+        # JSON in, the topic's formats out (Avro, Protobuf, JSON Schema values or keys): valid records are
+        # encoded here
+        self.writer, self.row_type = writer, pa.struct(list(arrow))
 
     def _all_valid(self, values: list[bytes]) -> list[pa.Array] | None:
         """The decoded columns when every value is valid, found with one parse (the usual case); None when
@@ -90,36 +91,32 @@ class RecordSchema:
         return None if k is None or isinstance(k, dict | list) else str(k).encode()
 
     def check(self, values: list[bytes]) -> tuple[list[bytes | None], list[Invalid | None], list[bytes]]:
-        """Per value: its key (the key field as UTF-8, None without key field or value) and None, or None and
-        why it is invalid; and the value to produce (as sent, or in the topic's format: a record the format
-        refuses is invalid, with the encoder's reason). A null key field on a valid record is allowed unless the
-        field is NOT NULL."""
+        """Per value: its key (the key field as UTF-8, or the key's record in the topic's key format; None without
+        key field or value) and None, or None and why it is invalid; and the value to produce (as sent, or in the
+        topic's format: a record a format refuses is invalid, with the encoder's reason). A null key field on a
+        valid record is allowed unless the field is NOT NULL."""
         keys, problems, columns = self._checked(values)
-        if self.encoder is None or not values:
+        if self.writer is None or not values:
             return keys, problems, values
+        valid = [i for i, p in enumerate(problems) if p is None]
+        rows = pa.StructArray.from_arrays(columns, fields=list(self.row_type)).take(valid)
+        encoded, encoded_keys, errors = (a.to_pylist() for a in self.writer.encode_each(rows))
         out = list(values)
-        for i, (value, problem) in enumerate(zip(self._encoded(columns, problems), problems, strict=True)):
-            if isinstance(value, EncodeError):
-                problems[i], keys[i] = Invalid(i, str(value), _named(str(value))), None
-            elif problem is None:
-                out[i] = value
+        for j, i in enumerate(valid):
+            if errors[j] is not None:
+                problems[i], keys[i] = Invalid(i, errors[j], _named(errors[j])), None
+                continue
+            if self.writer.value is not None:
+                out[i] = encoded[j]
+            if self.writer.key is not None:
+                keys[i] = encoded_keys[j]
         return keys, problems, out
 
-    def _encoded(self, columns: list[pa.Array], problems: list[Invalid | None]) -> list[bytes | EncodeError | None]:
-        """The valid rows in the topic's format: all at once, else row by row to find the ones it refuses."""
-        rows = pa.StructArray.from_arrays(columns, fields=list(self.row_type))
-        valid = [i for i, p in enumerate(problems) if p is None]
-        out: list[bytes | EncodeError | None] = [None] * len(problems)
-        try:
-            for i, v in zip(valid, self.encoder.encode(rows.take(valid)).to_pylist(), strict=True):
-                out[i] = v
-        except EncodeError:
-            for i in valid:
-                try:
-                    out[i] = self.encoder.encode(rows.slice(i, 1))[0].as_py()
-                except EncodeError as exc:
-                    out[i] = exc
-        return out
+    def tombstone_key(self, fields: dict) -> bytes:
+        """The key of a tombstone deleting the record of these key fields, in the topic's key format. Raises
+        EncodeError naming the field when the key format refuses them."""
+        assert self.writer is not None
+        return self.writer.encode_key(fields, self.row_type)
 
     def _checked(self, values: list[bytes]) -> tuple[list[bytes | None], list[Invalid | None], list[pa.Array]]:
         if not values:

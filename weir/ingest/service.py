@@ -21,7 +21,7 @@ from weir.ingest.progress import Books, ProgressLoop
 from weir.ingest.readback import read_back
 from weir.ingest.schema import RecordSchema
 from weir.kafka import Admin
-from weir.kafka.formats import writer
+from weir.kafka.formats import record_writer
 from weir.kafka.log import BrokerUnavailable
 from weir.net import bind
 from weir.pipeline.model import Topic
@@ -76,9 +76,12 @@ def prepare(settings: Settings, admin: Admin, found: list[Target], producer: Ing
     schemas = {}
     for t in found:
         topic = t.topic
-        # JSON in; an Avro, Protobuf or JSON Schema topic gets its format out, its schema registered first
-        encoder = writer(topic.format, topic.name, settings.registry_conf()) if topic.format.kind != "json" else None
-        schemas[topic.name] = RecordSchema(topic.schema, topic.key, encoder)
+        # JSON in; an Avro, Protobuf or JSON Schema topic (values or keys) gets its formats out, schemas registered
+        # first
+        formatted = topic.format.kind != "json" or topic.key_format is not None
+        conf = settings.registry_conf()
+        found_writer = record_writer(topic.format, topic.key_format, topic.name, conf) if formatted else None
+        schemas[topic.name] = RecordSchema(topic.schema, topic.key, found_writer)
         admin.create_topic(topic.name, topic.partitions, topic.kafka_config(), settings.replication_factor, True)
         dlq_config = {"retention.ms": DLQ_RETENTION_MS}
         admin.create_topic(f"{topic.name}.dlq", topic.partitions, dlq_config, settings.replication_factor, True)

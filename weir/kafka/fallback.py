@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from weir.kafka.formats.base import Decoder
+from weir.kafka.formats.keys import decode_records
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
 from weir.storage.lake import Lake, Range, coverage_of, ranges_of
@@ -172,7 +173,8 @@ def to_source_batch(table: pa.Table, schema: pa.Schema, decoder: Decoder | None)
     the broker path decodes it."""
     arrays = [table.column(name).combine_chunks().cast(schema.field(i).type) for i, name in enumerate(KAFKA_COLUMNS)]
     if decoder is not None:
-        columns, errors = decoder.decode(table.column("value").to_pylist())
+        keys = table.column("key").to_pylist
+        columns, errors = decode_records(decoder, table.column("value").to_pylist(), keys)
         arrays.extend(columns)
         arrays.append(errors)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

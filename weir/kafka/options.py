@@ -7,6 +7,7 @@ silently ignored (a mistyped `maxOffsetsPerTrigger` would otherwise read the who
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -57,6 +58,9 @@ SOURCE_OPTIONS = {
     "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
     "valueformatspec": "with valueFormat avro, protobuf or json-schema: the format as weir.kafka.formats.FormatSpec's "
     "to_option() writes it (its schema text, whether values are framed for a registry, the subject)",
+    "keyformat": "avro, protobuf or json-schema: keys in a format of their own, checked and decoded into the "
+    "value's fields of the key's record (docs/formats.md, keys); with keyFormatSpec",
+    "keyformatspec": "with keyFormat: the key's format as weir.kafka.formats.FormatSpec's to_option() writes it",
     "schemaregistry.*": "the schema registry client's settings: schemaRegistry.url, "
     "schemaRegistry.basic.auth.user.info, schemaRegistry.ssl.ca.location, ... (passed through)",
     "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
@@ -180,6 +184,7 @@ class SourceOptions:
     value_schema: str | None = None
     value_prefix: str = ""
     value_spec: FormatSpec | None = None  # avro, protobuf, json-schema: what the values are (weir.kafka.formats)
+    key_spec: FormatSpec | None = None  # keys in a format of their own (keyFormat), else raw bytes
     registry: dict[str, str] = field(default_factory=dict, repr=False)  # its client's settings, credentials too
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
@@ -279,6 +284,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         raise OptionError("option valueSchema needs valueFormat=json")
     if value_format in ("raw", "json") and "valueformatspec" in opts:
         raise OptionError("option valueFormatSpec needs valueFormat avro, protobuf or json-schema")
+    key_spec = _key_spec(opts, value_format)
     simulated = parse_offsets("weir.simulatedLogStartOffsets", opts.get("weir.simulatedlogstartoffsets"), "earliest")
     poll = _positive_int(opts, "polltimeoutms")
     return SourceOptions(
@@ -296,6 +302,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         value_schema=value_schema,
         value_prefix=opts.get("valuefieldprefix", ""),
         value_spec=spec,
+        key_spec=key_spec,
         registry={k[len("schemaregistry.") :]: v for k, v in opts.items() if k.startswith("schemaregistry.")},
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
@@ -393,3 +400,25 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         commit_report=opts.get("commitreport") or None,
         fenced=opts.get("weir.simulatedfencing", "false").lower() == "true",
     )
+
+
+def _key_spec(opts: dict[str, str], value_format: str) -> FormatSpec | None:
+    """The keys' format (keyFormat and keyFormatSpec), None for raw keys."""
+    kind = opts.get("keyformat", "raw").lower()
+    if kind == "raw":
+        if "keyformatspec" in opts:
+            raise OptionError("option keyFormatSpec needs keyFormat avro, protobuf or json-schema")
+        return None
+    if kind not in KINDS or kind == "json":
+        raise OptionError(f"option keyFormat must be raw, avro, protobuf or json-schema; got {kind!r}")
+    if value_format == "raw":
+        raise OptionError("option keyFormat needs decoded values (valueFormat): the key's fields are the value's")
+    if "keyformatspec" not in opts:
+        raise OptionError(f"option keyFormat={kind} needs keyFormatSpec (weir.kafka.formats.FormatSpec)")
+    try:
+        spec = FormatSpec.from_option(opts["keyformatspec"], "keyFormatSpec")
+    except FormatError as exc:
+        raise OptionError(str(exc)) from None
+    if spec.kind != kind:
+        raise OptionError(f"keyFormatSpec is for {spec.kind} keys, keyFormat says {kind}")
+    return dataclasses.replace(spec, role="key")

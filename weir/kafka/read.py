@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from weir.kafka.formats.base import Decoder
+from weir.kafka.formats.keys import decode_records
 from weir.kafka.log import BrokerUnavailable, client_log, is_outage
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import SourceOptions
@@ -56,8 +57,9 @@ def to_batch(records: list, topic: str, partition: int, schema: pa.Schema, decod
     # librdkafka: 0 none, 1 create time, 2 log-append time; Spark's columns: -1, 0, 1.
     no_ts = pc.equal(ts_type, 0)
     micros = pc.multiply(pa.array(ts_ms, pa.int64()), 1000)
+    keys = list(map(_KEY, records))
     arrays = [
-        pa.array(list(map(_KEY, records)), pa.binary()),
+        pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
@@ -67,7 +69,7 @@ def to_batch(records: list, topic: str, partition: int, schema: pa.Schema, decod
         _headers(list(map(_HEADERS, records)), schema.field("headers").type),
     ]
     if decoder is not None:
-        columns, errors = decoder.decode(values)
+        columns, errors = decode_records(decoder, values, lambda: keys)
         arrays.extend(columns)
         arrays.append(errors)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -31,7 +31,7 @@ from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
-from weir.kafka.formats import value_format
+from weir.kafka.formats import KeyedDecoder, key_fields, value_format
 from weir.kafka.formats.base import Decoder
 from weir.kafka.log import TP, BrokerUnavailable, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
@@ -68,8 +68,24 @@ def value_ddl(opts: SourceOptions) -> str:
 
 def decoder(opts: SourceOptions, schema: StructType) -> Decoder | None:
     """The decoder of the value columns of `schema` (the source's columns), None for raw values: weir's JSON
-    decoder, or the values' format's (weir.kafka.formats). Made where the source is made: on the driver, pickled to
-    the read tasks."""
+    decoder, or the values' format's (weir.kafka.formats); with keyFormat, beside the keys' decoder. Made where
+    the source is made: on the driver, pickled to the read tasks."""
+    values = _value_decoder(opts, schema)
+    if values is None or opts.key_spec is None:
+        return values
+    topic = opts.topics[0] if len(opts.topics) == 1 else (opts.pattern or "")
+    names = [opts.value_prefix + f.name for f in parse_fields(opts.value_schema or "")]
+    fields = [name for name, _ in key_fields(opts.key_spec, topic)]
+    missing = [f for f in fields if opts.value_prefix + f not in names]
+    if missing:
+        raise OptionError(
+            f"keyFormatSpec: the key's fields {missing} are not fields of the values ({', '.join(names)})"
+        )
+    places = [(names.index(opts.value_prefix + f), i) for i, f in enumerate(fields)]
+    return KeyedDecoder(values, value_format(opts.key_spec, topic, opts.registry).decoder(), places)
+
+
+def _value_decoder(opts: SourceOptions, schema: StructType) -> Decoder | None:
     if opts.value_format == "raw":
         return None
     if opts.value_spec is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from weir import units
 from weir.kafka.decode import SchemaError, parse_fields
-from weir.kafka.formats import FormatError, FormatSpec, value_format
+from weir.kafka.formats import FormatError, FormatSpec, key_fields, value_format
 from weir.kafka.formats.declare import pinned
 from weir.sinks.base import Sink
 
@@ -54,21 +54,31 @@ class Topic:
     archived: bool = False
     compacted: bool = False
     format: FormatSpec = field(default_factory=FormatSpec)
+    key_format: FormatSpec | None = None  # the key's own format (Avro, Protobuf, JSON Schema); None: the key's text
 
     @property
     def resolved(self) -> bool:
         """False for a format whose schema is still in the registry (columns unknown until `with_schema`)."""
-        return self.format.schema is not None or not self.format.registry
+        return all(f.schema is not None or not f.registry for f in (self.format, self.key_format) if f is not None)
+
+    @property
+    def registered(self) -> bool:
+        """Whether its values or keys are in a schema registry (its records framed with schema ids)."""
+        return any(f is not None and f.registry for f in (self.format, self.key_format))
 
     def reader_options(self, registry_conf: dict[str, str]) -> dict[str, str]:
-        """The weir-kafka source's options that decode this topic's values (none for a raw topic)."""
+        """The weir-kafka source's options that decode this topic's values, and keys in a format of their own
+        (none for a raw topic)."""
         if not self.schema.strip():
             return {}
+        registry = {f"schemaRegistry.{k}": v for k, v in registry_conf.items()} if self.registered else {}
+        keys = {} if self.key_format is None else {
+            "keyFormat": self.key_format.kind, "keyFormatSpec": self.key_format.to_option(), **registry,
+        }  # fmt: skip
         if self.format.kind == "json":
-            return {"valueFormat": "json", "valueSchema": self.schema}
-        registry = {f"schemaRegistry.{k}": v for k, v in registry_conf.items()} if self.format.registry else {}
+            return {"valueFormat": "json", "valueSchema": self.schema, **keys}
         return {"valueFormat": self.format.kind, "valueSchema": self.schema,
-                "valueFormatSpec": self.format.to_option(), **registry}  # fmt: skip
+                "valueFormatSpec": self.format.to_option(), **registry, **keys}  # fmt: skip
 
     def fields(self) -> list[str]:
         """The value's declared fields; none for a raw topic (schema "": bytes weir does not decode)."""
@@ -176,6 +186,39 @@ def _with_columns(pipeline: str, topic: Topic) -> Topic:
     return dataclasses.replace(topic, schema=ddl)
 
 
+def _with_key_format(pipeline: str, topic: Topic) -> Topic:
+    """A topic whose key has a format of its own, checked: the key's fields are fields of the records, of the
+    same types, and the declared key is one of them (docs/formats.md, keys)."""
+    if topic.key_format is None:
+        return topic
+    where = f"pipeline {pipeline}: topic {topic.name}: key_format"
+    spec = dataclasses.replace(topic.key_format, role="key")
+    if spec.kind == "json":
+        raise DeclarationError(f"{where}: a JSON key is the key field's text, weir's default; leave key_format out, "
+                               "or give weir.avro, weir.protobuf or weir.json_schema")  # fmt: skip
+    if topic.key is None:
+        raise DeclarationError(f"{where}: a key format needs the topic's key (key=, a field of the key's record)")
+    topic = dataclasses.replace(topic, key_format=spec)
+    if not topic.resolved:
+        return topic
+    try:
+        fields = key_fields(spec, topic.name)
+    except FormatError as exc:
+        raise DeclarationError(f"{where}: {exc} (a key format's schema is a record of the key's fields)") from None
+    declared = {f.name: f.type_ddl for f in parse_fields(topic.schema)}
+    for name, ddl in fields:
+        if name not in declared:
+            raise DeclarationError(f"{where}: the key's field {name!r} is not a field of the topic's records "
+                                   f"({', '.join(declared)})")  # fmt: skip
+        if ddl.upper() != declared[name].upper():
+            raise DeclarationError(f"{where}: the key's field {name!r} is {ddl} in the key's schema but "
+                                   f"{declared[name]} in the records'")  # fmt: skip
+    if topic.key not in dict(fields):
+        raise DeclarationError(f"{where}: key {topic.key!r} is not a field of the key's record "
+                               f"({', '.join(n for n, _ in fields)})")  # fmt: skip
+    return topic
+
+
 @dataclass
 class Pipeline:
     """A named topology of topics, tables, processors and views."""
@@ -202,6 +245,7 @@ class Pipeline:
             raise DeclarationError(
                 f"pipeline {self.name}: topic {topic.name}: key {topic.key!r} is not a field of its schema ({fields})"
             )
+        topic = _with_key_format(self.name, topic)
         if isinstance(topic, Table) and topic.key is None:
             raise DeclarationError(f"pipeline {self.name}: table {topic.name} needs a key")
         if topic.name in self.topics and self.topics[topic.name] != topic:
@@ -212,21 +256,42 @@ class Pipeline:
     def topic(
         self, name: str, schema: str = "", key: str | None = None, partitions: int = 1,
         retention: int | str = "7d", archived: bool = False, format: FormatSpec | None = None,
+        key_format: FormatSpec | None = None,
     ) -> Topic:  # fmt: skip
         """A pipe. `schema` is the DDL of its JSON values ("" for raw bytes); with `format` (weir.avro(...),
-        weir.protobuf(...), weir.json_schema(...)) the columns come from the format's schema instead."""
+        weir.protobuf(...), weir.json_schema(...)) the columns come from the format's schema instead. The key is
+        the `key` field's text, or with `key_format` a record of key fields in that format (subject
+        <topic>-key)."""
         retention_ms = duration_ms(retention, f"topic {name} retention")
         return self._add_topic(
-            Topic(name, schema, key, partitions, retention_ms, archived, format=format or FormatSpec())
+            Topic(
+                name,
+                schema,
+                key,
+                partitions,
+                retention_ms,
+                archived,
+                format=format or FormatSpec(),
+                key_format=key_format,
+            )
         )
 
     def table(
         self, name: str, schema: str = "", key: str = "", partitions: int = 1, retention: int | str = -1,
-        archived: bool = False, format: FormatSpec | None = None,
+        archived: bool = False, format: FormatSpec | None = None, key_format: FormatSpec | None = None,
     ) -> Table:  # fmt: skip
         retention_ms = duration_ms(retention, f"table {name} retention")
         return self._add_topic(
-            Table(name, schema, key or None, partitions, retention_ms, archived, format=format or FormatSpec())
+            Table(
+                name,
+                schema,
+                key or None,
+                partitions,
+                retention_ms,
+                archived,
+                format=format or FormatSpec(),
+                key_format=key_format,
+            )
         )
 
     def with_schemas(self, registry_conf: dict[str, str]) -> Pipeline:
@@ -236,10 +301,11 @@ class Pipeline:
             if not topic.resolved:
                 try:
                     spec = pinned(topic.format, name, registry_conf)
+                    key = None if topic.key_format is None else pinned(topic.key_format, name, registry_conf)
                 except FormatError as exc:
                     raise DeclarationError(f"pipeline {self.name}: {exc}") from None
                 del self.topics[name]  # replaced, not declared twice
-                self._add_topic(dataclasses.replace(topic, format=spec))
+                self._add_topic(dataclasses.replace(topic, format=spec, key_format=key))
         return self
 
     def http_source(self, *topics: Topic | str, port: int = 8643, host: str = "127.0.0.1") -> HttpSource:

@@ -19,8 +19,7 @@ from pyspark.sql.functions import arrow_udf
 
 from weir.blocks.common import col
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
-from weir.kafka.formats import encode_each, writer
-from weir.kafka.formats.base import Encoder
+from weir.kafka.formats import RecordWriter, record_writer
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
@@ -135,35 +134,36 @@ def stamped_headers(headers: dict[str, str]) -> Column:
     return F.concat(col("headers"), F.array(*[_header(k, F.lit(v)) for k, v in headers.items()]))
 
 
-def writers(proc: Processor, topics: dict[str, Topic], registry_conf: dict[str, str]) -> dict[str, Encoder]:
-    """The encoders of the processor's output topics whose values are not JSON (Avro, Protobuf, JSON Schema),
-    made on the driver once per start: each registers its schema with the registry first (or finds it there),
-    so a schema the registry refuses stops the start with the registry's answer (docs/formats.md)."""
+def writers(proc: Processor, topics: dict[str, Topic], registry_conf: dict[str, str]) -> dict[str, RecordWriter]:
+    """The record writers of the processor's output topics whose values or keys have a format of their own
+    (Avro, Protobuf, JSON Schema), made on the driver once per start: each registers its schemas with the
+    registry first (or finds them there), so a schema the registry refuses stops the start with the registry's
+    answer (docs/formats.md)."""
     return {
-        name: writer(topics[name].format, name, registry_conf)
+        name: record_writer(topics[name].format, topics[name].key_format, name, registry_conf)
         for name in proc.outputs
-        if name in topics and topics[name].format.kind != "json"
+        if name in topics and (topics[name].format.kind != "json" or topics[name].key_format is not None)
     }
 
 
-ENCODED = "_encoded"  # struct<value binary, error string>: a row's value in its output topic's format
-_ENCODED_TYPE = "struct<value:binary,error:string>"
+# struct<value binary, key binary, error string>: a row's value and key in its output topic's formats
+ENCODED = "_encoded"
+_ENCODED_TYPE = "struct<value:binary,key:binary,error:string>"
 
 
-def _encoder_udf(encoder: Encoder) -> Callable[[Column], Column]:
-    """`encoder` in the write's tasks, row by row refusals included: a row the format refuses gets its error,
-    not a failed task (weir.kafka.formats.encode_each)."""
+def _encoder_udf(encoder: RecordWriter) -> Callable[[Column], Column]:
+    """`encoder` in the write's tasks, row by row refusals included: a row a format refuses gets its error,
+    not a failed task (RecordWriter.encode_each)."""
 
     @arrow_udf(_ENCODED_TYPE)
     def encode(rows: pa.Array) -> pa.Array:
-        values, errors = encode_each(encoder, rows)
-        return pa.StructArray.from_arrays([values, errors], names=["value", "error"])
+        return pa.StructArray.from_arrays(list(encoder.encode_each(rows)), names=["value", "key", "error"])
 
     return encode
 
 
 def encoded_column(names: tuple[str, ...], proc: Processor, topics: dict[str, Topic],
-                   encoders: dict[str, Encoder] | None) -> Column | None:  # fmt: skip
+                   encoders: dict[str, RecordWriter] | None) -> Column | None:  # fmt: skip
     """`ENCODED` for a result with these columns: an output row's value in its topic's format (Avro, Protobuf,
     JSON Schema), computed once, before routing reads it twice (the route, the value); None when no output
     topic of the processor has such a format."""
@@ -184,13 +184,13 @@ def encoded_column(names: tuple[str, ...], proc: Processor, topics: dict[str, To
 
 
 def with_encoded(df: DataFrame, proc: Processor, topics: dict[str, Topic],
-                 encoders: dict[str, Encoder] | None) -> DataFrame:  # fmt: skip
+                 encoders: dict[str, RecordWriter] | None) -> DataFrame:  # fmt: skip
     """`df` with `ENCODED` when its processor writes a topic in a format of its own (see encoded_column)."""
     column = encoded_column(tuple(df.columns), proc, topics, encoders)
     return df if column is None else df.withColumn(ENCODED, column)
 
 
-def refused_rows(frame: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder]) -> int:
+def refused_rows(frame: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, RecordWriter]) -> int:
     """The rows of a result (cached) whose output's format refuses them: dead letters, not filtered records."""
     column = encoded_column(tuple(frame.columns), proc, topics, encoders)
     return 0 if column is None else frame.where(column["error"].isNotNull()).count()
@@ -202,18 +202,23 @@ def _record(names: Sequence[str], topic: Topic, encoded: bool = False) -> tuple[
     if any(f.name not in names for f in declared.fields):
         key = col("key").cast("binary") if "key" in names else F.lit(None).cast("binary")
         return key, (col("value") if "value" in names else F.lit(None)).cast("binary")
-    if topic.format.kind != "json" and not (encoded and ENCODED in names):
-        raise DeclarationError(f"topic {topic.name}: its {topic.format.kind} values need a writer (routing.writers)")
+    if (topic.format.kind != "json" or topic.key_format is not None) and not (encoded and ENCODED in names):
+        raise DeclarationError(f"topic {topic.name}: its formats need a writer (routing.writers)")
     if topic.format.kind == "json":
         value = F.to_json(F.struct(*[col(f.name).cast(f.dataType).alias(f.name) for f in declared.fields]))
     else:
         value = col(ENCODED)["value"]
-    key = col(topic.key).cast("string").cast("binary") if topic.key is not None else F.lit(None).cast("binary")
+    if topic.key_format is not None:
+        key = col(ENCODED)["key"]
+    elif topic.key is not None:
+        key = col(topic.key).cast("string").cast("binary")
+    else:
+        key = F.lit(None).cast("binary")
     return key, value.cast("binary")
 
 
 def route(
-    df: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder] | None = None
+    df: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, RecordWriter] | None = None
 ) -> DataFrame:
     """The routed form of a processor's result (docs/pipelines.md, routing); `encoders`: `writers`."""
     df = with_encoded(df, proc, topics, encoders)
@@ -221,7 +226,7 @@ def route(
 
 
 def route_columns(
-    names: tuple[str, ...], proc: Processor, topics: dict[str, Topic], encoders: dict[str, Encoder] | None = None
+    names: tuple[str, ...], proc: Processor, topics: dict[str, Topic], encoders: dict[str, RecordWriter] | None = None
 ) -> list[Column]:
     """The columns of `route` for a result with these columns. Unresolved expressions, so one list serves every
     batch of a processor: building them takes a hundred calls into the JVM, a tenth of a second of every

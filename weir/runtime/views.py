@@ -68,7 +68,8 @@ def shape(batch: DataFrame, pipeline: Pipeline, view: View, fate: bool = False) 
     may hold undecodable records too, and `_weir_fate` says what becomes of each (the lean path, `lean`)."""
     decl = dict(_declared(pipeline.topics[view.source].schema))
     tomb = col("value").isNull()
-    keys = {k: _tombstone_key(view, k, decl[k]) for k in view.key}
+    # A tombstone's key fields: decoded from its key by a key format (the source fills them), else its key's text
+    keys = {k: F.coalesce(col(k), _tombstone_key(view, k, decl[k])) for k in view.key}
     cols: list[Column] = []
     for name, dt in decl.items():
         c = F.when(tomb, keys[name]).otherwise(col(name)) if name in keys else col(name)

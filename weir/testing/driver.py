@@ -167,7 +167,9 @@ class PipelineTest:
     ) -> int:  # fmt: skip
         """Produce `rows` to the pipeline's topic `topic`: dicts as JSON (keyed by the topic's key field),
         bytes or text as they are, None as a tombstone. `timestamps`: the records' time, one for all or one
-        per row (default: the test clock). `keys` overrides the keys. Returns the records written."""
+        per row (default: the test clock). `keys` overrides the keys (bytes as they are; else the key's text,
+        or with a key format its record: a dict of key fields, or the key field's value). Returns the records
+        written."""
         declared = self._declared(topic)
         self._create_topics()
         stamps = rec.timestamps_for(len(rows), timestamps, self.clock)

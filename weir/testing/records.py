@@ -25,8 +25,7 @@ from weir import units
 from weir.config import load
 from weir.kafka.admin import Admin
 from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats import writer
-from weir.kafka.formats.base import Encoder
+from weir.kafka.formats import RecordWriter, record_writer
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.offsets import OffsetRange
@@ -106,15 +105,27 @@ def encode(topic: Topic, row: Row) -> tuple[bytes | None, bytes | None]:
         raise TypeError(f"topic {topic.name}: a row is a dict of fields, bytes or a string, not {type(row).__name__}")
     key = row.get(topic.key) if topic.key is not None else None
     key = None if key is None else str(key).encode()
-    if topic.format.kind != "json":
-        return key, _writer(topic).encode(pa.array([row], type=_struct(topic)))[0].as_py()
-    return key, json.dumps(row, default=_json_default).encode()
+    if topic.format.kind == "json" and topic.key_format is None:
+        return key, json.dumps(row, default=_json_default).encode()
+    value, encoded_key = _writer(topic).encode(pa.array([row], type=_struct(topic)))
+    key = encoded_key[0].as_py() if encoded_key is not None else key
+    return key, value[0].as_py() if value is not None else json.dumps(row, default=_json_default).encode()
+
+
+def _key(topic: Topic, given: Any) -> bytes:
+    """A key given to `send`: its text, or with a key format the key's record of these fields (a dict, or the
+    key field's value alone)."""
+    if topic.key_format is None:
+        return str(given).encode()
+    fields = given if isinstance(given, dict) else {topic.key: given}
+    return _writer(topic).encode_key(fields, _struct(topic))
 
 
 @functools.cache
-def _writer(topic: Topic) -> Encoder:
-    """The encoder of an Avro, Protobuf or JSON Schema topic, its schema registered (once per topic)."""
-    return writer(topic.format, topic.name, load().registry_conf() if topic.format.registry else {})
+def _writer(topic: Topic) -> RecordWriter:
+    """The encoders of a topic whose values or keys are Avro, Protobuf or JSON Schema, its schemas registered
+    (once per topic)."""
+    return record_writer(topic.format, topic.key_format, topic.name, load().registry_conf() if topic.registered else {})
 
 
 @functools.cache
@@ -161,7 +172,7 @@ def produce(bootstrap: str, topic: Topic, rows: Iterable[Row], stamps: list[int]
     for i, row in enumerate(rows):
         key, value = encode(topic, row)
         if keys is not None:
-            key = keys[i] if keys[i] is None or isinstance(keys[i], bytes) else str(keys[i]).encode()
+            key = keys[i] if keys[i] is None or isinstance(keys[i], bytes) else _key(topic, keys[i])
         producer.produce(topic.name, value, key, timestamp=stamps[i],
                          on_delivery=lambda err, _: err is None or failures.append(err.str()))  # fmt: skip
         producer.poll(0)
@@ -176,7 +187,7 @@ def source_options(bootstrap: str, topic: Topic | None, name: str) -> tuple[Any,
     """The weir-kafka source's options and columns for reading topic `name` (decoded when `topic` has a schema)."""
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": name, "pollTimeoutMs": str(READ_TIMEOUT_MS)}
     if topic is not None:
-        options |= topic.reader_options(load().registry_conf() if topic.format.registry else {})
+        options |= topic.reader_options(load().registry_conf() if topic.registered else {})
     opts = parse_source(options, streaming=None)
     return opts, T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(opts))
 

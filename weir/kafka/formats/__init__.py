@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 
-import pyarrow as pa
-
+from weir.kafka.decode import parse_fields
 from weir.kafka.formats.base import KINDS, EncodeError, Encoder, FormatError, FormatSpec, ValueFormat
+from weir.kafka.formats.keys import KeyedDecoder, RecordWriter
 
 __all__ = [
     "KINDS",
     "EncodeError",
     "FormatError",
     "FormatSpec",
+    "KeyedDecoder",
+    "RecordWriter",
     "ValueFormat",
-    "encode_each",
+    "key_fields",
+    "record_writer",
     "value_format",
     "writer",
 ]
@@ -46,22 +50,19 @@ def writer(spec: FormatSpec, topic: str, registry_conf: Mapping[str, str]) -> En
     return value_format(spec, topic, url).encoder(schema_id)
 
 
-def encode_each(encoder: Encoder, rows: pa.StructArray) -> tuple[pa.BinaryArray, pa.StringArray]:
-    """(values, errors) of `rows`: each row's value, or null and why the format refused it. The batch is encoded
-    at once; only a batch with a refused row is bisected, so only refused rows are encoded alone."""
-    values: list[bytes | None] = [None] * len(rows)
-    errors: list[str | None] = [None] * len(rows)
-    stack = [(0, len(rows))]
-    while stack:
-        lo, hi = stack.pop()
-        if hi <= lo:
-            continue
-        try:
-            values[lo:hi] = encoder.encode(rows.slice(lo, hi - lo)).to_pylist()
-        except EncodeError as exc:
-            if hi - lo == 1:
-                errors[lo] = str(exc)
-            else:
-                mid = (lo + hi) // 2
-                stack += [(mid, hi), (lo, mid)]
-    return pa.array(values, pa.binary()), pa.array(errors, pa.string())
+def key_fields(spec: FormatSpec, topic: str) -> list[tuple[str, str]]:
+    """(name, DDL type) of the fields of a key format's record, from its schema's text (the registry unasked)."""
+    unframed = dataclasses.replace(spec, registry=False)
+    return [(f.name, f.type_ddl) for f in parse_fields(value_format(unframed, topic).ddl())]
+
+
+def record_writer(
+    spec: FormatSpec, key_spec: FormatSpec | None, topic: str, registry_conf: Mapping[str, str]
+) -> RecordWriter:
+    """Runs on the driver before a write starts: the encoders of `topic`'s records, values (unless JSON) and keys
+    (with a key format), each schema registered or found under its subject first."""
+    value = writer(spec, topic, registry_conf) if spec.kind != "json" else None
+    if key_spec is None:
+        return RecordWriter(value)
+    names = tuple(name for name, _ in key_fields(key_spec, topic))
+    return RecordWriter(value, writer(key_spec, topic, registry_conf), names)

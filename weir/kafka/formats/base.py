@@ -51,6 +51,7 @@ class FormatSpec:
     strategy: "topic" (<topic>-value, <topic>-key) or "record" (the record's full name, `record`).
     record: the record's (Avro) or message's (Protobuf) full name: which one of the schema's types the values
         are, when the schema defines several; the subject under the record name strategy.
+    role: "value", or "key" for a topic's key_format (its subject is <topic>-key); set by the topic.
     """
 
     kind: Kind = "json"
@@ -59,27 +60,28 @@ class FormatSpec:
     subject: str | None = None
     strategy: Literal["topic", "record"] = "topic"
     record: str | None = None
+    role: Literal["value", "key"] = "value"
 
-    def subject_for(self, topic: str, *, key: bool = False) -> str:
-        """The registry subject of this topic's values (or keys)."""
+    def subject_for(self, topic: str) -> str:
+        """The registry subject of this topic's values (or keys, for a key format)."""
         if self.subject:
             return self.subject
         if self.strategy == "record":
             if not self.record:
                 raise FormatError(f"topic {topic!r}: the record name strategy needs the record's full name (record=)")
             return self.record
-        return f"{topic}-{'key' if key else 'value'}"
+        return f"{topic}-{self.role}"
 
     def to_option(self) -> str:
         """The spec as one data source option value."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_option(cls, text: str) -> FormatSpec:
+    def from_option(cls, text: str, option: str = "valueFormatSpec") -> FormatSpec:
         try:
             return cls(**json.loads(text))
         except (TypeError, ValueError) as exc:
-            raise FormatError(f"valueFormatSpec: not a format spec ({exc}): {text[:200]!r}") from None
+            raise FormatError(f"{option}: not a format spec ({exc}): {text[:200]!r}") from None
 
 
 class Decoder(Protocol):
