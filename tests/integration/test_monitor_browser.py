@@ -217,3 +217,38 @@ def check_the_page(page, api, key: dict[str, str], tag: str, feed: Feed) -> None
         row = page.locator(f'#processors .proc-row[data-name="{key[proc]}"]')
         assert row.count() == 1 and row.get_attribute("data-health") == "healthy", row.get_attribute("title")
     assert page.locator("#broker").get_attribute("data-reachable") == "true"
+
+
+def test_the_dashboard_shows_a_release_that_drifts_and_its_alert(browser, tmp_path):
+    """A processor's progress records fed by hand: version v1 dead-letters 0.1% of 20,000 records, v2 3% of
+    3,000. The page shows both versions' shares in the processor's detail and the release drift alert firing."""
+    from weir.monitor.state import Monitor
+
+    now = [1_800_000_000.0]
+    m = Monitor(MonitorConfig.model_validate({}), clock=lambda: now[0])
+    for i, (version, dlq) in enumerate([("v1", 1)] * 20 + [("v2", 30)] * 3):
+        now[0] += 10
+        m.ingest(json.dumps({
+            "type": "progress", "pipeline": "shop", "processor": "enrich", "at_ms": int(now[0] * 1000),
+            "batch_id": i, "run_id": "r1", "input_rows": 1000, "batch_duration_ms": 300, "version": version,
+            "sources": [{"end_offset": {"orders": {"0": i}}, "latest_offset": {"orders": {"0": i}}}],
+            "accounting": {"in": 1000, "out": 1000 - dlq, "dlq": dlq, "balanced": True}, "restarts": 0,
+        }).encode())  # fmt: skip
+    m.refresh()
+    problems: list[str] = []
+    with serving(create_app(m, token=TOKEN)) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(f"{url}/?token={TOKEN}")
+        page.locator('#processors .proc-row[data-name="shop/enrich"]').click()
+        detail = page.locator("#detail")
+        detail.filter(has_text="release drift").wait_for(timeout=10_000)
+        text = detail.text_content()
+        assert "version v2 since" in text and "dlq 3.00%" in text and "dlq 0.10%" in text, text
+        assert "dlq/in 3.00% against 0.10% for version v1" in text, text
+        alert = page.locator('#alerts-active .alert.firing[data-rule="release drift"]')
+        alert.wait_for(timeout=10_000)
+        assert "release_drift(shop/enrich) = 0.029 > 0.01: version v2" in alert.text_content()
+        page.screenshot(path=str(tmp_path / "release-drift.png"), full_page=True)
+        page.close()
+    assert not problems, problems

@@ -41,6 +41,7 @@ PROCESSOR_KEYS = [
     "unbalanced_batches", "last_violation", "totals", "retention_left_s", "retention_partition", "lost_offsets",
     "retention_reports", "last_batch", "batch_ms", "scheduling_delay_ms", "completeness_ms", "freshness_s",
     "silent_gaps", "silent_offsets", "counted_lost_offsets", "in_flight_offsets", "gaps", "audit_error",
+    "release_drift", "versions",
 ]  # fmt: skip
 T0 = 1_800_000_000
 

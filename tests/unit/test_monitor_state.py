@@ -485,7 +485,7 @@ def test_default_rules_fire_with_no_configuration(clock):
     "no alert firing" (issue 28, item 12)."""
     m = Monitor(MonitorConfig.model_validate({}), clock=clock)
     assert {r.name for r in m.alerts.rules} == {"dead", "stalled", "waiting", "violations", "retention at risk",
-                                                "gaps"}  # fmt: skip
+                                                "gaps", "release drift"}  # fmt: skip
     assert dead_and_unbalanced(m, clock) == ["dead shop/enrich", "dead shop/total", "violations shop/total"]
 
 

@@ -364,3 +364,31 @@ def test_state_file_view_is_readable_at_80_columns_and_wide(home, columns):
         assert cells[1:4] == ["per_minute", "running", "12 at 2026-11-22T07:00:00Z"]
         assert cells[6:8] == ["40", "8"]  # in, written
         assert len(lines) <= 12
+
+
+def test_status_shows_each_versions_shares_and_the_drift(home):
+    """Version v1 dead-lettered 0.1% of 20,000 records, v2 3% of 3,000: `weir status` shows both versions' shares,
+    the drifted one marked, and the release drift alert firing with the version, share and both values."""
+    now = [T0]
+    m = Monitor(MonitorConfig.model_validate({}), clock=lambda: now[0])
+    for i, (version, dlq) in enumerate([("v1", 1)] * 20 + [("v2", 30)] * 3):
+        now[0] += 10
+        m.ingest(json.dumps({
+            "type": "progress", "pipeline": "shop", "processor": "enrich", "at_ms": int(now[0] * 1000),
+            "batch_id": i, "run_id": "r", "input_rows": 1000, "batch_duration_ms": 250, "version": version,
+            "sources": [{"end_offset": {"orders": {"0": i}}, "latest_offset": {"orders": {"0": i}}}],
+            "accounting": {"in": 1000, "out": 1000 - dlq, "dlq": dlq},
+        }).encode())  # fmt: skip
+    m.refresh()
+    with serving(create_app(m)) as url:
+        announce(home, url)
+        result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "releases: each version's shares of its input" in out
+    v2 = next(line for line in out.splitlines() if "│ v2 " in line)
+    v1 = next(line for line in out.splitlines() if "│ v1 " in line)
+    assert [c.strip() for c in v2.split("│")[4:9]] == ["3,000", "97.00%", "0.00%", "3.00% (was 0.10%)", "0.00%"]
+    assert [c.strip() for c in v1.split("│")[4:9]] == ["20,000", "99.90%", "0.00%", "0.10%", "0.00%"]
+    assert "FIRING release drift: release_drift(shop/enrich) = 0.029 > 0.01: version v2 (running since" in out
+    assert "dlq/in 3.00% against 0.10% for version v1" in out

@@ -67,6 +67,7 @@ VALUE: dict[str, Callable[[ProcessorFigures], Any]] = {
     "violations": lambda f: f.accounting.violations_window,
     "failures": lambda f: f.run.failures_window,
     "gaps": lambda f: f.completeness.silent_gaps,
+    "release_drift": lambda f: None if f.drift is None else f.drift.difference,
 }
 if missing := {k for k, spec in KINDS.items() if spec[3] != "broker"} ^ set(VALUE):
     raise RuntimeError(f"alert kinds without a figure, or figures without a kind: {sorted(missing)}")
@@ -108,7 +109,10 @@ class AlertEngine:
         about_health = rule.kind in ("behind", "stalled", "dead", "waiting", "unhealthy")
         for key, f in facts.processors.items():
             if rule.target in ("*", key, f.name):
-                out.append((key, VALUE[rule.kind](f), f.health_reason if about_health else ""))
+                detail = f.health_reason if about_health else ""
+                if rule.kind == "release_drift" and f.drift is not None:
+                    detail = f.drift.detail()
+                out.append((key, VALUE[rule.kind](f), detail))
         return out
 
     # -- evaluation ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weir import units
 from weir.monitor.config import MonitorConfigError, load_config
 
 
@@ -148,6 +149,32 @@ def narrowed(body: dict, pipeline: str | None) -> dict | None:
     return {**body, "processors": procs, "outputs": outputs, "alerts": {**(body.get("alerts") or {}), "active": active}}
 
 
+def releases_table(body: dict) -> Any | None:
+    """Each version's shares of its input, for the processors that ran more than one version (the monitor's
+    books, weir/monitor/drift.py); the running version first, a share that drifted beyond chance marked."""
+    from rich.markup import escape as e
+
+    from weir.tables import new_table
+
+    released = [p for _, p in sorted((body.get("processors") or {}).items()) if len(p.get("versions") or []) > 1]
+    if not released:
+        return None
+    table = new_table("processor", "version", "running since", "in", "out", "filtered", "dlq", "late",
+                      title="releases: each version's shares of its input")  # fmt: skip
+    for p in released:
+        drift = p.get("release_drift") or {}
+        for v in p["versions"]:
+            shares = v.get("shares") or {}
+            cells = []
+            for name in ("out", "filtered", "dlq", "late"):
+                text = percent(shares.get(name))
+                drifted = v["version"] == drift.get("version") and name == drift.get("share")
+                cells.append(f"[red]{text} (was {percent(drift.get('before'))})[/red]" if drifted else text)
+            table.add_row(e(str(p.get("key"))), e(str(v["version"])), e(units.iso(v["since_ms"])),
+                          number(v.get("in")), *cells)  # fmt: skip
+    return table
+
+
 def status_views(body: dict, url: str) -> list[Any]:
     """Rich renderables for `weir status` from the monitor's overview: one line saying where the figures come
     from (and whether the broker answers), a table per pipeline, the outputs' freshness, the firing alerts."""
@@ -188,6 +215,9 @@ def status_views(body: dict, url: str) -> list[Any]:
                 str(p.get("restarts", 0)), e(rebuilds_text(p.get("client_rebuilds"))), why,
             )  # fmt: skip
         views.append(table)
+    releases = releases_table(body)
+    if releases is not None:
+        views.append(releases)
     outputs = body.get("outputs") or {}
     if outputs:
         table = new_table("output", "kind", "freshness", "written by", title="outputs: how far behind real time")

@@ -135,6 +135,16 @@ function admission(b) {  // flow = auto: the last batch's limit and why (docs/fl
   return `admission: ${fmt(a.limit)} records per batch (${a.reason}); ${fmt(a.waiting)} waiting; ` +
     `last batch ${fmt(a.measured_ms)} ms of a ${fmt(a.target_ms)} ms target`;
 }
+function releases(p) {  // each version's shares of its input; the running one first (weir/monitor/drift.py)
+  const vs = p.versions || [];
+  if (vs.length < 2) return vs.length ? `version ${vs[0].version}` : "";
+  const d = p.release_drift;
+  const lines = vs.slice(0, 3).map(v => `version ${v.version} since ${new Date(v.since_ms).toISOString()}: ` +
+    `in ${fmt(v.in)}; out ${pct(v.shares.out)}, filtered ${pct(v.shares.filtered)}, dlq ${pct(v.shares.dlq)}, ` +
+    `late ${pct(v.shares.late)}`);
+  if (d && d.share) lines.push("release drift: " + d.detail);
+  return lines.join("\n");
+}
 function rebuilds(r) {  // Kafka clients of its process rebuilt after errors they could not go on from
   const kinds = Object.entries(r || {}).filter(([, n]) => n > 0);
   if (!kinds.length) return "";
@@ -340,6 +350,7 @@ function drawTables() {
       p.silent_gaps === null ? "" : `audit: ${p.silent_gaps} silent gap(s)` +
         (p.gaps.length ? ` (${p.gaps.join(", ")})` : "") + `; ${p.counted_lost_offsets} counted lost offsets`,
       rebuilds(p.client_rebuilds),
+      releases(p),
       p.last_error ? "last error: " + p.last_error : ""];
     detail.appendChild(el("pre", {}, lines.filter(Boolean).join("\n")));
   } else {

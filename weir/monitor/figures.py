@@ -143,6 +143,7 @@ def figures(
             version=lp.version, lake_fallback=lp.lake_fallback, admission=lp.admission,
         ),
         batch_ms=Distribution.of(t.batch_hist), scheduling_delay_ms=Distribution.of(t.delay_hist),
-        completeness=t.completeness,
+        completeness=t.completeness, drift=t.releases.drift(),
+        versions=tuple(b.to_json() for b in reversed(t.releases.versions.values())),
     )  # fmt: skip
     return fig, stage

@@ -32,6 +32,8 @@ GAUGES: tuple[tuple[str, Callable[[ProcessorFigures], object], str], ...] = (
      "from checkpoints)."),
     ("counted_lost_offsets", lambda f: f.completeness.lost_offsets if f.completeness.silent_gaps is not None
      else None, "Input offsets skipped and counted in @dataLoss (weir audit)."),
+    ("release_drift", lambda f: None if f.drift is None else f.drift.difference, "How far the running version's "
+     "out, filtered, dlq or late share differs from the previous version's, beyond chance (0: it does not)."),
 )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir.monitor.compute import Health
+from weir.monitor.drift import Drift
 from weir.monitor.records import RetentionReport
 from weir.monitor.series import Histogram
 
@@ -222,6 +223,8 @@ class ProcessorFigures:
     scheduling_delay_ms: Distribution = field(default_factory=Distribution)  # how late batches started
     freshness: Freshness = field(default_factory=Freshness)
     completeness: Completeness = field(default_factory=Completeness)
+    drift: Drift | None = None  # the running version's shares against the previous version's (None: one version)
+    versions: tuple[dict[str, Any], ...] = ()  # each version's books, the running one first (VersionBooks.to_json)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,6 +243,7 @@ class ProcessorFigures:
             "batch_ms": self.batch_ms.to_json(), "scheduling_delay_ms": self.scheduling_delay_ms.to_json(),
             **self.freshness.to_json(),
             **self.completeness.to_json(),
+            "release_drift": self.drift.to_json() if self.drift else None, "versions": list(self.versions),
         }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from weir.monitor import compute
 from weir.monitor.compute import TP
+from weir.monitor.drift import Releases
 from weir.monitor.model import SAMPLED, Completeness, ProcessorFigures, Violation
 from weir.monitor.records import Failure, Progress, Record, RetentionReport, StateChange
 from weir.monitor.series import Histogram, Ring
@@ -103,6 +104,7 @@ class Track:
     batch_hist: Histogram = field(default_factory=Histogram)
     delay_hist: Histogram = field(default_factory=Histogram)
     figures: ProcessorFigures | None = None  # of the last refresh (weir/monitor/figures.py)
+    releases: Releases = field(default_factory=Releases)  # each version's books (weir/monitor/drift.py)
 
     def __post_init__(self) -> None:
         self.series = {name: Ring(self.points) for name in (*BATCH_SERIES, *SAMPLED_SERIES)}
@@ -167,6 +169,7 @@ class Track:
         self.batches.append((r.at_ms, a.get("in", 0), a.get("dlq", 0), a.get("late", 0), violations))
         for k, v in a.items():
             self.totals[k] += v
+        self.releases.add(r.version, r.at_ms, a)
         if violations or not r.balanced:
             self.unbalanced_batches += 1
             self.last_violation = Violation(r.batch_id, r.at_ms, r.unaccounted, dict(a))

@@ -1,0 +1,146 @@
+"""Release drift: each version of a processor keeps its own books (records in, and their shares out, filtered,
+dead-lettered, late), and the running version's shares are compared with the previous version's by a test of
+two proportions, so that a release that quietly drops or dead-letters a few percent of its input is noticed in
+minutes, and a small sample does not fire (docs/monitor.md, "Release drift").
+
+The books balance either way ("filtered" is a legitimate route): only the comparison between versions tells.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir import units
+
+SHARES = ("filtered", "dlq", "late", "out")  # each as a share of the records in; the routes away from out first
+# |z| of the two-proportion test beyond which a difference is not chance: two-sided p < 0.001, so that among
+# four shares of a processor's every release, a false alarm is rarer than one in 250 releases.
+Z_CRITICAL = 3.29
+# The normal approximation holds once each sample expects this many records of the share and of the rest: fewer,
+# and one dead letter among 20 records would read as a certainty.
+MIN_EXPECTED = 5
+MAX_VERSIONS = 20  # kept per processor: the running one, the one before, and a history to show
+
+
+@dataclass
+class VersionBooks:
+    """One version's running totals since the monitor first saw it run."""
+
+    version: str
+    since_ms: int
+    last_ms: int
+    batches: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("in", *SHARES), 0))
+
+    def share(self, name: str) -> float | None:
+        n = self.counts["in"]
+        return self.counts[name] / n if n else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "since_ms": self.since_ms, "last_ms": self.last_ms,
+                "batches": self.batches, "in": self.counts["in"],
+                "shares": {s: self.share(s) for s in SHARES}}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """The running version's share that differs most from the previous version's, beyond chance (|z| above
+    Z_CRITICAL); `difference` is 0.0 when no share does."""
+
+    version: str
+    previous: str
+    since_ms: int
+    share: str | None = None
+    value: float | None = None
+    before: float | None = None
+    z: float | None = None
+    n: int = 0
+    n_before: int = 0
+
+    @property
+    def difference(self) -> float:
+        """The share's change in points (0.03 for 0.1% -> 3.1%), unsigned: the alert's figure."""
+        return 0.0 if self.value is None or self.before is None else abs(self.value - self.before)
+
+    def detail(self) -> str:
+        if self.share is None:
+            return f"version {self.version} shares as version {self.previous} did"
+        return (f"version {self.version} (running since {units.iso(self.since_ms)}): {self.share}/in "
+                f"{self.value:.2%} against {self.before:.2%} for version {self.previous} (z = {self.z:.1f}; "
+                f"{self.n:,} and {self.n_before:,} records in)")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "previous": self.previous, "since_ms": self.since_ms,
+                "share": self.share, "value": self.value, "before": self.before, "z": self.z,
+                "difference": self.difference, "detail": self.detail()}  # fmt: skip
+
+
+def z_score(x1: int, n1: int, x2: int, n2: int) -> float | None:
+    """The two-proportion z statistic of x1/n1 against x2/n2 (pooled variance); None when a sample is too small
+    for it (fewer than MIN_EXPECTED records of the share, or of the rest, expected in either), or both shares
+    are 0 or 1 (no variance: no evidence either way)."""
+    if n1 <= 0 or n2 <= 0:
+        return None
+    pooled = (x1 + x2) / (n1 + n2)
+    if min(n1, n2) * min(pooled, 1 - pooled) < MIN_EXPECTED:
+        return None
+    variance = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
+    if variance <= 0:
+        return None
+    return (x1 / n1 - x2 / n2) / math.sqrt(variance)
+
+
+class Releases:
+    """A processor's versions in the order they last started running, each with its books."""
+
+    def __init__(self) -> None:
+        self.versions: OrderedDict[str, VersionBooks] = OrderedDict()
+
+    def add(self, version: str | None, at_ms: int, accounting: dict[str, int]) -> None:
+        """A batch's accounting, booked to the version that ran it (a version running again after another moves
+        last: it is the running one, compared with the one it replaced)."""
+        if not version:
+            return
+        books = self.versions.get(version)
+        if books is None:
+            books = self.versions[version] = VersionBooks(version, at_ms, at_ms)
+            while len(self.versions) > MAX_VERSIONS:
+                self.versions.popitem(last=False)
+        elif next(reversed(self.versions)) != version:
+            self.versions.move_to_end(version)
+            books.since_ms = at_ms  # a rollback: it runs again from now
+        books.last_ms = max(books.last_ms, at_ms)
+        books.batches += 1
+        for name in books.counts:
+            books.counts[name] += int(accounting.get(name, 0) or 0)
+
+    @property
+    def running(self) -> str | None:
+        return next(reversed(self.versions)) if self.versions else None
+
+    def drift(self) -> Drift | None:
+        """How the running version's shares compare with the previous version's; None with one version only (or
+        none): nothing to compare, so no alert changes."""
+        if len(self.versions) < 2:
+            return None
+        *_, before, now = self.versions.values()
+        found = Drift(now.version, before.version, now.since_ms, n=now.counts["in"], n_before=before.counts["in"])
+        for name in SHARES:
+            z = z_score(now.counts[name], now.counts["in"], before.counts[name], before.counts["in"])
+            if z is None or abs(z) < Z_CRITICAL:
+                continue
+            if name == "out" and found.share is not None:
+                break  # out's change mirrors the routes' (in = out + filtered + dlq + late + ...): name the cause
+            value, was = now.share(name), before.share(name)
+            if found.share is None or abs(value - was) > found.difference:
+                found = Drift(now.version, before.version, now.since_ms, name, value, was, z, now.counts["in"],
+                              before.counts["in"])  # fmt: skip
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        drift = self.drift()
+        return {"running": self.running, "versions": [b.to_json() for b in reversed(self.versions.values())],
+                "drift": drift.to_json() if drift else None}  # fmt: skip
