@@ -126,7 +126,17 @@ def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_ski
     # A kill may land between Spark's commit of a batch and the group's: the group may lag, never lead
     ends, group = committed_ends(home, "scale", events), group_offsets(bootstrap, "weir.audit.scale", events)
     assert all(group[p] <= ends.get(p, 0) for p in group), (group, ends)
+    # A release: the restart runs new code (its source changed), from the batch after the last committed one
+    spec.write_text(spec.read_text().replace("def scale(df):\n", "def scale(df):\n    # release 2\n"))
     finish(run("--once", WEIR_MAX_OFFSETS_PER_TRIGGER="100"))  # several batches: Spark purges the early ones
+    record = json.loads((tmp_path / "checkpoints" / "audit" / "scale" / "weir.json").read_text())
+    v1, v2 = (r["version"] for r in record["releases"])
+    asked = CliRunner().invoke(app, ["audit", str(spec), "--processor", "scale", "--json"], env=env)
+    released = json.loads(asked.output)["processors"][0]["versions"]
+    assert set(released) == {v1, v2}, released
+    for part in (0, 1):  # each version: exactly the offsets of the batches it committed, the kill between them
+        assert released[v1].get(events, {}).get(str(part), []) == ([[0, ends[part]]] if ends.get(part) else [])
+        assert released[v2][events][str(part)] == [[ends.get(part, 0), N // 2]], (released, ends)
     for name in ("scale", archiver):  # the restart's last batch ends every partition: its group says so
         assert committed_ends(home, name, events) == {0: N // 2, 1: N // 2}
         assert group_offsets(bootstrap, f"weir.audit.{name}", events) == {0: N // 2, 1: N // 2}, name

@@ -235,3 +235,55 @@ def test_a_fold_that_fails_is_counted_for_the_progress_records(tmp_path):
     folder.finished(str(cp), 0)
     folder.close()
     assert folder.failed(str(cp)) == 0 and audit_fold(cp) is not None
+
+
+def start(cp, version: str) -> None:
+    """A start of processor `p` under code `version`, as the runner records it before its query runs."""
+    from weir.pipeline.model import Processor
+
+    proc = Processor("p", lambda df: df, ("t",), (), version, "p")
+    versions.check(proc, str(cp), "struct<x:int>", {"t": "x INT"})
+
+
+def test_each_version_owns_the_batches_it_ran_across_a_fold_a_purge_and_a_reset(tmp_path):
+    cp = tmp_path / "cp"
+    start(cp, "v1")
+    for n in range(3):  # v1: batches 0-2, offsets 0-30
+        batch(cp, n, {"t": {0: 10 * n + 10, 1: n + 1}}, {"t": {0: 10 * n, 1: n}})
+    batch(cp, 3, {"t": {0: 40, 1: 4}}, {"t": {0: 30, 1: 3}}, committed=False)  # planned, not committed
+    start(cp, "v1")  # a restart of the same code: no new release
+    start(cp, "v2")  # a release: batch 3 runs again under v2
+    batch(cp, 3, {"t": {0: 40, 1: 4}}, {"t": {0: 30, 1: 3}})
+    batch(cp, 4, {"t": {0: 55, 1: 4}}, {"t": {0: 40, 1: 4}})
+    audit_fold(cp)
+    purge(cp, 4)
+    start(cp, "v1")  # rolled back
+    batch(cp, 5, {"t": {0: 60, 1: 6}}, {"t": {0: 55, 1: 4}})
+    releases = json.loads((cp / "weir.json").read_text())["releases"]
+    assert [(r["version"], r["first_batch"]) for r in releases] == [("v1", 0), ("v2", 3), ("v1", 5)]
+    found = audit("p", str(cp)).versions()
+    assert found == {"v1": {("t", 0): [(0, 30), (55, 60)], ("t", 1): [(0, 3), (4, 6)]},
+                     "v2": {("t", 0): [(30, 55)], ("t", 1): [(3, 4)]}}  # fmt: skip
+    assert versions.reset(str(cp))  # the reset run's versions stay in its history
+    start(cp, "v3")
+    batch(cp, 0, {"t": {0: 70, 1: 6}}, {"t": {0: 60, 1: 6}})
+    after = audit("p", str(cp))
+    assert after.versions() == {**found, "v3": {("t", 0): [(60, 70)]}}
+    assert after.to_json()["versions"]["v2"] == {"t": {"0": [[30, 55]], "1": [[3, 4]]}}
+
+
+def test_the_cli_lists_the_ranges_of_each_version(tmp_path, monkeypatch):
+    spec = tmp_path / "pipe.py"
+    spec.write_text(
+        "from weir.pipeline import Pipeline\np = Pipeline('au')\nt = p.topic('t', 'x INT')\n"
+        "@p.processor(inputs=[t], outputs=[], version='v1')\ndef copy(df):\n    return df\n"
+    )
+    monkeypatch.setenv("WEIR_CHECKPOINT_ROOT", str(tmp_path / "cps"))
+    cp = tmp_path / "cps" / "au" / "copy"
+    start(cp, "v1")
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    start(cp, "v2")
+    batch(cp, 1, {"t": {0: 25}}, {"t": {0: 10}})
+    result = CliRunner().invoke(app, ["audit", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "  version v1: t/0 0-9" in result.output and "  version v2: t/0 10-24" in result.output

@@ -116,10 +116,13 @@ def chunks(start: datetime, end: datetime) -> list[Chunk]:
     return [Chunk(h, max(start, hour_start(h)), min(end, hour_start(h + 1))) for h in hours(start, end)]
 
 
-def backfill_id(pipeline: str, processor: str, version: str, start: datetime, end: datetime, target: str) -> str:
+def backfill_id(
+    pipeline: str, processor: str, version: str, start: datetime, end: datetime, target: str, scope: str = ""
+) -> str:
     """`<pipeline>.<processor>.<digest>`: the same for a rerun of the same backfill (same code version, range
-    and target), different for any other. It is the value of the `weir.backfill` header."""
-    text = "\n".join([pipeline, processor, version, iso(start), iso(end), target])
+    or `scope` (the offsets of a version), and target), different for any other. It is the value of the
+    `weir.backfill` header."""
+    text = "\n".join([pipeline, processor, version, iso(start), iso(end), target, *([scope] if scope else [])])
     return f"{pipeline}.{processor}.{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 

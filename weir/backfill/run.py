@@ -31,11 +31,12 @@ from weir.backfill.plan import (
     check_range,
     chunks,
     epoch_micros,
+    hour_start,
     iso,
     parse_time,
     writer_name,
 )
-from weir.backfill.scan import TopicScan, chunk_rows, scan_topic, span
+from weir.backfill.scan import TopicScan, chunk_rows, scan_offsets, scan_topic, span
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
@@ -57,7 +58,7 @@ from weir.storage.checkpoint import Checkpoint, processor_checkpoint, write_json
 from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from weir.sinks.base import Sink
 
@@ -97,6 +98,8 @@ class BackfillReport:
     chunks_empty: int = 0  # chunks without files or without a row in the exact range: no batch ran
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    version: str | None = None  # `--version`: the code version whose input offsets are replayed
+    ranges: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)  # its [start, end) offsets
 
     @property
     def files(self) -> int:
@@ -141,6 +144,10 @@ class BackfillReport:
             "chunks_empty": self.chunks_empty,
             "seconds": round(self.seconds, 3),
             "notes": self.notes,
+            "version": self.version,
+            "ranges": {
+                t: {str(p): [list(r) for r in rs] for p, rs in sorted(ps.items())} for t, ps in self.ranges.items()
+            },
         }
 
 
@@ -185,29 +192,48 @@ class Planned:
 def plan(
     pipeline: Pipeline | str,
     processor: str,
-    start: str | datetime | date,
-    end: str | datetime | date,
+    start: str | datetime | date | None = None,
+    end: str | datetime | date | None = None,
     into: str | Sink | None = None,
     settings: Settings | None = None,
     now: datetime | None = None,
+    version: str | None = None,
 ) -> Planned:
     """Everything a backfill decides before Spark runs: the checks (each bad input a BackfillError), the
-    target, the lake's files in the range's hours (from the inputs' Delta logs), the chunks."""
+    target, the lake's files in the range's hours (from the inputs' Delta logs), the chunks. With `version`
+    instead of a time range: the input offsets that code version processed (its checkpoint's records, `weir
+    audit`), in the lake's files that may hold them, a chunk per hour of files."""
 
     began = time.monotonic()
     settings = settings or load()
     p = _pipeline(pipeline)
     proc = find_processor(p, processor)
-    t1, t2 = parse_time(start, "--from"), parse_time(end, "--to")
-    check_range(t1, t2, now)
     target = resolve(into, p, proc, lambda: _kafka_topics(settings))
     lake = Lake(settings.lake)
-    scans = {t: scan_topic(lake, t, t1, t2) for t in proc.inputs}
+    if version is None:
+        if start is None or end is None:
+            raise BackfillError("give the range to backfill: --from and --to (record time), or --version")
+        t1, t2 = parse_time(start, "--from"), parse_time(end, "--to")
+        check_range(t1, t2, now)
+        scans = {t: scan_topic(lake, t, t1, t2) for t in proc.inputs}
+        planned_chunks, ranges, scope = chunks(t1, t2), {}, ""
+    else:
+        if start is not None or end is not None:
+            raise BackfillError("--version replays the offsets a version processed: give it without --from and --to")
+        ranges = version_ranges(settings, proc, version)
+        scans = {t: scan_offsets(lake, t, ranges.get(t, {})) for t in proc.inputs}
+        found = sorted({f.hour for s in scans.values() for f in s.files})
+        planned_chunks = [Chunk(h, hour_start(h), hour_start(h + 1)) for h in found]
+        if not planned_chunks:
+            raise BackfillError(f"the lake {lake.url} holds no file with the offsets version {version} of "
+                                f"{proc.name} processed ({ranges_text(ranges)})")  # fmt: skip
+        t1, t2 = planned_chunks[0].start, planned_chunks[-1].end
+        scope = f"version {version} {ranges_text(ranges)}"
     report = BackfillReport(
-        backfill_id(p.name, proc.name, proc.version, t1, t2, target.description),
-        p.name, proc.name, t1, t2, target.description, dry_run=True, topics=scans,
+        backfill_id(p.name, proc.name, proc.version, t1, t2, target.description, scope),
+        p.name, proc.name, t1, t2, target.description, dry_run=True, topics=scans, version=version, ranges=ranges,
     )  # fmt: skip
-    report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in chunks(t1, t2)]
+    report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in planned_chunks]
     if report.files == 0:
         unarchived = [t for t in proc.inputs if not p.topics[t].archived]
         hint = f" ({', '.join(unarchived)} not declared archived=True)" if unarchived else ""
@@ -215,7 +241,7 @@ def plan(
         raise BackfillError(
             f"the lake {lake.url} has no data of {', '.join(proc.inputs)} in [{iso(t1)}, {iso(t2)}); it holds {holds}"
         )
-    for t, s in scans.items():
+    for t, s in scans.items() if version is None else ():  # a version's offsets are known: the notes say what lacks
         if s.last_hour is not None and report.plan[-1].chunk.hour >= s.last_hour:
             report.notes.append(
                 f"the range reaches the newest hour of {t} in the lake ({span(s)}): records the archiver has not "
@@ -223,6 +249,33 @@ def plan(
             )
     report.seconds = time.monotonic() - began
     return Planned(report, target, p, settings)
+
+
+def version_ranges(settings: Settings, proc: Processor, version: str) -> dict[str, dict[int, list[tuple[int, int]]]]:
+    """The input offsets `version` of the processor processed, per topic and partition, from its checkpoint and the
+    history beside it (weir.kafka.audit); a BackfillError naming the versions there are when it ran none."""
+    from weir.kafka.audit import audit
+
+    checkpoint = processor_checkpoint(settings.checkpoint_root, proc.checkpoint)
+    found = audit(proc.name, checkpoint).versions()
+    if version not in found:
+        known = "; ".join(f"{v}: {ranges_text(_by_topic(spans))}" for v, spans in sorted(found.items())) or "none"
+        raise BackfillError(f"processor {proc.name} ran no batch of version {version!r} that its checkpoint "
+                            f"{checkpoint} records (versions: {known}); `weir audit` lists them")  # fmt: skip
+    return _by_topic(found[version])
+
+
+def _by_topic(spans: dict[tuple[str, int], list[tuple[int, int]]]) -> dict[str, dict[int, list[tuple[int, int]]]]:
+    out: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for (topic, partition), ranges in sorted(spans.items()):
+        out.setdefault(topic, {})[partition] = list(ranges)
+    return out
+
+
+def ranges_text(ranges: dict[str, dict[int, list[tuple[int, int]]]]) -> str:
+    """`orders/0 30-54, 60-69; orders/1 3-3` (last offsets inclusive)."""
+    return "; ".join(f"{t}/{p} " + ", ".join(f"{s}-{e - 1}" for s, e in rs)
+                     for t, ps in sorted(ranges.items()) for p, rs in sorted(ps.items()))  # fmt: skip
 
 
 def execute(
@@ -251,7 +304,13 @@ def execute(
     dlqs = {f"{t}.dlq" for t in target.proc.inputs}
     for dest, n in report.counts.outputs.items():
         (report.dead_lettered if dest in dlqs else report.written)[dest] = n
-    if report.rows_read == 0:
+    if report.ranges:
+        wanted = sum(e - s for ps in report.ranges.values() for rs in ps.values() for s, e in rs)
+        if report.rows_read < wanted:  # compaction and transaction markers leave offsets without records, too
+            report.notes.append(f"{report.rows_read} records read of the {wanted} offsets version {report.version} "
+                                "processed: the archiver may not have written the newest yet, or offsets hold no "
+                                "record (compaction, transaction markers)")  # fmt: skip
+    elif report.rows_read == 0:
         report.notes.append("no record of the inputs has a timestamp in the range (the hours' files hold others)")
     if report.counts.violations or not report.counts.balanced:
         report.notes.append(f"the books do not balance: {report.counts.to_json()}")
@@ -262,8 +321,8 @@ def execute(
 def backfill(
     pipeline: Pipeline | str,
     processor: str,
-    start: str | datetime | date,
-    end: str | datetime | date,
+    start: str | datetime | date | None = None,
+    end: str | datetime | date | None = None,
     into: str | Sink | None = None,
     settings: Settings | None = None,
     spark: SparkSession | None = None,
@@ -271,12 +330,14 @@ def backfill(
     *,
     on_chunk: Callable[[ChunkPlan, Counts | None], None] | None = None,
     now: datetime | None = None,
+    version: str | None = None,
 ) -> BackfillReport:
-    """Run `processor`'s function over its inputs' lake records with timestamps in [start, end) and deliver
-    the result to its outputs (or `into`): `plan`, then (unless `dry_run`) `execute`. `pipeline` is a
-    Pipeline or a spec (`file.py[:name]`, `module[:name]`); times are ISO 8601 strings, dates or datetimes
-    (UTC unless they carry an offset). Raises BackfillError for bad input."""
-    planned = plan(pipeline, processor, start, end, into, settings, now)
+    """Run `processor`'s function over its inputs' lake records with timestamps in [start, end) (or, with
+    `version` and no times, over the input offsets that code version processed) and deliver the result to its
+    outputs (or `into`): `plan`, then (unless `dry_run`) `execute`. `pipeline` is a Pipeline or a spec
+    (`file.py[:name]`, `module[:name]`); times are ISO 8601 strings, dates or datetimes (UTC unless they carry
+    an offset). Raises BackfillError for bad input."""
+    planned = plan(pipeline, processor, start, end, into, settings, now, version)
     return planned.report if dry_run else execute(planned, spark, on_chunk)
 
 
@@ -305,6 +366,16 @@ def input_schema(p: Pipeline, topic: str):
     options = {"subscribe": topic, "kafka.bootstrap.servers": "-"}  # parsed for the schema only: no client
     options |= p.topics[topic].reader_options({})  # the columns depend on the schema, not on the registry
     return T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(parse_source(options, streaming=None)))
+
+
+def _within(ranges: dict[int, list[tuple[int, int]]]) -> Column:
+    """Rows whose (partition, offset) lies in `ranges`."""
+    found = F.lit(False)
+    for partition, spans in ranges.items():
+        offset = F.col("offset")
+        inside = functools.reduce(operator.or_, [(offset >= s) & (offset < e) for s, e in spans], F.lit(False))
+        found = found | ((F.col("partition") == partition) & inside)
+    return found
 
 
 class _Run:
@@ -342,6 +413,9 @@ class _Run:
             files = scan.in_hour(chunk.hour)
             if files:
                 df = self._files(topic, files)
+                if self.report.version is not None:  # the version's offsets, whatever their time
+                    frames.append(df.where(_within(self.report.ranges.get(topic, {}))))
+                    continue
                 micros = F.unix_micros(F.col("timestamp"))
                 frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))
         return union(frames) if frames else None

@@ -7,6 +7,7 @@ hour until Spark filters the exact timestamps. See docs/backfill.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -54,8 +55,9 @@ def _hour_of(date: str, hh: str) -> int:
     return hour_index(hour_start(date, hh))
 
 
-def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicScan:
-    """The topic's files in the hours [start, end) overlaps, with their rows, from the current table version."""
+def _scan(lake: Lake, topic: str, keep: Callable[[dict, int], bool]) -> TopicScan:
+    """The topic's files, from the current table version, that `keep(add action, hour)` keeps, oldest hour first;
+    the hours the table holds at all."""
     scan = TopicScan(topic)
     dt = lake.table(topic)
     if dt is None:
@@ -66,16 +68,38 @@ def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicS
         return scan
     every = [_hour_of(a["partition.date"], a["partition.hour"]) for a in actions]
     scan.first_hour, scan.last_hour = min(every), max(every)
-    wanted = set(hours(start, end))
     top = lake.topic_dir(topic)
     for a, h in sorted(zip(actions, every, strict=True), key=lambda x: (x[1], x[0]["path"])):
-        if h not in wanted:
-            continue
-        lo, hi = a.get("min.timestamp"), a.get("max.timestamp")
-        if lo is not None and hi is not None and (_utc(hi) < start or _utc(lo) >= end):
-            continue  # the file's records all lie outside the range (late records in a boundary hour)
-        scan.files.append(LakeFile(topic, h, f"{top}/{a['path']}", int(a["num_records"]), int(a["size_bytes"])))
+        if keep(a, h):
+            scan.files.append(LakeFile(topic, h, f"{top}/{a['path']}", int(a["num_records"]), int(a["size_bytes"])))
     return scan
+
+
+def scan_topic(lake: Lake, topic: str, start: datetime, end: datetime) -> TopicScan:
+    """The topic's files in the hours [start, end) overlaps, with their rows, from the current table version."""
+    wanted = set(hours(start, end))
+
+    def keep(a: dict, hour: int) -> bool:
+        lo, hi = a.get("min.timestamp"), a.get("max.timestamp")
+        # a file whose records all lie outside the range (late records in a boundary hour) is not read
+        return hour in wanted and not (lo is not None and hi is not None and (_utc(hi) < start or _utc(lo) >= end))
+
+    return _scan(lake, topic, keep)
+
+
+def scan_offsets(lake: Lake, topic: str, ranges: dict[int, list[tuple[int, int]]]) -> TopicScan:
+    """The topic's files that may hold offsets of `ranges` (partition -> [start, end) offsets), whatever their
+    hour, from the current table version: a file is kept unless its partition and offset statistics show it holds
+    none of them (a file without statistics is kept)."""
+    return _scan(lake, topic, lambda a, _: _may_hold(a, ranges))
+
+
+def _may_hold(action: dict, ranges: dict[int, list[tuple[int, int]]]) -> bool:
+    stats = [action.get(k) for k in ("min.partition", "max.partition", "min.offset", "max.offset")]
+    if any(v is None for v in stats):
+        return True
+    p_lo, p_hi, o_lo, o_hi = (int(v) for v in stats)
+    return any(p_lo <= p <= p_hi and s <= o_hi and o_lo < e for p, rs in ranges.items() for s, e in rs)
 
 
 def _utc(t: datetime) -> datetime:

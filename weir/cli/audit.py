@@ -74,6 +74,11 @@ def _table(pipeline: str, audits: list[ProcessorAudit]) -> None:
         lake = sum(e.fallback.offsets for e in a.epochs)
         extra += f"; {lake} offsets read from the lake" if lake else ""
         out.print(f"{a.processor}: runs: {runs or 'none'}{extra}", highlight=False, markup=False, soft_wrap=True)
+        for version, spans in sorted(a.versions().items()):
+            ranges = "; ".join(
+                f"{t}/{p} " + ", ".join(f"{s}-{e - 1}" for s, e in rs) for (t, p), rs in sorted(spans.items())
+            )
+            out.print(f"  version {version}: {ranges}", highlight=False, markup=False, soft_wrap=True)
         for note in a.notes:
             out.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
 

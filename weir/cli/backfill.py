@@ -35,9 +35,20 @@ def backfill_command(
     pipeline: Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")],
     processor: Annotated[str, typer.Argument(help="The stateless processor whose function to re-run.")],
     start: Annotated[
-        str, typer.Option("--from", help="Start of the range (inclusive), by record time: ISO 8601, UTC by default.")
-    ],
-    end: Annotated[str, typer.Option("--to", help="End of the range (exclusive): 2026-11-21 or 2026-11-20T18:00.")],
+        str | None,
+        typer.Option("--from", help="Start of the range (inclusive), by record time: ISO 8601, UTC by default."),
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", help="End of the range (exclusive): 2026-11-21 or 2026-11-20T18:00.")
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(
+            "--version",
+            help="Instead of --from/--to: exactly the input offsets this code version processed (weir audit lists "
+            "each version's), read from the lake.",
+        ),
+    ] = None,
     into: Annotated[
         str | None,
         typer.Option(
@@ -51,14 +62,15 @@ def backfill_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Re-run a stateless processor over a time range of its inputs' archive in the lake (docs/backfill.md)."""
+    """Re-run a stateless processor over a time range of its inputs' archive in the lake, or over the offsets a
+    code version processed (docs/backfill.md)."""
     from weir.backfill.run import plan
     from weir.sinks.base import SinkError
     from weir.storage.lake import LakeError
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        planned = plan(pipeline, processor, start, end, into)
+        planned = plan(pipeline, processor, start, end, into, version=version)
     except (ValueError, LakeError, SinkError) as exc:  # BackfillError and DeclarationError are ValueErrors
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -117,12 +129,18 @@ def _run(planned: Planned) -> None:
 
 
 def _print_plan(report: BackfillReport, dry_run: bool) -> None:
+    from weir.backfill.run import ranges_text
     from weir.backfill.scan import span
 
     rows = "rows" if report.exact else "rows (at most: partial boundary hours)"
+    if report.version is not None:
+        rows = "rows (at most: the files' rows beside the version's offsets)"
+        scope = f"the offsets version {report.version} processed: {ranges_text(report.ranges)}"
+    else:
+        scope = f"range [{iso(report.start)}, {iso(report.end)}) by record time"
     out.print(
         f"backfill {report.id}: processor {report.processor} of pipeline {report.pipeline}\n"
-        f"  range [{iso(report.start)}, {iso(report.end)}) by record time, into {report.target}\n"
+        f"  {scope}, into {report.target}\n"
         f"  {len(report.plan)} chunk(s) of at most one hour, {report.files} file(s), {report.file_rows} {rows}",
         highlight=False,
         soft_wrap=True,

@@ -57,6 +57,9 @@ class Epoch:
     # the log's next batch continues from (epoch_of's `prefix`).
     ends: dict[TP, int] = field(default_factory=dict)
     skipped: dict[int, int] = field(default_factory=dict)
+    # The committed batches' ranges by the code version that ran each (the releases the version record keeps):
+    # what `weir backfill --version` replays. A batch before the first release known is in none.
+    versions: dict[str, Spans] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class Epoch:
             "skips": _spans_json(self.skips), "in_flight": _spans_json(self.in_flight),
             "unknown": _unknown_json(self.unknown),
             "fallback": self.fallback.to_json(),
+            "versions": {v: _spans_json(spans, merge=True) for v, spans in sorted(self.versions.items())},
         }  # fmt: skip
 
     @classmethod
@@ -81,7 +85,7 @@ class Epoch:
             _spans_from(raw.get("skips")), _spans_from(raw.get("in_flight")), unknown,
             tuple(raw["batches"]) if raw.get("batches") else None, raw.get("committed"),  # type: ignore[arg-type]
             LakeFallback.from_json(raw.get("fallback")), raw.get("at"), raw.get("version"), raw.get("error"),
-            ends, skipped,
+            ends, skipped, {str(v): _spans_from(spans) for v, spans in (raw.get("versions") or {}).items()},
         )  # fmt: skip
 
 
@@ -99,6 +103,17 @@ def _spans_json(spans: Spans, merge: bool = False) -> dict[str, dict[str, list[l
     return out
 
 
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ranges sorted, those that touch or overlap joined."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
 def _unknown_json(unknown: dict[TP, list[int]]) -> dict[str, dict[str, list[int]]]:
     out: dict[str, dict[str, list[int]]] = {}
     for (t, p), ends in sorted(unknown.items()):
@@ -110,10 +125,14 @@ def _spans_from(raw: dict | None) -> Spans:
     return {(t, int(p)): [(int(s), int(e)) for s, e in rs] for t, ps in (raw or {}).items() for p, rs in ps.items()}
 
 
-def epoch_of(log: OffsetLog, label: str = CURRENT, prefix: Epoch | None = None) -> Epoch:
+def epoch_of(
+    log: OffsetLog, label: str = CURRENT, prefix: Epoch | None = None, releases: list[Release] | None = None
+) -> Epoch:
     """One checkpoint's coverage from its offset log. With `prefix` (the batches folded before Spark purged them,
-    `folded`), the prefix's coverage followed by the log's batches after it."""
+    `folded`), the prefix's coverage followed by the log's batches after it; with `releases` (`releases_of`),
+    each committed batch's ranges also under the version that ran it."""
     ep = copy.deepcopy(prefix) if prefix is not None else Epoch(label)
+    by_batch = sorted(releases or [])
     ep.label = label
     prev_batch = ep.batches[1] if ep.batches else None
     held = [b for b in log.batches if prev_batch is None or b.batch > prev_batch]
@@ -147,6 +166,9 @@ def epoch_of(log: OffsetLog, label: str = CURRENT, prefix: Epoch | None = None) 
                         skips.append((tp, before, start))
                     if end > start:
                         (ep.processed if batch.committed else ep.in_flight).setdefault(tp, []).append((start, end))
+                        version = _version_at(by_batch, batch.batch) if batch.committed else None
+                        if version is not None:
+                            ep.versions.setdefault(version, {}).setdefault(tp, []).append((start, end))
             counted = line.loss.skipped_offsets - prev_skipped.get(i, 0)
             target = ep.losses if skips and counted >= sum(e - s for _, s, e in skips) else ep.skips
             for tp, s, e in skips:
@@ -155,6 +177,29 @@ def epoch_of(log: OffsetLog, label: str = CURRENT, prefix: Epoch | None = None) 
             ep.fallback = ep.fallback.plus(line.fallback) if i else line.fallback
         prev_batch = batch.batch
     return ep
+
+
+Release = tuple[int, str]  # (the first batch a code version ran, the version)
+
+
+def _version_at(releases: list[Release], batch: int) -> str | None:
+    """The version that ran `batch`: the last release at or before it."""
+    found = None
+    for first, version in releases:
+        if first > batch:
+            break
+        found = version
+    return found
+
+
+def releases_of(checkpoint: str) -> list[Release]:
+    """The code versions the checkpoint's runs started, with the first batch each ran, from its version record
+    (weir/runtime/versions.py writes it at every start whose version changed); [] when it keeps none."""
+    raw = read_text(Checkpoint(checkpoint).version_record)
+    if raw is None:
+        return []
+    record = json.loads(raw)
+    return sorted((int(r["first_batch"]), str(r["version"])) for r in record.get("releases") or [])
 
 
 @dataclass(frozen=True)
@@ -290,6 +335,16 @@ class ProcessorAudit:
     def silent_gaps(self) -> int:
         return len(self.holes(SILENT))
 
+    def versions(self) -> dict[str, Spans]:
+        """The input ranges each code version processed, over every run (resets included), merged where they
+        touch: `weir backfill --version` replays exactly these."""
+        found: dict[str, Spans] = {}
+        for ep in self.epochs:
+            for version, spans in ep.versions.items():
+                for tp, ranges in spans.items():
+                    found.setdefault(version, {}).setdefault(tp, []).extend(ranges)
+        return {v: {tp: _merged(rs) for tp, rs in spans.items()} for v, spans in found.items()}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "processor": self.processor, "checkpoint": self.checkpoint,
@@ -301,6 +356,7 @@ class ProcessorAudit:
             "runs": [{"label": e.label, "batches": list(e.batches) if e.batches else None, "committed": e.committed,
                       "at": e.at, "version": e.version, "error": e.error} for e in self.epochs],
             "backfills": [{"id": b.id, "at": b.at} for b in self.backfills],
+            "versions": {v: _spans_json(spans) for v, spans in sorted(self.versions().items())},
             "partitions": [p.to_json() for p in self.partitions], "notes": self.notes,
         }  # fmt: skip
 
@@ -321,7 +377,7 @@ def fold(checkpoint: str, cache: dict | None = None) -> Epoch | None:
     if not done or (prefix is not None and prefix.batches and prefix.batches[1] >= done[-1]):
         return prefix
     upto = OffsetLog(log.checkpoint, [b for b in log.batches if b.batch <= done[-1]])
-    epoch = epoch_of(upto, FOLDED, prefix)
+    epoch = epoch_of(upto, FOLDED, prefix, releases_of(checkpoint))
     write_json(Checkpoint(checkpoint).folded, epoch.to_json())
     return epoch
 
@@ -350,7 +406,8 @@ def audit(processor: str, checkpoint: str, cache: dict | None = None) -> Process
             result.notes.append(f"{ep.label} ({ep.at}): its coverage was not kept: {ep.error}")
     if Checkpoint(checkpoint).exists():
         try:
-            result.epochs.append(epoch_of(read_log(checkpoint, cache), prefix=folded(checkpoint)))
+            current = epoch_of(read_log(checkpoint, cache), prefix=folded(checkpoint), releases=releases_of(checkpoint))
+            result.epochs.append(current)
         except (CheckpointError, ValueError) as exc:
             result.notes.append(str(exc))
     elif not result.epochs:

@@ -21,7 +21,7 @@ from weir.kafka import audit
 from weir.kafka.checkpoint import CheckpointError, read_log
 from weir.pipeline.model import Processor
 from weir.storage import paths
-from weir.storage.checkpoint import VERSION_RECORD, Checkpoint, json_files, write_json
+from weir.storage.checkpoint import VERSION_RECORD, Checkpoint, batches, json_files, write_json
 
 log = logging.getLogger("weir.pipeline")
 
@@ -41,6 +41,9 @@ class VersionRecord:
     result_schema: str
     input_schemas: dict[str, str] = field(default_factory=dict)  # declared DDL by input topic; {} before 2026-11
     blocks: list[dict[str, str]] = field(default_factory=list)  # the stateful blocks' settings, in call order
+    # Each start whose version changed: {"version", "first_batch" (the first batch it ran), "at"}; the audit
+    # attributes batches to versions by them (kafka/audit.py releases_of), for `weir backfill --version`.
+    releases: list[dict] = field(default_factory=list)
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
@@ -66,11 +69,11 @@ def check(
 ) -> str | None:  # fmt: skip
     """Raise IncompatibleChange, or store the current version (unless `record` is False: `weir graph` only
     looks); returns a note when the code changed."""
+    stored = read(checkpoint)
     current = VersionRecord(
         proc.name, proc.version, proc.stateful, list(proc.inputs), result_schema, dict(input_schemas or {}),
-        list(blocks or []),
+        list(blocks or []), _releases(checkpoint, stored, proc.version),
     )  # fmt: skip
-    stored = read(checkpoint)
     note = None
     if stored is not None and stored.version != current.version:
         note = f"processor {proc.name}: code version {stored.version} -> {current.version}"
@@ -107,6 +110,26 @@ def check(
     if record and stored != current:
         write(checkpoint, current)
     return note
+
+
+def _releases(checkpoint: str, stored: VersionRecord | None, version: str) -> list[dict]:
+    """The stored releases, and this start's when its version is not the last one's: it runs from the batch after
+    the last committed one (a batch planned and not committed runs again, under this version)."""
+    releases = list(stored.releases) if stored is not None else []
+    if stored is not None and not releases:  # a record from before releases were kept: its version from batch 0
+        releases.append({"version": stored.version, "first_batch": 0, "at": None})
+    if releases and releases[-1]["version"] == version:
+        return releases
+    return [*releases, {"version": version, "first_batch": next_batch(checkpoint), "at": units.now_iso()}]
+
+
+def next_batch(checkpoint: str) -> int:
+    """The id of the first batch a start of the checkpoint's query runs: the one after its last committed batch."""
+    committed = batches(Checkpoint(checkpoint).commits)
+    if committed:
+        return committed[-1] + 1
+    kept = audit.folded(checkpoint)  # Spark purged every commit (never: it keeps the last ones) but a fold kept them
+    return kept.committed + 1 if kept is not None and kept.committed is not None else 0
 
 
 def _top_level(text: str, sep: str = ",") -> list[str]:
@@ -193,7 +216,8 @@ def keep_history(checkpoint: str) -> str:
     cp = Checkpoint(checkpoint)
     stored = read(checkpoint)
     try:
-        epoch = audit.epoch_of(read_log(checkpoint), label="reset", prefix=audit.folded(checkpoint))
+        epoch = audit.epoch_of(read_log(checkpoint), label="reset", prefix=audit.folded(checkpoint),
+                               releases=audit.releases_of(checkpoint))  # fmt: skip
     except (CheckpointError, ValueError) as exc:
         epoch = audit.Epoch("reset", error=str(exc))
         log.warning("weir: reset of %s: its coverage is not known: %s", checkpoint, exc)
