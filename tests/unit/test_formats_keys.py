@@ -128,3 +128,27 @@ def test_the_sources_key_options_are_checked() -> None:
     with pytest.raises(OptionError, match=r"keyFormat needs decoded values"):
         parse_source({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "keyFormat": "avro",
                       "keyFormatSpec": spec}, streaming=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["json-schema", "protobuf"])
+def test_json_schema_and_protobuf_keys_round_trip_and_fill_a_tombstone(tmp_path, kind) -> None:
+    if kind == "json-schema":
+        (tmp_path / "key.json").write_text(json.dumps({"type": "object", "required": ["site", "device"],
+                                                      "properties": {"site": {"type": "string"},
+                                                                     "device": {"type": "integer"}}}))  # fmt: skip
+        key_format = weir.json_schema(str(tmp_path / "key.json"))
+    else:
+        (tmp_path / "key.proto").write_text('syntax = "proto3";\nmessage Key { string site = 1; int64 device = 2; }\n')
+        key_format = weir.protobuf(str(tmp_path / "key.proto"), message="Key")
+    schema = "site STRING NOT NULL, device BIGINT NOT NULL, temp DOUBLE"
+    topic = Pipeline("keys").topic("readings", schema, key="device", key_format=key_format)
+    writer = record_writer(topic.format, topic.key_format, topic.name, {})
+    struct = pa.struct([("site", pa.string()), ("device", pa.int64()), ("temp", pa.float64())])
+    key = writer.encode_key({"site": "b", "device": 7}, struct)
+    values = pa.StructArray.from_arrays(
+        [pa.array(["b"]), pa.array([7], pa.int64()), pa.array([1.5])], fields=list(struct)
+    )
+    assert writer.encode_each(values)[1].to_pylist() == [key]
+    decoder = value_format(topic.key_format, topic.name).decoder()
+    columns, errors = decoder.decode([key, b"\xff\xfe not a key"])
+    assert [c.to_pylist()[0] for c in columns] == ["b", 7] and errors[0].as_py() is None and errors[1].as_py()
