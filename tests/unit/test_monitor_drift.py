@@ -83,3 +83,24 @@ def test_a_small_sample_or_an_unchanged_release_does_not_fire(clock) -> None:
     run(m, clock, "v3", 20, 1000, 0, first=after)  # v3 against v2, both ~0%: no difference
     m.refresh()
     assert m.alerts.firing() == []
+
+
+def test_a_release_that_filters_2_percent_more_fires_within_its_first_batches(clock) -> None:
+    """The issue's case: a new version drops (filters) 2% of its records. With 1,000 records a batch it fires at
+    its second batch (the first has too few expected records to judge), naming the filtered share."""
+    m = Monitor(MonitorConfig.model_validate({}), clock=clock)
+    for i in range(10):
+        clock.t += 10
+        m.ingest(progress(clock, batch_id=i, end=i, rows=1000, version="v1",
+                          accounting={"in": 1000, "out": 1000, "balanced": True}))  # fmt: skip
+    fired_at = None
+    for i in range(10, 15):
+        clock.t += 10
+        m.ingest(progress(clock, batch_id=i, end=i, rows=1000, version="v2",
+                          accounting={"in": 1000, "out": 980, "filtered": 20, "balanced": True}))  # fmt: skip
+        m.refresh()
+        if fired_at is None and m.alerts.firing():
+            fired_at = i - 9
+    assert fired_at == 2
+    [alert] = m.alerts.firing()
+    assert "filtered/in 2.00% against 0.00% for version v1" in alert["message"], alert["message"]
