@@ -40,7 +40,7 @@ from weir.backfill.scan import TopicScan, chunk_rows, scan_offsets, scan_topic, 
 from weir.backfill.target import Target, resolve
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
-from weir.kafka.audit import Backfilled
+from weir.kafka.audit import Backfilled, audit, spans_text
 from weir.kafka.headers import BACKFILL_HEADER
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
@@ -254,12 +254,10 @@ def plan(
 def version_ranges(settings: Settings, proc: Processor, version: str) -> dict[str, dict[int, list[tuple[int, int]]]]:
     """The input offsets `version` of the processor processed, per topic and partition, from its checkpoint and the
     history beside it (weir.kafka.audit); a BackfillError naming the versions there are when it ran none."""
-    from weir.kafka.audit import audit
-
     checkpoint = processor_checkpoint(settings.checkpoint_root, proc.checkpoint)
     found = audit(proc.name, checkpoint).versions()
     if version not in found:
-        known = "; ".join(f"{v}: {ranges_text(_by_topic(spans))}" for v, spans in sorted(found.items())) or "none"
+        known = "; ".join(f"{v}: {spans_text(spans)}" for v, spans in sorted(found.items())) or "none"
         raise BackfillError(f"processor {proc.name} ran no batch of version {version!r} that its checkpoint "
                             f"{checkpoint} records (versions: {known}); `weir audit` lists them")  # fmt: skip
     return _by_topic(found[version])
@@ -273,9 +271,8 @@ def _by_topic(spans: dict[tuple[str, int], list[tuple[int, int]]]) -> dict[str, 
 
 
 def ranges_text(ranges: dict[str, dict[int, list[tuple[int, int]]]]) -> str:
-    """`orders/0 30-54, 60-69; orders/1 3-3` (last offsets inclusive)."""
-    return "; ".join(f"{t}/{p} " + ", ".join(f"{s}-{e - 1}" for s, e in rs)
-                     for t, ps in sorted(ranges.items()) for p, rs in sorted(ps.items()))  # fmt: skip
+    """A report's ranges as `weir audit` prints them (weir.kafka.audit.spans_text)."""
+    return spans_text({(t, p): rs for t, ps in ranges.items() for p, rs in ps.items()})
 
 
 def execute(

@@ -11,7 +11,7 @@ import typer
 
 from weir.cli.common import AsJson, clean_errors, out
 from weir.config import Settings, load
-from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, ProcessorAudit, audit
+from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, ProcessorAudit, audit, spans_text
 from weir.storage.checkpoint import archive_name, default_name, processor_checkpoint
 from weir.tables import new_table
 
@@ -75,10 +75,7 @@ def _table(pipeline: str, audits: list[ProcessorAudit]) -> None:
         extra += f"; {lake} offsets read from the lake" if lake else ""
         out.print(f"{a.processor}: runs: {runs or 'none'}{extra}", highlight=False, markup=False, soft_wrap=True)
         for version, spans in sorted(a.versions().items()):
-            ranges = "; ".join(
-                f"{t}/{p} " + ", ".join(f"{s}-{e - 1}" for s, e in rs) for (t, p), rs in sorted(spans.items())
-            )
-            out.print(f"  version {version}: {ranges}", highlight=False, markup=False, soft_wrap=True)
+            out.print(f"  version {version}: {spans_text(spans)}", highlight=False, markup=False, soft_wrap=True)
         for note in a.notes:
             out.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
 

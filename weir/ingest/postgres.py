@@ -200,13 +200,13 @@ class PgJob:
         valid = [c for c in changes if c.op != "DELETE"]
         keys, problems, values = self.intake.schema.check([json.dumps(c.values).encode() for c in valid])
         checked = {c.row: (k, p, v) for c, k, p, v in zip(valid, keys, problems, values, strict=True)}
+        keyed = self.intake.schema.keys_formatted
         for c in changes:
             headers = [(UNIT_HEADER, unit), (ROW_HEADER, str(c.row).encode())]
             if c.op == "DELETE":  # a tombstone, keyed like the row it deletes
                 outs.append(self._tombstone(c, headers))
                 continue
             key, problem, encoded = checked[c.row]
-            keyed = self.intake.schema.writer is not None and self.intake.schema.writer.key is not None
             if problem is None and not keyed and (len(self.key) > 1 or self.intake.schema.key is None):
                 key = kafka_key(c.values, self.key)  # the schema's check gives one key field's text only
             value = json.dumps(c.values).encode()
@@ -220,11 +220,10 @@ class PgJob:
     def _tombstone(self, c: Change, headers: list[tuple[str, bytes]]) -> Out:
         """A deletion's record: a tombstone keyed like the row (in the topic's key format, if it has one); a dead
         letter naming why when the key format refuses the old key."""
-        schema = self.intake.schema
-        if schema.writer is None or schema.writer.key is None:
+        if not self.intake.schema.keys_formatted:
             return Out(self.intake.topic, None, kafka_key(c.values, self.key), headers, c.row)
         try:
-            return Out(self.intake.topic, None, schema.tombstone_key(c.values), headers, c.row)
+            return Out(self.intake.topic, None, self.intake.schema.tombstone_key(c.values), headers, c.row)
         except EncodeError as exc:
             headers = [*headers, (ERROR_HEADER, str(exc).encode()), (PROCESSOR_HEADER, self.intake.job.encode())]
             return Out(self.intake.dlq, json.dumps(c.values).encode(), kafka_key(c.values, self.key), headers, c.row)

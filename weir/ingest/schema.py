@@ -112,6 +112,11 @@ class RecordSchema:
                 keys[i] = encoded_keys[j]
         return keys, problems, out
 
+    @property
+    def keys_formatted(self) -> bool:
+        """Whether keys are written in a format of their own (the topic's key_format), not as the key's text."""
+        return self.writer is not None and self.writer.key is not None
+
     def tombstone_key(self, fields: dict) -> bytes:
         """The key of a tombstone deleting the record of these key fields, in the topic's key format. Raises
         EncodeError naming the field when the key format refuses them."""

@@ -103,6 +103,12 @@ def _spans_json(spans: Spans, merge: bool = False) -> dict[str, dict[str, list[l
     return out
 
 
+def spans_text(spans: Spans) -> str:
+    """`orders/0 30-54, 60-69; orders/1 3-3`: ranges by partition, last offsets inclusive (as `weir audit` and
+    `weir backfill --version` print them)."""
+    return "; ".join(f"{t}/{p} " + ", ".join(f"{s}-{e - 1}" for s, e in rs) for (t, p), rs in sorted(spans.items()))
+
+
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Ranges sorted, those that touch or overlap joined."""
     out: list[tuple[int, int]] = []

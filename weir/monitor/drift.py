@@ -140,7 +140,6 @@ class Releases:
                               before.counts["in"])  # fmt: skip
         return found
 
-    def to_json(self) -> dict[str, Any]:
-        drift = self.drift()
-        return {"running": self.running, "versions": [b.to_json() for b in reversed(self.versions.values())],
-                "drift": drift.to_json() if drift else None}  # fmt: skip
+    def books(self) -> tuple[dict[str, Any], ...]:
+        """Each version's books as JSON, the running one first (the monitor's `versions` figure)."""
+        return tuple(b.to_json() for b in reversed(self.versions.values()))

@@ -144,6 +144,6 @@ def figures(
         ),
         batch_ms=Distribution.of(t.batch_hist), scheduling_delay_ms=Distribution.of(t.delay_hist),
         completeness=t.completeness, drift=t.releases.drift(),
-        versions=tuple(b.to_json() for b in reversed(t.releases.versions.values())),
+        versions=t.releases.books(),
     )  # fmt: skip
     return fig, stage
