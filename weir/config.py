@@ -291,6 +291,14 @@ class Settings(BaseSettings):
         """librdkafka settings for any client: bootstrap servers plus the pass-through settings."""
         return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
 
+    def kafka_options(self) -> dict[str, str]:
+        """The client options of a weir-kafka source or sink in Spark: the servers, how long a broker may be
+        away, and the pass-through settings (`kafka.`-prefixed, as Spark's Kafka source takes them)."""
+        wait = self.broker_wait // timedelta(milliseconds=1)
+        return {"kafka.bootstrap.servers": self.bootstrap_servers, "brokerUnavailableTimeoutMs": str(wait)} | {
+            f"kafka.{k}": v for k, v in self.kafka.items()
+        }
+
 
 def load(**overrides: Any) -> Settings:
     """Settings from the environment and `weir.toml`, with keyword overrides on top."""

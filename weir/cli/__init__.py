@@ -13,6 +13,7 @@ from weir.cli.lake import lake_app
 from weir.cli.monitor import monitor_command
 from weir.cli.pipelines import archive, graph, run
 from weir.cli.serve import serve_command
+from weir.cli.shadow import shadow_command
 from weir.cli.sql import sql_command
 from weir.cli.status import show_config, status
 from weir.cli.topics import offsets, topics_app
@@ -29,6 +30,7 @@ app.command("archive")(archive)
 app.command("status")(status)
 app.command("config")(show_config)
 app.command("backfill")(backfill_command)
+app.command("shadow")(shadow_command)
 app.command("audit")(audit_command)
 app.command("monitor")(monitor_command)
 app.command("serve")(serve_command)

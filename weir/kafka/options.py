@@ -53,6 +53,8 @@ SOURCE_OPTIONS = {
     "flowmeasurements": "flow=auto: a file where the query's runner writes each batch's measured duration",
     "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
     "lake": "a lake root (path or URL): offsets retention deleted are read from its archive of the topic",
+    "followcheckpoint": "streams: another query's checkpoint (path or URL): each batch ends where that query's "
+    "next logged batch ended, so both read the same batches (weir shadow)",
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
     "valueformat": "raw (default), json, avro, protobuf or json-schema (docs/formats.md)",
     "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
@@ -189,6 +191,7 @@ class SourceOptions:
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
+    follow: str | None = None  # followCheckpoint: the checkpoint whose logged batches this source's batches repeat
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a read waits out an unreachable broker
 
     @property
@@ -307,6 +310,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
         flow=_flow(opts),
+        follow=_follow(opts),
         broker_timeout_s=_broker_timeout(opts),
     )
 
@@ -341,6 +345,29 @@ def _flow(opts: dict[str, str]) -> FlowOptions | None:
         cores=_positive_int(opts, "flowcores"),
         measurements=opts.get("flowmeasurements") or None,
     )
+
+
+def _follow(opts: dict[str, str]) -> str | None:
+    raw = opts.get("followcheckpoint")
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise OptionError("option followCheckpoint must name a checkpoint (a path or URL), got an empty string")
+    # The followed query's plans decide where each batch ends: a limit or a controller would decide otherwise.
+    names = {
+        "flow": "flow=auto",
+        "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+        "maxbytespertrigger": "maxBytesPerTrigger",
+    }
+    given = [shown for n, shown in names.items() if n in opts and (n != "flow" or opts[n].lower() == "auto")]
+    if given:
+        raise OptionError(
+            f"option followCheckpoint takes each batch from the followed query's plans; drop {', '.join(given)}"
+        )
+    if "subscribepattern" in opts:
+        # The followed plans are matched to this source's topics by name: a pattern names none.
+        raise OptionError("option followCheckpoint needs subscribe (the topics by name), not subscribePattern")
+    return raw.strip()
 
 
 def _lake(raw: str | None) -> str | None:

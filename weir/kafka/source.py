@@ -31,6 +31,7 @@ from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
+from weir.kafka.follow import Follower
 from weir.kafka.formats import KeyedDecoder, key_fields, value_format
 from weir.kafka.formats.base import Decoder
 from weir.kafka.log import TP, BrokerUnavailable, LogView
@@ -253,6 +254,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         self._catching_up = False
         self._reached = False  # whether this query's source has had an answer from the broker yet
         self._initial: dict | None = None  # this query's initial offset, resolved once
+        self._follower: Follower | None = None  # followCheckpoint: built at the first batch
+        self._follow_warned = False  # one warning when this query's batches stop being the followed ones
 
     @property
     def view(self) -> LogView:
@@ -309,8 +312,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self._admission is not None:
-            return ReadAllAvailable()  # the controller caps each batch itself (latestOffset)
+        if self._admission is not None or self.opts.follow is not None:
+            return ReadAllAvailable()  # the controller, or the followed plans, end each batch (latestOffset)
         if self.opts.max_offsets is not None:
             return ReadMaxRows(self.opts.max_offsets)
         if self.opts.max_bytes is not None:
@@ -402,7 +405,14 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             latest.setdefault(t, {})[p] = max(hi, eff[t][p])
         end = latest
         decision = None
-        if self._admission is not None:
+        if self.opts.follow is not None:
+            followed = self._followed(positions, eff, latest)
+            if followed is None:
+                # The followed query planned nothing further: no batch (counts wait for the next one).
+                self._catching_up = False
+                return start
+            end = followed
+        elif self._admission is not None:
             decision = self._admit(positions, _total(latest))
             end = off.cap(eff, latest, decision.limit)
         elif not isinstance(limit, ReadAllAvailable):
@@ -428,6 +438,27 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 self._planned = (end, admitted, self._catching_up, _total(latest), time.monotonic())
                 out[ADMISSION_KEY] = decision.to_json(self._admission.opts.target_s) | {"waiting": waiting}
         return out
+
+    def _followed(self, start: Positions, eff: Positions, latest: Positions) -> Positions | None:
+        """followCheckpoint: the end of the followed query's next logged batch after `start` (Spark's, before any
+        adjustment), within what the broker has and never below where this batch starts (`eff`); partitions the
+        plan does not name stay at `eff`. None when the followed query has not planned further."""
+        if self._follower is None:
+            self._follower = Follower(self.opts.follow, self.opts.topics)
+        planned = self._follower.next_end(start)
+        if not self._follow_warned and not self._follower.aligned(start):
+            self._follow_warned = True
+            log.warning(
+                "weir-kafka: this query's start %s is no batch boundary of the followed checkpoint %s (it fell behind "
+                "the followed log, which Spark purges, or started elsewhere): its batches are not the followed ones "
+                "until they meet again", start, self.opts.follow,
+            )  # fmt: skip
+        if planned is None:
+            return None
+        return {
+            t: {p: max(eff[t][p], min(planned.get(t, {}).get(p, eff[t][p]), hi)) for p, hi in parts.items()}
+            for t, parts in latest.items()
+        }
 
     def _admit(self, start: Positions, latest: int) -> Decision:
         """The controller's decision for the batch after the one that ended at `start`, measured by the

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from pyspark import cloudpickle
 
@@ -43,12 +44,28 @@ def load(spec: str) -> Pipeline:
 
 def _load(spec: str) -> Pipeline:
     target, _, attr = spec.partition(":")
+    module = load_module(target)
+    if attr:
+        found = getattr(module, attr, None)
+        if not isinstance(found, Pipeline):
+            raise DeclarationError(f"{target} has no Pipeline named {attr!r}")
+        return found
+    pipelines = [v for v in vars(module).values() if isinstance(v, Pipeline)]
+    if len(pipelines) != 1:
+        names = ", ".join(sorted(p.name for p in pipelines)) or "none"
+        raise DeclarationError(f"{target} defines {len(pipelines)} pipelines ({names}); name one with {target}:<name>")
+    return pipelines[0]
+
+
+def load_module(target: str, what: str = "pipeline") -> ModuleType:
+    """The module at `target`, a file path or a module name (`what` it holds, for messages and the module's
+    name); a file's functions ship to Spark's workers by value."""
     _importable_here()
     if target.endswith(".py") or "/" in target:
         path = Path(target)
         if not path.is_file():
-            raise DeclarationError(f"no pipeline file {target}")
-        module_name = f"weir_pipeline_{path.stem}"
+            raise DeclarationError(f"no {what} file {target}")
+        module_name = f"weir_{what}_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
@@ -62,16 +79,7 @@ def _load(spec: str) -> Pipeline:
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
-            raise DeclarationError(f"cannot import pipeline module {target!r}: {exc}") from None
+            raise DeclarationError(f"cannot import {what} module {target!r}: {exc}") from None
         except SyntaxError as exc:
             raise DeclarationError(_syntax(exc, target)) from None
-    if attr:
-        found = getattr(module, attr, None)
-        if not isinstance(found, Pipeline):
-            raise DeclarationError(f"{target} has no Pipeline named {attr!r}")
-        return found
-    pipelines = [v for v in vars(module).values() if isinstance(v, Pipeline)]
-    if len(pipelines) != 1:
-        names = ", ".join(sorted(p.name for p in pipelines)) or "none"
-        raise DeclarationError(f"{target} defines {len(pipelines)} pipelines ({names}); name one with {target}:<name>")
-    return pipelines[0]
+    return module

@@ -99,6 +99,20 @@ class Table(Topic):
     compacted: bool = True
 
 
+@dataclass(frozen=True)
+class Shadow:
+    """What makes a processor a shadow of a live one (`weir shadow`, docs/releases.md): every topic it writes
+    (outputs, dead letters, late records) gets `suffix`, so no live topic is touched, and its sources plan the
+    batches the live processor's checkpoint `follow` planned, one for one."""
+
+    follow: str  # the live processor's checkpoint (a path or URL)
+    suffix: str = ".shadow"
+
+    def topic(self, name: str) -> str:
+        """Where the shadow writes what the live processor writes to `name`."""
+        return name + self.suffix
+
+
 @dataclass
 class Processor:
     """A function from input DataFrames (one per input topic, in order) to one DataFrame per output."""
@@ -113,6 +127,7 @@ class Processor:
     max_offsets_per_trigger: int | None = None
     stateful: bool = False
     sink: Sink | None = None  # where a sink processor's rows go
+    shadow: Shadow | None = None  # a candidate version run beside the live processor, writing topics of its own
 
     @property
     def kind(self) -> str:

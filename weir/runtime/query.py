@@ -180,10 +180,7 @@ class ProcessorQuery:
     # -- inputs -----------------------------------------------------------------------------------------
     def _kafka_options(self) -> dict[str, str]:
         """The client options of every weir-kafka source and sink of this processor."""
-        wait = self.settings.broker_wait // timedelta(milliseconds=1)
-        return {"kafka.bootstrap.servers": self.settings.bootstrap_servers, "brokerUnavailableTimeoutMs": str(wait)} | {
-            f"kafka.{k}": v for k, v in self.settings.kafka.items()
-        }
+        return self.settings.kafka_options()
 
     def source(self, topic: Topic) -> DataFrame:
         # A new checkpoint starts where the sink says (the archiver: after the lake), else at the earliest offset.
@@ -200,7 +197,12 @@ class ProcessorQuery:
             .option("startingOffsets", json.dumps(starting) if starting else "earliest")
         )
         reader = reader.options(**topic.reader_options(self.settings.registry_conf()))
-        reader = reader.options(**self.admission_options())
+        if self.proc.shadow is not None:
+            # A shadow's batches are the live processor's, one for one (docs/releases.md, "Shadow runs"): the
+            # same watermarks, so a window or a late record is decided alike by the same code.
+            reader = reader.option("followCheckpoint", self.proc.shadow.follow)
+        else:
+            reader = reader.options(**self.admission_options())
         if self.settings.lake and not self.archive:
             # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
             # passed: the source consults the lake only then, and the archiver may run in another pipeline.

@@ -270,6 +270,8 @@ def route_columns(
     )
     if proc.sink is not None:  # a sink processor's results go to its sink, not to a topic
         dest = F.when(is_output, F.lit(None).cast("string")).otherwise(dest)
+    if proc.shadow is not None:  # a shadow writes topics of its own, never the live ones (null stays null)
+        dest = F.concat(dest, F.lit(proc.shadow.suffix))
     stamp = col("timestamp").cast("timestamp") if "timestamp" in names else F.lit(None).cast("timestamp")
     # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building and
     # shuffling a string per row (this column is only ever counted, see query._groups).
@@ -296,7 +298,10 @@ def destinations(proc: Processor) -> list[tuple[str, str | None]]:
     combos = [(r, t) for r in (OUT, EMIT) for t in outs]
     for r, suffix in ((LATE, ".late"), (DLQ, ".dlq")):
         combos += [(r, f"{t}{suffix}") for t in proc.inputs] + [(r, None)]
-    return combos + [(r, None) for r in (ABSORB, DUPLICATE, FILTERED)]
+    combos += [(r, None) for r in (ABSORB, DUPLICATE, FILTERED)]
+    if proc.shadow is not None:
+        return [(r, None if t is None else proc.shadow.topic(t)) for r, t in combos]
+    return combos
 
 
 def dead_letters(batch: DataFrame, proc: Processor) -> DataFrame:

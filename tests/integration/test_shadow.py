@@ -1,0 +1,170 @@
+"""A candidate version run beside the live processor (issue 30, item 2): `weir shadow` follows the live batches,
+writes `<topic>.shadow` topics only, and reports exactly the records that differ.
+
+A live stateless processor (keep amount > 1, in cents; a few undecodable records go to `events.dlq`) runs in
+batches of 500. A shadow of identical code, begun after the live processor's first run and run once the live
+one ran again, finds no difference over the compared batches, with the same books. A shadow of a candidate that
+changes 1 record in 1,000, begun anew (`--restart`), runs beside the live processor while records arrive: it
+reports exactly those records as changed, and nothing missing or extra. The live topics hold what a second live
+processor without any shadow wrote, byte for byte, and nothing written by a shadow."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import uuid
+from collections import Counter
+
+import pytest
+import typer
+from _pipe import Rec, produce, source
+from pyspark.sql import functions as F
+from typer.testing import CliRunner
+
+from weir.cli.shadow import shadow_command
+from weir.config import load
+from weir.kafka import Admin
+from weir.kafka.checkpoint import read_offsets
+from weir.pipeline import Pipeline
+from weir.runtime.runner import Runner
+from weir.shadow.compare import compare
+from weir.shadow.start import ShadowError, begin, plan
+
+pytestmark = pytest.mark.integration
+BAD = (17, 1234, 2999)  # ids whose records do not decode: dead letters on both sides
+
+
+def keep(df):
+    return df.where(F.col("amount") > 1).select("id", (F.col("amount") * 100).cast("long").alias("cents"))
+
+
+LIVE = inspect.getsource(keep)  # the identical candidate's text: the same code version
+CHANGED = """
+def keep(df):
+    cents = (F.col("amount") * 100).cast("long")
+    changed = F.when(F.col("id") % 1000 == 500, cents + 1).otherwise(cents)  # 1 record in 1,000
+    return df.where(F.col("amount") > 1).select("id", changed.alias("cents"))
+"""
+
+
+def declare(name: str, prefix: str, output: str) -> Pipeline:
+    p = Pipeline(name)
+    events = p.topic(f"{prefix}.events", schema="id BIGINT NOT NULL, amount DOUBLE", key="id", partitions=2)
+    out = p.topic(output, schema="id BIGINT, cents BIGINT", key="id")
+    p.processor(inputs=[events], outputs=[out], name="keep")(keep)
+    return p
+
+
+def records(lo: int, hi: int) -> list[Rec]:
+    return [
+        Rec(i % 2, str(i).encode(), b"not json" if i in BAD else json.dumps({"id": i, "amount": i / 4}).encode())
+        for i in range(lo, hi)
+    ]
+
+
+def run_once(runner: Runner) -> None:
+    runner.start()
+    try:
+        assert runner.wait(300)
+    finally:
+        runner.stop()
+
+
+def test_a_shadow_reports_exactly_the_records_a_candidate_changes_and_never_touches_the_live_topics(
+    spark, bootstrap, tmp_path, monkeypatch
+):
+    prefix = uuid.uuid4().hex[:8]
+    s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "cps"),
+             max_offsets_per_trigger=500, trigger="200 milliseconds", restart_backoff=0.2)  # fmt: skip
+    events, kept = f"{prefix}.events", f"{prefix}.kept"
+    Admin(bootstrap).create_topic(events, 2)
+    live, clean = declare("sh", prefix, kept), declare("clean", prefix, f"{prefix}.clean")
+    identical, changed = tmp_path / "identical.py", tmp_path / "changed.py"
+    identical.write_text("from pyspark.sql import functions as F\n" + LIVE)
+    changed.write_text("from pyspark.sql import functions as F\n" + CHANGED)
+
+    with pytest.raises(ShadowError, match="run the pipeline first"):
+        begin(plan(live, "keep", str(identical), s))  # the live processor never ran: nowhere to begin
+    produce(bootstrap, events, records(0, 1000))
+    run_once(Runner(live, s, spark=spark, available_now=True))
+
+    # An identical candidate: begun now, run after the live processor's next run, no difference
+    same = plan(live, "keep", str(identical), s)
+    assert same.shadow.version == live.processors["keep"].version
+    runner = same.runner(available_now=True, spark=spark)
+    runner.lock()
+    rec, resumed = begin(same)
+    assert not resumed and rec.batch == 1 and rec.start == {events: {0: 500, 1: 500}}
+    assert rec.topics == {t: f"{t}.shadow" for t in (f"{events}.dlq", f"{events}.late", kept)}
+    produce(bootstrap, events, records(1000, 3000))
+    run_once(Runner(live, s, spark=spark, available_now=True))
+    run_once(runner)
+    report = compare(spark, s, live, rec, same.checkpoint)
+    assert report.compared == (2, 5) and report.records_in == 2000, report
+    assert report.differences == 0 and not report.examples, report.to_json()
+    assert report.topics[kept]["same"] == 2000 - 2 and report.topics[f"{events}.dlq"]["same"] == 2
+    assert report.books["live"] == report.books["shadow"] == {
+        "in": 2000, "out": 1998, "filtered": 0, "dlq": 2, "late": 0, "emitted": 0
+    }  # fmt: skip
+
+    # A candidate changing 1 record in 1,000, begun anew, beside the live processor while records arrive
+    with pytest.raises(ShadowError, match="--restart drops that shadow"):
+        begin(plan(live, "keep", str(changed), s))
+    other = plan(live, "keep", str(changed), s)
+    shadow = other.runner(spark=spark)
+    shadow.lock()
+    rec, _ = begin(other, restart=True)
+    assert rec.batch == 5 and rec.start == {events: {0: 1500, 1: 1500}}
+    streaming = Runner(live, s, spark=spark).start()
+    shadow.start()
+    try:
+        produce(bootstrap, events, records(3000, 5000))
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            a, b = read_offsets(other.live_checkpoint), read_offsets(other.checkpoint)
+            if a.committed == {events: {0: 2500, 1: 2500}} and b.committed_batch == a.committed_batch:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the shadow did not follow the live processor to the end: {a} {b}")
+    finally:
+        streaming.stop()
+        shadow.stop()
+    report = compare(spark, s, live, rec, other.checkpoint)
+    assert report.records_in == 2000 and report.compared[0] == 6, report
+    assert report.topics[kept] == {"same": 2000 - 2, "missing": 0, "extra": 0, "changed": 2}, report.topics
+    assert report.topics[f"{events}.dlq"] == {"same": 0, "missing": 0, "extra": 0, "changed": 0}
+    assert sorted(e["record"] for e in report.examples) == [f"{events}/0/1750", f"{events}/0/2250"]
+    example = next(e for e in report.examples if e["record"].endswith("/1750"))
+    assert json.loads(example["live"]) == {"id": 3500, "cents": 87500}
+    assert json.loads(example["shadow"]) == {"id": 3500, "cents": 87501}
+
+    # The command line prints the same comparison from any process
+    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", bootstrap), ("CHECKPOINT_ROOT", s.checkpoint_root)):
+        monkeypatch.setenv(f"WEIR_{key}", value)
+    spec = tmp_path / "sh.py"
+    spec.write_text(f"from tests.integration.test_shadow import declare\np = declare('sh', {prefix!r}, {kept!r})\n")
+    app = typer.Typer()
+    app.command()(shadow_command)
+    result = CliRunner().invoke(app, [f"{spec}:p", "keep", "--report", "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed["differences"] == 2 and printed["topics"][kept]["changed"] == 2
+    text = CliRunner().invoke(app, [f"{spec}:p", "keep", "--report"])
+    assert text.exit_code == 0 and "2 record(s) differ" in text.stdout and f"{events}/0/1750" in text.stdout
+    refused = CliRunner().invoke(app, [f"{spec}:p", "nope", "--report"])
+    assert refused.exit_code == 2 and "has no processor nope" in refused.stderr
+
+    # The live topics: what a live processor without any shadow writes, byte for byte, and nothing of a shadow
+    run_once(Runner(clean, s.model_copy(update={"max_offsets_per_trigger": None}), spark=spark, available_now=True))
+
+    def written(topic: str, processor: str = "keep") -> Counter:
+        rows = source(spark, bootstrap, topic, stream=False, startingOffsets="earliest").collect()
+        return Counter((r["key"], r["value"]) for r in rows if (dict(r["headers"] or []).get("weir.processor") or b"")
+                       .decode() == processor)  # fmt: skip
+
+    live_out, clean_out = written(kept), written(f"{prefix}.clean")
+    assert sum(live_out.values()) == 5000 - len(BAD) - 5 and live_out == clean_out
+    assert not written(kept, "keep.shadow") and not written(f"{events}.dlq", "keep.shadow")
+    assert sum(written(f"{events}.dlq").values()) == 2 * len(BAD)  # the live processor's and the clean one's
