@@ -496,6 +496,58 @@ def feed_outside(client: OrderClient, table: CustomerTable | None, rate: float, 
         stop.wait(0.2)
 
 
+def shadow_begun(spark, pipeline: Pipeline, settings: Settings) -> tuple | None:
+    """The release candidate's shadow beside the live enrich (examples/shop/release.py), once enrich committed a
+    batch to begin after; None until then."""
+    from examples.shop import release
+
+    found = release.begin_shadow(spark, pipeline, settings)
+    if found is None:
+        return None
+    console.print(f"weir shadow: the release candidate of enrich ({release.CODE}) runs beside the live one, on its "
+                  "batches, into orders.enriched.shadow")  # fmt: skip
+    return found
+
+
+def release_story(spark, pipeline: Pipeline, settings: Settings, shadow: tuple | None, build_args: dict,
+                  stop: threading.Event) -> None:  # fmt: skip
+    """The candidate compared by its shadow, released, caught by the monitor's release_drift, rolled back and
+    repaired by `weir backfill --version` (docs/releases.md)."""
+    from examples.shop import release
+    from weir.runtime.runner import Runner
+
+    console.rule("a release of enrich: compared, released, caught, repaired")
+    if shadow is not None:
+        for line in release.shadow_lines(spark, pipeline, settings, shadow[0]):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
+    candidate = build(**build_args, enrich_code=release.enrich)
+    version = candidate.processors["enrich"].version
+    console.print(f"releasing enrich {version} anyway: the monitor compares its books with the previous version's ...")
+    runner = Runner(candidate, settings, spark=spark).start()
+    try:
+        alert = release.drift_alert(settings)
+    finally:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        runner.stop()
+    dropped = runner.snapshot()["enrich"].totals.filtered  # its committed batches' (the live enrich filters none)
+    if alert is None:
+        console.print(f"[yellow]no release_drift alert within {release.DRIFT_WAIT_S:.0f} s[/yellow]")
+    else:
+        console.print(f"weir monitor: release_drift firing: {alert}", highlight=False, soft_wrap=True, markup=False)
+    if stop.is_set():
+        return
+    console.print(f"rolled back; weir backfill shop enrich --version {version} (its offsets, from the lake) ...")
+    report = release.repair(spark, pipeline, settings, version)
+    read = sum(n for parts in report.read.values() for n in parts.values())
+    written = report.written.get("orders.enriched", 0)
+    console.print(
+        f"backfill {report.id}: replayed {read} records around version {version}'s offsets "
+        f"({sum(e - s for ps in report.ranges.get('orders', {}).values() for s, e in ps)} orders); version {version} "
+        f"dropped {dropped} orders, the backfill wrote {written} into orders.enriched",
+        highlight=False, soft_wrap=True, markup=False,
+    )  # fmt: skip
+
+
 def _run_dir() -> Path:
     parent = os.environ.get("WEIR_HOME")
     if parent:
@@ -510,6 +562,9 @@ def main(
     seed: int = typer.Option(7, help="Seed of the generator."),
     threshold: float | None = typer.Option(None, help="Spend per customer per 5 minutes that raises an alert."),
     http: bool = typer.Option(True, help="Orders over HTTP (weir ingest http) instead of from the generator's query."),
+    release: bool = typer.Option(
+        True, help="Then the release story: a candidate enrich shadowed, released, caught, repaired (docs/releases.md)."
+    ),
 ) -> None:
     import weir  # after the CLI parsed: --help should not wait for pyspark
 
@@ -525,6 +580,7 @@ def main(
     signal.signal(signal.SIGTERM, on_signal)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     runner = None
+    shadow = None
     spark = None
     monitor = None
     ingest = None
@@ -558,8 +614,9 @@ def main(
         if why:
             console.print(why)
         outside = ("orders", "customers") if dsn else ("orders",) if http else ()
-        pipeline = build(rate=rate, seed=seed, threshold=threshold, event_rate=rate / speedup, from_outside=outside,
-                         avro_alerts=registry is not None)  # fmt: skip
+        build_args = {"rate": rate, "seed": seed, "threshold": threshold, "event_rate": rate / speedup,
+                      "from_outside": outside, "avro_alerts": registry is not None}  # fmt: skip
+        pipeline = build(**build_args)
         runner = Runner(pipeline, settings, spark=spark)
         if http:
             shape = Shape(seed, int(time.time() * 1000), rate / speedup)
@@ -581,15 +638,20 @@ def main(
         started = time.monotonic()
         with live_display(console) as live:
             while not stop.is_set() and time.monotonic() - started < duration:
+                if release and shadow is None:
+                    shadow = shadow_begun(spark, pipeline, settings)  # once the live enrich committed a batch
                 line = view_line(base if server.poll() is None else None)
                 live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
                 stop.wait(1.0)
         elapsed = time.monotonic() - started
-        orders_stop.set()
+        if not release:
+            orders_stop.set()
         if ingest is not None:
             console.print(f"orders over HTTP: {client.counts}; the server's books: {stats(ingest[1])['books']}")
         console.print("stopping the queries, up to a minute (an interrupted batch is replayed by the next start) ...")
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # an interrupted foreachBatch call logs its stack
+        if shadow is not None:
+            shadow[1].stop()
         runner.stop()
         # The finally below stops a runner only while it runs; the summaries below read the stopped one's books
         stopped, runner = runner, None
@@ -614,9 +676,13 @@ def main(
         console.print(answer)
         console.print(provenance, highlight=False)
         console.print(f"progress records: {run_dir / 'progress' / 'shop.jsonl'}; Spark's log: {run_dir / 'spark.log'}")
+        if release and not stop.is_set():
+            release_story(spark, pipeline, settings, shadow, build_args, stop)
     except KeyboardInterrupt:
         console.print("interrupted; stopping ...")
     finally:
+        if shadow is not None:
+            shadow[1].stop()
         if runner is not None:
             runner.stop()
         if spark is not None:

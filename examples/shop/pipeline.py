@@ -19,6 +19,7 @@ makes about 2% of orders minutes late, which the windows route to `orders.enrich
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -106,6 +107,7 @@ def build(
     archive: bool = True,
     from_outside: tuple[str, ...] = (),
     avro_alerts: bool = False,
+    enrich_code: Callable[[DataFrame, DataFrame], DataFrame] | None = None,
 ) -> Pipeline:
     """The shop pipeline with a generator of `rate` records/s (0: as fast as possible, with `total` and
     `event_rate`), `seed`, an optional `total`, and the spend alert's `threshold` (default: 5x the average
@@ -115,7 +117,7 @@ def build(
     ingest http` (examples/shop/orders_http.py), customers from PostgreSQL through `weir ingest postgres`
     (examples/shop/customers_pg.py). With `avro_alerts`, alerts are Avro records in the Confluent wire format
     (alerts.avsc, keys alert_key.avsc, registered in the settings' schema registry; docs/formats.md), as other
-    teams consume them."""
+    teams consume them. `enrich_code` replaces `enrich`'s function: another release of it (examples/shop/release.py)."""
     if rate == 0 and event_rate is None:
         event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
     shape = Shape(seed, 0, event_rate or rate, customers)
@@ -153,9 +155,15 @@ def build(
     def generate(spark: SparkSession) -> DataFrame:
         return generated(spark, options)
 
-    @shop.processor(inputs=[orders, customer_table], outputs=[enriched_orders], stateful=True)
-    def enrich(orders: DataFrame, customers: DataFrame) -> DataFrame:
-        return enriched(orders, customers)
+    if enrich_code is not None:
+        shop.processor(inputs=[orders, customer_table], outputs=[enriched_orders], stateful=True, name="enrich")(
+            enrich_code
+        )
+    else:
+
+        @shop.processor(inputs=[orders, customer_table], outputs=[enriched_orders], stateful=True)
+        def enrich(orders: DataFrame, customers: DataFrame) -> DataFrame:
+            return enriched(orders, customers)
 
     @shop.processor(inputs=[enriched_orders], outputs=[revenue_1m], stateful=True)
     def revenue(orders: DataFrame) -> DataFrame:

@@ -249,7 +249,8 @@ def test_rerunning_a_backfill_into_parquet_writes_each_row_once(story, monkeypat
     [
         (["nope", "--from", "2026-11-20", "--to", "2026-11-21"], "has no processor 'nope' (its processors: clean,"),
         (["tick", "--from", "2026-11-20", "--to", "2026-11-21"], "tick is a source processor"),
-        (["windowed", "--from", "2026-11-20", "--to", "2026-11-21"], "windowed is stateful"),
+        (["windowed", "--from", "2026-11-20T20:00", "--to", "2026-11-21"],
+         "processor windowed is stateful, but its result has no _route column"),
         (["clean", "--from", "2026-11-21", "--to", "2026-11-20"], "is not before --to"),
         (["clean", "--from", "2026-11-20T22:00", "--to", "2026-11-20T22:00"], "is not before --to"),
         (["clean", "--from", "2099-01-01", "--to", "2099-01-02"], "--from 2099-01-01T00:00:00Z is in the future"),

@@ -35,3 +35,11 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]
     assert re.search(r"alerts: Avro schema id \d+, version 1 of subject alerts-value in the schema registry", said)
     assert re.search(r"keys: Avro schema id \d+ of subject alerts-key", said)
+    # The release story (docs/releases.md): a candidate shadowed, released, caught by the monitor, and every order
+    # it dropped written back by `weir backfill --version`, each once
+    assert "weir shadow: the release candidate of enrich" in said, said[-4000:]
+    # in 30 s the live enrich may commit its first batch only as the run ends: the shadow then compared none
+    assert re.search(r"weir shadow: candidate src-\w+ beside live src-\w+, batches|the shadow compared no batch", said)
+    assert "weir monitor: release_drift firing: " in said, said[-4000:]
+    repaired = re.search(r"dropped (\d+) orders, the backfill wrote (\d+) into orders.enriched", said)
+    assert repaired and repaired.group(1) == repaired.group(2) and int(repaired.group(1)) > 0, said[-4000:]

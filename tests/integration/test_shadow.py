@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 import typer
@@ -168,3 +169,56 @@ def test_a_shadow_reports_exactly_the_records_a_candidate_changes_and_never_touc
     assert sum(live_out.values()) == 5000 - len(BAD) - 5 and live_out == clean_out
     assert not written(kept, "keep.shadow") and not written(f"{events}.dlq", "keep.shadow")
     assert sum(written(f"{events}.dlq").values()) == 2 * len(BAD)  # the live processor's and the clean one's
+
+
+WINDOW_CANDIDATE = """
+from pyspark.sql import functions as F
+
+from weir.blocks.window import tumbling_window
+
+
+def win_good(df):
+    out = tumbling_window(
+        df.withColumn("ts", F.timestamp_millis("ts_ms")), key="user", event_time="ts", size="10 seconds",
+        watermark="2 seconds", aggregates={"n": ("count", "*"), "total": ("sum", "amount")},
+    )
+    return out.withColumn("total", F.when(F.col("user") == "u2", F.col("total") + 1).otherwise(F.col("total")))
+"""
+
+
+def test_a_window_shadow_carries_on_from_the_live_state_and_compares_windows_by_key_and_bounds(
+    spark, bootstrap, tmp_path
+):
+    """A shadow of a tumbling window begins with the live state (seeded from its checkpoint): the windows it closes
+    first hold records the live processor read before the shadow began, and they equal the live ones, except
+    where the candidate changed them (user u2's totals)."""
+    from test_backfill_stateful import T0_MS, minute
+    from test_backfill_stateful import declare as windows_pipeline
+
+    prefix = uuid.uuid4().hex[:8]
+    s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "cps"),
+             lake=str(tmp_path / "lake"), max_offsets_per_trigger=120, restart_backoff=0.2)  # fmt: skip
+    events = f"{prefix}.events"
+    Admin(bootstrap).create_topic(events, 2)
+    live = windows_pipeline(prefix, False)
+    produce(bootstrap, events, minute(0))
+    run_once(Runner(live, s, spark=spark, available_now=True, processors=["win"]))
+    candidate = tmp_path / "win_v2.py"
+    candidate.write_text(WINDOW_CANDIDATE)
+    sh = plan(live, "win", str(candidate), s)
+    runner = sh.runner(available_now=True, spark=spark)
+    runner.lock()
+    rec, _ = begin(sh)
+    produce(bootstrap, events, [*minute(1), *minute(2)])
+    run_once(Runner(live, s, spark=spark, available_now=True, processors=["win"]))
+    run_once(runner)
+    report = compare(spark, s, live, rec, sh.checkpoint)
+    assert report.compared is not None and report.compared[0] == rec.batch + 1, report
+    kinds = report.topics[f"{prefix}.windows"]
+    assert kinds["missing"] == kinds["extra"] == 0, report.to_json()
+    assert kinds["changed"] > 0 and kinds["same"] == 2 * kinds["changed"], kinds  # u2's windows of three users
+    assert report.examples and all(json.loads(e["live"])["user"] == "u2" for e in report.examples)
+    assert report.books["live"]["emitted"] == report.books["shadow"]["emitted"] == 3 * kinds["changed"]
+    # the first windows the shadow closed hold records of the batch before it began: the seeded state's
+    first = min(datetime.fromisoformat(json.loads(e["live"])["window_start"]) for e in report.examples)
+    assert first < datetime.fromtimestamp((T0_MS + 60_000) / 1000, UTC), report.examples  # minute 0's

@@ -241,8 +241,9 @@ def test_bad_input_is_refused_before_spark_with_a_clear_message(lake: Path, tmp_
         run("nope")
     with pytest.raises(BackfillError, match="generate is a source processor: it has no input topics"):
         run("generate")
-    with pytest.raises(BackfillError, match="windowed is stateful: a backfill cannot rebuild the state"):
-        run("windowed")
+    replay = run("windowed")  # stateful: one replay, widened by the horizon its last run recorded (none here)
+    assert replay.stateful and len(replay.plan) == 1
+    assert any("never ran" in n for n in replay.notes), replay.notes
     with pytest.raises(BackfillError, match=r"--to 2026-11-20T20:00:00Z"):
         run(end="2026-11-20T20:00")
     with pytest.raises(BackfillError, match="is in the future"):

@@ -59,6 +59,52 @@ def test_batch_only_and_stream_only_rules():
     assert parse_source(BASE, streaming=True).starting == "latest"
 
 
+def test_stream_ending_offsets_are_exact_offsets():
+    opts = parse_source({**BASE, "endingOffsets": '{"a": {"0": 120, "1": 80}}'}, streaming=True)
+    assert opts.ending == {"a": {0: 120, 1: 80}}
+    assert parse_source(BASE, streaming=True).ending == "latest"  # not given: no end
+    for moving in ("latest", "earliest", "LATEST"):
+        with pytest.raises(OptionError, match=r"endingOffsets must be exact.*earliest and latest are for batch"):
+            parse_source({**BASE, "endingOffsets": moving}, streaming=True)
+    for special in ("-1", "-2"):
+        with pytest.raises(OptionError, match=rf"endingOffsets must be exact offsets.*\(a/1: {special}\)"):
+            parse_source({**BASE, "endingOffsets": f'{{"a": {{"0": 5, "1": {special}}}}}'}, streaming=True)
+    # Batch reads keep their forms
+    assert parse_source({**BASE, "endingOffsets": "latest"}, streaming=False).ending == "latest"
+    assert parse_source({**BASE, "endingOffsets": '{"a": {"0": -1}}'}, streaming=False).ending == {"a": {0: -1}}
+
+
+def test_lake_until(tmp_path):
+    lake = {"lake": str(tmp_path), "startingOffsets": '{"a": {"0": 10, "1": 0}}'}
+    opts = parse_source({**BASE, **lake, "lakeUntil": '{"a": {"0": 60}}'}, streaming=True)
+    assert opts.lake_until == {"a": {0: 60}} and opts.simulated_log_start == {}
+    assert parse_source({**BASE, **lake}, streaming=True).lake_until == {}
+    assert parse_source({**BASE, **lake, "LAKEUNTIL": '{"a": {"1": 7}}'}, streaming=False).lake_until == {"a": {1: 7}}
+    with pytest.raises(OptionError, match=r"lakeUntil needs the option lake"):
+        parse_source({**BASE, "lakeUntil": '{"a": {"0": 60}}'}, streaming=True)
+    with pytest.raises(OptionError, match=r"lakeUntil must be exact offsets"):
+        parse_source({**BASE, **lake, "lakeUntil": "latest"}, streaming=True)
+    with pytest.raises(OptionError, match=r"lakeUntil must be exact offsets.*a/0: -1"):
+        parse_source({**BASE, **lake, "lakeUntil": '{"a": {"0": -1}}'}, streaming=True)
+    with pytest.raises(OptionError, match="JSON"):
+        parse_source({**BASE, **lake, "lakeUntil": "{nope"}, streaming=True)
+
+
+def test_lake_until_needs_exact_starting_offsets_where_it_applies(tmp_path):
+    """`earliest` would resolve to the earliest offset lakeUntil raised, and leave the offsets below unread."""
+    until = {"lake": str(tmp_path), "lakeUntil": '{"a": {"0": 60}}'}
+    with pytest.raises(OptionError, match=r"lakeUntil names a/0, where startingOffsets is earliest"):
+        parse_source({**BASE, **until, "startingOffsets": "earliest"}, streaming=True)
+    with pytest.raises(OptionError, match=r"a/0, where startingOffsets is earliest"):
+        parse_source({**BASE, **until}, streaming=False)  # a batch read's default
+    for start in ('{"a": {"0": -2}}', '{"a": {"1": 5}}'):  # -2, or not named: earliest
+        with pytest.raises(OptionError, match=r"a/0, where startingOffsets is earliest"):
+            parse_source({**BASE, **until, "startingOffsets": start}, streaming=True)
+    assert parse_source({**BASE, **until}, streaming=True).lake_until == {"a": {0: 60}}  # a stream's latest
+    opts = parse_source({**BASE, **until, "startingOffsets": '{"a": {"0": 0, "1": -2}}'}, streaming=True)
+    assert opts.starting == {"a": {0: 0, 1: -2}}  # partition 1 reads the broker from its earliest
+
+
 def test_numbers_and_booleans_are_checked():
     with pytest.raises(OptionError, match="positive integer"):
         parse_source({**BASE, "maxOffsetsPerTrigger": "0"}, streaming=True)

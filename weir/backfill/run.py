@@ -17,13 +17,14 @@ import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from weir.backfill import stateful
 from weir.backfill.plan import (
     BackfillError,
     Chunk,
@@ -31,6 +32,7 @@ from weir.backfill.plan import (
     check_range,
     chunks,
     epoch_micros,
+    hour_index,
     hour_start,
     iso,
     parse_time,
@@ -46,7 +48,8 @@ from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
 from weir.pipeline import validate
 from weir.pipeline.load import load as load_pipeline
-from weir.pipeline.model import Pipeline, Processor
+from weir.pipeline.model import Pipeline, Processor, Table
+from weir.runtime import versions
 from weir.runtime.accounting import Counts
 from weir.runtime.progress import now_iso
 from weir.runtime.query import Ledger, ProcessorQuery, union
@@ -58,7 +61,7 @@ from weir.storage.checkpoint import Checkpoint, processor_checkpoint, write_json
 from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from weir.sinks.base import Sink
 
@@ -100,6 +103,7 @@ class BackfillReport:
     notes: list[str] = field(default_factory=list)
     version: str | None = None  # `--version`: the code version whose input offsets are replayed
     ranges: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)  # its [start, end) offsets
+    stateful: bool = False  # a replay of the processor's streaming query (weir.backfill.stateful), not chunks
 
     @property
     def files(self) -> int:
@@ -160,13 +164,6 @@ def find_processor(pipeline: Pipeline, name: str) -> Processor:
     if proc.kind == "source":
         raise BackfillError(
             f"processor {name} is a source processor: it has no input topics whose archive could be replayed"
-        )
-    if proc.stateful:
-        raise BackfillError(
-            f"processor {name} is stateful: a backfill cannot rebuild the state it had at the range's start "
-            f"(the table of a join, windows open across the boundary, keys seen before), and in a batch query "
-            f"event-time timers never fire, so windows would never close. Backfill its stateless downstream "
-            f"processors, or rebuild it with `weir run --reset {name}`"
         )
     return proc
 
@@ -229,11 +226,29 @@ def plan(
                                 f"{proc.name} processed ({ranges_text(ranges)})")  # fmt: skip
         t1, t2 = planned_chunks[0].start, planned_chunks[-1].end
         scope = f"version {version} {ranges_text(ranges)}"
+    recorded = _recorded_blocks(settings, proc) if proc.stateful else None
+    if proc.stateful:  # one replay of the range widened by the blocks' horizon (weir.backfill.stateful)
+        h = stateful.horizon(recorded or [])
+        scans = stateful_scans(lake, p, proc, t1, t2, h)
+        lo, hi = stateful.replay_span(t1, t2, h)
+        planned_chunks = [Chunk(hour_index(lo), lo, hi)]
     report = BackfillReport(
         backfill_id(p.name, proc.name, proc.version, t1, t2, target.description, scope),
         p.name, proc.name, t1, t2, target.description, dry_run=True, topics=scans, version=version, ranges=ranges,
     )  # fmt: skip
-    report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in planned_chunks]
+    report.stateful = proc.stateful
+    if proc.stateful and not recorded:
+        report.notes.append(
+            f"processor {proc.name} never ran here (its checkpoint records no blocks): the plan reads the range "
+            f"only; the run widens it by the horizon its code's blocks give"
+        )
+    elif proc.stateful:
+        report.notes.extend(h.notes)
+    if proc.stateful:  # one replay over every file of its hours
+        files = sum(len(s.files) for s in scans.values())
+        report.plan = [ChunkPlan(planned_chunks[0], files, sum(s.rows for s in scans.values()))]
+    else:
+        report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in planned_chunks]
     if report.files == 0:
         unarchived = [t for t in proc.inputs if not p.topics[t].archived]
         hint = f" ({', '.join(unarchived)} not declared archived=True)" if unarchived else ""
@@ -249,6 +264,21 @@ def plan(
             )
     report.seconds = time.monotonic() - began
     return Planned(report, target, p, settings)
+
+
+def _recorded_blocks(settings: Settings, proc: Processor) -> list[dict[str, str]]:
+    """The blocks' settings the processor's last start recorded (its checkpoint's version record): a plan's
+    horizon, before Spark traces the code (the run uses the traced ones)."""
+    stored = versions.read(processor_checkpoint(settings.checkpoint_root, proc.checkpoint))
+    return stored.blocks if stored is not None else []
+
+
+def stateful_scans(lake: Lake, p: Pipeline, proc: Processor, t1: datetime, t2: datetime, h: stateful.Horizon) -> dict:
+    """The lake files a stateful replay reads: each input's hours of the range widened by the horizon; a join's
+    table (a Table input) whole."""
+    lo, hi = stateful.replay_span(t1, t2, h)
+    whole = (datetime(1970, 1, 1, tzinfo=UTC), hi + timedelta(days=1))
+    return {t: scan_topic(lake, t, *(whole if isinstance(p.topics[t], Table) else (lo, hi))) for t in proc.inputs}
 
 
 def version_ranges(settings: Settings, proc: Processor, version: str) -> dict[str, dict[int, list[tuple[int, int]]]]:
@@ -290,6 +320,10 @@ def execute(
     _ensure_topics(settings, planned.pipeline, target)
     if spark is None:
         spark = spark_session(f"weir-backfill-{planned.pipeline.name}", settings=settings)
+    if target.proc.stateful:
+        _replay(spark, planned, on_chunk)
+        report.seconds += time.monotonic() - began
+        return report
     run = _Run(spark, Lake(settings.lake), planned.pipeline, target, report, settings)
     try:
         for chunk in report.plan:
@@ -313,6 +347,34 @@ def execute(
         report.notes.append(f"the books do not balance: {report.counts.to_json()}")
     report.seconds += time.monotonic() - began
     return report
+
+
+def _replay(spark: SparkSession, planned: Planned, on_chunk: Callable[[ChunkPlan, Counts | None], None] | None) -> None:
+    """A stateful processor's backfill: one bounded replay of its streaming query (weir.backfill.stateful)."""
+    report, target, settings = planned.report, planned.target, planned.settings
+    lake = Lake(settings.lake)
+    reader = _Run.__new__(_Run)  # only its lake file reader: the replay is a streaming query, not chunks
+    reader.spark, reader.lake, reader.report = spark, lake, report
+    reader.schemas = {t: input_schema(planned.pipeline, t) for t in target.proc.inputs}
+    history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
+    began = now_iso()
+
+    def rescan(h: stateful.Horizon) -> None:
+        t1, t2 = report.start, report.end
+        report.topics = stateful_scans(lake, planned.pipeline, target.proc, t1, t2, h)
+
+    run = stateful.StatefulRun(spark, planned.pipeline, target, report, settings, reader._files, history)
+    counts = run.run(rescan)
+    report.counts.add(counts)
+    report.chunks_run = 1
+    dlqs = {f"{t}.dlq" for t in target.proc.inputs}
+    for dest, n in counts.outputs.items():
+        (report.dead_lettered if dest in dlqs else report.written)[dest] = n
+    spans = {(t, p): rs for t, ps in report.ranges.items() for p, rs in ps.items()}
+    record = paths.join(history, f"{report.id}.{int(time.time() * 1000)}.json")
+    write_json(record, Backfilled(report.id, began, spans).to_json() | {"target": report.target})
+    if on_chunk is not None:
+        on_chunk(report.plan[0], counts)
 
 
 def backfill(
@@ -365,16 +427,6 @@ def input_schema(p: Pipeline, topic: str):
     return T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(parse_source(options, streaming=None)))
 
 
-def _within(ranges: dict[int, list[tuple[int, int]]]) -> Column:
-    """Rows whose (partition, offset) lies in `ranges`."""
-    found = F.lit(False)
-    for partition, spans in ranges.items():
-        offset = F.col("offset")
-        inside = functools.reduce(operator.or_, [(offset >= s) & (offset < e) for s, e in spans], F.lit(False))
-        found = found | ((F.col("partition") == partition) & inside)
-    return found
-
-
 class _Run:
     """One backfill's execution: the processor's stateless batch path over the lake, chunk after chunk."""
 
@@ -411,7 +463,7 @@ class _Run:
             if files:
                 df = self._files(topic, files)
                 if self.report.version is not None:  # the version's offsets, whatever their time
-                    frames.append(df.where(_within(self.report.ranges.get(topic, {}))))
+                    frames.append(df.where(stateful.within(self.report.ranges.get(topic, {}))))
                     continue
                 micros = F.unix_micros(F.col("timestamp"))
                 frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))

@@ -33,7 +33,9 @@ SHOWN_CHUNKS = 24  # chunk rows of a plan table; a longer plan shows its first a
 
 def backfill_command(
     pipeline: Annotated[str, typer.Argument(help="path/to/file.py[:name] or package.module[:name]")],
-    processor: Annotated[str, typer.Argument(help="The stateless processor whose function to re-run.")],
+    processor: Annotated[
+        str, typer.Argument(help="The processor whose function to re-run (a stateful one by a replay of its query).")
+    ],
     start: Annotated[
         str | None,
         typer.Option("--from", help="Start of the range (inclusive), by record time: ISO 8601, UTC by default."),

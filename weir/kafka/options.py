@@ -39,7 +39,8 @@ SOURCE_OPTIONS = {
     "subscribe": "comma-separated topics",
     "subscribepattern": "regular expression of topics",
     "startingoffsets": "earliest (default for batch), latest (default for streams), or JSON per topic-partition",
-    "endingoffsets": "batch reads only: latest (default) or JSON per topic-partition",
+    "endingoffsets": "batch reads: latest (default) or JSON per topic-partition; streams: exact offsets per "
+    "topic-partition as JSON, where the partitions it names stop advancing (others are unaffected)",
     "maxoffsetspertrigger": "streams: at most this many records per micro-batch",
     "maxbytespertrigger": "streams: about this many bytes (key+value) per micro-batch",
     "minpartitions": "split offset ranges so at least this many Spark tasks read in parallel",
@@ -53,6 +54,8 @@ SOURCE_OPTIONS = {
     "flowmeasurements": "flow=auto: a file where the query's runner writes each batch's measured duration",
     "failondataloss": "true (default): fail when offsets were deleted; false: skip, warn and count",
     "lake": "a lake root (path or URL): offsets retention deleted are read from its archive of the topic",
+    "lakeuntil": "a stateful backfill's: offsets below these (JSON per topic-partition) are read from the lake, "
+    "even where the broker still holds them (state rebuilt from the lake); needs lake",
     "followcheckpoint": "streams: another query's checkpoint (path or URL): each batch ends where that query's "
     "next logged batch ended, so both read the same batches (weir shadow)",
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
@@ -190,6 +193,7 @@ class SourceOptions:
     registry: dict[str, str] = field(default_factory=dict, repr=False)  # its client's settings, credentials too
     simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
+    lake_until: dict[str, dict[int, int]] = field(default_factory=dict)  # below these, read the lake, not the broker
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
     follow: str | None = None  # followCheckpoint: the checkpoint whose logged batches this source's batches repeat
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a read waits out an unreachable broker
@@ -251,7 +255,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
     starting = parse_offsets("startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest")
     ending = parse_offsets("endingOffsets", opts.get("endingoffsets"), "latest")
     if streaming and "endingoffsets" in opts:
-        raise OptionError("option endingOffsets is for batch reads (spark.read); a stream has no end")
+        _exact("endingOffsets", ending, "a stream ends at given offsets (earliest and latest are for batch reads)")
     if streaming is False:
         if starting == "latest":
             raise OptionError("startingOffsets=latest is not allowed for batch reads: the range would be empty")
@@ -289,6 +293,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         raise OptionError("option valueFormatSpec needs valueFormat avro, protobuf or json-schema")
     key_spec = _key_spec(opts, value_format)
     simulated = parse_offsets("weir.simulatedLogStartOffsets", opts.get("weir.simulatedlogstartoffsets"), "earliest")
+    lake_until = _lake_until(opts, starting)
     poll = _positive_int(opts, "polltimeoutms")
     return SourceOptions(
         client=client,
@@ -309,10 +314,52 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         registry={k[len("schemaregistry.") :]: v for k, v in opts.items() if k.startswith("schemaregistry.")},
         simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
+        lake_until=lake_until,
         flow=_flow(opts),
         follow=_follow(opts),
         broker_timeout_s=_broker_timeout(opts),
     )
+
+
+def _exact(name: str, spec: OffsetSpec, why: str) -> dict[str, dict[int, int]]:
+    """`spec` as exact offsets per topic-partition: earliest and latest (-2, -1) move, and `why` needs fixed ones."""
+    if not isinstance(spec, dict):
+        raise OptionError(
+            f'option {name} must be exact offsets per topic-partition, JSON like {{"topic": {{"0": 120, "1": 80}}}}, '
+            f"not {spec}: {why}"
+        )
+    moving = [f"{t}/{p}: {o}" for t, parts in spec.items() for p, o in parts.items() if o < 0]
+    if moving:
+        raise OptionError(
+            f"option {name} must be exact offsets, not -2 (earliest) or -1 (latest) ({', '.join(moving)}): {why}"
+        )
+    return spec
+
+
+def _lake_until(opts: dict[str, str], starting: OffsetSpec) -> dict[str, dict[int, int]]:
+    """lakeUntil: offsets below these are read from the lake (a stateful backfill rebuilds its state from there).
+    It needs the lake, and exact starting offsets for the partitions it names: `earliest` would resolve to the
+    broker's earliest as lakeUntil raises it, and silently skip the offsets below."""
+    if "lakeuntil" not in opts:
+        return {}
+    until = _exact("lakeUntil", parse_offsets("lakeUntil", opts["lakeuntil"], "earliest"), "where the lake ends")
+    if "lake" not in opts:
+        raise OptionError(
+            "option lakeUntil needs the option lake: the lake root whose archive the offsets below lakeUntil are "
+            "read from"
+        )
+    from_earliest = [
+        f"{t}/{p}"
+        for t, parts in until.items()
+        for p in parts
+        if starting == "earliest" or (isinstance(starting, dict) and starting.get(t, {}).get(p, -2) == -2)
+    ]
+    if from_earliest:
+        raise OptionError(
+            f"option lakeUntil names {', '.join(from_earliest)}, where startingOffsets is earliest: give exact "
+            f"starting offsets there (the earliest offset would be lakeUntil's, and the offsets below it unread)"
+        )
+    return until
 
 
 def _broker_timeout(opts: dict[str, str]) -> float:

@@ -117,13 +117,15 @@ def _subscribed(opts: SourceOptions, view: LogView, *, must_exist: bool) -> list
 
 
 def _bounds(opts: SourceOptions, view: LogView, tps: list[TP]) -> dict[TP, tuple[int, int]]:
-    """Earliest and latest per partition, with the test hook that hides offsets below a given one."""
+    """Earliest and latest per partition. The earliest is raised to lakeUntil (offsets below it are read from the
+    lake, as offsets below a log start are), and to the test hook's offset that hides the ones below it."""
     bounds = view.bounds(tps)
     for (t, p), (lo, hi) in bounds.items():
-        hidden = opts.simulated_log_start.get(t, {}).get(p)
-        if hidden is not None and hidden > lo:
+        floors = (opts.simulated_log_start.get(t, {}).get(p), opts.lake_until.get(t, {}).get(p))
+        floor = max((f for f in floors if f is not None), default=lo)
+        if floor > lo:
             # Identical to a real log-start advance for everything downstream of this function.
-            bounds[(t, p)] = (min(hidden, hi), hi)
+            bounds[(t, p)] = (min(floor, hi), hi)
     return bounds
 
 
@@ -163,11 +165,17 @@ def _loss_message(t: str, p: int, start: int, lo: int, hi: int | None) -> str:
     )
 
 
-def _lake_gap_message(t: str, p: int, start: int, lo: int, gaps: list[OffsetRange], index: LakeIndex) -> str:
+def _lake_gap_message(
+    t: str, p: int, start: int, lo: int, gaps: list[OffsetRange], index: LakeIndex, until: int | None = None
+) -> str:
     missing = ", ".join(f"[{g.start}, {g.end})" for g in gaps[:5]) + (" ..." if len(gaps) > 5 else "")
+    why = (
+        f"are below lakeUntil {until}, to be read from the lake"
+        if until is not None
+        else f"are gone from the broker (the earliest available offset is {lo}; retention or deletion removed them)"
+    )
     return (
-        f"weir-kafka: data loss on {t} partition {p}: offsets [{start}, {lo}) are gone from the broker (the "
-        f"earliest available offset is {lo}; retention or deletion removed them), and the lake does not hold "
+        f"weir-kafka: data loss on {t} partition {p}: offsets [{start}, {lo}) {why}, and the lake does not hold "
         f"{missing} of them: {index.describe(p)}"
     )
 
@@ -190,6 +198,24 @@ class _RangeReading:
             return iter(())
         return read_range(self.opts, partition.range, self.arrow_schema, self.decoder)
 
+    def _until(self, t: str, p: int, lo: int) -> int | None:
+        """lakeUntil of a partition whose earliest `lo` (as _bounds gives it) it set, else None (retention did)."""
+        until = self.opts.lake_until.get(t, {}).get(p)
+        return until if until is not None and lo <= until else None
+
+    def _lake_read(self, r: OffsetRange, lo: int) -> None:
+        """Say that `r`, below the earliest `lo`, is read from the lake: a warning when retention deleted it, a note
+        when lakeUntil asked for it."""
+        until = self._until(r.topic, r.partition, lo)
+        if until is not None:
+            log.info("weir-kafka: %s partition %d: offsets [%d, %d) are below lakeUntil %d; reading them from the "
+                     "lake %s", r.topic, r.partition, r.start, r.end, until, self.opts.lake)  # fmt: skip
+            return
+        log.warning(
+            "weir-kafka: %s partition %d: offsets [%d, %d) are gone from the broker (earliest %d); "
+            "reading them from the lake %s", r.topic, r.partition, r.start, r.end, lo, self.opts.lake,
+        )  # fmt: skip
+
     def _lake_split(
         self, indexes: dict[str, LakeIndex], t: str, p: int, start: int, lo: int, end: int | None = None
     ) -> list[tuple[OffsetRange, bool]]:
@@ -203,7 +229,7 @@ class _RangeReading:
         gaps = [r for r, covered in pieces if not covered]
         if gaps and self.opts.fail_on_data_loss:
             raise DataLossError(
-                _lake_gap_message(t, p, start, lo, gaps, index)
+                _lake_gap_message(t, p, start, lo, gaps, index, self._until(t, p, lo))
                 + ". Set failOnDataLoss=false to read what the lake holds and skip the rest."
             )
         stop = lo if end is None else min(end, lo)
@@ -224,9 +250,10 @@ class _RangeReading:
                 out.append(indexes[t].plan(r))
             else:
                 skipped += r.size
+                where = "below lakeUntil and not" if self._until(t, p, lo) is not None else "neither on the broker nor"
                 log.warning(
-                    "weir-kafka: data loss on %s partition %d: offsets [%d, %d) are neither on the broker nor in the "
-                    "lake %s; skipped (failOnDataLoss=false)", t, p, r.start, r.end, self.opts.lake,
+                    "weir-kafka: data loss on %s partition %d: offsets [%d, %d) are %s in the lake %s; skipped "
+                    "(failOnDataLoss=false)", t, p, r.start, r.end, where, self.opts.lake,
                 )  # fmt: skip
         return out, skipped
 
@@ -308,6 +335,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         that replays batch 0 reads the logged range, whatever this answers then."""
         if self._initial is None:
             bounds = self._discover(must_exist=bool(self.opts.topics))
+            if isinstance(self.opts.ending, dict):
+                _resolve(self.opts.ending, bounds, "endingOffsets")  # refuses partitions that do not exist
             self._initial = off.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
         return dict(self._initial)
 
@@ -322,8 +351,13 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Exact high-water marks, each observed by this call (LogView.bounds refuses what it did not observe): a
-        # target below the true end would end the run "finished" with records unread.
-        self._target = {tp: hi for tp, (_, hi) in self._discover().items()}
+        # target below the true end would end the run "finished" with records unread. endingOffsets lowers it:
+        # the run ends there (a broker short of the end: at what it has now, as without endingOffsets).
+        self._target = {tp: min(hi, self._ending(*tp, hi)) for tp, (_, hi) in self._discover().items()}
+
+    def _ending(self, t: str, p: int, hi: int) -> int:
+        """endingOffsets of a partition (a stream stops advancing there), else `hi`."""
+        return self.opts.ending.get(t, {}).get(p, hi) if isinstance(self.opts.ending, dict) else hi
 
     def _effective_start(self, start: Positions, loss: DataLoss) -> tuple[Positions, DataLoss]:
         """Where this batch really starts per partition, after data-loss checks; new partitions start at
@@ -342,7 +376,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                     for r, covered in self._lake_split(self._lake, t, p, s, lo):
                         if covered:
                             break
-                        message = _lake_gap_message(t, p, s, lo, [r], self._lake[t])
+                        message = _lake_gap_message(t, p, s, lo, [r], self._lake[t], self._until(t, p, lo))
                         log.warning("%s; skipping (failOnDataLoss=false)", message)
                         loss = loss.add(r.size)
                         at = r.end
@@ -372,14 +406,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             for r, covered in self._lake_split(self._lake, t, p, s, lo, e):
                 if covered:
                     ranges.append(r)
-                    log.warning(
-                        "weir-kafka: %s partition %d: offsets [%d, %d) are gone from the broker (earliest %d); "
-                        "reading them from the lake %s", t, p, r.start, r.end, lo, self.opts.lake,
-                    )  # fmt: skip
+                    self._lake_read(r, lo)
                 else:
-                    log.warning(
-                        "%s; skipping (failOnDataLoss=false)", _lake_gap_message(t, p, s, lo, [r], self._lake[t])
-                    )
+                    message = _lake_gap_message(t, p, s, lo, [r], self._lake[t], self._until(t, p, lo))
+                    log.warning("%s; skipping (failOnDataLoss=false)", message)
                     loss = loss.add(r.size)
         return loss, fallback.add(ranges)
 
@@ -402,6 +432,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                     )
                 # AvailableNow: nothing past the target, and no partition born after it.
                 hi = min(hi, target)
+            # endingOffsets: never beyond it (after the target's check: the broker's latest, not the cap, is checked)
+            hi = min(hi, self._ending(t, p, hi))
             latest.setdefault(t, {})[p] = max(hi, eff[t][p])
         end = latest
         decision = None
@@ -641,10 +673,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
             if self.opts.lake and s < lo and s < e:
                 parts, _ = self._lake_partitions(indexes, t, p, s, lo, e)
                 for part in parts:
-                    log.warning(
-                        "weir-kafka: %s partition %d: offsets [%d, %d) are gone from the broker (earliest %d); "
-                        "reading them from the lake %s", t, p, part.start, part.end, lo, self.opts.lake,
-                    )  # fmt: skip
+                    self._lake_read(part.range, lo)
                 lake.extend(parts)
                 if e <= lo:
                     continue

@@ -36,14 +36,17 @@ now_iso = units.now_iso
 class ProgressPublisher:
     """Writes progress records to the topic and the JSONL log; safe to call from any thread."""
 
-    def __init__(self, pipeline: str, client_config: dict[str, str], log_dir: str, topic: str = TOPIC) -> None:
+    def __init__(
+        self, pipeline: str, client_config: dict[str, str], log_dir: str, topic: str = TOPIC,
+        log_name: str | None = None,
+    ) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.topic = topic
         self.undelivered = 0
         self._lock = threading.Lock()
         path = Path(log_dir)
         path.mkdir(parents=True, exist_ok=True)
-        self.path = path / f"{pipeline}.jsonl"
+        self.path = path / f"{log_name or pipeline}.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
         self._settings = {
             **client_config, "linger.ms": 50, "acks": "all", "logger": client_log, "message.timeout.ms": 30_000,

@@ -35,9 +35,10 @@ from weir.kafka import checkpoint as checkpoint_log
 from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
+from weir.kafka.offsets import Positions
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
-from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
+from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
@@ -70,6 +71,31 @@ class Ledger:
     def peek(self, query: str, batch_id: int) -> Counts | None:
         with self._lock:
             return self._counts.get((query, batch_id))
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The input offsets a query replays (a stateful backfill): per topic, where it starts and ends, and below
+    what it reads from the lake whatever the broker still holds."""
+
+    start: Positions
+    end: Positions
+    lake_until: Positions
+
+    def options(self, topic: str, limit: int | None) -> dict[str, str]:
+        """The weir-kafka source options of one input topic, `limit` records per batch (None: all at once)."""
+
+        def one(positions: Positions) -> str:
+            return json.dumps({topic: {str(p): o for p, o in positions.get(topic, {}).items()}})
+
+        found = {"maxOffsetsPerTrigger": str(limit)} if limit else {}
+        # A topic without bounds (a join's table the lake does not archive): from the broker's earliest offset to
+        # its end when the replay began (Trigger.AvailableNow)
+        for option, positions in (("startingOffsets", self.start), ("endingOffsets", self.end),
+                                  ("lakeUntil", self.lake_until)):  # fmt: skip
+            if positions.get(topic):
+                found[option] = one(positions)
+        return found
 
 
 class StopRequested(RuntimeError):
@@ -138,6 +164,7 @@ class ProcessorQuery:
         # write's are booked with the next batch that succeeds).
         self.client_rebuilds = 0
         self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
+        self.bounds: Bounds | None = None  # a stateful backfill's: the offsets its sources replay
 
     @property
     def guard(self) -> replay.Guard | None:
@@ -197,7 +224,13 @@ class ProcessorQuery:
             .option("startingOffsets", json.dumps(starting) if starting else "earliest")
         )
         reader = reader.options(**topic.reader_options(self.settings.registry_conf()))
-        if self.proc.shadow is not None:
+        if self.bounds is not None:
+            # A stateful backfill's replay (weir.backfill.stateful): these offsets, from the lake where it holds
+            # them, in batches of a static size, to the end and no further.
+            # A join's table comes whole in the first batch: each stream record then meets it as of its time.
+            limit = None if isinstance(topic, Table) else (self.static_limit() or STATIC_LIMIT)
+            reader = reader.options(**self.bounds.options(topic.name, limit))
+        elif self.proc.shadow is not None:
             # A shadow's batches are the live processor's, one for one (docs/releases.md, "Shadow runs"): the
             # same watermarks, so a window or a late record is decided alike by the same code.
             reader = reader.option("followCheckpoint", self.proc.shadow.follow)
@@ -833,6 +866,14 @@ class ProcessorQuery:
         if self.settings.lake:  # offsets retention deleted meanwhile are read from the lake, as the stream would
             reader = reader.option("lake", self.settings.lake)
         return reader.load()
+
+    def deliver_result(self, frame: DataFrame, batch_id: int) -> Counts:
+        """A stateful result's rows routed and delivered to their topics and the sink, its counts (a stateful
+        backfill's batch: `_streaming_batch` without the ledger). The caller caches `frame` when it has a sink."""
+        routed = routing.route(frame, self.proc, self.topics, self.writers)
+        counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
+        counts.passed = None  # the blocks' routes are the accounting: nothing to settle
+        return counts
 
     def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
         frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))

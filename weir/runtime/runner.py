@@ -191,6 +191,7 @@ class Runner:
         self.publisher: ProgressPublisher | None = None
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
         self._by_id: dict[str, str] = {}  # Spark's query id (kept across restarts) -> processor
+        self.progress_log: str | None = None  # the progress log's name under <home>/progress (default: the pipeline's)
 
     # -- setup --------------------------------------------------------------------------------------------
     def checkpoint(self, proc: Processor) -> str:
@@ -273,6 +274,7 @@ class Runner:
             self.settings.client_config(),
             str(Path(self.settings.home) / "progress"),
             self.settings.progress_topic,
+            self.progress_log,
         )
         # Each processor's batch ends in a consumer group of its own, for lag tools (docs/delivery.md)
         self._groups = GroupCommitter(self.settings, self.pipeline.name)

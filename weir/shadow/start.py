@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from weir.config import Settings
 from weir.kafka.admin import Admin
-from weir.kafka.checkpoint import read_offsets
+from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.offsets import Positions
 from weir.kafka.replay import Guard, take_marks
 from weir.pipeline.load import load_module
@@ -65,7 +65,9 @@ class Shadowing:
         shadowed = dataclasses.replace(
             self.pipeline, processors={**self.pipeline.processors, self.shadow.name: self.shadow}
         )
-        return Runner(shadowed, settings, spark=spark, available_now=available_now, processors=[self.shadow.name])
+        runner = Runner(shadowed, settings, spark=spark, available_now=available_now, processors=[self.shadow.name])
+        runner.progress_log = self.pipeline.name + SUFFIX  # <home>/progress/<pipeline>.shadow.jsonl
+        return runner
 
 
 def shadow_checkpoint(settings: Settings, live: Processor) -> str:
@@ -146,7 +148,8 @@ def begin(sh: Shadowing, *, restart: bool = False) -> tuple[ShadowRecord, bool]:
     batch, start, live_from = _where_live_is(sh, live_topics, client, wait)
     shadow_topics = [sh.shadow.shadow.topic(t) for t in live_topics]
     shadow_from = take_marks(client, shadow_topics, timeout=wait)
-    seed(sh.live_checkpoint, sh.checkpoint, batch)
+    if batch >= 0:  # else the live query committed nothing yet: the shadow starts as it did, afresh
+        seed(sh.live_checkpoint, sh.checkpoint, batch)
     stored = versions.read(sh.live_checkpoint)
     rec = ShadowRecord(
         pipeline=sh.pipeline.name, processor=sh.live.name, shadow=sh.shadow.name,
@@ -184,29 +187,46 @@ def _create(sh: Shadowing, live_topics: list[str]) -> None:
 
 
 def _where_live_is(sh: Shadowing, topics: list[str], client: dict, wait: float) -> tuple[int, Positions, Positions]:
-    """(the live processor's last committed batch, the input offsets after it, every written topic's offsets
-    below which no record of a later batch lies). The ends are taken before the offset log is read, so a
-    later batch that wrote before them must have noted its marks (marks come before any write,
-    kafka/replay.py): their lower value is taken. A batch committed meanwhile: noted again."""
+    """(the live processor's last committed batch, -1 before its first; the input offsets after it, every written
+    topic's offsets below which no record of a later batch lies). The ends are taken before the offset log is
+    read, so a later batch that wrote before them must have noted its marks (marks come before any write,
+    kafka/replay.py): their lower value is taken. A batch committed meanwhile: noted again. A live query that
+    started and committed nothing yet begins at its inputs' earliest offsets, as a new checkpoint does."""
     cp = Checkpoint(sh.live_checkpoint)
     for _ in range(SEED_TRIES):
         ends = take_marks(client, topics, timeout=wait)
-        offsets = read_offsets(sh.live_checkpoint)
-        if offsets.committed_batch is None:
-            raise ShadowError(
-                f"processor {sh.live.name} has no committed batch yet ({sh.live_checkpoint}): run it first "
-                f"(weir run); a shadow begins where the live processor is"
-            )
-        n = offsets.committed_batch
+        n, start = _committed(sh, cp)
         text = read_text(cp.mark(n + 1))
         if text is not None:
             for t, parts in Guard.from_option(text).marks.items():
                 for p, o in parts.items():
                     if t in ends:
                         ends[t][p] = min(ends[t].get(p, o), o)
-        if read_offsets(sh.live_checkpoint).committed_batch == n:
-            return n, offsets.committed, ends
+        if _committed(sh, cp)[0] == n:
+            return n, start, ends
     raise ShadowError(
         f"processor {sh.live.name} committed a batch each time the shadow noted where it begins ({SEED_TRIES} "
         f"tries); try again"
     )
+
+
+def _committed(sh: Shadowing, cp: Checkpoint) -> tuple[int, Positions]:
+    """The live processor's last committed batch and the input offsets after it; (-1, the inputs' earliest
+    offsets) for a live query that started and committed nothing yet."""
+    try:
+        offsets = read_offsets(sh.live_checkpoint)
+    except CheckpointError:
+        offsets = None
+    if offsets is not None and offsets.committed_batch is not None:
+        return offsets.committed_batch, offsets.committed
+    if not paths_exist(cp.metadata):
+        raise ShadowError(
+            f"processor {sh.live.name} has not run yet ({sh.live_checkpoint}): run it first (weir run); a shadow "
+            f"begins where the live processor is"
+        )
+    admin = Admin(sh.settings.bootstrap_servers, sh.settings.kafka)
+    return -1, {t: {p: lo for p, (lo, _) in admin.offsets(t).items()} for t in sh.live.inputs}
+
+
+def paths_exist(location: str) -> bool:
+    return read_text(location) is not None

@@ -1,0 +1,33 @@
+"""How far around its range a stateful backfill replays, from the blocks' settings (no Spark)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from weir.backfill.stateful import horizon, replay_span
+
+
+def test_a_window_reads_its_size_and_watermark_before_and_after_the_range():
+    h = horizon([{"block": "tumbling_window", "key": "user", "size": "10 seconds", "slide": "10 seconds",
+                  "watermark": "2 seconds"}])  # fmt: skip
+    assert (h.before_ms, h.after_ms, h.keys, h.notes) == (12_000, 12_000, ("user",), ())
+    t1, t2 = datetime(2026, 11, 20, 16, tzinfo=UTC), datetime(2026, 11, 20, 17, tzinfo=UTC)
+    assert replay_span(t1, t2, h) == (t1 - timedelta(seconds=12), t2 + timedelta(seconds=12))
+
+
+def test_the_widest_block_decides_and_sessions_say_what_they_cut():
+    h = horizon([
+        {"block": "deduplicate", "key": "id", "horizon": "1 hour", "watermark": "1 minute"},
+        {"block": "session_window", "key": "user", "gap": "30 minutes", "watermark": "5 minutes"},
+        {"block": "join_table", "key": "customer_id", "how": "left"},
+    ])  # fmt: skip
+    assert h.before_ms == 3_660_000  # the dedup horizon plus its watermark
+    assert h.after_ms == 2_100_000  # a session's gap plus its watermark closes the range's last sessions
+    assert h.keys == ("id", "user", "customer_id")
+    assert len(h.notes) == 1 and "sessions are rebuilt from 2100000 ms before the range" in h.notes[0]
+
+
+def test_a_join_alone_needs_no_horizon():
+    for blocks in ([{"block": "join_table", "key": "k", "how": "inner"}], []):
+        h = horizon(blocks)
+        assert (h.before_ms, h.after_ms) == (0, 0)

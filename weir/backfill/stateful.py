@@ -1,0 +1,395 @@
+"""A stateful processor's backfill (windows, sessions, dedup, a join): its state rebuilt from the lake, and only
+the range's outputs delivered.
+
+The processor's own streaming query runs again, from a checkpoint of its own, over a bounded replay of its
+inputs (Trigger.AvailableNow): from early enough before the range that its state is whole when the range
+begins (its blocks' horizon: a window's size, a session's gap, a dedup horizon, each plus the watermark; a
+join's table from its beginning), to late enough after it that the range's windows close. Offsets the lake
+holds are read from the lake, whatever the broker still has. A result belongs to the range when it is a window
+or session that overlaps it (by event time), or a row of an input record in it (late, dead letter, joined,
+first of its key). Into the processor's own topics only what they lack is written: a window by (key, window),
+a row of an input record by that record. docs/backfill.md, "Stateful processors".
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import operator
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from weir.backfill.plan import BackfillError, epoch_micros
+from weir.blocks.common import settings_noted
+from weir.blocks.window import interval_ms
+from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER
+from weir.kafka.offsets import Positions
+from weir.kafka.replay import take_marks
+from weir.pipeline.model import Table
+from weir.pipeline.routes import EMIT, ROUTE
+from weir.runtime.accounting import Counts
+from weir.runtime.query import Bounds, Ledger, ProcessorQuery
+from weir.storage import paths
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from weir.backfill.target import Target
+    from weir.config import Settings
+    from weir.pipeline.model import Pipeline
+
+log = logging.getLogger("weir.backfill")
+WINDOW = ("window_start", "window_end")
+STALLED_S = 600.0  # a replay whose query makes no batch for this long is stopped, loudly
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """How far around the range a stateful processor's replay reads (record time), from its blocks' settings."""
+
+    before_ms: int  # before the range: state whole at its start
+    after_ms: int  # after it: the range's windows closed by the watermark
+    keys: tuple[str, ...]  # the blocks' key columns: a window's identity with its bounds
+    notes: tuple[str, ...] = ()
+
+
+def horizon(blocks: list[dict[str, str]]) -> Horizon:
+    """The horizon of a processor whose blocks noted these settings (weir.blocks.common.settle)."""
+    before = after = 0
+    keys, notes = [], []
+    for b in blocks:
+        kind = b.get("block", "")
+        wm = interval_ms(b["watermark"], kind) if b.get("watermark") else 0
+        if kind in ("tumbling_window", "sliding_window"):
+            size = interval_ms(b["size"], kind)
+            before, after = max(before, size + wm), max(after, size + wm)
+        elif kind == "session_window":
+            gap = interval_ms(b["gap"], kind)
+            before, after = max(before, gap + wm), max(after, gap + wm)
+            notes.append(
+                f"sessions are rebuilt from {gap + wm} ms before the range: a session whose records began earlier "
+                f"than that, with no gap since, starts later in the backfill than it did when streamed"
+            )
+        elif kind == "deduplicate":
+            before, after = max(before, interval_ms(b["horizon"], kind) + wm), max(after, wm)
+        if b.get("key"):
+            keys.append(b["key"])
+    return Horizon(before, after, tuple(dict.fromkeys(keys)), tuple(notes))
+
+
+def replay_span(t1: datetime, t2: datetime, h: Horizon) -> tuple[datetime, datetime]:
+    """The record times a replay reads: the range widened by the horizon."""
+    return t1 - timedelta(milliseconds=h.before_ms), t2 + timedelta(milliseconds=h.after_ms)
+
+
+@dataclass
+class Replay:
+    """The offsets a stateful backfill replays, found in the lake: where each input starts and ends, below what
+    it reads from the lake, the range's own offsets (its input records), and the records per partition."""
+
+    bounds: Bounds
+    ranges: dict[str, dict[int, list[tuple[int, int]]]]
+    read: dict[str, dict[int, int]]
+    event_range: tuple[int, int] | None = None  # --version: its records' first and last record time, micros
+
+
+class StatefulRun:
+    """One stateful backfill's execution: the processor's streaming query over a bounded replay. `report` is the
+    backfill's BackfillReport (weir.backfill.run, which imports this module)."""
+
+    def __init__(
+        self, spark: SparkSession, p: Pipeline, target: Target, report: Any, settings: Settings,
+        files: Any, history: str,
+    ) -> None:  # fmt: skip
+        self.spark, self.p, self.target, self.report, self.settings = spark, p, target, report, settings
+        self.files = files  # (topic, [LakeFile]) -> DataFrame of the stream's columns (_Run._files)
+        self.checkpoint = paths.join(history, f"{report.id}.replay-{uuid.uuid4().hex[:8]}")
+
+    def run(self, rescan: Any) -> Counts:
+        """Trace the processor (its blocks' settings give the horizon), find the replay's offsets in the lake
+        (`rescan(horizon)` lists the files of the replay's hours into the report), replay, deliver the range's
+        rows; the delivered rows' counts."""
+        proc = self.target.proc
+        effective = replace(self.p, topics=self.target.topics, processors={**self.p.processors, proc.name: proc})
+        query = ProcessorQuery(self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint)
+        query.name = f"backfill.{self.p.name}.{proc.name}"
+        query.headers[BACKFILL_HEADER] = self.report.id
+        with settings_noted() as blocks:
+            names = query.trace()
+        names = names.columns if not isinstance(names, dict) else next(iter(names.values())).columns
+        h = horizon(list(blocks))
+        self.report.notes.extend(n for n in h.notes if n not in self.report.notes)
+        rescan(h)
+        replay = self.offsets(h)
+        query.bounds = replay.bounds
+        written = [*self.target.output_topics, *(f"{t}.dlq" for t in proc.inputs), *(f"{t}.late" for t in proc.inputs)]
+        query.delivered = query.read_delivered(written).persist()
+        windows = self.delivered_windows(h, names)
+        belongs = self.belongs(replay, names)
+        total = Counts()
+        if self.target.sink is not None:
+            self.target.sink.open(f"{self.report.id}-replay")
+
+        def each(batch: DataFrame, batch_id: int) -> None:
+            frame = batch.where(belongs)
+            if windows is not None:
+                frame = self.without_delivered(frame, windows, h)
+            frame = frame.persist() if self.target.sink is not None else frame
+            try:
+                total.add(query.deliver_result(frame, batch_id))
+            finally:
+                if self.target.sink is not None:
+                    frame.unpersist()
+
+        try:
+            stream = query._streaming_result()
+            running = (
+                stream.writeStream.queryName(query.name).option("checkpointLocation", paths.spark_url(self.checkpoint))
+                .foreachBatch(each).trigger(availableNow=True).start()
+            )  # fmt: skip
+            self._wait(running)
+        finally:
+            query.delivered.unpersist()
+            if windows is not None:
+                windows.unpersist()
+            self._drop_checkpoint()
+        self.report.read = replay.read
+        self.report.ranges = self.report.ranges or replay.ranges
+        return total
+
+    # -- the replay's offsets -----------------------------------------------------------------------------
+    def offsets(self, h: Horizon) -> Replay:
+        """Per partition of each input: where the replay starts (the first record at or after the replay's start
+        time, from the lake; a version's first offset if earlier), where it ends (past the last record before
+        the replay's end time; the broker's end where the lake's newest record is older than that, or where
+        the lake lacks the partition; a version's last offset if later), and below what it reads from the lake
+        (its newest offset + 1). A join's table is replayed from the lake's first offset (or the broker's
+        earliest). Small jobs over three columns of the replay hours' files."""
+        report = self.report
+        inputs = [t for t in self.target.proc.inputs if not isinstance(self.p.topics.get(t), Table)]
+        tables = [t for t in self.target.proc.inputs if t not in inputs]
+        broker = take_marks(self.settings.client_config(), list(self.target.proc.inputs), timeout=self._wait_s)
+        lake = {t: self._lake_last(t) for t in self.target.proc.inputs}
+        event_range = None
+        if report.version is not None:
+            event_range = self._version_times(lake)
+            t1 = datetime.fromtimestamp(event_range[0] / 1e6, tz=UTC)
+            t2 = datetime.fromtimestamp((event_range[1] + 1) / 1e6, tz=UTC)
+        else:
+            t1, t2 = report.start, report.end
+        lo, hi = replay_span(t1, t2, h)
+        start: Positions = {}
+        end: Positions = {}
+        lake_until: Positions = {}
+        ranges: dict[str, dict[int, list[tuple[int, int]]]] = {}
+        for topic in inputs:
+            found = self._lake_span(topic, lo, hi, t1, t2)
+            for p, top in broker.get(topic, {}).items():
+                s, e, r = found.get(p, (None, None, None))
+                newest = lake.get(topic, {}).get(p)
+                # The broker holds what the lake does not yet: read on to its end, unless a version's own offsets
+                # are all that is needed (no window to close after them)
+                lacking = newest is None or newest[1] < epoch_micros(hi)
+                if lacking and not (report.version is not None and h.after_ms == 0):
+                    e = top if s is not None or report.version is not None else None
+                wanted = report.ranges.get(topic, {}).get(p) if report.version is not None else None
+                if wanted:
+                    s = min(s, wanted[0][0]) if s is not None else wanted[0][0]
+                    e = max(e or 0, wanted[-1][1])
+                if s is None or e is None or e <= s:
+                    continue
+                start.setdefault(topic, {})[p], end.setdefault(topic, {})[p] = s, e
+                if newest is not None:
+                    lake_until.setdefault(topic, {})[p] = min(newest[0] + 1, e)
+                if r is not None:
+                    ranges.setdefault(topic, {})[p] = [r]
+        for topic in tables:  # the whole changelog: from the lake's first offset where it has one
+            for p, top in broker.get(topic, {}).items():
+                first = lake.get(topic, {}).get(p)
+                if first is not None:
+                    start.setdefault(topic, {})[p] = first[2]
+                    lake_until.setdefault(topic, {})[p] = first[0] + 1
+                    end.setdefault(topic, {})[p] = top
+        if not start:
+            raise BackfillError(f"neither the lake nor the broker holds a record of {', '.join(inputs)} to replay")
+        if report.version is not None:
+            ranges = report.ranges  # the version's own offsets, exactly
+        replayed = {t: {p: end[t][p] - s for p, s in parts.items()} for t, parts in start.items()}
+        return Replay(Bounds(start, end, lake_until), ranges, replayed, event_range)
+
+    _wait_s = 30.0  # for the broker's ends
+
+    def _lake_last(self, topic: str) -> dict[int, tuple[int, int, int]]:
+        """Per partition of the replay hours' lake files of `topic`: (its newest offset, its newest record time
+        in micros, its first offset)."""
+        scan = self.report.topics.get(topic)
+        if scan is None or not scan.files:
+            return {}
+        rows = (
+            self.files(topic, scan.files).groupBy("partition")
+            .agg(F.max("offset").alias("o"), F.max(F.unix_micros("timestamp")).alias("t"), F.min("offset").alias("f"))
+            .collect()
+        )  # fmt: skip
+        return {int(r["partition"]): (int(r["o"]), int(r["t"]), int(r["f"])) for r in rows if r["o"] is not None}
+
+    def _lake_span(
+        self, topic: str, lo: datetime, hi: datetime, t1: datetime, t2: datetime
+    ) -> dict[int, tuple[int | None, int | None, tuple[int, int] | None]]:
+        """Per partition, from the lake: the first offset at or after `lo`, the end past the last record before
+        `hi`, and the offsets of the range [t1, t2)'s first and last record."""
+        scan = self.report.topics.get(topic)
+        if scan is None or not scan.files:
+            return {}
+        us = lambda t: F.lit(epoch_micros(t))  # noqa: E731
+        ts = F.unix_micros(F.col("timestamp"))
+        inside = (ts >= us(t1)) & (ts < us(t2))
+        rows = (
+            self.files(topic, scan.files).groupBy("partition")
+            .agg(
+                F.min(F.when(ts >= us(lo), F.col("offset"))).alias("start"),
+                F.max(F.when(ts < us(hi), F.col("offset"))).alias("last"),
+                F.min(F.when(inside, F.col("offset"))).alias("rlo"),
+                F.max(F.when(inside, F.col("offset"))).alias("rhi"),
+            )
+            .collect()
+        )  # fmt: skip
+        out = {}
+        for r in rows:
+            span = None if r["rlo"] is None else (int(r["rlo"]), int(r["rhi"]) + 1)
+            first = None if r["start"] is None else int(r["start"])
+            out[int(r["partition"])] = (first, None if r["last"] is None else int(r["last"]) + 1, span)
+        return out
+
+    def _version_times(self, lake: dict[str, dict[int, tuple[int, int, int]]]) -> tuple[int, int]:
+        """The first and last record time (micros) of the records in the version's offsets: from the lake's
+        files, and from the broker for offsets above the lake's newest."""
+        found = []
+        for topic, spans in self.report.ranges.items():
+            scan = self.report.topics.get(topic)
+            if scan is not None and scan.files:
+                found.append(self.files(topic, scan.files).where(within(spans)))
+            newest = lake.get(topic, {})
+            above = {p: (max(rs[0][0], newest[p][0] + 1) if p in newest else rs[0][0], rs[-1][1])
+                     for p, rs in spans.items()}  # fmt: skip
+            above = {p: (s, e) for p, (s, e) in above.items() if e > s}
+            if above:
+                reader = (
+                    self.spark.read.format("weir-kafka").options(**self.settings.kafka_options())
+                    .option("subscribe", topic)
+                    .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in above.items()}}))
+                    .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in above.items()}}))
+                )  # fmt: skip
+                found.append(reader.load().where(within({p: [r] for p, r in above.items()})))
+        micros = F.unix_micros("timestamp")
+        times = [
+            r for f in found for r in f.agg(F.min(micros).alias("a"), F.max(micros).alias("b")).collect()
+            if r["a"] is not None
+        ]  # fmt: skip
+        if not times:
+            raise BackfillError(f"neither the lake nor the broker holds the offsets version {self.report.version} "
+                                "processed")  # fmt: skip
+        return min(r["a"] for r in times), max(r["b"] for r in times)
+
+    # -- what belongs to the range --------------------------------------------------------------------------
+    def belongs(self, replay: Replay, names: list[str]) -> Column:
+        """Rows of the range: a window or session overlapping it by event time; a row of an input record in it
+        (by offset); nothing else (absorbed and filtered rows are counted by the blocks, not delivered)."""
+        report = self.report
+        if replay.event_range is not None:
+            t1, t2 = replay.event_range[0], replay.event_range[1] + 1
+        else:
+            t1, t2 = epoch_micros(report.start), epoch_micros(report.end)
+        emitted = F.col(ROUTE) == EMIT
+        if all(w in names for w in WINDOW):
+            overlap = (F.unix_micros(F.col("window_end")) > F.lit(t1)) & (
+                F.unix_micros(F.col("window_start")) < F.lit(t2)
+            )
+            windows = emitted & overlap
+        else:
+            windows = emitted
+        # By offset: the version's exactly, a time range's as the offsets of its first and last record per
+        # partition (results carry their input record's coordinates, not its time)
+        by_record = F.lit(False)
+        for topic, spans in replay.ranges.items():
+            by_record = by_record | ((F.col("topic") == topic) & within(spans))
+        sourced = F.col("offset").isNotNull() & F.col(ROUTE).isin("out", "late", "dlq") & by_record
+        return F.coalesce(windows | sourced, F.lit(False))
+
+    # -- what the target holds already ----------------------------------------------------------------------
+    def delivered_windows(self, h: Horizon, names: list[str]) -> DataFrame | None:
+        """(key, window_start, window_end) of the windows the target's topic holds from this processor (any
+        run of it, backfills included), when its records are windows with one key column; None otherwise."""
+        if len(self.target.output_topics) != 1 or len(h.keys) != 1:
+            return None
+        topic = self.target.topics[self.target.output_topics[0]]
+        fields = topic.fields()
+        key = h.keys[0]
+        if not all(c in fields and c in names for c in (*WINDOW, key)):
+            return None
+        reader = (
+            self.spark.read.format("weir-kafka").options(**self.settings.kafka_options())
+            .option("subscribe", topic.name).option("startingOffsets", "earliest")
+            .options(**topic.reader_options(self.settings.registry_conf()))
+        )  # fmt: skip
+        writer = F.try_element_at(F.filter(F.col("headers"), lambda x: x["key"] == PROCESSOR_HEADER), F.lit(1))
+        mine = writer["value"].cast("string") == F.lit(self.target.proc.name)
+        return (
+            reader.load().where(mine)
+            .select(F.col(key).cast("string").alias("_w_key"), *[F.col(w).alias(f"_w_{w}") for w in WINDOW])
+            .distinct().persist()
+        )  # fmt: skip
+
+    def without_delivered(self, frame: DataFrame, windows: DataFrame, h: Horizon) -> DataFrame:
+        """`frame` without the windows the target holds already (by key and window): a window streaming
+        delivered stays as delivered, even if this run computes it otherwise (docs/backfill.md)."""
+        key = h.keys[0]
+        match = (
+            (F.col(key).cast("string") == F.col("_w_key"))
+            & (F.col("window_start") == F.col("_w_window_start"))
+            & (F.col("window_end") == F.col("_w_window_end"))
+        )
+        emitted = frame.where(F.col(ROUTE) == EMIT).join(windows, match, "left_anti")
+        return emitted.unionByName(frame.where(F.col(ROUTE) != EMIT))
+
+    # -- running ----------------------------------------------------------------------------------------------
+    def _wait(self, running: Any) -> None:
+        """Until the replay's query ends; a query without a new batch for STALLED_S is stopped and named."""
+        seen, since = None, time.monotonic()
+        while not running.awaitTermination(5):
+            progress = running.lastProgress
+            batch = progress["batchId"] if progress else None
+            if batch != seen:
+                seen, since = batch, time.monotonic()
+            elif time.monotonic() - since > STALLED_S:
+                running.stop()
+                raise BackfillError(
+                    f"backfill {self.report.id}: its replay made no batch for {STALLED_S:.0f} s (last batch {seen}); "
+                    f"stopped"
+                )
+        if running.exception() is not None:
+            raise running.exception()
+
+    def _drop_checkpoint(self) -> None:
+        """The replay's checkpoint is of no use after it: a rerun replays from the lake again."""
+        filesystem, path = paths.resolve(self.checkpoint)
+        try:
+            filesystem.delete_dir(path)
+        except (FileNotFoundError, OSError):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def within(ranges: dict[int, list[tuple[int, int]]]) -> Column:
+    """Rows whose (partition, offset) lies in `ranges`."""
+    found = F.lit(False)
+    for partition, spans in ranges.items():
+        offset = F.col("offset")
+        inside = functools.reduce(operator.or_, [(offset >= s) & (offset < e) for s, e in spans], F.lit(False))
+        found = found | ((F.col("partition") == partition) & inside)
+    return found
