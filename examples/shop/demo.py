@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 console = Console(width=None if sys.stdout.isatty() else 130)
 FIGURES = ("in_", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
 HEADERS = ("in", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
+FIRST_BATCH_S = 180.0  # how long the release story waits for the live enrich's first batch after the run
 
 
 def _n(v: float) -> str:
@@ -543,9 +544,12 @@ def release_story(spark, pipeline: Pipeline, settings: Settings, shadow: tuple |
     console.print(
         f"backfill {report.id}: replayed {read} records around version {version}'s offsets "
         f"({sum(e - s for ps in report.ranges.get('orders', {}).values() for s, e in ps)} orders); version {version} "
-        f"dropped {dropped} orders, the backfill wrote {written} into orders.enriched",
+        f"dropped {dropped} orders (its batches the runner counted), the backfill wrote {written} into orders.enriched",
         highlight=False, soft_wrap=True, markup=False,
     )  # fmt: skip
+    processed, missing, twice = release.exactly_once(spark, settings, pipeline)
+    console.print(f"orders.enriched and orders.dlq: of the {processed} orders enrich committed, {missing} missing, "
+                  f"{twice} more than once", highlight=False, soft_wrap=True, markup=False)  # fmt: skip
 
 
 def _run_dir() -> Path:
@@ -639,10 +643,18 @@ def main(
         with live_display(console) as live:
             while not stop.is_set() and time.monotonic() - started < duration:
                 if release and shadow is None:
-                    shadow = shadow_begun(spark, pipeline, settings)  # once the live enrich committed a batch
+                    shadow = shadow_begun(spark, pipeline, settings)  # once the live enrich query started
                 line = view_line(base if server.poll() is None else None)
                 live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
                 stop.wait(1.0)
+            if release and not stop.is_set() and runner.snapshot()["enrich"].batches == 0:
+                # The release story compares a new version's books with the live enrich's: it needs one batch of
+                # them (on 2 loaded cores the first can take more than the run), waited for at most FIRST_BATCH_S
+                console.print("waiting for the live enrich's first batch: the release story compares with its books")
+                deadline = time.monotonic() + FIRST_BATCH_S
+                while not stop.is_set() and time.monotonic() < deadline and runner.snapshot()["enrich"].batches == 0:
+                    live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
+                    stop.wait(1.0)
         elapsed = time.monotonic() - started
         if not release:
             orders_stop.set()

@@ -221,6 +221,12 @@ def plan(
         scans = {t: scan_offsets(lake, t, ranges.get(t, {})) for t in proc.inputs}
         found = sorted({f.hour for s in scans.values() for f in s.files})
         planned_chunks = [Chunk(h, hour_start(h), hour_start(h + 1)) for h in found]
+        if not planned_chunks and proc.stateful:
+            # None of its offsets archived yet (the archiver behind): the replay reads them from the broker, its
+            # warm-up from the lake's newest hour
+            newest = max((s.last_hour for s in scans.values() if s.last_hour is not None), default=None)
+            h = newest if newest is not None else hour_index(now or datetime.now(UTC))
+            planned_chunks = [Chunk(h, hour_start(h), hour_start(h + 1))]
         if not planned_chunks:
             raise BackfillError(f"the lake {lake.url} holds no file with the offsets version {version} of "
                                 f"{proc.name} processed ({ranges_text(ranges)})")  # fmt: skip
@@ -249,7 +255,7 @@ def plan(
         report.plan = [ChunkPlan(planned_chunks[0], files, sum(s.rows for s in scans.values()))]
     else:
         report.plan = [ChunkPlan(c, *chunk_rows(list(scans.values()), c)) for c in planned_chunks]
-    if report.files == 0:
+    if report.files == 0 and not (proc.stateful and version is not None):  # a version's replay has the broker
         unarchived = [t for t in proc.inputs if not p.topics[t].archived]
         hint = f" ({', '.join(unarchived)} not declared archived=True)" if unarchived else ""
         holds = "; ".join(f"{t}: {span(s)}" for t, s in scans.items()) + hint
