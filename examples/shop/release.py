@@ -111,6 +111,7 @@ def exactly_once(spark: SparkSession, settings: Settings, pipeline: Pipeline) ->
 
     from weir.kafka.checkpoint import read_offsets
     from weir.kafka.headers import PROCESSOR_HEADER, SOURCE_HEADER
+    from weir.runtime.routing import header_value
     from weir.storage.checkpoint import processor_checkpoint
 
     cp = processor_checkpoint(settings.checkpoint_root, pipeline.processors["enrich"].checkpoint)
@@ -123,15 +124,10 @@ def exactly_once(spark: SparkSession, settings: Settings, pipeline: Pipeline) ->
         .load().select(F.concat_ws("/", "topic", "partition", "offset").alias("src"))
     )  # fmt: skip
 
-    def header(name: str):
-        return F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == name), F.lit(1))["value"].cast(
-            "string"
-        )
-
     written = (
         spark.read.format("weir-kafka").options(**opts).option("subscribe", "orders.enriched,orders.dlq")
         .option("startingOffsets", "earliest").load()
-        .where(header(PROCESSOR_HEADER) == "enrich").select(header(SOURCE_HEADER).alias("src"))
+        .where(header_value(PROCESSOR_HEADER) == "enrich").select(header_value(SOURCE_HEADER).alias("src"))
     )  # fmt: skip
     per = written.groupBy("src").count()
     processed = orders.count()

@@ -359,9 +359,7 @@ def _replay(spark: SparkSession, planned: Planned, on_chunk: Callable[[ChunkPlan
     """A stateful processor's backfill: one bounded replay of its streaming query (weir.backfill.stateful)."""
     report, target, settings = planned.report, planned.target, planned.settings
     lake = Lake(settings.lake)
-    reader = _Run.__new__(_Run)  # only its lake file reader: the replay is a streaming query, not chunks
-    reader.spark, reader.lake, reader.report = spark, lake, report
-    reader.schemas = {t: input_schema(planned.pipeline, t) for t in target.proc.inputs}
+    files = LakeFiles(spark, lake, {t: input_schema(planned.pipeline, t) for t in target.proc.inputs}, report)
     history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
     began = now_iso()
 
@@ -369,7 +367,7 @@ def _replay(spark: SparkSession, planned: Planned, on_chunk: Callable[[ChunkPlan
         t1, t2 = report.start, report.end
         report.topics = stateful_scans(lake, planned.pipeline, target.proc, t1, t2, h)
 
-    run = stateful.StatefulRun(spark, planned.pipeline, target, report, settings, reader._files, history)
+    run = stateful.StatefulRun(spark, planned.pipeline, target, report, settings, files, history)
     counts = run.run(rescan)
     report.counts.add(counts)
     report.chunks_run = 1
@@ -433,6 +431,29 @@ def input_schema(p: Pipeline, topic: str):
     return T._parse_datatype_string(KAFKA_COLUMNS + value_ddl(parse_source(options, streaming=None)))
 
 
+@dataclass
+class LakeFiles:
+    """Reads a plan's lake files of one input topic, with its stream's columns: Spark's Parquet reader on a local
+    lake, weir's `weir-delta` source (pyarrow in the tasks) on object storage Spark has no filesystem for. Both
+    the chunked replay and a stateful backfill's read the lake through it."""
+
+    spark: SparkSession
+    lake: Lake
+    schemas: dict[str, Any]
+    report: BackfillReport  # its scans: the table version each topic's plan listed (its files stay)
+
+    def __call__(self, topic: str, files: list) -> DataFrame:
+        schema = self.schemas[topic]
+        if "://" not in self.lake.url or self.lake.url.startswith("file:"):
+            return self.spark.read.schema(schema).parquet(*[self.lake.spark_url(f.path) for f in files])
+        top = self.lake.topic_dir(topic) + "/"
+        rel = json.dumps([f.path.removeprefix(top) for f in files])
+        register_source(self.spark, DeltaDataSource)
+        version = str(self.report.topics[topic].version)
+        reader = self.spark.read.format("weir-delta").schema(schema).option("path", self.lake.topic_url(topic))
+        return reader.option("version", version).option("files", rel).load()
+
+
 class _Run:
     """One backfill's execution: the processor's stateless batch path over the lake, chunk after chunk."""
 
@@ -446,6 +467,7 @@ class _Run:
         history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
         self.record = paths.join(history, f"{report.id}.{int(time.time() * 1000)}.json")
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
+        self._files = LakeFiles(spark, lake, self.schemas, report)
         effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
         self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
         self.query.name = f"backfill.{p.name}.{target.proc.name}"
@@ -474,19 +496,6 @@ class _Run:
                 micros = F.unix_micros(F.col("timestamp"))
                 frames.append(df.where((micros >= F.lit(lo)) & (micros < F.lit(hi))))
         return union(frames) if frames else None
-
-    def _files(self, topic: str, files: list) -> DataFrame:
-        """The files of one input topic, with its stream's columns: Spark's Parquet reader on a local lake,
-        weir's `weir-delta` source (pyarrow in the tasks) on object storage Spark has no filesystem for."""
-        schema = self.schemas[topic]
-        if "://" not in self.lake.url or self.lake.url.startswith("file:"):
-            return self.spark.read.schema(schema).parquet(*[self.lake.spark_url(f.path) for f in files])
-        top = self.lake.topic_dir(topic) + "/"
-        rel = json.dumps([f.path.removeprefix(top) for f in files])
-        register_source(self.spark, DeltaDataSource)
-        version = str(self.report.topics[topic].version)  # the version the plan listed: its files stay
-        reader = self.spark.read.format("weir-delta").schema(schema).option("path", self.lake.topic_url(topic))
-        return reader.option("version", version).option("files", rel).load()
 
     def chunk(self, planned: ChunkPlan) -> Counts | None:
         """Run one chunk as one batch; its settled counts, or None when it held no row of the range."""

@@ -36,6 +36,7 @@ from weir.pipeline.model import Table
 from weir.pipeline.routes import EMIT, ROUTE
 from weir.runtime.accounting import Counts
 from weir.runtime.query import Bounds, Ledger, ProcessorQuery
+from weir.runtime.routing import header_value
 from weir.storage import paths
 
 if TYPE_CHECKING:
@@ -338,8 +339,7 @@ class StatefulRun:
             .option("subscribe", topic.name).option("startingOffsets", "earliest")
             .options(**topic.reader_options(self.settings.registry_conf()))
         )  # fmt: skip
-        writer = F.try_element_at(F.filter(F.col("headers"), lambda x: x["key"] == PROCESSOR_HEADER), F.lit(1))
-        mine = writer["value"].cast("string") == F.lit(self.target.proc.name)
+        mine = header_value(PROCESSOR_HEADER) == F.lit(self.target.proc.name)
         return (
             reader.load().where(mine)
             .select(F.col(key).cast("string").alias("_w_key"), *[F.col(w).alias(f"_w_{w}") for w in WINDOW])

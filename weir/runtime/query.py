@@ -727,9 +727,6 @@ class ProcessorQuery:
         (topic, source, key, value, n), with key and value null for rows with a source (known by it), and `n`
         the rows of each. What a backfill or a rebuild must not write again (docs/backfill.md,
         docs/pipelines.md "Resets"). The caller caches it."""
-        picked = lambda name: F.try_element_at(  # noqa: E731
-            F.filter(col("headers"), lambda h: h["key"] == name), F.lit(1)
-        )["value"].cast("string")
         reader = (
             self.spark.read.format("weir-kafka")
             .options(**self._kafka_options())
@@ -738,13 +735,14 @@ class ProcessorQuery:
         )
         if marks is not None:
             reader = reader.option("endingOffsets", json.dumps(marks))
-        pipeline = picked(PIPELINE_HEADER)
-        ours = (picked(PROCESSOR_HEADER) == F.lit(self.proc.name)) & (
+        header = routing.header_value
+        pipeline = header(PIPELINE_HEADER)
+        ours = (header(PROCESSOR_HEADER) == F.lit(self.proc.name)) & (
             pipeline.isNull() | (pipeline == F.lit(self.pipeline.name))
         )
         sourced = col("source").isNotNull()
         known = [F.when(~sourced, col(c)).alias(c) for c in ("key", "value")]  # a row with a source: by it alone
-        records = reader.load().where(ours).select("topic", picked(SOURCE_HEADER).alias("source"), "key", "value")
+        records = reader.load().where(ours).select("topic", header(SOURCE_HEADER).alias("source"), "key", "value")
         return (
             records.select("topic", "source", *known)
             .groupBy("topic", "source", "key", "value")
@@ -757,7 +755,6 @@ class ProcessorQuery:
         (destination, source) was; a row without one (a window's result) as often as its (destination, key,
         value) was, a multiset. And an Observation of how many were left out per destination (read once the
         write ran)."""
-        source = F.try_element_at(F.filter(col("headers"), lambda h: h["key"] == SOURCE_HEADER), F.lit(1))
         d = self.delivered
         by_source = d.where(col("source").isNotNull()).select(
             col("topic").alias("_d_topic"), col("source").alias("_d_source"), F.lit(True).alias("_d_seen")
@@ -766,7 +763,7 @@ class ProcessorQuery:
             col("topic").alias("_r_topic"), col("key").alias("_r_key"), col("value").alias("_r_value"),
             col("n").alias("_r_n"),
         )  # fmt: skip
-        marked = rows.withColumn("_d_row_source", source["value"].cast("string"))
+        marked = rows.withColumn("_d_row_source", routing.header_value(SOURCE_HEADER))
         marked = marked.join(
             by_source, (col(routing.DEST) == col("_d_topic")) & (col("_d_row_source") == col("_d_source")), "left"
         )

@@ -95,6 +95,13 @@ def _header(name: str, value: Column) -> Column:
     return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
 
 
+def header_value(name: str) -> Column:
+    """A Kafka row's first header called `name`, as a string (null: the record has none): how readers of weir's
+    topics tell who wrote a record (`weir.processor`, `weir.pipeline`) and from which input (`weir.source`)."""
+    found = F.filter(col("headers"), lambda h: h["key"] == name)
+    return F.try_element_at(found, F.lit(1))["value"].cast("string")
+
+
 def origin(df: DataFrame | Sequence[str]) -> Column | None:
     """(topic, partition, offset) of the input record behind each row of `df` (or of a frame with these
     columns): its coordinates, else the provenance a stateless function's result carried

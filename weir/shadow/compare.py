@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
@@ -21,6 +21,7 @@ from weir.kafka.checkpoint import read_offsets
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
 from weir.kafka.offsets import Positions
 from weir.pipeline.model import Pipeline
+from weir.runtime.routing import header_value
 from weir.shadow.record import ShadowRecord
 
 KINDS = ("same", "missing", "extra", "changed")
@@ -128,11 +129,6 @@ def _count_inputs(spark: SparkSession, opts: dict[str, str], ranges: dict[str, d
     return total
 
 
-def _header(name: str) -> Column:
-    found = F.filter(col("headers"), lambda h: h["key"] == name)
-    return F.try_element_at(found, F.lit(1))["value"].cast("string")
-
-
 def _rows(
     spark: SparkSession, opts: dict[str, str], registry: dict[str, str], pipeline: Pipeline, rec: ShadowRecord,
     ranges: dict[str, dict[int, tuple[int, int]]], compared: tuple[int, int],
@@ -154,10 +150,10 @@ def _rows(
             if declared is not None:
                 reader = reader.options(**declared.reader_options(registry))
             df = reader.load()
-            ours = (_header(PROCESSOR_HEADER) == F.lit(writer)) & (
-                _header(PIPELINE_HEADER).isNull() | (_header(PIPELINE_HEADER) == F.lit(rec.pipeline))
+            ours = (header_value(PROCESSOR_HEADER) == F.lit(writer)) & (
+                header_value(PIPELINE_HEADER).isNull() | (header_value(PIPELINE_HEADER) == F.lit(rec.pipeline))
             )
-            src, task = _header(SOURCE_HEADER), _header(TASK_HEADER)
+            src, task = header_value(SOURCE_HEADER), header_value(TASK_HEADER)
             fields = declared.fields() if declared is not None else []
             text = F.to_json(F.struct(*[col(f) for f in fields])) if fields else col("value").cast("string")
             if all(w in fields for w in WINDOW_FIELDS):

@@ -219,14 +219,10 @@ def _committed(sh: Shadowing, cp: Checkpoint) -> tuple[int, Positions]:
         offsets = None
     if offsets is not None and offsets.committed_batch is not None:
         return offsets.committed_batch, offsets.committed
-    if not paths_exist(cp.metadata):
+    if read_text(cp.metadata) is None:
         raise ShadowError(
             f"processor {sh.live.name} has not run yet ({sh.live_checkpoint}): run it first (weir run); a shadow "
             f"begins where the live processor is"
         )
     admin = Admin(sh.settings.bootstrap_servers, sh.settings.kafka)
     return -1, {t: {p: lo for p, (lo, _) in admin.offsets(t).items()} for t in sh.live.inputs}
-
-
-def paths_exist(location: str) -> bool:
-    return read_text(location) is not None
