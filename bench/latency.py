@@ -25,8 +25,10 @@ Per system, in order:
 Figures over the paced events: p50, p95, p99 and max of output time minus produce time; launch to first output;
 the exactly-once check (every kept event once, nothing else); the load average over the system's run; CPU s of
 its process tree, and its CPU share over --idle s with no input after the drain (what polling for input costs);
-for the Spark systems, the first batches with input (records / addBatch s). Ratios are against the plain query: the
-machine's speed varies from day to day and with other load, so compare rows of one run.
+for the Spark systems, the first batches with input (records / addBatch s); for weir, `weir monitor`'s
+freshness of the processor, run beside it and sampled twice a second over the paced traffic (median, and its
+ratio to p50). Ratios are against the plain query: the machine's speed varies from day to day and with other load,
+so compare rows of one run.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,12 +86,21 @@ class Result:
     cpu: float | None = None  # CPU s of the system's process tree, launch to stop
     idle_cpu: float | None = None  # its CPU share (1.0: one core) while caught up with no input, after the drain
     note: str = ""
+    # `weir monitor`'s freshness of the processor (seconds), sampled twice a second over the paced traffic
+    freshness: list[float] = field(default_factory=list)
 
     def pct(self, q: float) -> int | None:
         if not self.latencies:
             return None
         s = sorted(self.latencies)
         return s[min(len(s) - 1, int(q * len(s)))]
+
+    def freshness_text(self) -> str:
+        """The monitor's median freshness over the paced traffic, and its ratio to the measured p50."""
+        if not self.freshness or not self.latencies:
+            return "-"
+        median = sorted(self.freshness)[len(self.freshness) // 2] * 1000
+        return f"{median:,.0f} ms ({median / self.pct(0.5):.2f}x p50)"
 
     @property
     def exactly_once(self) -> bool:
@@ -117,6 +130,39 @@ def stop_group(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
     proc.wait()
 
 
+class FreshnessSampler(threading.Thread):
+    """`weir monitor` beside a weir system, polling the broker every second; while `on` is set, its freshness of
+    the processor (`/api/processors/keep`, seconds) is sampled twice a second (issue 27: it should agree with
+    the measured p50 within 20%)."""
+
+    def __init__(self, env: dict[str, str], bootstrap: str, log: Path) -> None:
+        super().__init__(daemon=True)
+        self.port = free_port()
+        self.out = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        cmd = [sys.executable, "-m", "weir.cli", "monitor", "bench/latency/weir_latency.py:latency", "--port",
+               str(self.port), "--interval", "1", "--bootstrap", bootstrap]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # fmt: skip
+        self.on, self.done = threading.Event(), threading.Event()
+        self.samples: list[float] = []
+
+    def run(self) -> None:
+        url = f"http://127.0.0.1:{self.port}/api/processors/keep"
+        while not self.done.wait(0.5):
+            if not self.on.is_set():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    fresh = json.loads(resp.read()).get("freshness_s")
+                if fresh is not None:
+                    self.samples.append(float(fresh))
+
+    def stop(self) -> None:
+        self.done.set()
+        stop_group(self.proc, 10)
+        self.out.close()
+
+
 def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: str, cmd: list[str],
                env: dict[str, str], progress: Path | None) -> Result:  # fmt: skip
     """One system through the quiet start, the paced traffic and the drain (the module docstring)."""
@@ -137,6 +183,10 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                                 start_new_session=True)  # fmt: skip
         sampler = peers.TreeSampler(proc.pid)
         sampler.start()
+        weir_run = progress is not None and label != PLAIN
+        monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log") if weir_run else None
+        if monitor is not None:
+            monitor.start()
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
         rng = random.Random(7)
         try:
@@ -150,7 +200,12 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                 return res
             console.print(f"  first output {res.launch_s:.1f} s after launch; {args.rate:,.0f} events/s for "
                           f"{args.seconds:.0f} s ...", highlight=False)  # fmt: skip
+            if monitor is not None:
+                monitor.on.set()
             kept = _paced(producer, rng, topic_in, args.rate, args.seconds)
+            if monitor is not None:
+                monitor.on.clear()
+                res.freshness = monitor.samples
             res.expected = len(kept)
             deadline = time.monotonic() + args.drain
             while time.monotonic() < deadline and proc.poll() is None:
@@ -172,6 +227,8 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
             res.cpu = sampler.cpu
             stop_group(proc)
             stop_group(consumer, 10)
+            if monitor is not None:
+                monitor.stop()
     got = read_json(result_file)
     seen = {int(k): v for k, v in got.get("latency", {}).items() if int(k) >= 0}
     res.latencies = [seen[i] for i in kept if i in seen]
@@ -284,6 +341,7 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
         "launch to first output",
         "exactly once",
         "p50 / plain",
+        "monitor freshness p50",
         "p99 / plain",
         "launch / plain",
         "CPU s",
@@ -307,7 +365,8 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
         t.add_row(
             r.label, *(f"{v:,}" if v is not None else "-" for v in (r.pct(0.5), r.pct(0.95), r.pct(0.99), r.pct(1.0))),
             f"{r.launch_s:.1f} s" if r.launch_s is not None else "-", once,
-            ratio(r.pct(0.5), plain and plain.pct(0.5)), ratio(r.pct(0.99), plain and plain.pct(0.99)),
+            ratio(r.pct(0.5), plain and plain.pct(0.5)), r.freshness_text(),
+            ratio(r.pct(0.99), plain and plain.pct(0.99)),
             ratio(r.launch_s, plain and plain.launch_s), f"{r.cpu:,.1f}" if r.cpu is not None else "-",
             f"{r.idle_cpu:.0%}" if r.idle_cpu is not None else "-", f"{r.load[0]:.1f} -> {r.load[1]:.1f}",
         )  # fmt: skip

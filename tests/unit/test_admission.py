@@ -225,3 +225,51 @@ def test_flow_auto_options_are_parsed() -> None:
 def test_conflicting_or_bad_flow_options_are_refused_by_name(extra: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         parse_source({**BASE, **extra}, streaming=True)
+
+
+def _told(
+    c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int, warm_s: float = 0.0
+) -> list[tuple]:
+    """As `_live`, the controller told what arrived and what waits, as the source tells it (issue 27's rule); the
+    first batch with input pays `warm_s` more (the function's Python workers starting)."""
+    out = []
+    for i in range(batches):
+        took = min(backlog, c.limit)
+        seconds = cost[0] + took * cost[1] + (warm_s if i == 0 else 0.0) if took else 0.1
+        out.append((took, backlog, took == backlog, seconds))
+        arrived = round(rate * seconds)
+        backlog += arrived - took
+        if took:
+            c.decide(took, seconds, BIG, waiting=took < out[-1][1], arrived=arrived, backlog=backlog)
+    return out
+
+
+def test_a_live_stream_whose_small_batches_cost_mostly_their_fixed_time_catches_up_within_3_batches() -> None:
+    """Measured in issue 27 (bench/latency.py, session 9): after a quiet start, batches of 10,000 took about 5 s
+    and of 100,000 about 8 s (a fixed cost of about 4.7 s), the first with input 12 s of warm-up. Sized by the
+    target, they took 10,000, 10,000, 51,863, 75,022, 103,882 records before the stream caught up; told what
+    waits, a batch takes it (at most 10x the last limit)."""
+    c = adm.Controller(adm.FlowOptions())
+    _quiet_start(c)
+    batches = _told(c, 60_000, 5000, (4.7, 33e-6), 10, warm_s=7.0)
+    caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
+    assert caught_up is not None and caught_up < 3, batches
+    assert all(b[2] for b in batches[caught_up:]), batches
+
+
+def test_a_backlog_with_nothing_arriving_is_still_sized_by_the_target() -> None:
+    """An outage's backlog read by `--once`: nothing arrives, so the backlog rule never applies; the limit grows
+    from the start size at most 4x per warm-up batch, then towards the target."""
+    c = adm.Controller(adm.FlowOptions())
+    c.decide(None, None, BIG)
+    d = c.decide(10_000, 2.0, BIG, waiting=True, arrived=0, backlog=50_000_000)
+    assert (d.limit, d.reason) == (40_000, adm.WARMING_UP)
+
+
+def test_the_backlog_rule_grows_at_most_10x_per_batch_and_never_past_the_memory_cap() -> None:
+    c = adm.Controller(adm.FlowOptions())
+    c.decide(None, None, BIG)
+    d = c.decide(10_000, 2.0, BIG, waiting=True, arrived=5_000, backlog=50_000_000)
+    assert (d.limit, d.reason) == (100_000, adm.FALLING_BEHIND)
+    d = c.decide(100_000, 4.0, 300_000, waiting=True, arrived=20_000, backlog=50_000_000)
+    assert (d.limit, d.reason) == (300_000, adm.MEMORY_CAP)

@@ -79,12 +79,18 @@ class Controller:
         self.measured = 0
 
     def decide(
-        self, rows: int | None, seconds: float | None, cap: int, waiting: bool | None = None, arrived: int | None = None
+        self,
+        rows: int | None,
+        seconds: float | None,
+        cap: int,
+        waiting: bool | None = None,
+        arrived: int | None = None,
+        backlog: int | None = None,
     ) -> Decision:
         """The next batch's limit, from the last batch's admitted `rows` and measured `seconds` (None when no
         batch ran since the last decision), never above `cap`. `waiting`: whether that batch left records
         waiting when it was planned (unknown: whether it filled its limit); `arrived`: records that reached
-        the input from its planning to now (unknown: None)."""
+        the input from its planning to now; `backlog`: records waiting now for the next batch (unknown: None)."""
         if rows is None or seconds is None or rows <= 0:
             reason = WARMING_UP if self.measured == 0 else ON_TARGET
             return self._capped(self.limit, reason, cap, None, None)
@@ -95,8 +101,8 @@ class Controller:
             # The batch took all there was: it says nothing about what a full batch costs, so it never shrinks the
             # limit, even when it ran over (a warm-up, a quiet start's first records). If it did run over, records
             # piled up meanwhile: the next batch fills its limit, and that batch's duration is the measure.
-            return self._capped(self.limit, WARMING_UP if warming else CAUGHT_UP, cap, rows, seconds)
-        if warming:
+            limit, reason = self.limit, WARMING_UP if warming else CAUGHT_UP
+        elif warming:
             limit, reason = (self.limit * MAX_STEP if ratio > 1 else self.limit), WARMING_UP
         elif abs(ratio - 1) <= BAND:
             limit, reason = self.limit, ON_TARGET
@@ -106,10 +112,20 @@ class Controller:
             limit, reason = self.limit * min(ratio, MAX_GROWTH), GROWING
         else:
             limit, reason = self.limit * max(ratio, 1 / MAX_STEP), OVER_TARGET
-        if not warming and arrived is not None and limit < arrived * KEEP_UP:
-            # Batches of the target's duration take fewer records than arrive: the target would keep the stream
-            # behind for good. Bigger batches amortise the fixed cost per batch; the memory cap still bounds them.
-            limit, reason = arrived * KEEP_UP, FALLING_BEHIND
+        if arrived:
+            # A live stream (records arrived while the batch ran) with more waiting than the limit admits: every
+            # batch it stays behind, records pile up again, so the next takes all that waits, as a query without
+            # a limit would; the memory cap still bounds it. Sizing by the target instead took 5 batches to catch
+            # up after a quiet start (issue 27): a small batch's duration is mostly its fixed cost, which makes
+            # the throughput it measures far below a big batch's. At most 10x per batch, as growing is: a
+            # weekend's backlog is not taken whole by the second batch after a start. A backlog with nothing
+            # arriving (an outage's, `--once`) is still sized by the target.
+            if backlog is not None and backlog > limit:
+                limit, reason = max(limit, min(backlog, self.limit * MAX_GROWTH)), FALLING_BEHIND
+            elif not warming and limit < arrived * KEEP_UP:
+                # Batches of the target's duration take fewer records than arrive: the target would keep the
+                # stream behind for good. Bigger batches amortise the fixed cost per batch.
+                limit, reason = arrived * KEEP_UP, FALLING_BEHIND
         return self._capped(limit, reason, cap, rows, seconds)
 
     def _capped(self, limit: float, reason: str, cap: int, rows: int | None, seconds: float | None) -> Decision:

@@ -445,7 +445,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 return start
             end = followed
         elif self._admission is not None:
-            decision = self._admit(positions, _total(latest))
+            decision = self._admit(positions, _total(latest), _records(eff, latest))
             end = off.cap(eff, latest, decision.limit)
         elif not isinstance(limit, ReadAllAvailable):
             max_rows = self._max_rows(limit)
@@ -492,11 +492,12 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             for t, parts in latest.items()
         }
 
-    def _admit(self, start: Positions, latest: int) -> Decision:
+    def _admit(self, start: Positions, latest: int, backlog: int) -> Decision:
         """The controller's decision for the batch after the one that ended at `start`, measured by the
         runner's file when it has a newer measurement, else by the time since that batch was planned (which
         includes any wait for the trigger: an over-estimate when the batch finished early). `latest`: the input's
-        latest offsets summed now, so that what arrived while that batch ran is known."""
+        latest offsets summed now, so that what arrived while that batch ran is known; `backlog`: the records
+        waiting from `start`."""
         rows = seconds = waiting = arrived = None
         if self._planned is not None and self._planned[0] == start:
             _, rows, waiting, latest_then, planned_at = self._planned
@@ -507,7 +508,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 self._measurement_seq, seconds = got
         self._planned = None
         cap = memory_cap(self._admission.opts, self.view.average_record_bytes())
-        return self._admission.decide(rows, seconds, cap, waiting, arrived)
+        return self._admission.decide(rows, seconds, cap, waiting, arrived, backlog)
 
     def _max_rows(self, limit: ReadLimit) -> int | None:
         rows = [limit.max_rows] if isinstance(limit, ReadMaxRows) else []
