@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,9 @@ class ProgressReader:
         self._assigned: set[int] = set()
         self._next_check = 0.0
         self._lock = threading.Lock()
+        # Called after each read that fed the monitor records: a batch's commit moved the oldest unprocessed
+        # record, whose timestamp (freshness) only a broker poll fetches (MonitorService wakes its poller).
+        self.on_records: Callable[[], None] | None = None
 
     def _error(self, err: KafkaError) -> None:
         if heal.cannot_go_on(err):
@@ -142,6 +146,8 @@ class ProgressReader:
                 n += 1
             if n:
                 self.monitor.observe_progress_error(None)
+                if self.on_records is not None:
+                    self.on_records()
             return n
 
     def run(self, stop: threading.Event) -> None:
