@@ -90,19 +90,26 @@ def test_warm_up_batches_never_shrink_even_when_they_took_all_there_was() -> Non
 
 
 def _live(
-    c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int, told: bool = False
+    c: adm.Controller,
+    backlog: int,
+    rate: float,
+    cost: tuple[float, float],
+    batches: int,
+    told: bool = False,
+    warm_s: float = 0.0,
 ) -> list[tuple]:
     """A stream at `rate` records/s with `backlog` waiting, run for `batches` batches by a processor whose batch
-    costs cost[0] s plus cost[1] s per record; each batch's (records, waiting before, took all, seconds). With
-    `told`, the controller hears what arrived during each batch, as the source tells it."""
+    costs cost[0] s plus cost[1] s per record (the first with input `warm_s` more: its Python workers starting);
+    each batch's (records, waiting before, took all, seconds). With `told`, the controller hears what arrived
+    during each batch and what waits after it, as the source tells it."""
     out = []
-    for _ in range(batches):
+    for i in range(batches):
         took = min(backlog, c.limit)
-        seconds = cost[0] + took * cost[1] if took else 0.1  # with nothing there, the next look comes soon
+        seconds = cost[0] + took * cost[1] + (warm_s if i == 0 else 0.0) if took else 0.1  # none: a look soon
         out.append((took, backlog, took == backlog, seconds))
         arrived = round(rate * seconds)
         backlog += arrived - took
-        extra = {"waiting": took < out[-1][1], "arrived": arrived} if told else {}
+        extra = {"waiting": took < out[-1][1], "arrived": arrived, "backlog": backlog} if told else {}
         c.decide(took or None, seconds if took else None, BIG, **extra)
     return out
 
@@ -227,23 +234,6 @@ def test_conflicting_or_bad_flow_options_are_refused_by_name(extra: dict, messag
         parse_source({**BASE, **extra}, streaming=True)
 
 
-def _told(
-    c: adm.Controller, backlog: int, rate: float, cost: tuple[float, float], batches: int, warm_s: float = 0.0
-) -> list[tuple]:
-    """As `_live`, the controller told what arrived and what waits, as the source tells it (issue 27's rule); the
-    first batch with input pays `warm_s` more (the function's Python workers starting)."""
-    out = []
-    for i in range(batches):
-        took = min(backlog, c.limit)
-        seconds = cost[0] + took * cost[1] + (warm_s if i == 0 else 0.0) if took else 0.1
-        out.append((took, backlog, took == backlog, seconds))
-        arrived = round(rate * seconds)
-        backlog += arrived - took
-        if took:
-            c.decide(took, seconds, BIG, waiting=took < out[-1][1], arrived=arrived, backlog=backlog)
-    return out
-
-
 def test_a_live_stream_whose_small_batches_cost_mostly_their_fixed_time_catches_up_within_3_batches() -> None:
     """Measured in issue 27 (bench/latency.py, session 9): after a quiet start, batches of 10,000 took about 5 s
     and of 100,000 about 8 s (a fixed cost of about 4.7 s), the first with input 12 s of warm-up. Sized by the
@@ -251,7 +241,7 @@ def test_a_live_stream_whose_small_batches_cost_mostly_their_fixed_time_catches_
     waits, a batch takes it (at most 10x the last limit)."""
     c = adm.Controller(adm.FlowOptions())
     _quiet_start(c)
-    batches = _told(c, 60_000, 5000, (4.7, 33e-6), 10, warm_s=7.0)
+    batches = _live(c, 60_000, 5000, (4.7, 33e-6), 10, told=True, warm_s=7.0)
     caught_up = next((i for i, b in enumerate(batches) if b[2]), None)
     assert caught_up is not None and caught_up < 3, batches
     assert all(b[2] for b in batches[caught_up:]), batches

@@ -445,7 +445,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
                 return start
             end = followed
         elif self._admission is not None:
-            decision = self._admit(positions, _total(latest), _records(eff, latest))
+            waiting = _records(eff, latest)
+            decision = self._admit(positions, _total(latest), waiting)
             end = off.cap(eff, latest, decision.limit)
         elif not isinstance(limit, ReadAllAvailable):
             max_rows = self._max_rows(limit)
@@ -464,7 +465,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         planned = {t: {p: eff[t][p] for p in parts} for t, parts in end.items()}
         out = off.to_json(end, loss, fallback, start=planned)
         if decision is not None:
-            admitted, waiting = _records(eff, end), _records(eff, latest)
+            admitted = _records(eff, end)
             self._catching_up = waiting > admitted
             if admitted > 0:
                 self._planned = (end, admitted, self._catching_up, _total(latest), time.monotonic())
