@@ -120,12 +120,13 @@ class Controller:
             # the throughput it measures far below a big batch's. At most 10x per batch, as growing is: a
             # weekend's backlog is not taken whole by the second batch after a start. A backlog with nothing
             # arriving (an outage's, `--once`) is still sized by the target.
-            if backlog is not None and backlog > limit:
-                limit, reason = max(limit, min(backlog, self.limit * MAX_GROWTH)), FALLING_BEHIND
-            elif not warming and limit < arrived * KEEP_UP:
+            wanted = min(backlog, self.limit * MAX_GROWTH) if backlog is not None else 0
+            if not warming:
                 # Batches of the target's duration take fewer records than arrive: the target would keep the
                 # stream behind for good. Bigger batches amortise the fixed cost per batch.
-                limit, reason = arrived * KEEP_UP, FALLING_BEHIND
+                wanted = max(wanted, arrived * KEEP_UP)
+            if wanted > limit:
+                limit, reason = wanted, FALLING_BEHIND
         return self._capped(limit, reason, cap, rows, seconds)
 
     def _capped(self, limit: float, reason: str, cap: int, rows: int | None, seconds: float | None) -> Decision:
