@@ -94,10 +94,10 @@ class Rewrite:
         self, topic: str, headers: list[tuple[str, bytes]] | None, key: Any, value: Any
     ) -> list[tuple[str, bytes]] | None:
         """The row's headers, or None when the row is already in its topic and must not be written again."""
-        hs = list(headers or ())
+        hs = headers or []
         origin = origin_of(hs)
-        if origin is None:
-            hs.append((TASK_HEADER, self.origin))
+        if origin is None:  # a new list: the caller's may be shared
+            hs = [*hs, (TASK_HEADER, self.origin)]
             origin = self.origin
         if self.seen:
             ident = identity(topic, origin, _bytes(key), _bytes(value))

@@ -332,16 +332,32 @@ def _millis(stamps: pa.Array) -> list:
     return stamps.to_pylist()
 
 
+def header_pairs(headers: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
+    """Each row's headers as (key, value) pairs, None for a row without any. Read from the list's flat children:
+    `to_pylist` builds a dict per header, which cost 6.5 us of a row of three headers (measured), half of what
+    the writer spends on a row."""
+    if len(headers) == 0:
+        return []
+    offsets = headers.offsets.to_pylist()  # of the sliced array: not rebased, so the first is where it starts
+    base = offsets[0]
+    keys, values = headers.flatten().flatten()  # the rows' headers, then their key and value children
+    pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
+    nulls = headers.is_null().to_pylist() if headers.null_count else None
+    out: list[list[tuple[str, bytes | None]] | None] = []
+    for i in range(len(headers)):
+        row = pairs[offsets[i] - base : offsets[i + 1] - base]
+        out.append(None if not row or (nulls is not None and nulls[i]) else row)
+    return out
+
+
 def _headers(cols: dict[str, pa.Array], lay: Layout) -> list | None:
-    given = cols["headers"].to_pylist() if lay.has_headers else None
+    given = header_pairs(cols["headers"]) if lay.has_headers else None
     if not lay.has_coordinates:
-        if given is None:
-            return None
-        return [[(h["key"], h["value"]) for h in hs] if hs else None for hs in given]
+        return given
     coords = zip(cols["topic"].to_pylist(), cols["partition"].to_pylist(), cols["offset"].to_pylist(), strict=True)
     out = []
     for i, (t, p, o) in enumerate(coords):
-        hs = [(h["key"], h["value"]) for h in given[i] if h["key"] != SOURCE_HEADER] if given and given[i] else []
+        hs = [h for h in given[i] if h[0] != SOURCE_HEADER] if given and given[i] else []
         hs.append((SOURCE_HEADER, f"{t}/{p}/{o}".encode()))
         out.append(hs)
     return out

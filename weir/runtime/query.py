@@ -411,7 +411,8 @@ class ProcessorQuery:
             )
             extra = [F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")]
             if self._has_sources:
-                extra += tally.metrics(routing.SOURCE, f"`{ROUTE}` IN ('{OUT}', '{EMIT}')")
+                routed = routed.select("*", *tally.columns(routing.SOURCE, f"`{ROUTE}` IN ('{OUT}', '{EMIT}')"))
+                extra += tally.metrics()
             if self._observable is None:
                 self._observable = _observes(routed, undecoded, handed)
         if not self._observable:
