@@ -102,3 +102,23 @@ def test_a_function_whose_plan_drops_its_input_is_counted_the_three_job_way(spar
     progress = progress_records(s, p.name)
     assert all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in progress), progress
     assert sum(r["accounting"]["in"] for r in progress) == sum(r["accounting"]["filtered"] for r in progress) == 10
+
+
+def test_a_plan_of_row_by_row_operators_keeps_its_input_order_and_anything_else_does_not(spark):
+    # A stateless result in its input records' order is written unsorted (docs/pipelines.md, "Outputs"); one whose
+    # plan may reorder rows is sorted by timestamp before its write
+    from weir.runtime.query import _keeps_order
+
+    df = spark.range(10).select(F.col("id").alias("n"), F.col("id").cast("timestamp").alias("timestamp"))
+    table = spark.range(5).select(F.col("id").alias("n"), F.lit("x").alias("tag"))
+    assert _keeps_order(df.where(F.col("n") > 2).withColumn("m", F.explode(F.array(F.col("n"), F.lit(0)))))
+    assert _keeps_order(df.unionByName(df))
+    for reordered in (
+        df.join(table, "n"),
+        df.groupBy("n").count(),
+        df.orderBy(F.col("n").desc()),
+        df.repartition(3),
+        df.dropDuplicates(["n"]),
+        df.limit(3),
+    ):
+        assert not _keeps_order(reordered), reordered._jdf.queryExecution().optimizedPlan().toString()

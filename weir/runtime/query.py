@@ -134,6 +134,8 @@ class ProcessorQuery:
         self._cached: list[DataFrame] = []
         self._columns: dict[Any, list[Column]] = {}  # see _memo
         self._observable: bool | None = None  # whether a one-pass batch's plan keeps its Observations (_observes)
+        self._in_order = False  # whether the running write's rows come in their input records' order (_keeps_order)
+        self._keeps: bool | None = None  # whether the function's plan keeps its input's order, once known
         self.stopping = threading.Event()
         self.in_batch: int | None = None  # the batch whose foreachBatch is running
         self.ran: int | None = None  # the last batch whose foreachBatch completed in this process
@@ -398,6 +400,8 @@ class ProcessorQuery:
         undecoded, handed = Observation(f"weir-undecoded-{tag}"), Observation(f"weir-handed-{tag}")
         with self._phase("plan"):  # the driver's work on the batch's DataFrames: calls into the JVM
             clean = self._split(batch.observe(undecoded, *self._memo("undecoded", lambda: _undecoded(topic))))[0]
+            # Counted where the function takes them, apart from Spark's count of the batch: a record weir itself
+            # lost or doubled on the way (in `_split`) unbalances the books
             count = self._memo("handed", lambda: [F.count(F.lit(1)).alias("n")])
             frame = self._result([clean.observe(handed, *count)])
             names = tuple(frame.columns)
@@ -415,6 +419,8 @@ class ProcessorQuery:
                 extra += tally.metrics()
             if self._observable is None:
                 self._observable = _observes(routed, undecoded, handed)
+                self._keeps = _keeps_order(routed)
+            self._in_order = bool(self._keeps)
         if not self._observable:
             # Spark's optimizer dropped the read (a function that ignores its input, or filters with a constant
             # false): the Observations would never complete. The three-job path counts such batches.
@@ -429,6 +435,8 @@ class ProcessorQuery:
             if self.stopping.is_set():
                 raise
             return self._rerun(batch_id, tally, exc)
+        finally:
+            self._in_order = False  # the dead letters' write below, and any other, reads what it writes anew
         counts.handed = int(handed.get["n"])
         # Rows sent to dlq by the function itself, or refused by an output's format: handed, not filtered
         counts.refused = int(got["_refused"]) if self._routes_own or routing.ENCODED in names else 0
@@ -643,13 +651,16 @@ class ProcessorQuery:
                 record = self._memo(("record", tuple(self.headers.items())), lambda: [
                     col(routing.DEST).alias("topic"), col("key"), col("value"),
                     routing.stamped_headers(self.headers).alias("headers"), col("timestamp")])  # fmt: skip
-                (
-                    rows.select(*record)
+                records = rows.select(*record)
+                if not self._in_order or seen is not None:
                     # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
                     # reading while it is written) sees the older records, not a scatter whose newest event times
-                    # would push its watermark past the rest (a stateful result comes grouped by key).
-                    .sortWithinPartitions("timestamp")
-                    .write.format("weir-kafka")
+                    # would push its watermark past the rest (a stateful result comes grouped by key). Rows that
+                    # come in their input records' order are so already; sorting them would make each task read
+                    # all of its records before writing the first (no reading while the writer produces).
+                    records = records.sortWithinPartitions("timestamp")
+                (
+                    records.write.format("weir-kafka")
                     .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
                     .option("commitReport", report)
                     .options(**self.write_hooks)
@@ -1005,6 +1016,26 @@ def _by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
     metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
     pairs = enumerate(zip(combos, is_dest, strict=True))
     return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
+
+
+# Logical operators after which a partition's rows no longer come in the order its input records were read
+_REORDERING = frozenset((
+    "Join", "Aggregate", "Window", "Sort", "Repartition", "RepartitionByExpression", "RebalancePartitions",
+    "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandas", "FlatMapCoGroupsInPandas",
+    "FlatMapGroupsInArrow", "FlatMapCoGroupsInArrow", "GlobalLimit", "Expand", "Intersect", "Except",
+))  # fmt: skip
+
+
+def _keeps_order(df: DataFrame) -> bool:
+    """Whether `df`'s optimized plan keeps each partition's rows in the order of the input records they came from:
+    only row by row operators (projections, filters, explodes, narrow unions), no join, aggregate, sort or
+    exchange."""
+    plan = df._jdf.queryExecution().optimizedPlan().toString()
+    for line in plan.splitlines():
+        node = line.lstrip(" :+-|").split(" ", 1)[0]
+        if node in _REORDERING:
+            return False
+    return True
 
 
 def _observes(df: DataFrame, *observations: Observation) -> bool:
