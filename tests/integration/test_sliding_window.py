@@ -59,7 +59,7 @@ def test_invalid_sliding_arguments_raise_value_error(spark, bootstrap, topic_nam
     with pytest.raises(ValueError, match="sliding_window: 'often' is not a duration"):
         sliding_window(stream, size="10 seconds", slide="often", **args)
     with pytest.raises(ValueError, match="sliding_window: aggregate 'n'"):
-        sliding_window(stream, size="10 seconds", slide="5 seconds", **{**args, "aggregates": {"n": ("avg", "qty")}})
+        sliding_window(stream, size="10 seconds", slide="5 seconds", **{**args, "aggregates": {"n": ("median", "qty")}})
 
 
 def test_a_record_behind_the_watermark_with_open_windows_is_on_time(spark, bootstrap, topic_name, tmp_path) -> None:

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
+from test_windowing import NEW, NEW_KINDS, NEW_LIMITS, fold_in_batches, random_records, reference_aggregate, result_rows
 
 from weir.blocks import sessioning as s
 from weir.blocks import windowing as w
@@ -247,3 +248,40 @@ def test_shape_names_what_the_state_depends_on() -> None:
     assert SPEC.shape(8) != s.Spec(2 * GAP, FUNCTIONS, INTEGRAL).shape(8)
     assert SPEC.shape(8) != s.Spec(GAP, FUNCTIONS[:-1], INTEGRAL[:-1]).shape(8)
     assert SPEC.shape(8) != w.Spec(GAP, GAP, FUNCTIONS, INTEGRAL).shape(8)  # a window's state is not a session's
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_new_aggregates_match_a_reference_across_batches_and_restarts(seed: int) -> None:
+    """avg, count_distinct, first, last and collect per session (the records of a key less than GAP apart: with
+    a watermark of 0 every record is on time and no session closes before the end), folded in batches with the
+    state value written and read between them; merges of sessions from state combine their accumulators."""
+    rnd = random.Random(seed)
+    recs = random_records(seed)
+    cuts = sorted(rnd.sample(range(1, len(recs)), rnd.randint(0, 5)))
+    spec = s.Spec(GAP, NEW, NEW_KINDS, NEW_LIMITS)
+    closed, still = w.close(fold_in_batches(spec, recs, cuts, s.absorb), 10**6 * S, spec)
+    assert still.empty
+    expected = {}
+    for key in {k for k, _, _ in recs}:
+        mine = sorted((t, arrival, vs) for arrival, (k, t, vs) in enumerate(recs) if k == key)
+        sessions: list[list] = []
+        for r in mine:  # sorted by time: a record GAP or more after the previous one starts a session
+            if sessions and r[0] - sessions[-1][-1][0] < GAP:
+                sessions[-1].append(r)
+            else:
+                sessions.append([r])
+        for rs in sessions:
+            expected[(key, rs[0][0])] = [
+                reference_aggregate(fn, limit, [(t, arrival, vs[i]) for t, arrival, vs in rs])
+                for i, (fn, limit) in enumerate(zip(NEW, NEW_LIMITS, strict=True))
+            ]
+    got = result_rows(closed, spec)
+    assert got.keys() == expected.keys()
+    for session, want in expected.items():
+        for fn, kind, g, e in zip(NEW, NEW_KINDS, got[session], want, strict=True):
+            assert g == e and type(g) is type(e), (session, fn, kind, g, e)
+
+
+def test_shape_names_the_new_functions() -> None:
+    shape = s.Spec(GAP, ("count_distinct", "collect", "last"), ("boolean", "double", "string"), (100, 9, 100)).shape(8)
+    assert shape == f"buckets=8 gap_us={GAP} aggregates=count_distinct:boolean,collect(9):double,last:string"

@@ -1,10 +1,12 @@
 """The vectorized core of the session windows: pure pandas and numpy, no Spark.
 
 weir.blocks.sessions hands it one bucket of keys at a time, as weir.blocks.window does with
-weir.blocks.windowing: the bucket's open sessions are one table (key, start, end, n, one accumulator per
-aggregate). `judge` says which records are late, `absorb` merges the on-time ones into the open sessions of
-their key with one sort and one groupby, whatever the number of keys; closing, `next_end` and the state value
-(`dumps`/`loads`) are windowing's. Semantics: docs/blocks.md ("Session windows").
+weir.blocks.windowing: the bucket's open sessions are one table (key, start, end, n, the accumulator columns
+of each aggregate, windowing's). `judge` says which records are late, `absorb` merges the on-time ones into
+the open sessions of their key with one sort and one groupby, whatever the number of keys; accumulators,
+closing, results, `next_end` and the state value (`dumps`/`loads`) are windowing's. The sort is stable and
+puts the table's rows before the batch's, so that first, last and collect break ties of event time by arrival.
+Semantics: docs/blocks.md ("Session windows").
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from weir.blocks.windowing import NULL_TS
 
 @dataclass(frozen=True)
 class Spec(windowing.Table):
-    """Sessions of records less than `gap_us` apart, and per aggregate its function and whether it is an integer
-    (BIGINT) accumulator."""
+    """Sessions of records less than `gap_us` apart, and per aggregate its function, the kind of its values (or
+    True/False for "long"/"double") and its limit (collect's; empty: the default), as windowing.Spec."""
 
     gap_us: int
     functions: tuple[str, ...]
-    integral: tuple[bool, ...]
+    kinds: tuple[str, ...]
+    limits: tuple[int, ...] = ()
     times: ClassVar[tuple[str, ...]] = ("start", "end")
 
     def shape(self, buckets: int) -> str:
@@ -58,7 +61,7 @@ def absorb(
     ts = np.asarray(ts, dtype=np.int64)
     done = spec.ends(table) <= watermark_us
     points = {"key": np.asarray(keys, dtype=object), "start": ts, "end": ts + spec.gap_us}
-    points |= {"n": np.ones(len(ts), dtype=np.int64), **windowing.accumulators(values, spec)}
+    points |= {"n": np.ones(len(ts), dtype=np.int64), **windowing.accumulators(values, ts, spec)}
     live = table[~done]
     both = pd.DataFrame(points) if live.empty else pd.concat([live, pd.DataFrame(points)], ignore_index=True)
     # Keys as codes (a null key is one key of its own), so that sorting never compares keys of mixed types.

@@ -44,7 +44,7 @@ def session_window(
     event_time: str,
     gap: str,
     watermark: str,
-    aggregates: dict[str, tuple[str, str]],
+    aggregates: dict[str, tuple],
 ) -> DataFrame:
     """Per `key`, sessions of records less than `gap` apart: one "emit" row per closed session, one "late" row
     per record whose span [t, t + gap) is already closed (or whose event time is null), one "dlq" row per
@@ -55,6 +55,6 @@ def session_window(
     settle(fn, key=key, event_time=event_time, gap=gap, watermark=watermark, aggregates=aggregates)
     buckets = bucket_count(stream)
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
-    spec = sessioning.Spec(interval_ms(gap, fn) * 1000, tuple(plan.functions), tuple(plan.integral))
+    spec = sessioning.Spec(interval_ms(gap, fn) * 1000, *plan.spec_args())
     processor = _Sessions(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
     return run_windows(plan, key, processor)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -27,10 +27,13 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
+    BooleanType,
     ByteType,
     DataType,
     DoubleType,
+    FloatType,
     IntegerType,
     LongType,
     NumericType,
@@ -47,10 +50,28 @@ from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, 
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
-FUNCTIONS = ("count", "sum", "min", "max")
+FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct", "first", "last", "collect")
+_NUMERIC = ("count", "sum", "min", "max", "avg")  # over numeric columns only
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+# The kinds (windowing.KINDS) of the columns that count_distinct, first, last and collect take: exact ones only
+# (a DECIMAL would go through DOUBLE), each with its type on the wire to the processor and back.
+_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
+    (_INTEGRAL, "long"),
+    ((FloatType, DoubleType), "double"),
+    ((StringType,), "string"),
+    ((BooleanType,), "boolean"),
+    ((TimestampType,), "timestamp"),
+)
+# How a result of each kind travels from the processor: BIGINT and timestamps (µs) as text (common.wire_type).
+_WIRE: dict[str, DataType] = {
+    "long": StringType(),
+    "timestamp": StringType(),
+    "double": DoubleType(),
+    "string": StringType(),
+    "boolean": BooleanType(),
+}
 
 
 def interval_ms(text: str, fn: str = "window") -> int:
@@ -70,8 +91,9 @@ class Bucketed(StatefulProcessor):
     Python workers, one call per bucket and micro-batch (or timer).
 
     Input columns: __weir_bucket, __weir_key, __weir_ts_us (windowing.NULL_TS for null), __weir_error, per
-    aggregate __weir_v{i} (and __weir_m{i}, null flags, for integer sums, minima and maxima), the Kafka
-    columns as text and bytes. Output: `WindowPlan.wire_out`, BIGINT as text.
+    aggregate __weir_v{i} (and __weir_m{i}, null flags, for integer, timestamp and boolean values; see
+    `_bucketed_input`), the Kafka columns as text and bytes. Output: `WindowPlan.wire_out`, BIGINT and
+    timestamps (µs) as text (`_WIRE`).
 
     Tumbling and sliding windows as is; session windows override `late`, `late_spans` and `absorb`
     (weir.blocks.sessions), the rest of the table's handling is shared (windowing.Table)."""
@@ -157,23 +179,30 @@ class Bucketed(StatefulProcessor):
             "window_end": self.spec.ends(closed).astype(str).astype(object),
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
-        for i, c in enumerate(self.spec.columns):
-            s = closed[c]
-            if self.spec.integral[i]:
-                cols[f"__weir_a{i}"] = s.astype("string").to_numpy(dtype=object, na_value=None)
+        for i, (result, dropped) in enumerate(windowing.results(closed, self.spec)):
+            kind = windowing.out_kind(self.spec.functions[i], self.spec.kinds[i])
+            if self.spec.functions[i] == "collect":
+                cols[f"__weir_a{i}"] = _wire_lists(result, kind)
+                cols[f"__weir_a{i}_d"] = dropped.astype(str).astype(object)
             else:
-                cols[f"__weir_a{i}"] = s.to_numpy(dtype=np.float64)
+                cols[f"__weir_a{i}"] = _wire_values(result, kind)
         return self._frame(len(closed), **cols)
 
     def _values(self, rows: pd.DataFrame) -> list:
+        """Per aggregate, the records' values as windowing takes them (see `_bucketed_input` for the wire)."""
         values = []
         for i, fn in enumerate(self.spec.functions):
-            v = rows[f"__weir_v{i}"]
+            v, kind = rows[f"__weir_v{i}"], self.spec.kinds[i]
             if fn == "count":
                 values.append(v.to_numpy(dtype=bool))
-            elif self.spec.integral[i]:
+            elif kind in ("long", "timestamp"):
                 data = v.to_numpy(dtype=np.int64)
                 values.append(pd.arrays.IntegerArray(data, rows[f"__weir_m{i}"].to_numpy(dtype=bool)))
+            elif kind == "boolean":
+                data = v.to_numpy(dtype=bool)
+                values.append(pd.arrays.BooleanArray(data, rows[f"__weir_m{i}"].to_numpy(dtype=bool)))
+            elif kind == "string":
+                values.append(v.to_numpy(dtype=object))
             else:
                 values.append(v.to_numpy(dtype=np.float64))
         return values
@@ -224,6 +253,22 @@ class Bucketed(StatefulProcessor):
             yield self._emits(closed)
 
 
+def _wire_values(values: Any, kind: str) -> np.ndarray:
+    """Results of one aggregate as `_WIRE` has them: BIGINT and µs as text, None for null."""
+    if kind in ("long", "timestamp"):
+        return pd.array(values, dtype="Int64").astype("string").to_numpy(dtype=object, na_value=None)
+    if kind == "double":
+        return pd.Series(values, dtype=np.float64).to_numpy(dtype=np.float64)
+    return np.array([None if pd.isna(v) else v for v in values], dtype=object)
+
+
+def _wire_lists(lists: np.ndarray, kind: str) -> np.ndarray:
+    """collect's lists as `_WIRE` has their elements (which are never null)."""
+    out = np.empty(len(lists), dtype=object)
+    out[:] = [[str(v) for v in vs] for vs in lists] if kind in ("long", "timestamp") else list(lists)
+    return out
+
+
 def _texts(us: np.ndarray, null: np.ndarray) -> np.ndarray:
     out = us.astype(str).astype(object)
     out[null] = None
@@ -241,10 +286,16 @@ class WindowPlan:
 
     names: list[str]  # aggregate names
     functions: list[str]
-    integral: list[bool]  # per aggregate: BIGINT (else DOUBLE)
+    kinds: list[str]  # per aggregate, the kind of its values (windowing.KINDS); "long" for count
+    limits: list[int]  # per aggregate, collect's limit (windowing.DEFAULT_LIMIT for the others)
+    types: list[DataType | None]  # per aggregate, its column's type (None for count(*))
     key_type: DataType
     wire_in: DataFrame
     wire_out: StructType
+
+    def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
+        """(functions, kinds, limits), as windowing.Spec and sessioning.Spec take them."""
+        return tuple(self.functions), tuple(self.kinds), tuple(self.limits)
 
 
 def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) -> None:
@@ -259,7 +310,19 @@ def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) ->
         )
 
 
-def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple[str, str]]) -> list:
+@dataclass(frozen=True)
+class Aggregate:
+    """One checked aggregate of a window block's declaration."""
+
+    name: str
+    function: str
+    source: str  # a column, or "*" (count only)
+    type: DataType | None  # the column's (None for "*")
+    kind: str  # of its values (windowing.KINDS)
+    limit: int  # collect's (windowing.DEFAULT_LIMIT for the others)
+
+
+def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple]) -> list[Aggregate]:
     cols = {c.lower(): c for c in stream.columns}
     check_keyed_stream(fn, stream, key, event_time)
     lacking = [c for c in ("key", "value", "topic", "partition", "offset") if c not in cols]
@@ -267,31 +330,56 @@ def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: di
         raise ValueError(f"{fn}: the stream lacks the Kafka column(s) {', '.join(lacking)}")
     if not aggregates:
         raise ValueError(f"{fn}: no aggregate given")
-    names = [key, *aggregates]
+    checked = [_check_aggregate(fn, stream, name, spec) for name, spec in aggregates.items()]
+    # collect adds a column <name>_dropped: it must not collide either
+    names = [key, *aggregates, *(f"{a.name}_dropped" for a in checked if a.function == "collect")]
     clash = [n for n in names if n.lower() in _RESERVED]
     if clash:
         raise ValueError(f"{fn}: {clash} collide with the output columns {', '.join(_RESERVED)}; rename them")
     if len({n.lower() for n in names}) != len(names):
         raise ValueError(f"{fn}: the key and aggregate names {names} name a column twice")
-    specs = []
-    for name, spec in aggregates.items():
-        if not (isinstance(spec, tuple) and len(spec) == 2):
-            raise ValueError(f"{fn}: aggregate {name!r} must be (function, column), got {spec!r}")
-        func, source = spec
-        if func not in FUNCTIONS:
-            raise ValueError(f"{fn}: aggregate {name!r}: function must be one of {', '.join(FUNCTIONS)}")
-        if source == "*":
-            if func != "count":
-                raise ValueError(f"{fn}: aggregate {name!r}: only count takes '*'")
-            specs.append((name, func, source, None))
-            continue
-        if source not in stream.columns:
-            raise ValueError(f"{fn}: aggregate {name!r}: {source!r} is not a column of the stream")
-        t = stream.schema[source].dataType
+    return checked
+
+
+def _check_aggregate(fn: str, stream: DataFrame, name: str, spec: Any) -> Aggregate:
+    """One aggregate: (function, column), or ("collect", column, limit); ValueError naming what is wrong."""
+    what = f"{fn}: aggregate {name!r}"
+    if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
+        raise ValueError(f"{what} must be (function, column) or ('collect', column, limit), got {spec!r}")
+    func, source = spec[0], spec[1]
+    if func not in FUNCTIONS:
+        raise ValueError(f"{what}: function must be one of {', '.join(FUNCTIONS)}")
+    limit = _limit(what, spec) if func == "collect" else windowing.DEFAULT_LIMIT
+    if len(spec) == 3 and func != "collect":
+        raise ValueError(f"{what}: only collect takes a third element (its limit), got {spec!r}")
+    if source == "*":
+        if func != "count":
+            raise ValueError(f"{what}: only count takes '*'")
+        return Aggregate(name, func, source, None, "long", limit)
+    if source not in stream.columns:
+        raise ValueError(f"{what}: {source!r} is not a column of the stream")
+    t = stream.schema[source].dataType
+    if func in _NUMERIC:
         if not isinstance(t, NumericType):
-            raise ValueError(f"{fn}: aggregate {name!r}: {source!r} is {t.simpleString()}, not numeric")
-        specs.append((name, func, source, t))
-    return specs
+            raise ValueError(f"{what}: {source!r} is {t.simpleString()}, not numeric")
+        # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
+        kind = "long" if func == "count" or isinstance(t, _INTEGRAL) else "double"
+        return Aggregate(name, func, source, t, kind, limit)
+    kind = next((k for types, k in _KINDS if isinstance(t, types)), None)
+    if kind is None:
+        raise ValueError(
+            f"{what}: {func} of {source!r} of type {t.simpleString()} is not supported: "
+            "only integer, float, double, string, boolean and timestamp columns"
+        )
+    return Aggregate(name, func, source, t, kind, limit)
+
+
+def _limit(what: str, spec: tuple) -> int:
+    """collect's limit: the third element, windowing.DEFAULT_LIMIT without one, 1 to windowing.MAX_LIMIT."""
+    limit = spec[2] if len(spec) == 3 else windowing.DEFAULT_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= windowing.MAX_LIMIT:
+        raise ValueError(f"{what}: collect's limit must be an integer from 1 to {windowing.MAX_LIMIT}, got {limit!r}")
+    return limit
 
 
 def plan_windows(
@@ -300,18 +388,24 @@ def plan_windows(
     key: str,
     event_time: str,
     watermark: str,
-    aggregates: dict[str, tuple[str, str]],
+    aggregates: dict[str, tuple],
     buckets: int,
 ) -> WindowPlan:
     """Check the arguments (ValueError, prefixed `fn`) and build the processor's input (`Bucketed`'s, keys
     hashed into `buckets`) and output schema."""
-    specs = _check(fn, stream, key, event_time, aggregates)
+    aggs = _check(fn, stream, key, event_time, aggregates)
     key_type = stream.schema[key].dataType
-    # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
-    integral = [func == "count" or isinstance(t, _INTEGRAL) for _, func, _, t in specs]
-    wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, specs, integral, buckets)
+    wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, aggs, buckets)
+    functions, kinds = [a.function for a in aggs], [a.kind for a in aggs]
     return WindowPlan(
-        [s[0] for s in specs], [s[1] for s in specs], integral, key_type, wire_in, _wire_out(key_type, integral)
+        [a.name for a in aggs],
+        functions,
+        kinds,
+        [a.limit for a in aggs],
+        [a.type for a in aggs],
+        key_type,
+        wire_in,
+        _wire_out(key_type, kinds, functions),
     )
 
 
@@ -322,21 +416,24 @@ def _bucketed_input(
     key_type: DataType,
     event_time: str,
     watermark: str,
-    specs: list,
-    integral: list[bool],
+    aggs: list[Aggregate],
     buckets: int,
 ) -> DataFrame:
-    """The input of `Bucketed`: numbers that pandas reads exactly (no nulls in BIGINT columns, which pandas
-    would turn into float64): the event time with a sentinel for null, integer values with a null flag."""
+    """The input of `Bucketed`: values that pandas reads exactly (no nulls in BIGINT or BOOLEAN columns, which
+    pandas would turn into float64 or objects): the event time with a sentinel for null, integer, timestamp (as
+    µs) and boolean values with a null flag, doubles with NaN, strings with None."""
     values = []
-    for i, ((_, func, source, _), integ) in enumerate(zip(specs, integral, strict=True)):
-        if func == "count":  # only whether there is a value matters
-            values.append((F.lit(True) if source == "*" else col(source).isNotNull()).alias(f"__weir_v{i}"))
-        elif integ:
-            values.append(F.coalesce(col(source).cast("long"), F.lit(0).cast("long")).alias(f"__weir_v{i}"))
-            values.append(col(source).isNull().alias(f"__weir_m{i}"))
+    for i, a in enumerate(aggs):
+        c = col(a.source)
+        if a.function == "count":  # only whether there is a value matters
+            values.append((F.lit(True) if a.source == "*" else c.isNotNull()).alias(f"__weir_v{i}"))
+        elif a.kind in ("long", "timestamp", "boolean"):
+            value = {"long": c.cast("long"), "timestamp": F.unix_micros(c), "boolean": c}[a.kind]
+            zero = F.lit(False) if a.kind == "boolean" else F.lit(0).cast("long")
+            values.append(F.coalesce(value, zero).alias(f"__weir_v{i}"))
+            values.append(c.isNull().alias(f"__weir_m{i}"))
         else:
-            values.append(col(source).cast("double").alias(f"__weir_v{i}"))
+            values.append(c.cast("double" if a.kind == "double" else "string").alias(f"__weir_v{i}"))
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
     # Spark does not filter late rows before the processor (docs/blocks.md).
@@ -355,13 +452,26 @@ def _bucketed_input(
     )
 
 
-def _wire_out(key_type: DataType, integral: list[bool]) -> StructType:
+def _wire_out(key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None) -> StructType:
+    """What `Bucketed` returns. Per aggregate __weir_a{i} (and __weir_a{i}_d for collect); `kinds` as
+    windowing.kind_of reads them, `functions` by default all count, sum, min or max (results of the kind)."""
+    functions = functions or ["sum"] * len(kinds)
+    aggregates = []
+    for i, (fn, k) in enumerate(zip(functions, kinds, strict=True)):
+        wire_kind = _WIRE[windowing.out_kind(fn, windowing.kind_of(k))]
+        if fn == "collect":
+            aggregates += [
+                StructField(f"__weir_a{i}", ArrayType(wire_kind)),
+                StructField(f"__weir_a{i}_d", StringType()),
+            ]
+        else:
+            aggregates.append(StructField(f"__weir_a{i}", wire_kind))
     return StructType(
         [
             StructField("__weir_key", wire_type(key_type)),
             StructField("window_start", StringType()),
             StructField("window_end", StringType()),
-            *[StructField(f"__weir_a{i}", StringType() if integ else DoubleType()) for i, integ in enumerate(integral)],
+            *aggregates,
             StructField("topic", StringType()),
             StructField("partition", StringType()),
             StructField("offset", StringType()),
@@ -385,10 +495,7 @@ def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> Dat
         (F.col("__weir_key").cast(plan.key_type) if long_key else F.col("__weir_key")).alias(key),
         F.timestamp_micros(F.col("window_start").cast("long")).alias("window_start"),
         F.timestamp_micros(F.col("window_end").cast("long")).alias("window_end"),
-        *[
-            (F.col(f"__weir_a{i}").cast("long") if integ else F.col(f"__weir_a{i}")).alias(name)
-            for i, (name, integ) in enumerate(zip(plan.names, plan.integral, strict=True))
-        ],
+        *[c for i in range(len(plan.names)) for c in _aggregate_out(plan, i)],
         F.col("topic"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
@@ -400,6 +507,29 @@ def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> Dat
     )
 
 
+def _aggregate_out(plan: WindowPlan, i: int) -> list[Column]:
+    """Aggregate `i`'s output columns, from its wire type (`_WIRE`) back to its documented one."""
+    fn, kind, name, t = plan.functions[i], plan.kinds[i], plan.names[i], plan.types[i]
+    c = F.col(f"__weir_a{i}")
+    if fn in ("count", "count_distinct"):
+        return [c.cast("long").alias(name)]
+    if fn == "avg":
+        return [c.alias(name)]
+    if fn in ("sum", "min", "max"):
+        return [(c.cast("long") if kind == "long" else c).alias(name)]
+    if fn in ("first", "last"):
+        return [_typed(c, kind, t).alias(name)]
+    items = F.transform(c, lambda x: _typed(x, kind, t)) if kind in ("long", "double", "timestamp") else c
+    return [items.alias(name), F.col(f"__weir_a{i}_d").cast("long").alias(f"{name}_dropped")]
+
+
+def _typed(c: Column, kind: str, t: DataType | None) -> Column:
+    """A value of first, last or collect back in its column's type `t` (an INT stays INT, a FLOAT a FLOAT)."""
+    if kind == "timestamp":
+        return F.timestamp_micros(c.cast("long"))
+    return c.cast(t) if kind in ("long", "double") else c
+
+
 def sliding_window(
     stream: DataFrame,
     key: str,
@@ -407,15 +537,17 @@ def sliding_window(
     size: str,
     slide: str,
     watermark: str,
-    aggregates: dict[str, tuple[str, str]],
+    aggregates: dict[str, tuple],
 ) -> DataFrame:
     """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" row
     per record whose windows are all closed, one "dlq" row per undecodable record, one "absorbed" row per
     bucket of keys and micro-batch with the count of on-time records.
 
     See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
-    `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions,
-    non-numeric aggregate columns and names that collide with the output columns."""
+    `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions, a
+    column of a type the function does not take (count, sum, min, max, avg: numeric; count_distinct, first,
+    last, collect: integer, float, double, string, boolean, timestamp), a collect limit outside 1..10,000 and
+    names that collide with the output columns (collect's `<name>_dropped` included)."""
     return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates)
 
 
@@ -427,7 +559,7 @@ def _windows(
     size: str,
     slide: str,
     watermark: str,
-    aggregates: dict[str, tuple[str, str]],
+    aggregates: dict[str, tuple],
 ) -> DataFrame:
     settle(fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=aggregates)
     buckets = bucket_count(stream)
@@ -435,7 +567,7 @@ def _windows(
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000
     if slide_us > size_us:
         raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
-    spec = windowing.Spec(size_us, slide_us, tuple(plan.functions), tuple(plan.integral))
+    spec = windowing.Spec(size_us, slide_us, *plan.spec_args())
     processor = Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
     return run_windows(plan, key, processor)
 
@@ -446,7 +578,7 @@ def tumbling_window(
     event_time: str,
     size: str,
     watermark: str,
-    aggregates: dict[str, tuple[str, str]],
+    aggregates: dict[str, tuple],
 ) -> DataFrame:
     """`sliding_window` with slide = size: each record in exactly one window [start, start + size)."""
     return _windows("tumbling_window", stream, key, event_time, size, size, watermark, aggregates)

@@ -1,14 +1,25 @@
 """The vectorized core of the tumbling and sliding windows: pure pandas and numpy, no Spark.
 
 weir.blocks.window hands it one bucket of keys at a time: the bucket's rows of a micro-batch as arrays, and
-the bucket's open windows as one table (key, start, n, one accumulator per aggregate). `judge` says which
-records are late, `absorb` folds the on-time ones into the table with one groupby, `close` splits off the
-windows the watermark closed, `dumps`/`loads` turn the table into the one state value a bucket keeps.
-The table helpers (`Table`, `empty`, `fold`, `close`, `next_end`, `dumps`, `loads`) serve the session
-windows' core too (weir.blocks.sessioning). Semantics: docs/blocks.md ("Tumbling and sliding windows").
+the bucket's open windows as one table (key, start, n, the accumulator columns of each aggregate). `judge`
+says which records are late, `absorb` folds the on-time ones into the table with one groupby, `close` splits
+off the windows the watermark closed, `results` turns their accumulators into the aggregates, `dumps`/`loads`
+turn the table into the one state value a bucket keeps. The table helpers (`Table`, `empty`, `accumulators`,
+`fold`, `close`, `results`, `next_end`, `dumps`, `loads`) serve the session windows' core too
+(weir.blocks.sessioning). Semantics: docs/blocks.md ("Tumbling and sliding windows").
 
-Times are microseconds since the epoch as int64; a null event time is `NULL_TS`. Integer accumulators are
-pandas' nullable Int64 (exact, never float64), floating ones float64 with NaN for null.
+Times are microseconds since the epoch as int64; a null event time is `NULL_TS`. Each aggregate's values are
+of one kind: "long" (any integer column) and "timestamp" (µs) as pandas' nullable Int64 (exact, never float64),
+"double" as float64 with NaN for null, "boolean" as pandas' nullable boolean, "string" as objects with None.
+
+An aggregate's accumulator columns (a0, a1, ... plus suffixed ones, `Table.parts`):
+- count: a{i} int64; sum, min, max: a{i} of the kind; avg: a{i} the sum and a{i}_n the count of values;
+- count_distinct: a{i} the frozenset of distinct values;
+- first, last: a{i} the value and a{i}_t its event time (NULL_TS without a value);
+- collect: a{i} a tuple of at most `limit` values and a{i}_t their event times, in event-time order, and
+  a{i}_d how many values were dropped beyond the limit.
+Nulls are ignored by every function but count(*). Records of equal event time are taken in arrival order:
+the table's rows come before the batch's (both in `absorb` and in sessioning's sort, which is stable).
 """
 
 from __future__ import annotations
@@ -21,31 +32,82 @@ import numpy as np
 import pandas as pd
 
 NULL_TS = -(2**63)  # a null event time: below any TIMESTAMP Spark holds (year 1 is about -6.2e16 µs)
-FORMAT = 1  # of the state value written by `dumps`
+FORMAT = 2  # of the state value written by `dumps`; 1 (count, sum, min, max only) is still read
+_OLD_FUNCTIONS = ("count", "sum", "min", "max")  # what a state of format 1 can hold
 _INT64_MAX = 2**63 - 1
+KINDS = ("long", "double", "string", "boolean", "timestamp")
+_DTYPES = {"long": "Int64", "timestamp": "Int64", "double": "float64", "boolean": "boolean", "string": "object"}
+DEFAULT_LIMIT = 100  # of collect
+MAX_LIMIT = 10_000
+
+
+def kind_of(integral: bool | str) -> str:
+    """A kind from KINDS; True and False, as weir's first windows named them, are "long" and "double"."""
+    if isinstance(integral, bool):
+        return "long" if integral else "double"
+    if integral not in KINDS:
+        raise ValueError(f"unknown value kind {integral!r}: one of {', '.join(KINDS)}")
+    return integral
+
+
+def out_kind(function: str, kind: str) -> str:
+    """The kind of an aggregate's result (of collect: of its elements)."""
+    if function in ("count", "count_distinct"):
+        return "long"
+    return "double" if function == "avg" else kind
 
 
 class Table:
     """What a bucket's table needs to know, whatever its windows (this module's `Spec`, weir.blocks.sessioning's):
-    per aggregate its function and whether it is an integer (BIGINT) accumulator, and its int64 time columns.
-    The table's columns: key, the times, n (records), one accumulator per aggregate (a0, a1, ...)."""
+    per aggregate its function, the kind of its values and (collect) its limit, and the table's int64 time
+    columns. The table's columns: key, the times, n (records), the aggregates' accumulator columns (`parts`)."""
 
     functions: tuple[str, ...]
-    integral: tuple[bool, ...]
+    kinds: tuple[str, ...]
+    limits: tuple[int, ...]
     times: ClassVar[tuple[str, ...]] = ("start",)
+
+    def __post_init__(self) -> None:
+        # Specs were built with integral flags (True: BIGINT) before there were kinds: both are accepted.
+        object.__setattr__(self, "kinds", tuple(kind_of(k) for k in self.kinds))
+        if len(self.kinds) != len(self.functions):
+            raise ValueError(f"{len(self.functions)} aggregate functions but {len(self.kinds)} kinds")
+        if not self.limits:
+            object.__setattr__(self, "limits", (DEFAULT_LIMIT,) * len(self.functions))
+        if len(self.limits) != len(self.functions):
+            raise ValueError(f"{len(self.functions)} aggregate functions but {len(self.limits)} limits")
+
+    def value_dtype(self, i: int) -> str:
+        """The pandas dtype of aggregate `i`'s values."""
+        return _DTYPES[self.kinds[i]]
+
+    def parts(self, i: int) -> list[tuple[str, str]]:
+        """(column, pandas dtype) of aggregate `i`'s accumulator columns in the table."""
+        fn, c = self.functions[i], f"a{i}"
+        if fn == "count":
+            return [(c, "int64")]
+        if fn == "avg":
+            return [(c, self.value_dtype(i)), (c + "_n", "int64")]
+        if fn == "count_distinct":
+            return [(c, "object")]
+        if fn in ("first", "last"):
+            return [(c, self.value_dtype(i)), (c + "_t", "int64")]
+        if fn == "collect":
+            return [(c, "object"), (c + "_t", "object"), (c + "_d", "int64")]
+        return [(c, self.value_dtype(i))]
 
     @property
     def columns(self) -> list[str]:
-        return [f"a{i}" for i in range(len(self.functions))]
-
-    def dtype(self, i: int) -> str:
-        if self.functions[i] == "count":
-            return "int64"
-        return "Int64" if self.integral[i] else "float64"
+        """Every accumulator column, in order."""
+        return [c for i in range(len(self.functions)) for c, _ in self.parts(i)]
 
     def aggregates(self) -> str:
-        """The aggregates as the state's shape names them."""
-        return ",".join(f"{f}:{'long' if i else 'double'}" for f, i in zip(self.functions, self.integral, strict=True))
+        """The aggregates as the state's shape names them: function (collect with its limit) and kind. The
+        names of count, sum, min and max are those of format 1 ("sum:long"), so that their states resume."""
+        names = []
+        for fn, kind, limit in zip(self.functions, self.kinds, self.limits, strict=True):
+            names.append(f"{fn}({limit}):{kind}" if fn == "collect" else f"{fn}:{kind}")
+        return ",".join(names)
 
     def ends(self, table: pd.DataFrame) -> np.ndarray:
         """The end (µs) of each window of `table`: it is closed once the watermark reaches it."""
@@ -54,13 +116,15 @@ class Table:
 
 @dataclass(frozen=True)
 class Spec(Table):
-    """Windows [start, start + size) every `slide` (µs), and per aggregate its function and whether it is
-    an integer (BIGINT) accumulator."""
+    """Windows [start, start + size) every `slide` (µs), and per aggregate its function, the kind of its
+    values (or, as before kinds, whether it is an integer: True for "long", False for "double") and its limit
+    (collect's; empty: the default for each)."""
 
     size_us: int
     slide_us: int
     functions: tuple[str, ...]
-    integral: tuple[bool, ...]
+    kinds: tuple[str, ...]
+    limits: tuple[int, ...] = ()
 
     @property
     def per_record(self) -> int:
@@ -79,8 +143,8 @@ def empty(spec: Table) -> pd.DataFrame:
     """A bucket without open windows."""
     cols = {"key": pd.Series([], dtype=object)}
     cols |= {c: pd.Series([], dtype="int64") for c in (*spec.times, "n")}
-    for i, c in enumerate(spec.columns):
-        cols[c] = pd.Series([], dtype=spec.dtype(i))
+    for i in range(len(spec.functions)):
+        cols |= {c: pd.Series([], dtype=dtype) for c, dtype in spec.parts(i)}
     return pd.DataFrame(cols)
 
 
@@ -101,7 +165,7 @@ def absorb(
     """The table with on-time records added to their open windows (end > watermark) only.
 
     `keys` and `ts` per record; `values` per aggregate, per record: for "count" whether the value is present
-    (bool), else the value (Int64 for integer accumulators, float64 with NaN for null)."""
+    (bool), else the value (of the aggregate's kind: see the module's docstring)."""
     m = len(ts)
     latest = latest_start(ts, spec)
     if spec.per_record == 1:
@@ -115,44 +179,132 @@ def absorb(
         keep = (end > ts[idx]) & (end > watermark_us)
         idx, start = idx[keep], start[keep]
     frame = {"key": np.asarray(keys, dtype=object)[idx], "start": start, "n": np.ones(len(idx), dtype=np.int64)}
-    frame |= {c: acc[idx] for c, acc in accumulators(values, spec).items()}
+    frame |= {c: acc[idx] for c, acc in accumulators(values, ts, spec).items()}
     rows = pd.DataFrame(frame)
     both = rows if table.empty else pd.concat([table, rows], ignore_index=True)
     return fold(both, [both["key"], both["start"]], spec).reset_index()
 
 
-def accumulators(values: list, spec: Table) -> dict[str, Any]:
-    """Per aggregate column, each record's own accumulator: 0/1 for a count, else its value (or null)."""
+def accumulators(values: list, ts: np.ndarray, spec: Table) -> dict[str, Any]:
+    """Per accumulator column, each record's own accumulator: 0/1 for a count, else built from its value (or
+    null) and, for first, last and collect, its event time `ts`. A set or a list of one value is the value
+    itself (a scalar): `fold` explodes both alike, and it spares a Python object per record."""
     out: dict[str, Any] = {}
-    for i, (c, v) in enumerate(zip(spec.columns, values, strict=True)):
-        if spec.functions[i] == "count":
+    ts = np.asarray(ts, dtype=np.int64)
+    for i, (fn, v) in enumerate(zip(spec.functions, values, strict=True)):
+        c = f"a{i}"
+        if fn == "count":
             out[c] = np.asarray(v, dtype=bool).astype(np.int64)
+            continue
+        value = pd.array(v, dtype=spec.value_dtype(i))
+        if fn in ("count_distinct", "collect"):
+            out[c] = _objects(value)
         else:
-            out[c] = pd.array(v, dtype=spec.dtype(i))
+            out[c] = value
+        if fn == "avg":
+            out[c + "_n"] = (~pd.isna(value)).astype(np.int64)
+        elif fn in ("first", "last", "collect"):
+            out[c + "_t"] = ts.astype(object) if fn == "collect" else ts
+        if fn == "collect":
+            out[c + "_d"] = np.zeros(len(ts), dtype=np.int64)
     return out
+
+
+def _objects(values: Any) -> np.ndarray:
+    """Values as Python scalars in an object array, None for null (pickled into the state as they are)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None if _missing(v) else v for v in pd.Series(values, dtype=object).tolist()]
+    return out
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
 
 
 def fold(rows: pd.DataFrame, by: list, spec: Table) -> pd.DataFrame:
     """Per group of `by` (columns or arrays as long as `rows`, a null key a group of its own): n summed and
-    each accumulator combined as SQL would (nulls ignored, null without a value), in order of first appearance.
+    each aggregate's accumulators combined as SQL would (nulls ignored, null without a value), in order of
+    first appearance. Ties of event time go to the row that comes first in `rows` (the earlier arrived).
     Indexed by the groups."""
-    for i, (fn, c) in enumerate(zip(spec.functions, spec.columns, strict=True)):
-        if fn == "sum" and spec.dtype(i) == "Int64":
-            _check_range(rows[c], by, i)
+    for i, fn in enumerate(spec.functions):
+        if fn in ("sum", "avg") and spec.value_dtype(i) == "Int64":
+            _check_range(rows[f"a{i}"], by, i, fn)
     g = rows.groupby(by, sort=False, dropna=False)
-    out = {"n": g["n"].sum()}
-    for fn, c in zip(spec.functions, spec.columns, strict=True):
-        if fn in ("count", "sum"):
+    out: dict[str, Any] = {"n": g["n"].sum()}
+    # Group numbers in order of first appearance, as the groupby's own results are ordered (sort=False): only for
+    # the functions that combine row by row, so that count, sum, min, max and avg cost what they did.
+    by_row = any(fn in ("count_distinct", "first", "last", "collect") for fn in spec.functions)
+    gid = g.ngroup().to_numpy() if by_row else np.empty(0, dtype=np.int64)
+    groups = len(out["n"])
+    for i, fn in enumerate(spec.functions):
+        c = f"a{i}"
+        if fn in ("count", "sum", "avg"):
             out[c] = g[c].sum(min_count=0 if fn == "count" else 1)
-        else:
+            if fn == "avg":
+                out[c + "_n"] = g[c + "_n"].sum()
+        elif fn in ("min", "max"):
             out[c] = getattr(g[c], fn)()
+        elif fn == "count_distinct":
+            out[c] = _distinct(rows[c], gid, groups)
+        elif fn in ("first", "last"):
+            out |= _first_or_last(rows, c, gid, groups, last=fn == "last")
+        else:
+            out |= _collect(rows, c, gid, groups, spec.limits[i])
     merged = pd.DataFrame(out)
-    for i, c in enumerate(spec.columns):
-        merged[c] = merged[c].astype(spec.dtype(i))
+    for i in range(len(spec.functions)):
+        for c, dtype in spec.parts(i):
+            merged[c] = merged[c].astype(dtype)
     return merged
 
 
-def _check_range(values: pd.Series, by: list, i: int) -> None:
+def _distinct(values: pd.Series, gid: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the frozenset of the distinct non-null values of its rows (sets and scalars)."""
+    items = pd.DataFrame({"g": gid, "v": values.to_numpy(dtype=object)}).explode("v").dropna()
+    sets = items.drop_duplicates().groupby("g")["v"].agg(frozenset)
+    out = np.empty(groups, dtype=object)
+    out[:] = [frozenset()] * groups
+    out[sets.index.to_numpy(dtype=np.int64)] = sets.to_list()
+    return out
+
+
+def _first_or_last(rows: pd.DataFrame, c: str, gid: np.ndarray, groups: int, last: bool) -> dict[str, Any]:
+    """Per group, the non-null value of smallest (`last`: largest) event time, ties to the earlier (`last`: the
+    later) row, and that time; null and NULL_TS for a group without a value."""
+    present = np.flatnonzero(rows[c].notna().to_numpy())
+    ts = rows[c + "_t"].to_numpy(dtype=np.int64)
+    # Sorted by group, time and row: the first row of each group's run is its first value, the last its last.
+    order = present[np.lexsort((present, ts[present], gid[present]))]
+    run = gid[order]
+    edge = np.ones(len(order), dtype=bool)
+    if last:
+        edge[:-1] = run[:-1] != run[1:]
+    else:
+        edge[1:] = run[1:] != run[:-1]
+    pick = np.full(groups, -1, dtype=np.int64)
+    pick[run[edge]] = order[edge]
+    times = np.where(pick >= 0, ts[pick], NULL_TS)
+    return {c: rows[c].array.take(pick, allow_fill=True), c + "_t": times}
+
+
+def _collect(rows: pd.DataFrame, c: str, gid: np.ndarray, groups: int, limit: int) -> dict[str, Any]:
+    """Per group, its rows' non-null values in event-time order (ties: row order, then each row's own order),
+    the first `limit` kept with their times, and how many were dropped (the rows' own drops included)."""
+    items = pd.DataFrame({"g": gid, "v": rows[c].to_numpy(dtype=object), "t": rows[c + "_t"].to_numpy(dtype=object)})
+    items = items.explode(["v", "t"]).dropna(subset=["v"])
+    order = np.lexsort((np.arange(len(items)), items["t"].to_numpy(dtype=np.int64), items["g"].to_numpy(np.int64)))
+    items = items.iloc[order]
+    kept = items.groupby("g").cumcount().to_numpy() < limit
+    values, times = np.empty(groups, dtype=object), np.empty(groups, dtype=object)
+    values[:], times[:] = [()] * groups, [()] * groups
+    lists = items[kept].groupby("g").agg(tuple)
+    at = lists.index.to_numpy(dtype=np.int64)
+    values[at], times[at] = lists["v"].to_list(), lists["t"].to_list()
+    dropped = np.bincount(items["g"].to_numpy(np.int64)[~kept], minlength=groups)
+    dropped += rows[c + "_d"].groupby(gid).sum().reindex(range(groups), fill_value=0).to_numpy(dtype=np.int64)
+    return {c: values, c + "_t": times, c + "_d": dropped}
+
+
+def _check_range(values: pd.Series, by: list, i: int, fn: str = "sum") -> None:
     """Refuse, loudly, an integer sum that would leave BIGINT's range: numpy's int64 would wrap it silently."""
     bound = values.abs().max()
     if pd.isna(bound) or int(bound) * len(values) <= _INT64_MAX:  # no sum of these values can reach the limit
@@ -160,7 +312,7 @@ def _check_range(values: pd.Series, by: list, i: int) -> None:
     approx = values.astype("float64").groupby(by, sort=False, dropna=False).sum()
     if (approx.abs() >= 2.0**63).any():
         raise OverflowError(
-            f"window aggregate {i} (sum): a window's total leaves the BIGINT range; sum a DOUBLE column instead"
+            f"window aggregate {i} ({fn}): a window's total leaves the BIGINT range; {fn} a DOUBLE column instead"
         )
 
 
@@ -182,33 +334,84 @@ def keys_out(keys: pd.Series) -> np.ndarray:
     return keys.astype(object).where(keys.notna(), None).to_numpy(dtype=object)
 
 
+def results(closed: pd.DataFrame, spec: Table) -> list[tuple[Any, np.ndarray | None]]:
+    """Per aggregate, the closed windows' results and, for collect, how many values each dropped (else None):
+    count, sum, min, max, first, last as their accumulator column; avg as float64 (NaN without a value); count
+    of distinct values as int64; collect as an object array of lists (event-time order)."""
+    out: list[tuple[Any, np.ndarray | None]] = []
+    for i, fn in enumerate(spec.functions):
+        c = f"a{i}"
+        s = closed[c]
+        if fn == "avg":
+            out.append((_averages(s, closed[c + "_n"]), None))
+        elif fn == "count_distinct":
+            out.append((np.array([len(v) for v in s], dtype=np.int64), None))
+        elif fn == "collect":
+            lists = np.empty(len(s), dtype=object)
+            lists[:] = [list(v) for v in s]
+            out.append((lists, closed[c + "_d"].to_numpy(dtype=np.int64)))
+        else:
+            out.append((s, None))
+    return out
+
+
+def _averages(sums: pd.Series, counts: pd.Series) -> np.ndarray:
+    """sum / count, NaN for a count of 0. An integer sum is divided as a Python int: correctly rounded even
+    beyond 2**53, where a float64 sum would already be rounded."""
+    if sums.dtype == "Int64":
+        pairs = zip(sums.to_numpy(dtype=object, na_value=None), counts.to_numpy(dtype=np.int64).tolist(), strict=True)
+        return np.array([s / n if n else np.nan for s, n in pairs], dtype=np.float64)
+    n = counts.to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, sums.to_numpy(dtype=np.float64) / n, np.nan)
+
+
 def dumps(table: pd.DataFrame, spec: Table) -> bytes:
-    """The table as one state value: plain lists and little-endian int64/float64/bool bytes, pickled."""
+    """The table as one state value: plain lists and little-endian int64/float64/bool bytes, pickled. A nullable
+    column (Int64, boolean) is its values (0 or False for null) and a `_null` mask; an object column (sets,
+    tuples, strings) a list, None for null."""
     cols: dict = {"format": FORMAT, "rows": len(table), "key": keys_out(table["key"]).tolist()}
     for c in (*spec.times, "n"):
         cols[c] = table[c].to_numpy(dtype="<i8").tobytes()
-    for i, c in enumerate(spec.columns):
-        s = table[c]
-        if spec.dtype(i) == "Int64":
-            cols[c] = s.to_numpy(dtype="<i8", na_value=0).tobytes()
-            cols[c + "_null"] = s.isna().to_numpy(dtype=bool).tobytes()
-        else:
-            cols[c] = s.to_numpy(dtype="<i8" if spec.dtype(i) == "int64" else "<f8").tobytes()
+    for i in range(len(spec.functions)):
+        for c, dtype in spec.parts(i):
+            cols |= _dump(table[c], c, dtype)
     return pickle.dumps(cols, protocol=4)
 
 
+def _dump(s: pd.Series, c: str, dtype: str) -> dict[str, Any]:
+    if dtype in ("Int64", "boolean"):
+        raw = s.to_numpy(dtype="<i8", na_value=0) if dtype == "Int64" else s.to_numpy(dtype=bool, na_value=False)
+        return {c: raw.tobytes(), c + "_null": s.isna().to_numpy(dtype=bool).tobytes()}
+    if dtype == "object":
+        return {c: [None if _missing(v) else v for v in s.tolist()]}
+    return {c: s.to_numpy(dtype="<i8" if dtype == "int64" else "<f8").tobytes()}
+
+
 def loads(data: bytes, spec: Table) -> pd.DataFrame:
+    """The table `dumps` wrote, of this format or of format 1 (count, sum, min and max only, the same bytes)."""
     cols = pickle.loads(data)  # written by `dumps` into this query's own state
-    if cols.get("format") != FORMAT:
-        raise ValueError(f"window state of format {cols.get('format')}, not {FORMAT}")
+    fmt = cols.get("format")
+    if fmt not in (1, FORMAT) or (fmt == 1 and not set(spec.functions) <= set(_OLD_FUNCTIONS)):
+        raise ValueError(f"window state of format {fmt}, not {FORMAT} (or 1, for count, sum, min and max)")
+    if not cols["rows"]:
+        return empty(spec)
     out: dict[str, Any] = {"key": pd.Series(cols["key"], dtype=object)}
     for c in (*spec.times, "n"):
         out[c] = np.frombuffer(cols[c], dtype="<i8").astype(np.int64)
-    for i, c in enumerate(spec.columns):
-        dtype = spec.dtype(i)
+    for i in range(len(spec.functions)):
+        out |= {c: _load(cols, c, dtype) for c, dtype in spec.parts(i)}
+    return pd.DataFrame(out)
+
+
+def _load(cols: dict, c: str, dtype: str) -> Any:
+    if dtype in ("Int64", "boolean"):
+        mask = np.frombuffer(cols[c + "_null"], dtype=bool).copy()
         if dtype == "Int64":
-            values = np.frombuffer(cols[c], dtype="<i8").astype(np.int64)
-            out[c] = pd.arrays.IntegerArray(values, np.frombuffer(cols[c + "_null"], dtype=bool).copy())
-        else:
-            out[c] = np.frombuffer(cols[c], dtype="<i8" if dtype == "int64" else "<f8").astype(dtype)
-    return pd.DataFrame(out) if cols["rows"] else empty(spec)
+            return pd.arrays.IntegerArray(np.frombuffer(cols[c], dtype="<i8").astype(np.int64), mask)
+        return pd.arrays.BooleanArray(np.frombuffer(cols[c], dtype=bool).copy(), mask)
+    if dtype == "object":
+        out = np.empty(len(cols[c]), dtype=object)
+        out[:] = cols[c]
+        return out
+    return np.frombuffer(cols[c], dtype="<i8" if dtype == "int64" else "<f8").astype(dtype)
