@@ -1,11 +1,13 @@
-"""The windows' aggregates beyond count, sum, min and max (avg, count_distinct, first, last, collect; docs/blocks.md,
-"Aggregates") through Spark, across a restart of the query on its checkpoint: every closed window against a
-reference computed in plain Python from the batches Spark ran. Event times are distinct here, so first, last and
-collect have one answer whatever the arrival order (ties are tests/unit/test_windowing.py's)."""
+"""The windows' aggregates beyond count, sum, min and max (avg, count_distinct, first, last, collect, the sketches
+and a user's aggregator; docs/blocks.md, "Aggregates") through Spark, across a restart of the query on its
+checkpoint: every closed window against a reference computed in plain Python from the batches Spark ran. Event
+times are distinct here, so first, last and collect have one answer whatever the arrival order (ties are
+tests/unit/test_windowing.py's)."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -13,6 +15,7 @@ from _pipe import Rec, end_offsets, produce, source
 from pyspark.sql import functions as F
 from test_window import BASE_MS, BIG, DELAY, DELAY_MS, SIZE, SIZE_MS, check_accounting, ms, run_routed
 
+from weir.blocks import Aggregator
 from weir.blocks.window import tumbling_window
 from weir.kafka import Admin
 from weir.pipeline.routes import EMIT
@@ -30,6 +33,9 @@ AGGREGATES = {
     "first_ok": ("first", "ok"),
     "seen_at": ("last", "event_time"),
     "basket": ("collect", "item", LIMIT),
+    # Small windows: a HyperLogLog sketch in its exact (list) mode, a KLL sketch holding every value
+    "items_approx": ("approx_count_distinct", "item"),
+    "median": ("percentile", "amount", 0.5),
 }
 
 
@@ -88,12 +94,34 @@ def expected(evts: list[dict], ends: list[int]) -> set[tuple]:
             rows[-1]["ts_ms"],
             tuple(items[:LIMIT]),
             max(len(items) - LIMIT, 0),
+            len(set(items)),
+            sorted(amounts)[max(math.ceil(0.5 * len(amounts)) - 1, 0)] if amounts else None,  # inclusive rank
+            sum(a * a for a in amounts),
         ))  # fmt: skip
     return out
 
 
 def test_new_aggregates_match_python_across_a_restart(spark, bootstrap, topic_name, tmp_path) -> None:
     Admin(bootstrap).create_topic(topic_name, partitions=1)
+
+    # Defined here, so that cloudpickle ships the class by value: a test module is not importable by Spark's workers
+    class SumOfSquares(Aggregator):
+        """A user's aggregator: the sum of the squares of the values (quarters: exact in floating point)."""
+
+        output = "double"
+
+        def init(self) -> float:
+            return 0.0
+
+        def add(self, state: float, values) -> float:
+            return state + float((values * values).sum())
+
+        def merge(self, a: float, b: float) -> float:
+            return a + b
+
+        def result(self, state: float) -> float:
+            return state
+
     evts = events(90, seed=11)
     checkpoint, progress, rows = str(tmp_path / "ckpt"), [], []
     for part in (evts[:45], evts[45:]):  # the second run knows the open windows from the checkpoint only
@@ -101,11 +129,14 @@ def test_new_aggregates_match_python_across_a_restart(spark, bootstrap, topic_na
         stream = source(spark, bootstrap, topic_name, stream=True, startingOffsets="earliest", valueFormat="json",
                         valueSchema=SCHEMA, maxOffsetsPerTrigger=10)  # fmt: skip
         stream = stream.withColumn("event_time", F.timestamp_millis("ts_ms"))
-        windows = tumbling_window(stream, "customer_id", "event_time", SIZE, DELAY, AGGREGATES)
+        aggregates = {**AGGREGATES, "squares": ("agg", "amount", SumOfSquares())}
+        windows = tumbling_window(stream, "customer_id", "event_time", SIZE, DELAY, aggregates)
         types = dict(windows.dtypes)
-        assert [types[c] for c in (*AGGREGATES, "basket_dropped")] == [
-            "double", "double", "bigint", "string", "bigint", "boolean", "timestamp", "array<string>", "bigint"
-        ]  # fmt: skip
+        assert {c: types[c] for c in (*aggregates, "basket_dropped")} == {
+            "mean": "double", "qty_mean": "double", "items": "bigint", "first_item": "string", "last_qty": "bigint",
+            "first_ok": "boolean", "seen_at": "timestamp", "basket": "array<string>", "basket_dropped": "bigint",
+            "items_approx": "bigint", "median": "double", "squares": "double",
+        }  # fmt: skip
         got = run_routed(windows, checkpoint)
         check_accounting(got)
         progress += got.progress
@@ -117,7 +148,7 @@ def test_new_aggregates_match_python_across_a_restart(spark, bootstrap, topic_na
     assert any(w[2] is None or w[3] is None or w[5] is None for w in reference)  # windows without values too
     emitted = [
         (r.customer_id, ms(r.window_start), r.mean, r.qty_mean, r.items, r.first_item, r.last_qty, r.first_ok,
-         ms(r.seen_at), tuple(r.basket), r.basket_dropped)
+         ms(r.seen_at), tuple(r.basket), r.basket_dropped, r.items_approx, r.median, r.squares)
         for r in rows
     ]  # fmt: skip
     assert len(emitted) == len(set(emitted))  # each window once

@@ -5,6 +5,7 @@ from weir.lazy import exports
 _WHERE = {
     "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
+    "Aggregator": "weir.blocks.sketches",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 

@@ -12,7 +12,7 @@ Semantics: docs/blocks.md ("Session windows").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -24,12 +24,14 @@ from weir.blocks.windowing import NULL_TS
 @dataclass(frozen=True)
 class Spec(windowing.Table):
     """Sessions of records less than `gap_us` apart, and per aggregate its function, the kind of its values (or
-    True/False for "long"/"double") and its limit (collect's; empty: the default), as windowing.Spec."""
+    True/False for "long"/"double"), its limit (collect's; empty: the default) and its parameter (empty: None), as
+    windowing.Spec."""
 
     gap_us: int
     functions: tuple[str, ...]
     kinds: tuple[str, ...]
     limits: tuple[int, ...] = ()
+    params: tuple[Any, ...] = ()
     times: ClassVar[tuple[str, ...]] = ("start", "end")
 
     def shape(self, buckets: int) -> str:

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 
 from weir.blocks import sessioning
 from weir.blocks.common import bucket_count, settle
-from weir.blocks.window import Bucketed, interval_ms, plan_windows, run_windows
+from weir.blocks.window import Bucketed, interval_ms, plan_windows, run_windows, settled
 
 
 class _Sessions(Bucketed):
@@ -52,7 +52,7 @@ def session_window(
 
     See docs/blocks.md for the exact semantics. Raises ValueError as `sliding_window` does."""
     fn = "session_window"
-    settle(fn, key=key, event_time=event_time, gap=gap, watermark=watermark, aggregates=aggregates)
+    settle(fn, key=key, event_time=event_time, gap=gap, watermark=watermark, aggregates=settled(aggregates))
     buckets = bucket_count(stream)
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
     spec = sessioning.Spec(interval_ms(gap, fn) * 1000, *plan.spec_args())

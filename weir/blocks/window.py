@@ -45,13 +45,16 @@ from pyspark.sql.types import (
 )
 
 from weir import units
-from weir.blocks import windowing
+from weir.blocks import sketches, windowing
 from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
-FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct", "first", "last", "collect")
-_NUMERIC = ("count", "sum", "min", "max", "avg")  # over numeric columns only
+FUNCTIONS = (
+    "count", "sum", "min", "max", "avg", "count_distinct", "first", "last", "collect",
+    "approx_count_distinct", "percentile", "agg",
+)  # fmt: skip
+_NUMERIC = ("count", "sum", "min", "max", "avg", "percentile")  # over numeric columns only
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
@@ -180,8 +183,10 @@ class Bucketed(StatefulProcessor):
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
         for i, (result, dropped) in enumerate(windowing.results(closed, self.spec)):
-            kind = windowing.out_kind(self.spec.functions[i], self.spec.kinds[i])
-            if self.spec.functions[i] == "collect":
+            kind = windowing.out_kind(self.spec.functions[i], self.spec.kinds[i], self.spec.params[i])
+            if self.spec.functions[i] == "percentile" and isinstance(self.spec.params[i], tuple):
+                cols[f"__weir_a{i}"] = result  # lists of float, or None without a value
+            elif self.spec.functions[i] == "collect":
                 cols[f"__weir_a{i}"] = _wire_lists(result, kind)
                 cols[f"__weir_a{i}_d"] = dropped.astype(str).astype(object)
             else:
@@ -288,14 +293,15 @@ class WindowPlan:
     functions: list[str]
     kinds: list[str]  # per aggregate, the kind of its values (windowing.KINDS); "long" for count
     limits: list[int]  # per aggregate, collect's limit (windowing.DEFAULT_LIMIT for the others)
+    params: list[Any]  # per aggregate, its parameter (windowing.Table.params)
     types: list[DataType | None]  # per aggregate, its column's type (None for count(*))
     key_type: DataType
     wire_in: DataFrame
     wire_out: StructType
 
-    def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
-        """(functions, kinds, limits), as windowing.Spec and sessioning.Spec take them."""
-        return tuple(self.functions), tuple(self.kinds), tuple(self.limits)
+    def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]:
+        """(functions, kinds, limits, params), as windowing.Spec and sessioning.Spec take them."""
+        return tuple(self.functions), tuple(self.kinds), tuple(self.limits), tuple(self.params)
 
 
 def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) -> None:
@@ -320,6 +326,18 @@ class Aggregate:
     type: DataType | None  # the column's (None for "*")
     kind: str  # of its values (windowing.KINDS)
     limit: int  # collect's (windowing.DEFAULT_LIMIT for the others)
+    param: Any = None  # approx_count_distinct's lg_k, percentile's q (a float or a tuple), agg's aggregator
+
+
+def settled(aggregates: dict[str, tuple]) -> dict[str, tuple]:
+    """The aggregates as `settle` notes them: an agg's aggregator by its class's qualified name (its repr would
+    name its address, which changes at every start)."""
+    return {
+        name: (*spec[:2], sketches.qualified_name(spec[2]))
+        if isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "agg"
+        else spec
+        for name, spec in aggregates.items()
+    }
 
 
 def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple]) -> list[Aggregate]:
@@ -342,16 +360,21 @@ def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: di
 
 
 def _check_aggregate(fn: str, stream: DataFrame, name: str, spec: Any) -> Aggregate:
-    """One aggregate: (function, column), or ("collect", column, limit); ValueError naming what is wrong."""
+    """One aggregate: (function, column), or with a third element: ("collect", column, limit),
+    ("approx_count_distinct", column, lg_k), ("percentile", column, q), ("agg", column, aggregator); ValueError
+    naming what is wrong."""
     what = f"{fn}: aggregate {name!r}"
     if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
-        raise ValueError(f"{what} must be (function, column) or ('collect', column, limit), got {spec!r}")
+        raise ValueError(f"{what} must be (function, column) or (function, column, parameter), got {spec!r}")
     func, source = spec[0], spec[1]
     if func not in FUNCTIONS:
         raise ValueError(f"{what}: function must be one of {', '.join(FUNCTIONS)}")
     limit = _limit(what, spec) if func == "collect" else windowing.DEFAULT_LIMIT
-    if len(spec) == 3 and func != "collect":
-        raise ValueError(f"{what}: only collect takes a third element (its limit), got {spec!r}")
+    if len(spec) == 3 and func not in ("collect", *windowing.SKETCHED):
+        raise ValueError(
+            f"{what}: only collect, approx_count_distinct, percentile and agg take a third element, got {spec!r}"
+        )
+    param = _param(what, func, spec)
     if source == "*":
         if func != "count":
             raise ValueError(f"{what}: only count takes '*'")
@@ -364,14 +387,40 @@ def _check_aggregate(fn: str, stream: DataFrame, name: str, spec: Any) -> Aggreg
             raise ValueError(f"{what}: {source!r} is {t.simpleString()}, not numeric")
         # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
         kind = "long" if func == "count" or isinstance(t, _INTEGRAL) else "double"
-        return Aggregate(name, func, source, t, kind, limit)
+        return Aggregate(name, func, source, t, kind, limit, param)
     kind = next((k for types, k in _KINDS if isinstance(t, types)), None)
     if kind is None:
         raise ValueError(
             f"{what}: {func} of {source!r} of type {t.simpleString()} is not supported: "
             "only integer, float, double, string, boolean and timestamp columns"
         )
-    return Aggregate(name, func, source, t, kind, limit)
+    return Aggregate(name, func, source, t, kind, limit, param)
+
+
+def _param(what: str, func: str, spec: tuple) -> Any:
+    """The third element of approx_count_distinct (lg_k, 4..21, default 12), percentile (q in (0, 1), or a
+    non-empty tuple of them; required) and agg (an aggregator; required), checked; None for the others."""
+    given = spec[2] if len(spec) == 3 else None
+    if func == "approx_count_distinct":
+        lg_k = sketches.DEFAULT_LG_K if given is None else given
+        if isinstance(lg_k, bool) or not isinstance(lg_k, int) or not sketches.MIN_LG_K <= lg_k <= sketches.MAX_LG_K:
+            raise ValueError(
+                f"{what}: approx_count_distinct's lg_k must be an integer from {sketches.MIN_LG_K} to "
+                f"{sketches.MAX_LG_K}, got {lg_k!r}"
+            )
+        return lg_k
+    if func == "percentile":
+        qs = given if isinstance(given, tuple) else (given,)
+        bad = not qs or any(isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1 for q in qs)
+        if len(spec) != 3 or bad:
+            raise ValueError(f"{what}: percentile takes q, a number in (0, 1), or a tuple of them, got {spec!r}")
+        return tuple(float(q) for q in qs) if isinstance(given, tuple) else float(given)
+    if func == "agg":
+        if len(spec) != 3:
+            raise ValueError(f"{what}: agg takes an aggregator: ('agg', column, aggregator), got {spec!r}")
+        sketches.check_aggregator(what, given)
+        return given
+    return None
 
 
 def _limit(what: str, spec: tuple) -> int:
@@ -402,10 +451,11 @@ def plan_windows(
         functions,
         kinds,
         [a.limit for a in aggs],
+        [a.param for a in aggs],
         [a.type for a in aggs],
         key_type,
         wire_in,
-        _wire_out(key_type, kinds, functions),
+        _wire_out(key_type, kinds, functions, [a.param for a in aggs]),
     )
 
 
@@ -452,14 +502,20 @@ def _bucketed_input(
     )
 
 
-def _wire_out(key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None) -> StructType:
+def _wire_out(
+    key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None, params: list | None = None
+) -> StructType:
     """What `Bucketed` returns. Per aggregate __weir_a{i} (and __weir_a{i}_d for collect); `kinds` as
-    windowing.kind_of reads them, `functions` by default all count, sum, min or max (results of the kind)."""
+    windowing.kind_of reads them, `functions` by default all count, sum, min or max (results of the kind),
+    `params` their parameters (windowing.Table.params; by default None)."""
     functions = functions or ["sum"] * len(kinds)
+    params = params or [None] * len(kinds)
     aggregates = []
-    for i, (fn, k) in enumerate(zip(functions, kinds, strict=True)):
-        wire_kind = _WIRE[windowing.out_kind(fn, windowing.kind_of(k))]
-        if fn == "collect":
+    for i, (fn, k, p) in enumerate(zip(functions, kinds, params, strict=True)):
+        wire_kind = _WIRE[windowing.out_kind(fn, windowing.kind_of(k), p)]
+        if fn == "percentile" and isinstance(p, tuple):
+            aggregates.append(StructField(f"__weir_a{i}", ArrayType(DoubleType())))
+        elif fn == "collect":
             aggregates += [
                 StructField(f"__weir_a{i}", ArrayType(wire_kind)),
                 StructField(f"__weir_a{i}_d", StringType()),
@@ -511,10 +567,12 @@ def _aggregate_out(plan: WindowPlan, i: int) -> list[Column]:
     """Aggregate `i`'s output columns, from its wire type (`_WIRE`) back to its documented one."""
     fn, kind, name, t = plan.functions[i], plan.kinds[i], plan.names[i], plan.types[i]
     c = F.col(f"__weir_a{i}")
-    if fn in ("count", "count_distinct"):
+    if fn in ("count", "count_distinct", "approx_count_distinct"):
         return [c.cast("long").alias(name)]
-    if fn == "avg":
+    if fn in ("avg", "percentile"):
         return [c.alias(name)]
+    if fn == "agg":
+        return [(c.cast("long") if plan.params[i].output == "long" else c).alias(name)]
     if fn in ("sum", "min", "max"):
         return [(c.cast("long") if kind == "long" else c).alias(name)]
     if fn in ("first", "last"):
@@ -545,9 +603,11 @@ def sliding_window(
 
     See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions, a
-    column of a type the function does not take (count, sum, min, max, avg: numeric; count_distinct, first,
-    last, collect: integer, float, double, string, boolean, timestamp), a collect limit outside 1..10,000 and
-    names that collide with the output columns (collect's `<name>_dropped` included)."""
+    column of a type the function does not take (count, sum, min, max, avg, percentile: numeric; count_distinct,
+    approx_count_distinct, first, last, collect, agg: integer, float, double, string, boolean, timestamp), a
+    collect limit outside 1..10,000, an approx_count_distinct lg_k outside 4..21, a percentile q outside (0, 1),
+    an agg aggregator lacking init, add, merge, result or output, and names that collide with the output columns
+    (collect's `<name>_dropped` included)."""
     return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates)
 
 
@@ -561,7 +621,9 @@ def _windows(
     watermark: str,
     aggregates: dict[str, tuple],
 ) -> DataFrame:
-    settle(fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=aggregates)
+    settle(
+        fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=settled(aggregates)
+    )
     buckets = bucket_count(stream)
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000

@@ -17,7 +17,10 @@ An aggregate's accumulator columns (a0, a1, ... plus suffixed ones, `Table.parts
 - count_distinct: a{i} the frozenset of distinct values;
 - first, last: a{i} the value and a{i}_t its event time (NULL_TS without a value);
 - collect: a{i} a tuple of at most `limit` values and a{i}_t their event times, in event-time order, and
-  a{i}_d how many values were dropped beyond the limit.
+  a{i}_d how many values were dropped beyond the limit;
+- approx_count_distinct, percentile: a{i} the serialized HLL or KLL sketch (bytes; None without a value), agg:
+  a{i} the aggregator's state as a 1-tuple (weir.blocks.sketches). A record's own accumulator is its value (or
+  None), which `fold` tells apart from a state (bytes, tuple) and adds to the group's state in one call.
 Nulls are ignored by every function but count(*). Records of equal event time are taken in arrival order:
 the table's rows come before the batch's (both in `absorb` and in sessioning's sort, which is stable).
 """
@@ -31,6 +34,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from weir.blocks import sketches
+
 NULL_TS = -(2**63)  # a null event time: below any TIMESTAMP Spark holds (year 1 is about -6.2e16 µs)
 FORMAT = 2  # of the state value written by `dumps`; 1 (count, sum, min, max only) is still read
 _OLD_FUNCTIONS = ("count", "sum", "min", "max")  # what a state of format 1 can hold
@@ -39,6 +44,7 @@ KINDS = ("long", "double", "string", "boolean", "timestamp")
 _DTYPES = {"long": "Int64", "timestamp": "Int64", "double": "float64", "boolean": "boolean", "string": "object"}
 DEFAULT_LIMIT = 100  # of collect
 MAX_LIMIT = 10_000
+SKETCHED = ("approx_count_distinct", "percentile", "agg")  # whose state is a sketch or an aggregator's state
 
 
 def kind_of(integral: bool | str) -> str:
@@ -50,21 +56,27 @@ def kind_of(integral: bool | str) -> str:
     return integral
 
 
-def out_kind(function: str, kind: str) -> str:
-    """The kind of an aggregate's result (of collect: of its elements)."""
-    if function in ("count", "count_distinct"):
+def out_kind(function: str, kind: str, param: Any = None) -> str:
+    """The kind of an aggregate's result (of collect and of percentile with several q: of its elements);
+    `param` agg's aggregator."""
+    if function in ("count", "count_distinct", "approx_count_distinct"):
         return "long"
-    return "double" if function == "avg" else kind
+    if function == "agg":
+        return param.output
+    return "double" if function in ("avg", "percentile") else kind
 
 
 class Table:
     """What a bucket's table needs to know, whatever its windows (this module's `Spec`, weir.blocks.sessioning's):
-    per aggregate its function, the kind of its values and (collect) its limit, and the table's int64 time
-    columns. The table's columns: key, the times, n (records), the aggregates' accumulator columns (`parts`)."""
+    per aggregate its function, the kind of its values, (collect) its limit and its parameter (`params`:
+    approx_count_distinct's lg_k, percentile's tuple of q, agg's aggregator; None for the others), and the
+    table's int64 time columns. The table's columns: key, the times, n (records), the aggregates' accumulator
+    columns (`parts`)."""
 
     functions: tuple[str, ...]
     kinds: tuple[str, ...]
     limits: tuple[int, ...]
+    params: tuple[Any, ...]
     times: ClassVar[tuple[str, ...]] = ("start",)
 
     def __post_init__(self) -> None:
@@ -76,6 +88,19 @@ class Table:
             object.__setattr__(self, "limits", (DEFAULT_LIMIT,) * len(self.functions))
         if len(self.limits) != len(self.functions):
             raise ValueError(f"{len(self.functions)} aggregate functions but {len(self.limits)} limits")
+        if not self.params:
+            object.__setattr__(self, "params", (None,) * len(self.functions))
+        if len(self.params) != len(self.functions):
+            raise ValueError(f"{len(self.functions)} aggregate functions but {len(self.params)} parameters")
+
+    def param(self, i: int) -> Any:
+        """Aggregate `i`'s parameter: lg_k (default sketches.DEFAULT_LG_K), a tuple of q, an aggregator, None."""
+        p = self.params[i]
+        if self.functions[i] == "approx_count_distinct" and p is None:
+            return sketches.DEFAULT_LG_K
+        if self.functions[i] == "percentile" and not isinstance(p, tuple):
+            return (p,)
+        return p
 
     def value_dtype(self, i: int) -> str:
         """The pandas dtype of aggregate `i`'s values."""
@@ -88,7 +113,7 @@ class Table:
             return [(c, "int64")]
         if fn == "avg":
             return [(c, self.value_dtype(i)), (c + "_n", "int64")]
-        if fn == "count_distinct":
+        if fn in ("count_distinct", *SKETCHED):
             return [(c, "object")]
         if fn in ("first", "last"):
             return [(c, self.value_dtype(i)), (c + "_t", "int64")]
@@ -105,8 +130,17 @@ class Table:
         """The aggregates as the state's shape names them: function (collect with its limit) and kind. The
         names of count, sum, min and max are those of format 1 ("sum:long"), so that their states resume."""
         names = []
-        for fn, kind, limit in zip(self.functions, self.kinds, self.limits, strict=True):
-            names.append(f"{fn}({limit}):{kind}" if fn == "collect" else f"{fn}:{kind}")
+        for i, (fn, kind, limit) in enumerate(zip(self.functions, self.kinds, self.limits, strict=True)):
+            if fn == "collect":
+                names.append(f"{fn}({limit}):{kind}")
+            elif fn == "approx_count_distinct":
+                names.append(f"{fn}({self.param(i)}):{kind}")
+            elif fn == "percentile":
+                names.append(f"{fn}({','.join(repr(float(q)) for q in self.param(i))}):{kind}")
+            elif fn == "agg":
+                names.append(f"{fn}({sketches.qualified_name(self.param(i))}):{kind}")
+            else:
+                names.append(f"{fn}:{kind}")
         return ",".join(names)
 
     def ends(self, table: pd.DataFrame) -> np.ndarray:
@@ -118,13 +152,14 @@ class Table:
 class Spec(Table):
     """Windows [start, start + size) every `slide` (µs), and per aggregate its function, the kind of its
     values (or, as before kinds, whether it is an integer: True for "long", False for "double") and its limit
-    (collect's; empty: the default for each)."""
+    (collect's; empty: the default for each) and its parameter (`Table.params`; empty: None for each)."""
 
     size_us: int
     slide_us: int
     functions: tuple[str, ...]
     kinds: tuple[str, ...]
     limits: tuple[int, ...] = ()
+    params: tuple[Any, ...] = ()
 
     @property
     def per_record(self) -> int:
@@ -197,7 +232,7 @@ def accumulators(values: list, ts: np.ndarray, spec: Table) -> dict[str, Any]:
             out[c] = np.asarray(v, dtype=bool).astype(np.int64)
             continue
         value = pd.array(v, dtype=spec.value_dtype(i))
-        if fn in ("count_distinct", "collect"):
+        if fn in ("count_distinct", "collect", *SKETCHED):
             out[c] = _objects(value)
         else:
             out[c] = value
@@ -233,7 +268,7 @@ def fold(rows: pd.DataFrame, by: list, spec: Table) -> pd.DataFrame:
     out: dict[str, Any] = {"n": g["n"].sum()}
     # Group numbers in order of first appearance, as the groupby's own results are ordered (sort=False): only for
     # the functions that combine row by row, so that count, sum, min, max and avg cost what they did.
-    by_row = any(fn in ("count_distinct", "first", "last", "collect") for fn in spec.functions)
+    by_row = any(fn in ("count_distinct", "first", "last", "collect", *SKETCHED) for fn in spec.functions)
     gid = g.ngroup().to_numpy() if by_row else np.empty(0, dtype=np.int64)
     groups = len(out["n"])
     for i, fn in enumerate(spec.functions):
@@ -248,6 +283,8 @@ def fold(rows: pd.DataFrame, by: list, spec: Table) -> pd.DataFrame:
             out[c] = _distinct(rows[c], gid, groups)
         elif fn in ("first", "last"):
             out |= _first_or_last(rows, c, gid, groups, last=fn == "last")
+        elif fn in SKETCHED:
+            out[c] = _sketched(rows[c], gid, groups, spec, i)
         else:
             out |= _collect(rows, c, gid, groups, spec.limits[i])
     merged = pd.DataFrame(out)
@@ -265,6 +302,44 @@ def _distinct(values: pd.Series, gid: np.ndarray, groups: int) -> np.ndarray:
     out[:] = [frozenset()] * groups
     out[sets.index.to_numpy(dtype=np.int64)] = sets.to_list()
     return out
+
+
+def _sketched(values: pd.Series, gid: np.ndarray, groups: int, spec: Table, i: int) -> np.ndarray:
+    """Per group, one state of aggregate `i` (approx_count_distinct, percentile, agg): its rows' states (bytes,
+    1-tuples) combined and its rows' non-null values added in one call, in row order."""
+    fn, kind, param = spec.functions[i], spec.kinds[i], spec.param(i)
+    items = values.to_numpy(dtype=object)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.searchsorted(gid[order], np.arange(groups + 1))
+    out = np.empty(groups, dtype=object)
+    for g in range(groups):
+        mine = items[order[bounds[g] : bounds[g + 1]]]
+        states = [v for v in mine if isinstance(v, (bytes, tuple))]
+        raw = [v for v in mine if not isinstance(v, (bytes, tuple)) and not _missing(v)]
+        if fn == "approx_count_distinct":
+            out[g] = sketches.hll_fold(states, _canonical(raw, kind), param)
+        elif fn == "percentile":
+            out[g] = sketches.kll_fold(states, np.asarray(raw, dtype=np.float64))
+        else:
+            out[g] = sketches.agg_fold(param, states, _array(raw, kind))
+    return out
+
+
+def _canonical(values: list, kind: str) -> list:
+    """Values as approx_count_distinct hashes them: integers, timestamps (µs) and booleans (0, 1) as 64-bit
+    integers, doubles as doubles (DataSketches makes -0.0 0.0), strings as their UTF-8 bytes."""
+    if kind == "double":
+        return [float(v) for v in values]
+    return [str(v) for v in values] if kind == "string" else [int(v) for v in values]
+
+
+def _array(values: list, kind: str) -> np.ndarray:
+    """Non-null values as an aggregator's `add` receives them: int64, float64, bool or (strings) object."""
+    if kind == "string":
+        out = np.empty(len(values), dtype=object)
+        out[:] = values
+        return out
+    return np.asarray(values, dtype={"long": np.int64, "timestamp": np.int64, "double": np.float64}.get(kind, bool))
 
 
 def _first_or_last(rows: pd.DataFrame, c: str, gid: np.ndarray, groups: int, last: bool) -> dict[str, Any]:
@@ -337,7 +412,9 @@ def keys_out(keys: pd.Series) -> np.ndarray:
 def results(closed: pd.DataFrame, spec: Table) -> list[tuple[Any, np.ndarray | None]]:
     """Per aggregate, the closed windows' results and, for collect, how many values each dropped (else None):
     count, sum, min, max, first, last as their accumulator column; avg as float64 (NaN without a value); count
-    of distinct values as int64; collect as an object array of lists (event-time order)."""
+    of distinct values as int64; collect as an object array of lists (event-time order); approx_count_distinct
+    as int64; percentile as float64 (NaN without a value) for one q, else an object array of lists (None
+    without a value); agg as an object array of the aggregator's results."""
     out: list[tuple[Any, np.ndarray | None]] = []
     for i, fn in enumerate(spec.functions):
         c = f"a{i}"
@@ -346,6 +423,22 @@ def results(closed: pd.DataFrame, spec: Table) -> list[tuple[Any, np.ndarray | N
             out.append((_averages(s, closed[c + "_n"]), None))
         elif fn == "count_distinct":
             out.append((np.array([len(v) for v in s], dtype=np.int64), None))
+        elif fn == "approx_count_distinct":
+            out.append((np.array([sketches.hll_count(v) for v in s], dtype=np.int64), None))
+        elif fn == "percentile":
+            qs = spec.param(i)
+            found = [sketches.kll_quantiles(v, qs) for v in s]
+            if isinstance(spec.params[i], tuple):
+                lists = np.empty(len(s), dtype=object)
+                lists[:] = found
+                out.append((lists, None))
+            else:
+                out.append((np.array([np.nan if f is None else f[0] for f in found], dtype=np.float64), None))
+        elif fn == "agg":
+            agg = spec.param(i)
+            done = np.empty(len(s), dtype=object)
+            done[:] = [agg.result(v[0] if isinstance(v, tuple) else agg.init()) for v in s]
+            out.append((done, None))
         elif fn == "collect":
             lists = np.empty(len(s), dtype=object)
             lists[:] = [list(v) for v in s]
