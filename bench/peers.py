@@ -51,7 +51,8 @@ Figures, each system a subprocess (its whole process tree measured):
   output correct    the check above; a timed-out run shows its figures so far
 
 --blocks then runs weir's other blocks on the same input, each by `weir run --once`, against the tumbling
-window's steady rate: sliding_window (1 min, slide 10 s), session_window (gap 30 s), deduplicate (on id),
+window's steady rate: sliding_window (1 min, slide 10 s), session_window (gap 30 s), a tumbling window of avg and
+p95 (a KLL sketch), a running aggregate per user (count, sum, avg; one row per user and batch), deduplicate (on id),
 join_table (a 100k-key changelog topic); and a stateless processor (filter + map) against the same query
 written by hand over weir-kafka (no routing, no accounting). Every block runs per bucket of keys; deduplicate
 keeps one key per event, so its state (and each call's cost) grows with N.
@@ -102,7 +103,7 @@ PEER_PACKAGES = {
     "quix": ("quixstreams-3.28.1", ["quixstreams==3.28.1"]),
 }
 SYSTEMS = ("raw", "loop", "spark", "weir", "bytewax", "quix")
-BLOCKS = ("sliding", "session", "dedup", "join", "stateless")
+BLOCKS = ("sliding", "session", "sketched", "running", "dedup", "join", "stateless")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 

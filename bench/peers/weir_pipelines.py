@@ -3,6 +3,8 @@
     tumbling   10 s tumbling window per user (count, sum of amount), watermark 2 s   -> peers.weir.tumbling
     sliding    1 min windows every 10 s, same aggregates                            -> peers.weir.sliding
     session    sessions with a 30 s gap, same aggregates                            -> peers.weir.session
+    sketched   10 s tumbling window per user: avg and p95 of amount (a KLL sketch)   -> peers.weir.sketched
+    running    running aggregate per user (count, sum, avg of amount), no window    -> peers.weir.running
     dedup      deduplicate on id (horizon 1 min)                                    -> peers.weir.dedup
     join       events left-joined with the 100k-key changelog table peers.users   -> peers.weir.join
     stateless  filter amount > 50, map (doubled amount)                             -> peers.weir.stateless
@@ -20,6 +22,7 @@ from pyspark.sql import functions as F
 
 from weir.blocks.dedup import deduplicate
 from weir.blocks.join import join_table
+from weir.blocks.running import running_aggregate
 from weir.blocks.sessions import session_window
 from weir.blocks.window import sliding_window, tumbling_window
 from weir.kafka.decode import ERROR_COLUMN
@@ -30,6 +33,8 @@ SUFFIX = os.environ.get("PEER_SUFFIX", "")
 EVENTS = "id BIGINT, user STRING NOT NULL, amount DOUBLE, ts BIGINT, item STRING, country STRING, note STRING"
 USERS = "user STRING NOT NULL, segment STRING, region STRING"
 WINDOWS = "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT, sum DOUBLE"
+SKETCHED = "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, avg DOUBLE, p95 DOUBLE"
+RUNNING = "user STRING, revision BIGINT, count BIGINT, sum DOUBLE, avg DOUBLE"
 STATELESS = "id BIGINT, user STRING, amount DOUBLE, ts BIGINT, doubled DOUBLE"
 JOINED = EVENTS + ", segment STRING, region STRING"
 WATERMARK = "2 seconds"
@@ -45,7 +50,8 @@ def _timed(events: DataFrame) -> DataFrame:
 def _pipeline(name: str) -> tuple[Pipeline, object, object]:
     p = Pipeline(f"peers_{name}")
     events = p.topic(INPUT, EVENTS, key="user", partitions=4, retention=-1)
-    schema = {"dedup": EVENTS, "join": JOINED, "stateless": STATELESS}.get(name, WINDOWS)
+    schema = {"dedup": EVENTS, "join": JOINED, "stateless": STATELESS, "sketched": SKETCHED, "running": RUNNING}
+    schema = schema.get(name, WINDOWS)
     out = p.topic(f"peers.weir.{name}{SUFFIX}", schema, key="user", partitions=4, retention=-1)
     return p, events, out
 
@@ -72,6 +78,23 @@ session, _events, _out = _pipeline("session")
 @session.processor(inputs=[_events], outputs=[_out], stateful=True, name="window")
 def session_proc(events: DataFrame) -> DataFrame:
     return session_window(_timed(events), "user", "event_time", "30 seconds", WATERMARK, AGGREGATES)
+
+
+sketched, _events, _out = _pipeline("sketched")
+
+
+@sketched.processor(inputs=[_events], outputs=[_out], stateful=True, name="window")
+def sketched_proc(events: DataFrame) -> DataFrame:
+    aggregates = {"avg": ("avg", "amount"), "p95": ("percentile", "amount", 0.95)}
+    return tumbling_window(_timed(events), "user", "event_time", "10 seconds", WATERMARK, aggregates)
+
+
+running, _events, _out = _pipeline("running")
+
+
+@running.processor(inputs=[_events], outputs=[_out], stateful=True, name="running")
+def running_proc(events: DataFrame) -> DataFrame:
+    return running_aggregate(events, "user", {**AGGREGATES, "avg": ("avg", "amount")})
 
 
 dedup, _events, _out = _pipeline("dedup")

@@ -134,9 +134,20 @@ def view_line(base: str | None) -> str:
         return f"GET {base}/views/{VIEW}: {exc}"
     ms = (time.monotonic() - began) * 1000
     fresh = body.get("freshness") or {}
-    rows = ", ".join(f"{r['category']} {r['revenue']:,.0f}" for r in body.get("rows", [])) or "no closed window yet"
+    rows = ", ".join(_minute(r) for r in body.get("rows", [])) or "no closed window yet"
     lag = f"{fresh['lag_s']:.1f}s behind" if fresh.get("lag_s") is not None else "nothing applied yet"
     return f"view {VIEW} over HTTP ({ms:.1f} ms): {rows}; current as of {fresh.get('as_of') or '-'} ({lag})"
+
+
+def _minute(row: dict) -> str:
+    """A category's latest closed minute: revenue, and the average, 95th percentile and distinct buyers of its orders
+    (the window's sketches: docs/blocks.md, "Aggregates")."""
+
+    def amount(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f}"
+
+    more = f"avg {amount(row.get('avg_order'))}, p95 {amount(row.get('p95_order'))}, {row.get('buyers') or 0} buyers"
+    return f"{row['category']} {amount(row.get('revenue'))} ({more})"
 
 
 def _admission(a: dict | None) -> str:
@@ -636,7 +647,7 @@ def main(
                                       env=monitor_env(settings, os.environ), cwd=REPO)  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         console.print(f"weir serve: {base}/views (log {run_dir / 'serve.log'})")
-        console.print("starting the shop pipeline: 7 queries (one archives orders, one keeps a view); the first "
+        console.print("starting the shop pipeline: 8 queries (one archives orders, one keeps a view); the first "
                       "batches take a while ...")  # fmt: skip
         runner.start()
         started = time.monotonic()
@@ -672,7 +683,7 @@ def main(
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
         console.print(topic_table(Admin(broker.bootstrap), topics))
-        for topic in ("revenue.by_category_1m", "alerts"):
+        for topic in ("revenue.by_category_1m", "customers.lifetime", "alerts"):
             console.print(f"latest records of {topic}:")
             for doc in decoded(tail(broker.bootstrap, topic), pipeline.topics[topic], settings.registry_conf()):
                 console.print(f"  {doc}")

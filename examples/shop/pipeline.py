@@ -4,6 +4,7 @@
     enrich(orders, customers) ──► orders.enriched          stream-table join, stateful
     revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
     spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
+    lifetime(orders.enriched) ──► customers.lifetime       every customer's totals so far, a running aggregate
     alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
     view revenue_by_category (revenue.by_category_1m)      the latest closed minute per category, by key:
                                                            served by `weir serve` (docs/views.md)
@@ -29,6 +30,7 @@ import weir
 from examples.shop.generator import ShopSource
 from examples.shop.records import Shape, default_threshold
 from weir.blocks.join import join_table
+from weir.blocks.running import running_aggregate
 from weir.blocks.window import tumbling_window
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.pipeline import Pipeline
@@ -39,8 +41,11 @@ PAGE_VIEWS = "view_id STRING NOT NULL, customer_id STRING NOT NULL, url STRING, 
 CUSTOMER_FIELDS = ["name", "segment", "country"]
 ENRICHED = ORDERS + ", " + ", ".join(f"{c} STRING" for c in CUSTOMER_FIELDS)
 WINDOW = "window_start TIMESTAMP, window_end TIMESTAMP, orders BIGINT"
-REVENUE = f"category STRING, {WINDOW}, revenue DOUBLE"
+REVENUE = f"category STRING, {WINDOW}, revenue DOUBLE, avg_order DOUBLE, p95_order DOUBLE, buyers BIGINT"
 SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE"
+LIFETIME = (
+    "customer_id STRING NOT NULL, revision BIGINT, orders BIGINT, spend DOUBLE, avg_order DOUBLE, last_category STRING"
+)
 ALERTS = "customer_id STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, spend DOUBLE, threshold DOUBLE"
 WATERMARK = "30 seconds"
 KAFKA_KEEP = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -71,21 +76,38 @@ def enriched(orders: DataFrame, customers: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
-def _windows(orders: DataFrame, key: str, size: str, total: str) -> DataFrame:
-    """Count and amount sum per `key` and tumbling window; the output keeps the routing columns."""
+def _windows(orders: DataFrame, key: str, size: str, total: str, **more: tuple) -> DataFrame:
+    """Count and amount sum (and `more` aggregates) per `key` and tumbling window; the output keeps the routing
+    columns."""
     with_time = orders.withColumn("event_time", F.timestamp_millis("ts_ms"))
-    aggregates = {"orders": ("count", "*"), total: ("sum", "amount")}
+    aggregates = {"orders": ("count", "*"), total: ("sum", "amount"), **more}
     return tumbling_window(
         with_time, key=key, event_time="event_time", size=size, watermark=WATERMARK, aggregates=aggregates
     )
 
 
 def revenue_by_category(orders: DataFrame) -> DataFrame:
-    return _windows(orders, "category", "1 minute", "revenue")
+    """Per category and minute: orders, revenue, the average order, the 95th percentile of an order's amount (a
+    KLL sketch) and the distinct buyers (a HyperLogLog sketch): docs/blocks.md, "Aggregates"."""
+    return _windows(
+        orders, "category", "1 minute", "revenue", avg_order=("avg", "amount"),
+        p95_order=("percentile", "amount", 0.95), buyers=("approx_count_distinct", "customer_id"),
+    )  # fmt: skip
 
 
 def spend_by_customer(orders: DataFrame) -> DataFrame:
     return _windows(orders, "customer_id", "5 minutes", "spend")
+
+
+def lifetime_totals(orders: DataFrame) -> DataFrame:
+    """Every customer's orders, spend, average order and latest category so far, updated by each micro-batch that
+    brings their orders, with its revision (docs/blocks.md, "Running aggregate")."""
+    with_time = orders.withColumn("event_time", F.timestamp_millis("ts_ms"))
+    aggregates = {
+        "orders": ("count", "*"), "spend": ("sum", "amount"), "avg_order": ("avg", "amount"),
+        "last_category": ("last", "category"),
+    }  # fmt: skip
+    return running_aggregate(with_time, "customer_id", aggregates, event_time="event_time")
 
 
 def over_threshold(spend: DataFrame, threshold: float) -> DataFrame:
@@ -137,6 +159,7 @@ def build(
     enriched_orders = shop.topic("orders.enriched", ENRICHED, key="order_id", partitions=4)
     revenue_1m = shop.topic("revenue.by_category_1m", REVENUE, key="category", partitions=2)
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
+    lifetime_totals_topic = shop.topic("customers.lifetime", LIFETIME, key="customer_id", partitions=2)
     if avro_alerts:
         avro = weir.avro(Path(__file__).with_name("alerts.avsc"), registry=True)
         avro_key = weir.avro(Path(__file__).with_name("alert_key.avsc"), registry=True)  # keys as Avro records too
@@ -172,6 +195,10 @@ def build(
     @shop.processor(inputs=[enriched_orders], outputs=[spend_5m], stateful=True)
     def spend(orders: DataFrame) -> DataFrame:
         return spend_by_customer(orders)
+
+    @shop.processor(inputs=[enriched_orders], outputs=[lifetime_totals_topic], stateful=True)
+    def lifetime(orders: DataFrame) -> DataFrame:
+        return lifetime_totals(orders)
 
     @shop.processor(inputs=[spend_5m], outputs=[alerts])
     def alert(spend: DataFrame) -> DataFrame:

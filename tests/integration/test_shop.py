@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 
 import pytest
 
@@ -99,6 +100,24 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
     windows = [r.fields for r in topic["revenue.by_category_1m"]]
     assert len(windows) == totals["revenue"].emitted
     assert sum(w["orders"] for w in windows) <= totals["revenue"].absorbed  # open windows are not flushed
+
+    # lifetime: a running aggregate per customer. Its revisions of a customer are 1, 2, ... each written once, and
+    # the latest counts each of the customer's enriched orders exactly once (a replayed batch adds nothing).
+    per: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in topic["customers.lifetime"]:
+        per[r.fields["customer_id"]].append(r.fields)
+    ordered = collections.Counter(j["customer_id"] for j in joined)
+    spent = collections.Counter()
+    for j in joined:
+        spent[j["customer_id"]] += j.get("amount") or 0.0
+    assert set(per) == set(ordered)
+    for customer, rows in per.items():
+        assert sorted(f["revision"] for f in rows) == list(range(1, len(rows) + 1)), customer
+        latest = max(rows, key=lambda f: f["revision"])
+        assert latest["orders"] == ordered[customer], customer
+        assert math.isclose(latest["spend"] or 0.0, spent[customer], rel_tol=1e-9), customer
+    life = totals["lifetime"]
+    assert (life.in_, life.absorbed, life.emitted) == (len(enriched), len(enriched), len(topic["customers.lifetime"]))
 
     # alert: exactly the 5-minute windows over the threshold, each naming its window record.
     spend = topic["spend.by_customer_5m"]

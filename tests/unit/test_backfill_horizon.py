@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from weir.backfill.plan import BackfillError
 from weir.backfill.stateful import horizon, replay_span
 
 
@@ -31,3 +34,9 @@ def test_a_join_alone_needs_no_horizon():
     for blocks in ([{"block": "join_table", "key": "k", "how": "inner"}], []):
         h = horizon(blocks)
         assert (h.before_ms, h.after_ms) == (0, 0)
+
+
+def test_a_running_aggregate_is_refused_naming_why():
+    blocks = [{"block": "running_aggregate", "key": "customer_id", "event_time": "", "aggregates": "{}"}]
+    with pytest.raises(BackfillError, match=r"running aggregate \(key 'customer_id'\).*a backfill of a range cannot"):
+        horizon(blocks)

@@ -65,6 +65,62 @@ class Longest(sketches.Aggregator):
         return len(state)
 
 
+class RowSumOfSquares(sketches.Aggregator):
+    """SumOfSquares per row: `add_one` records each value it receives, with its type."""
+
+    output = "double"
+
+    def __init__(self) -> None:
+        self.received: list = []
+        self.merges = 0
+
+    def init(self) -> list:
+        return [0.0, 0]
+
+    def add_one(self, state: list, value: Any) -> list:
+        self.received.append(value)
+        state[0] += float(value) * float(value)  # in place, as add_one may
+        state[1] += 1
+        return state
+
+    def merge(self, a: list, b: list) -> list:
+        self.merges += 1
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def result(self, state: list) -> float | None:
+        return state[0] if state[1] else None
+
+
+class Both(RowSumOfSquares):
+    """Both forms: `add` (vectorized) is the one called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def add(self, state: list, values: np.ndarray) -> list:
+        self.batches += 1
+        return [state[0] + float(np.square(values.astype(np.float64)).sum()), state[1] + len(values)]
+
+
+class Concat:
+    """No Aggregator: a per-row aggregator by its methods alone, the values' reprs joined in order."""
+
+    output = "string"
+
+    def init(self) -> str:
+        return ""
+
+    def add_one(self, state: str, value: Any) -> str:
+        return f"{state},{value!r}" if state else repr(value)
+
+    def merge(self, a: str, b: str) -> str:
+        return f"{a},{b}" if a and b else a or b
+
+    def result(self, state: str) -> str | None:
+        return state or None
+
+
 def records(seed: int, n: int, value) -> list[tuple]:
     """(key, event time, [value]) in arrival order, a few keys, times 0..39 s, `value(rnd)` (None: null)."""
     rnd = random.Random(seed)
@@ -204,6 +260,79 @@ def test_agg_over_strings_with_a_bigint_output_and_its_shape() -> None:
     assert spec.shape(8).endswith("aggregates=agg(test_sketches.Longest):string")
 
 
+@pytest.mark.parametrize(("size", "slide"), [(10, 10), (20, 5)])
+def test_a_per_row_aggregator_gives_what_a_vectorized_one_does_each_value_once(size: int, slide: int) -> None:
+    rows, vectorized = RowSumOfSquares(), SumOfSquares()
+    recs = records(11, 400, lambda rnd: rnd.choice([None, rnd.randrange(-50, 50)]))
+    spec = w.Spec(size * S, slide * S, ("agg", "agg"), ("long", "long"), (), (rows, vectorized))
+    got = folded(spec, recs, 11)
+    want = per_window(recs, size, slide)
+    assert got.keys() == want.keys()
+    for span, vs in want.items():
+        present = [v for v in vs if v is not None]
+        squares = float(sum(v * v for v in present)) if present else None
+        assert got[span] == [squares, squares], span
+    # add_one once per value, so per record and window: as many calls as values, each value once, as int.
+    expected = sorted(v for vs in want.values() for v in vs if v is not None)
+    assert len(rows.received) == len(expected) > len(vectorized.calls)
+    assert sorted(rows.received) == expected
+    assert {type(v) for v in rows.received} == {int}
+
+
+def test_agg_fold_adds_per_row_in_order_and_merges_states_first() -> None:
+    rows, vectorized = RowSumOfSquares(), SumOfSquares()
+    values = np.array([3, -1, 2], dtype=np.int64)
+    assert sketches.agg_fold(rows, [], values) == ([14.0, 3],)
+    assert sketches.agg_fold(vectorized, [], values) == ([14.0, 3],)
+    assert rows.received == [3, -1, 2]
+    assert sketches.agg_fold(rows, [([1.0, 1],), ([4.0, 1],)], values[:1]) == ([14.0, 3],)
+    assert rows.merges == 1 and rows.received == [3, -1, 2, 3]
+    assert sketches.agg_fold(rows, [], values[:0]) == ([0.0, 0],)  # no value: no call
+    assert len(rows.received) == 4
+    # The base class's add is the per-row loop; a duck-typed object with add_one alone is folded alike.
+    assert rows.add([1.0, 1], np.array([2.5])) == [7.25, 2]
+    assert sketches.agg_fold(Concat(), [("'a'",)], np.array(["b", "ü"], dtype=object)) == ("'a','b','ü'",)
+
+
+def test_an_aggregator_with_add_and_add_one_is_called_vectorized() -> None:
+    both = Both()
+    assert sketches.agg_fold(both, [], np.array([1.0, 2.0])) == ([5.0, 2],)
+    assert both.batches == 1 and both.received == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "values", "want"),
+    [
+        ("long", [5, None, -(2**62)], "5,-4611686018427387904"),
+        ("timestamp", [1 * S + 1, 3 * S], "1000001,3000000"),
+        ("double", [0.5, None, -2.0], "0.5,-2.0"),
+        ("boolean", [True, None, False], "True,False"),
+        ("string", ["ab", None, "ü"], "'ab','ü'"),
+    ],
+)
+def test_add_one_receives_python_scalars_of_each_kind(kind: str, values: list, want: str) -> None:
+    class Types(RowSumOfSquares):
+        output = "string"
+
+        def init(self) -> str:
+            return ""
+
+        def add_one(self, state: str, value: Any) -> str:
+            self.received.append(type(value))
+            return f"{state},{value!r}" if state else repr(value)
+
+        def result(self, state: str) -> str | None:
+            return state or None
+
+    agg = Types()
+    spec = w.Spec(10 * S, 10 * S, ("agg",), (kind,), (), (agg,))
+    recs = [("k", t * S, [v]) for t, v in enumerate(values)]
+    closed, _ = w.close(fold_in_batches(spec, recs, [1, 2], w.absorb), END, spec)  # 3 batches, state between
+    assert result_rows(closed, spec) == {("k", 0): [want]}
+    scalar = {"long": int, "timestamp": int, "double": float, "boolean": bool, "string": str}[kind]
+    assert agg.received == [scalar] * sum(v is not None for v in values)
+
+
 # sessions: two sessions of a key merged by a record between them
 
 
@@ -234,12 +363,14 @@ def exact_quantile(values: list, q: float) -> float:
     return float(ordered[math.ceil(q * len(ordered)) - 1])
 
 
+@pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_sessions_match_a_reference_across_batches_restarts_and_merges(seed: int) -> None:
+def test_sessions_match_a_reference_across_batches_restarts_and_merges(seed: int, per_row: bool) -> None:
     """Sessions of a key (records less than GAP apart), arriving out of order in up to 6 batches with the state
-    value written and read between them: sessions from state merge, their sketches and states combined."""
+    value written and read between them: sessions from state merge, their sketches and states combined; the
+    user aggregator vectorized (add) or per row (add_one)."""
     gap = 4 * S
-    agg = SumOfSquares()
+    agg = RowSumOfSquares() if per_row else SumOfSquares()
     functions = ("approx_count_distinct", "percentile", "agg", "count_distinct")
     spec = sessioning.Spec(gap, functions, ("long",) * 4, (), (None, (0.25, 0.5), agg, None))
     recs = records(seed, 150, lambda rnd: rnd.choice([None, rnd.randrange(0, 30)]))
@@ -303,6 +434,18 @@ class HalfDone(sketches.Aggregator):
         return 0
 
 
+class NoAdd(NoMerge):
+    """Neither add nor add_one (add_one misspelled)."""
+
+    add = None  # type: ignore[assignment]
+
+    def merge(self, a: int, b: int) -> int:
+        return a
+
+    def add_once(self, state: int, value: Any) -> int:
+        return state
+
+
 class BadOutput(NoMerge):
     output = "decimal"
 
@@ -325,7 +468,9 @@ class BadOutput(NoMerge):
         (("percentile", "name", 0.5), "'name' is string, not numeric"),
         (("agg", "qty"), "aggregate 'a': agg takes an aggregator"),
         (("agg", "qty", NoMerge()), "aggregate 'a': the aggregator test_sketches.NoMerge lacks merge"),
-        (("agg", "qty", HalfDone()), "the aggregator test_sketches.HalfDone lacks add, merge, result, output"),
+        (("agg", "qty", HalfDone()), "the aggregator test_sketches.HalfDone lacks add \\(or add_one\\), merge, "
+         "result, output \\(init, add or add_one, merge, result and output are required"),
+        (("agg", "qty", NoAdd()), "the aggregator test_sketches.NoAdd lacks add \\(or add_one\\) \\(init"),
         (("agg", "qty", BadOutput()), "the aggregator's output must be one of double, long, string, boolean"),
         (("agg", "qty", SumOfSquares), "agg takes an aggregator object \\(an instance\\), got the class"),
         (("agg", "tags", SumOfSquares()), "agg of 'tags' of type array<string> is not supported"),
@@ -368,3 +513,12 @@ def test_settings_name_an_aggregator_by_its_class_not_its_address() -> None:
         "s": ("agg", "x", "test_sketches.SumOfSquares"),
         "c": ("collect", "x", 5),
     }
+
+
+def test_an_aggregator_with_add_one_alone_is_accepted() -> None:
+    for agg in (RowSumOfSquares(), Concat(), Both(), SumOfSquares()):
+        sketches.check_aggregator("tumbling_window: aggregate 'a'", agg)
+    with pytest.raises(ValueError, match=r"HalfDone lacks add \(or add_one\), merge, result, output"):
+        sketches.check_aggregator("tumbling_window: aggregate 'a'", HalfDone())
+    with pytest.raises(NotImplementedError, match="implements neither add nor add_one"):
+        HalfDone().add(0, np.array([1]))

@@ -80,6 +80,14 @@ def horizon(blocks: list[dict[str, str]]) -> Horizon:
             )
         elif kind == "deduplicate":
             before, after = max(before, interval_ms(b["horizon"], kind) + wm), max(after, wm)
+        elif kind == "running_aggregate":
+            # Its rows are totals over every record of their key since the state began: no bounded replay
+            # rebuilds them, and a replay from the first record would re-emit every revision ever emitted.
+            raise BackfillError(
+                f"the processor holds a running aggregate (key {b.get('key')!r}): its rows total every record of "
+                "their key since its state began, which a backfill of a range cannot rebuild; backfill is not "
+                "supported for it (docs/blocks.md, Running aggregate)"
+            )
         if b.get("key"):
             keys.append(b["key"])
     return Horizon(before, after, tuple(dict.fromkeys(keys)), tuple(notes))

@@ -5,7 +5,7 @@ from weir.lazy import exports
 _WHERE = {
     "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
-    "Aggregator": "weir.blocks.sketches",
+    "Aggregator": "weir.blocks.sketches", "running_aggregate": "weir.blocks.running",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 

@@ -55,6 +55,15 @@ def wire(c: Column, t: DataType) -> Column:
     return c.cast("string") if isinstance(t, LongType) else c
 
 
+def one_frame(rows: Iterator[pd.DataFrame], names: Any) -> pd.DataFrame:
+    """A call's input rows (Spark hands them in chunks, its columns renamed _0, _1, ...) as one frame with the
+    columns `names`: the block's input columns in order."""
+    chunks = list(rows)
+    df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+    df.columns = names
+    return df
+
+
 def missing(v: Any) -> bool:
     """True for a value pandas uses for null: None, NaT, or a float NaN."""
     return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket, wire, wire_type
 from weir.blocks.window import check_keyed_stream, interval_ms, watermark_delay
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
@@ -84,9 +84,7 @@ class _Dedup(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        chunks = list(rows)
-        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        df.columns = self.inputs
+        df = one_frame(rows, self.inputs)
         watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
         ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
         error = df["__weir_error"].to_numpy(dtype=object)

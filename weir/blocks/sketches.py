@@ -75,17 +75,25 @@ def kll_quantiles(state: bytes | None, qs: tuple[float, ...]) -> list[float] | N
 
 
 class Aggregator:
-    """A user's aggregate for windows and sessions: `("agg", column, aggregator)`, an instance of a subclass.
+    """A user's aggregate for windows, sessions and running aggregates: `("agg", column, aggregator)`, an
+    instance of a subclass.
 
-    Set `output` to the result's type: "double", "long", "string" or "boolean" (DOUBLE, BIGINT, STRING, BOOLEAN).
+    Set `output` to the result's type: "double", "long", "string" or "boolean" (DOUBLE, BIGINT, STRING, BOOLEAN),
+    and implement `init`, `merge`, `result` and one of two forms of adding values: `add(state, values)`,
+    vectorized, called once per window and micro-batch with that window's new values as a numpy array; or
+    `add_one(state, value)`, per row, called once per value as a Python scalar (this class's `add` calls it for
+    each value of the array, in order). Where a class implements both, `add` is called and `add_one` is not.
+
     The methods run in Spark's Python workers, in the stateful processor, per bucket of keys: the instance is
     pickled (cloudpickle) with the query and its states are pickled into each bucket's state value (they must
-    pickle, and keep reading across a restart of the query). What is guaranteed: `add` receives each on-time
-    record's non-null value exactly once per window the record falls in (a sliding window's record, in each of
-    its windows); a late or undecodable record's never; a null value never. A window's state is kept across
-    micro-batches and restarts (the checkpoint), `result` is called once, when the window closes. `merge` is
-    called when states combine: when a record joins two sessions of a key into one; tumbling and sliding windows
-    never merge, as each record is added to each of its windows' own state.
+    pickle, and keep reading across a restart of the query). What is guaranteed: each on-time record's non-null
+    value is added exactly once per window the record falls in (a sliding window's record, in each of its
+    windows), by `add` (in the array of its window and micro-batch) or `add_one` (on its own); a late or
+    undecodable record's never; a null value never. A window's state is kept across micro-batches and restarts
+    (the checkpoint), `result` is called once, when the window closes (a running aggregate's key: at each
+    emission of it). `merge` is called when states combine:
+    when a record joins two sessions of a key into one; tumbling and sliding windows never merge, as each record
+    is added to each of its windows' own state.
     """
 
     output: str  # "double" | "long" | "string" | "boolean"
@@ -98,7 +106,20 @@ class Aggregator:
         """The state with `values` added: one window's new non-null values of one micro-batch, a numpy array
         (int64 for integer and timestamp (µs) columns, float64 for floating-point ones, bool, or objects for
         strings), never empty; called once per window and micro-batch, never per record. May update `state`
-        in place and return it."""
+        in place and return it.
+
+        Implement it to add a batch's values vectorized; without it, this default calls `add_one` once per
+        value, in the array's order, with the value as a Python scalar (int, float, bool, str), and returns the
+        state the last call returned."""
+        if _unimplemented(self, "add_one"):
+            raise NotImplementedError(f"{qualified_name(self)} implements neither add nor add_one")
+        return add_each(self, state, values)
+
+    def add_one(self, state: Any, value: Any) -> Any:
+        """The state with one non-null `value` added, a Python scalar: int (integer columns, timestamps as µs
+        since the epoch), float, bool or str. Called by `add` (unless the class implements its own) once per
+        value, so per row: once per on-time record and window it falls in. May update `state` in place and
+        return it."""
         raise NotImplementedError
 
     def merge(self, a: Any, b: Any) -> Any:
@@ -111,24 +132,40 @@ class Aggregator:
 
 
 def check_aggregator(what: str, agg: Any) -> None:
-    """ValueError (prefixed `what`) unless `agg` is an object with init, add, merge, result and an `output` of
-    OUTPUTS, naming what is missing."""
+    """ValueError (prefixed `what`) unless `agg` is an object with init, add or add_one, merge, result and an
+    `output` of OUTPUTS, naming what is missing."""
     if isinstance(agg, type):
         raise ValueError(f"{what}: agg takes an aggregator object (an instance), got the class {agg.__name__}")
-    missing = [m for m in METHODS if not callable(getattr(agg, m, None)) or _unimplemented(agg, m)]
+    missing = []
+    for m in METHODS:
+        if m == "add" and not _implements(agg, "add") and not _implements(agg, "add_one"):
+            missing.append("add (or add_one)")
+        elif m != "add" and not _implements(agg, m):
+            missing.append(m)
     if not hasattr(agg, "output"):
         missing.append("output")
     if missing:
         raise ValueError(
             f"{what}: the aggregator {qualified_name(agg)} lacks {', '.join(missing)} "
-            "(init, add, merge, result and output are required: weir.blocks.sketches.Aggregator)"
+            "(init, add or add_one, merge, result and output are required: weir.blocks.sketches.Aggregator)"
         )
     if agg.output not in OUTPUTS:
         raise ValueError(f"{what}: the aggregator's output must be one of {', '.join(OUTPUTS)}, got {agg.output!r}")
 
 
+def _implements(agg: Any, method: str) -> bool:
+    return callable(getattr(agg, method, None)) and not _unimplemented(agg, method)
+
+
 def _unimplemented(agg: Any, method: str) -> bool:
     return getattr(type(agg), method, None) is getattr(Aggregator, method)
+
+
+def add_each(agg: Any, state: Any, values: np.ndarray) -> Any:
+    """The state with `values` added one by one by `agg.add_one`, as Python scalars, in order."""
+    for v in values.tolist():
+        state = agg.add_one(state, v)
+    return state
 
 
 def qualified_name(agg: Any) -> str:
@@ -138,10 +175,13 @@ def qualified_name(agg: Any) -> str:
 
 def agg_fold(agg: Any, states: list[tuple], values: np.ndarray) -> tuple:
     """One state (as a 1-tuple, told apart from a value in the table): `states` (1-tuples) merged in order, then
-    `values` added once, if any; a new state (init) without states."""
+    `values` added, if any: by one call of `add`, or (an aggregator implementing only `add_one`) one call of
+    `add_one` per value; a new state (init) without states."""
     state = states[0][0] if states else agg.init()
     for s in states[1:]:
         state = agg.merge(state, s[0])
     if len(values):
-        state = agg.add(state, values)
+        # An object that is no Aggregator and has only add_one (check_aggregator takes it): per row, as the
+        # base class's add would.
+        state = agg.add(state, values) if _implements(agg, "add") else add_each(agg, state, values)
     return (state,)

@@ -27,17 +27,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
-    ArrayType,
     BinaryType,
-    BooleanType,
-    ByteType,
     DataType,
-    DoubleType,
-    FloatType,
-    IntegerType,
     LongType,
-    NumericType,
-    ShortType,
     StringType,
     StructField,
     StructType,
@@ -45,36 +37,14 @@ from pyspark.sql.types import (
 )
 
 from weir import units
-from weir.blocks import sketches, windowing
-from weir.blocks.common import bucket, bucket_count, col, settle, store_bucket, wire, wire_type
+from weir.blocks import aggregates, windowing
+from weir.blocks.aggregates import settled
+from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
-FUNCTIONS = (
-    "count", "sum", "min", "max", "avg", "count_distinct", "first", "last", "collect",
-    "approx_count_distinct", "percentile", "agg",
-)  # fmt: skip
-_NUMERIC = ("count", "sum", "min", "max", "avg", "percentile")  # over numeric columns only
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
-# The kinds (windowing.KINDS) of the columns that count_distinct, first, last and collect take: exact ones only
-# (a DECIMAL would go through DOUBLE), each with its type on the wire to the processor and back.
-_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
-    (_INTEGRAL, "long"),
-    ((FloatType, DoubleType), "double"),
-    ((StringType,), "string"),
-    ((BooleanType,), "boolean"),
-    ((TimestampType,), "timestamp"),
-)
-# How a result of each kind travels from the processor: BIGINT and timestamps (µs) as text (common.wire_type).
-_WIRE: dict[str, DataType] = {
-    "long": StringType(),
-    "timestamp": StringType(),
-    "double": DoubleType(),
-    "string": StringType(),
-    "boolean": BooleanType(),
-}
 
 
 def interval_ms(text: str, fn: str = "window") -> int:
@@ -101,6 +71,8 @@ class Bucketed(StatefulProcessor):
     Tumbling and sliding windows as is; session windows override `late`, `late_spans` and `absorb`
     (weir.blocks.sessions), the rest of the table's handling is shared (windowing.Table)."""
 
+    kind = "window"  # of state, as a refused restart names it
+
     def __init__(self, spec: windowing.Table, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
         self.spec = spec
         self.shape = spec.shape(buckets)
@@ -121,7 +93,7 @@ class Bucketed(StatefulProcessor):
         shape, timer, data = stored
         if shape != self.shape:
             raise ValueError(
-                f"{self.fn}: the checkpoint's window state was built as [{shape}], this query is [{self.shape}]: "
+                f"{self.fn}: the checkpoint's {self.kind} state was built as [{shape}], this query is [{self.shape}]: "
                 "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the rest from "
                 "the block's arguments in the code. Restore them, or start a new checkpoint "
                 "(`weir run --reset <processor>`)."
@@ -182,42 +154,13 @@ class Bucketed(StatefulProcessor):
             "window_end": self.spec.ends(closed).astype(str).astype(object),
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
-        for i, (result, dropped) in enumerate(windowing.results(closed, self.spec)):
-            kind = windowing.out_kind(self.spec.functions[i], self.spec.kinds[i], self.spec.params[i])
-            if self.spec.functions[i] == "percentile" and isinstance(self.spec.params[i], tuple):
-                cols[f"__weir_a{i}"] = result  # lists of float, or None without a value
-            elif self.spec.functions[i] == "collect":
-                cols[f"__weir_a{i}"] = _wire_lists(result, kind)
-                cols[f"__weir_a{i}_d"] = dropped.astype(str).astype(object)
-            else:
-                cols[f"__weir_a{i}"] = _wire_values(result, kind)
+        cols |= aggregates.results(closed, self.spec)
         return self._frame(len(closed), **cols)
-
-    def _values(self, rows: pd.DataFrame) -> list:
-        """Per aggregate, the records' values as windowing takes them (see `_bucketed_input` for the wire)."""
-        values = []
-        for i, fn in enumerate(self.spec.functions):
-            v, kind = rows[f"__weir_v{i}"], self.spec.kinds[i]
-            if fn == "count":
-                values.append(v.to_numpy(dtype=bool))
-            elif kind in ("long", "timestamp"):
-                data = v.to_numpy(dtype=np.int64)
-                values.append(pd.arrays.IntegerArray(data, rows[f"__weir_m{i}"].to_numpy(dtype=bool)))
-            elif kind == "boolean":
-                data = v.to_numpy(dtype=bool)
-                values.append(pd.arrays.BooleanArray(data, rows[f"__weir_m{i}"].to_numpy(dtype=bool)))
-            elif kind == "string":
-                values.append(v.to_numpy(dtype=object))
-            else:
-                values.append(v.to_numpy(dtype=np.float64))
-        return values
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        chunks = list(rows)
-        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        df.columns = self.inputs
+        df = one_frame(rows, self.inputs)
         watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
         ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
         error = df["__weir_error"]
@@ -234,7 +177,7 @@ class Bucketed(StatefulProcessor):
         if n:
             on = df[on_time]
             keys = on["__weir_key"].to_numpy(dtype=object)
-            table = self.absorb(table, keys, ts[on_time], self._values(on), watermark_us)
+            table = self.absorb(table, keys, ts[on_time], aggregates.values(on, self.spec), watermark_us)
             summary = {ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)}
             out.append(self._frame(1, **summary))
         closed, table = windowing.close(table, watermark_us, self.spec)
@@ -258,22 +201,6 @@ class Bucketed(StatefulProcessor):
             yield self._emits(closed)
 
 
-def _wire_values(values: Any, kind: str) -> np.ndarray:
-    """Results of one aggregate as `_WIRE` has them: BIGINT and µs as text, None for null."""
-    if kind in ("long", "timestamp"):
-        return pd.array(values, dtype="Int64").astype("string").to_numpy(dtype=object, na_value=None)
-    if kind == "double":
-        return pd.Series(values, dtype=np.float64).to_numpy(dtype=np.float64)
-    return np.array([None if pd.isna(v) else v for v in values], dtype=object)
-
-
-def _wire_lists(lists: np.ndarray, kind: str) -> np.ndarray:
-    """collect's lists as `_WIRE` has their elements (which are never null)."""
-    out = np.empty(len(lists), dtype=object)
-    out[:] = [[str(v) for v in vs] for vs in lists] if kind in ("long", "timestamp") else list(lists)
-    return out
-
-
 def _texts(us: np.ndarray, null: np.ndarray) -> np.ndarray:
     out = us.astype(str).astype(object)
     out[null] = None
@@ -289,146 +216,46 @@ _BUCKET_STATE = StructType(
 class WindowPlan:
     """A window block's input as it crosses into the processor, and what the processor must return."""
 
-    names: list[str]  # aggregate names
-    functions: list[str]
-    kinds: list[str]  # per aggregate, the kind of its values (windowing.KINDS); "long" for count
-    limits: list[int]  # per aggregate, collect's limit (windowing.DEFAULT_LIMIT for the others)
-    params: list[Any]  # per aggregate, its parameter (windowing.Table.params)
-    types: list[DataType | None]  # per aggregate, its column's type (None for count(*))
+    aggs: list[aggregates.Aggregate]
     key_type: DataType
     wire_in: DataFrame
     wire_out: StructType
 
     def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]:
         """(functions, kinds, limits, params), as windowing.Spec and sessioning.Spec take them."""
-        return tuple(self.functions), tuple(self.kinds), tuple(self.limits), tuple(self.params)
+        a = self.aggs
+        return (
+            tuple(x.function for x in a), tuple(x.kind for x in a), tuple(x.limit for x in a), tuple(x.param for x in a)
+        )  # fmt: skip
 
 
-def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str) -> None:
-    """The checks every event-time block makes: its key and event-time columns exist, the latter a TIMESTAMP."""
+def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str | None) -> None:
+    """The checks every keyed block makes: its key column exists, and its event-time column (if any) is a
+    TIMESTAMP of the stream."""
     for name, what in ((key, "key"), (event_time, "event_time")):
-        if name not in stream.columns:
+        if name is not None and name not in stream.columns:
             raise ValueError(f"{fn}: {what} column {name!r} is not a column of the stream")
-    if not isinstance(stream.schema[event_time].dataType, TimestampType):
+    if event_time is not None and not isinstance(stream.schema[event_time].dataType, TimestampType):
         raise ValueError(
             f"{fn}: event_time column {event_time!r} is "
             f"{stream.schema[event_time].dataType.simpleString()}, not timestamp"
         )
 
 
-@dataclass(frozen=True)
-class Aggregate:
-    """One checked aggregate of a window block's declaration."""
-
-    name: str
-    function: str
-    source: str  # a column, or "*" (count only)
-    type: DataType | None  # the column's (None for "*")
-    kind: str  # of its values (windowing.KINDS)
-    limit: int  # collect's (windowing.DEFAULT_LIMIT for the others)
-    param: Any = None  # approx_count_distinct's lg_k, percentile's q (a float or a tuple), agg's aggregator
-
-
-def settled(aggregates: dict[str, tuple]) -> dict[str, tuple]:
-    """The aggregates as `settle` notes them: an agg's aggregator by its class's qualified name (its repr would
-    name its address, which changes at every start)."""
-    return {
-        name: (*spec[:2], sketches.qualified_name(spec[2]))
-        if isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "agg"
-        else spec
-        for name, spec in aggregates.items()
-    }
-
-
-def _check(fn: str, stream: DataFrame, key: str, event_time: str, aggregates: dict[str, tuple]) -> list[Aggregate]:
-    cols = {c.lower(): c for c in stream.columns}
-    check_keyed_stream(fn, stream, key, event_time)
+def check_kafka_columns(fn: str, stream: DataFrame) -> None:
+    """A block that routes records to .late and .dlq needs each record's Kafka coordinates and bytes."""
+    cols = {c.lower() for c in stream.columns}
     lacking = [c for c in ("key", "value", "topic", "partition", "offset") if c not in cols]
     if lacking:
         raise ValueError(f"{fn}: the stream lacks the Kafka column(s) {', '.join(lacking)}")
-    if not aggregates:
-        raise ValueError(f"{fn}: no aggregate given")
-    checked = [_check_aggregate(fn, stream, name, spec) for name, spec in aggregates.items()]
-    # collect adds a column <name>_dropped: it must not collide either
-    names = [key, *aggregates, *(f"{a.name}_dropped" for a in checked if a.function == "collect")]
-    clash = [n for n in names if n.lower() in _RESERVED]
-    if clash:
-        raise ValueError(f"{fn}: {clash} collide with the output columns {', '.join(_RESERVED)}; rename them")
-    if len({n.lower() for n in names}) != len(names):
-        raise ValueError(f"{fn}: the key and aggregate names {names} name a column twice")
-    return checked
 
 
-def _check_aggregate(fn: str, stream: DataFrame, name: str, spec: Any) -> Aggregate:
-    """One aggregate: (function, column), or with a third element: ("collect", column, limit),
-    ("approx_count_distinct", column, lg_k), ("percentile", column, q), ("agg", column, aggregator); ValueError
-    naming what is wrong."""
-    what = f"{fn}: aggregate {name!r}"
-    if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
-        raise ValueError(f"{what} must be (function, column) or (function, column, parameter), got {spec!r}")
-    func, source = spec[0], spec[1]
-    if func not in FUNCTIONS:
-        raise ValueError(f"{what}: function must be one of {', '.join(FUNCTIONS)}")
-    limit = _limit(what, spec) if func == "collect" else windowing.DEFAULT_LIMIT
-    if len(spec) == 3 and func not in ("collect", *windowing.SKETCHED):
-        raise ValueError(
-            f"{what}: only collect, approx_count_distinct, percentile and agg take a third element, got {spec!r}"
-        )
-    param = _param(what, func, spec)
-    if source == "*":
-        if func != "count":
-            raise ValueError(f"{what}: only count takes '*'")
-        return Aggregate(name, func, source, None, "long", limit)
-    if source not in stream.columns:
-        raise ValueError(f"{what}: {source!r} is not a column of the stream")
-    t = stream.schema[source].dataType
-    if func in _NUMERIC:
-        if not isinstance(t, NumericType):
-            raise ValueError(f"{what}: {source!r} is {t.simpleString()}, not numeric")
-        # Integer accumulators are exact BIGINT; floating and decimal ones DOUBLE. Count is BIGINT.
-        kind = "long" if func == "count" or isinstance(t, _INTEGRAL) else "double"
-        return Aggregate(name, func, source, t, kind, limit, param)
-    kind = next((k for types, k in _KINDS if isinstance(t, types)), None)
-    if kind is None:
-        raise ValueError(
-            f"{what}: {func} of {source!r} of type {t.simpleString()} is not supported: "
-            "only integer, float, double, string, boolean and timestamp columns"
-        )
-    return Aggregate(name, func, source, t, kind, limit, param)
-
-
-def _param(what: str, func: str, spec: tuple) -> Any:
-    """The third element of approx_count_distinct (lg_k, 4..21, default 12), percentile (q in (0, 1), or a
-    non-empty tuple of them; required) and agg (an aggregator; required), checked; None for the others."""
-    given = spec[2] if len(spec) == 3 else None
-    if func == "approx_count_distinct":
-        lg_k = sketches.DEFAULT_LG_K if given is None else given
-        if isinstance(lg_k, bool) or not isinstance(lg_k, int) or not sketches.MIN_LG_K <= lg_k <= sketches.MAX_LG_K:
-            raise ValueError(
-                f"{what}: approx_count_distinct's lg_k must be an integer from {sketches.MIN_LG_K} to "
-                f"{sketches.MAX_LG_K}, got {lg_k!r}"
-            )
-        return lg_k
-    if func == "percentile":
-        qs = given if isinstance(given, tuple) else (given,)
-        bad = not qs or any(isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1 for q in qs)
-        if len(spec) != 3 or bad:
-            raise ValueError(f"{what}: percentile takes q, a number in (0, 1), or a tuple of them, got {spec!r}")
-        return tuple(float(q) for q in qs) if isinstance(given, tuple) else float(given)
-    if func == "agg":
-        if len(spec) != 3:
-            raise ValueError(f"{what}: agg takes an aggregator: ('agg', column, aggregator), got {spec!r}")
-        sketches.check_aggregator(what, given)
-        return given
-    return None
-
-
-def _limit(what: str, spec: tuple) -> int:
-    """collect's limit: the third element, windowing.DEFAULT_LIMIT without one, 1 to windowing.MAX_LIMIT."""
-    limit = spec[2] if len(spec) == 3 else windowing.DEFAULT_LIMIT
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= windowing.MAX_LIMIT:
-        raise ValueError(f"{what}: collect's limit must be an integer from 1 to {windowing.MAX_LIMIT}, got {limit!r}")
-    return limit
+def _check(
+    fn: str, stream: DataFrame, key: str, event_time: str, declared: dict[str, tuple]
+) -> list[aggregates.Aggregate]:
+    check_keyed_stream(fn, stream, key, event_time)
+    check_kafka_columns(fn, stream)
+    return aggregates.check(fn, stream, key, declared, _RESERVED)
 
 
 def plan_windows(
@@ -437,26 +264,16 @@ def plan_windows(
     key: str,
     event_time: str,
     watermark: str,
-    aggregates: dict[str, tuple],
+    declared: dict[str, tuple],
     buckets: int,
 ) -> WindowPlan:
     """Check the arguments (ValueError, prefixed `fn`) and build the processor's input (`Bucketed`'s, keys
     hashed into `buckets`) and output schema."""
-    aggs = _check(fn, stream, key, event_time, aggregates)
+    aggs = _check(fn, stream, key, event_time, declared)
     key_type = stream.schema[key].dataType
     wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, aggs, buckets)
-    functions, kinds = [a.function for a in aggs], [a.kind for a in aggs]
-    return WindowPlan(
-        [a.name for a in aggs],
-        functions,
-        kinds,
-        [a.limit for a in aggs],
-        [a.param for a in aggs],
-        [a.type for a in aggs],
-        key_type,
-        wire_in,
-        _wire_out(key_type, kinds, functions, [a.param for a in aggs]),
-    )
+    wire_out = _wire_out(key_type, [a.kind for a in aggs], [a.function for a in aggs], [a.param for a in aggs])
+    return WindowPlan(aggs, key_type, wire_in, wire_out)
 
 
 def _bucketed_input(
@@ -466,24 +283,11 @@ def _bucketed_input(
     key_type: DataType,
     event_time: str,
     watermark: str,
-    aggs: list[Aggregate],
+    aggs: list[aggregates.Aggregate],
     buckets: int,
 ) -> DataFrame:
-    """The input of `Bucketed`: values that pandas reads exactly (no nulls in BIGINT or BOOLEAN columns, which
-    pandas would turn into float64 or objects): the event time with a sentinel for null, integer, timestamp (as
-    µs) and boolean values with a null flag, doubles with NaN, strings with None."""
-    values = []
-    for i, a in enumerate(aggs):
-        c = col(a.source)
-        if a.function == "count":  # only whether there is a value matters
-            values.append((F.lit(True) if a.source == "*" else c.isNotNull()).alias(f"__weir_v{i}"))
-        elif a.kind in ("long", "timestamp", "boolean"):
-            value = {"long": c.cast("long"), "timestamp": F.unix_micros(c), "boolean": c}[a.kind]
-            zero = F.lit(False) if a.kind == "boolean" else F.lit(0).cast("long")
-            values.append(F.coalesce(value, zero).alias(f"__weir_v{i}"))
-            values.append(c.isNull().alias(f"__weir_m{i}"))
-        else:
-            values.append(c.cast("double" if a.kind == "double" else "string").alias(f"__weir_v{i}"))
+    """The input of `Bucketed`: values that pandas reads exactly (aggregates.inputs), the event time as µs with a
+    sentinel for null, the record's error, Kafka coordinates and bytes."""
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
     # Spark does not filter late rows before the processor (docs/blocks.md).
@@ -493,13 +297,48 @@ def _bucketed_input(
         wire(col(key), key_type).alias("__weir_key"),
         ts.alias("__weir_ts_us"),
         error.cast("string").alias("__weir_error"),
-        *values,
+        *aggregates.inputs(aggs),
+        *kafka_inputs(),
+    )
+
+
+def kafka_inputs() -> list[Column]:
+    """Each record's Kafka coordinates and bytes, as a bucketed processor takes them (for its late and dlq rows)."""
+    return [
         F.col("topic").cast("string").alias("__weir_topic"),
         F.col("partition").cast("string").alias("__weir_partition"),
         F.col("offset").cast("string").alias("__weir_offset"),
         F.col("key").cast("binary").alias("__weir_kkey"),
         F.col("value").cast("binary").alias("__weir_kvalue"),
-    )
+    ]
+
+
+def kafka_outputs() -> list[StructField]:
+    """The Kafka columns and routing columns every bucketed block returns, after its key and aggregates."""
+    return [
+        StructField("topic", StringType()),
+        StructField("partition", StringType()),
+        StructField("offset", StringType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField(ROUTE, StringType()),
+        StructField(ABSORBED, StringType()),
+        StructField(ERROR_COLUMN, StringType()),
+    ]
+
+
+def kafka_columns() -> list[Column]:
+    """`kafka_outputs` cast back to the documented types."""
+    return [
+        F.col("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("key"),
+        F.col("value"),
+        F.col(ROUTE),
+        F.col(ABSORBED).cast("long").alias(ABSORBED),
+        F.col(ERROR_COLUMN),
+    ]
 
 
 def _wire_out(
@@ -510,32 +349,13 @@ def _wire_out(
     `params` their parameters (windowing.Table.params; by default None)."""
     functions = functions or ["sum"] * len(kinds)
     params = params or [None] * len(kinds)
-    aggregates = []
-    for i, (fn, k, p) in enumerate(zip(functions, kinds, params, strict=True)):
-        wire_kind = _WIRE[windowing.out_kind(fn, windowing.kind_of(k), p)]
-        if fn == "percentile" and isinstance(p, tuple):
-            aggregates.append(StructField(f"__weir_a{i}", ArrayType(DoubleType())))
-        elif fn == "collect":
-            aggregates += [
-                StructField(f"__weir_a{i}", ArrayType(wire_kind)),
-                StructField(f"__weir_a{i}_d", StringType()),
-            ]
-        else:
-            aggregates.append(StructField(f"__weir_a{i}", wire_kind))
     return StructType(
         [
             StructField("__weir_key", wire_type(key_type)),
             StructField("window_start", StringType()),
             StructField("window_end", StringType()),
-            *aggregates,
-            StructField("topic", StringType()),
-            StructField("partition", StringType()),
-            StructField("offset", StringType()),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField(ROUTE, StringType()),
-            StructField(ABSORBED, StringType()),
-            StructField(ERROR_COLUMN, StringType()),
+            *aggregates.wire_fields(kinds, functions, params),
+            *kafka_outputs(),
         ]
     )
 
@@ -546,46 +366,18 @@ def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> Dat
     out = plan.wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
         processor, plan.wire_out, outputMode="Append", timeMode="EventTime"
     )
-    long_key = isinstance(plan.key_type, LongType)
     return out.select(
-        (F.col("__weir_key").cast(plan.key_type) if long_key else F.col("__weir_key")).alias(key),
+        key_out(plan.key_type, key),
         F.timestamp_micros(F.col("window_start").cast("long")).alias("window_start"),
         F.timestamp_micros(F.col("window_end").cast("long")).alias("window_end"),
-        *[c for i in range(len(plan.names)) for c in _aggregate_out(plan, i)],
-        F.col("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        F.col("key"),
-        F.col("value"),
-        F.col(ROUTE),
-        F.col(ABSORBED).cast("long").alias(ABSORBED),
-        F.col(ERROR_COLUMN),
+        *aggregates.outputs(plan.aggs),
+        *kafka_columns(),
     )
 
 
-def _aggregate_out(plan: WindowPlan, i: int) -> list[Column]:
-    """Aggregate `i`'s output columns, from its wire type (`_WIRE`) back to its documented one."""
-    fn, kind, name, t = plan.functions[i], plan.kinds[i], plan.names[i], plan.types[i]
-    c = F.col(f"__weir_a{i}")
-    if fn in ("count", "count_distinct", "approx_count_distinct"):
-        return [c.cast("long").alias(name)]
-    if fn in ("avg", "percentile"):
-        return [c.alias(name)]
-    if fn == "agg":
-        return [(c.cast("long") if plan.params[i].output == "long" else c).alias(name)]
-    if fn in ("sum", "min", "max"):
-        return [(c.cast("long") if kind == "long" else c).alias(name)]
-    if fn in ("first", "last"):
-        return [_typed(c, kind, t).alias(name)]
-    items = F.transform(c, lambda x: _typed(x, kind, t)) if kind in ("long", "double", "timestamp") else c
-    return [items.alias(name), F.col(f"__weir_a{i}_d").cast("long").alias(f"{name}_dropped")]
-
-
-def _typed(c: Column, kind: str, t: DataType | None) -> Column:
-    """A value of first, last or collect back in its column's type `t` (an INT stays INT, a FLOAT a FLOAT)."""
-    if kind == "timestamp":
-        return F.timestamp_micros(c.cast("long"))
-    return c.cast(t) if kind in ("long", "double") else c
+def key_out(key_type: DataType, key: str) -> Column:
+    """The key column back from its wire type (common.wire_type), under its own name."""
+    return (F.col("__weir_key").cast(key_type) if isinstance(key_type, LongType) else F.col("__weir_key")).alias(key)
 
 
 def sliding_window(
