@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from weir.kafka import Admin
@@ -54,7 +54,9 @@ def produce(bootstrap: str, topic: str, rate: float, seconds: float, stop: threa
 def consume(bootstrap: str, topic: str, stop: threading.Event, out: list[float]) -> None:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-bench-{time.time()}",
                   "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "enable.auto.commit": False})  # fmt: skip
-    c.subscribe([topic])
+    # Assigned, not subscribed: a group join takes about half of session.timeout.ms on the embedded broker
+    # (shared/FACTS.md), which would delay the first 20 s of records.
+    c.assign([TopicPartition(topic, p, 0) for p in range(4)])
     try:
         while not stop.is_set():
             for m in c.consume(1000, 0.2):
