@@ -23,16 +23,17 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pyspark.sql.types import StringType, StructField, StructType
 
 from weir.blocks import accumulating, aggregates, windowing
-from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket, wire, wire_type
+from weir.blocks.common import bucket_count, one_frame, settle, store_bucket, wire_type
 from weir.blocks.window import (
     OUTPUT_KAFKA,
     Bucketed,
+    bucketed_input,
     check_kafka_columns,
     check_keyed_stream,
     kafka_columns,
-    kafka_inputs,
     kafka_outputs,
     key_out,
+    spec_args,
 )
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, ROUTE
@@ -147,24 +148,9 @@ def _running(fn: str, stream: DataFrame, key: str, declared: dict[str, tuple], e
     aggs = _check(fn, stream, key, event_time, declared)
     buckets = bucket_count(stream)
     key_type = stream.schema[key].dataType
-    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
-    if event_time is None:
-        ts = F.lit(0).cast("long")
-    else:
-        ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
-    wire_in = stream.select(
-        bucket(col(key), buckets).alias("__weir_bucket"),
-        wire(col(key), key_type).alias("__weir_key"),
-        ts.alias("__weir_ts_us"),
-        error.cast("string").alias("__weir_error"),
-        *aggregates.inputs(aggs),
-        *kafka_inputs(),
-    )
+    wire_in = bucketed_input(stream, key, key_type, event_time, aggs, buckets)
     wire_out = _wire_out(key_type, aggs)
-    spec = accumulating.Spec(
-        tuple(a.function for a in aggs), tuple(a.kind for a in aggs), tuple(a.limit for a in aggs),
-        tuple(a.param for a in aggs), ordered=event_time is not None,
-    )  # fmt: skip
+    spec = accumulating.Spec(*spec_args(aggs), ordered=event_time is not None)
     processor = Running(spec, buckets, fn, wire_in.columns, wire_out.fieldNames())
     out = wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
         processor, wire_out, outputMode="Append", timeMode="None"

@@ -223,10 +223,15 @@ class WindowPlan:
 
     def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]:
         """(functions, kinds, limits, params), as windowing.Spec and sessioning.Spec take them."""
-        a = self.aggs
-        return (
-            tuple(x.function for x in a), tuple(x.kind for x in a), tuple(x.limit for x in a), tuple(x.param for x in a)
-        )  # fmt: skip
+        return spec_args(self.aggs)
+
+
+def spec_args(aggs: list[aggregates.Aggregate]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple]:
+    """(functions, kinds, limits, params) of checked aggregates, as the blocks' Specs take them."""
+    return (
+        tuple(a.function for a in aggs), tuple(a.kind for a in aggs), tuple(a.limit for a in aggs),
+        tuple(a.param for a in aggs),
+    )  # fmt: skip
 
 
 def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str | None) -> None:
@@ -286,13 +291,30 @@ def _bucketed_input(
     aggs: list[aggregates.Aggregate],
     buckets: int,
 ) -> DataFrame:
-    """The input of `Bucketed`: values that pandas reads exactly (aggregates.inputs), the event time as µs with a
-    sentinel for null, the record's error, Kafka coordinates and bytes."""
+    """The input of `Bucketed`: `bucketed_input` of the watermarked stream."""
+    watermarked = stream.withWatermark(event_time, watermark_delay(watermark, fn))
+    return bucketed_input(watermarked, key, key_type, event_time, aggs, buckets)
+
+
+def bucketed_input(
+    stream: DataFrame,
+    key: str,
+    key_type: DataType,
+    event_time: str | None,
+    aggs: list[aggregates.Aggregate],
+    buckets: int,
+) -> DataFrame:
+    """What a bucketed block's processor takes: the key's bucket and the key on the wire, the event time as µs
+    (a sentinel for null; 0 for every record without `event_time`), the record's error, the aggregates' values
+    as pandas reads them exactly (aggregates.inputs), the Kafka coordinates and bytes."""
     error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
     # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
     # Spark does not filter late rows before the processor (docs/blocks.md).
-    ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
-    return stream.withWatermark(event_time, watermark_delay(watermark, fn)).select(
+    if event_time is None:
+        ts = F.lit(0).cast("long")
+    else:
+        ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
+    return stream.select(
         bucket(col(key), buckets).alias("__weir_bucket"),
         wire(col(key), key_type).alias("__weir_key"),
         ts.alias("__weir_ts_us"),
