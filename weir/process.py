@@ -3,7 +3,10 @@ monitor, which must not import the pipeline machinery to ask, and the Spark sess
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
 from pathlib import Path
 
 
@@ -44,3 +47,12 @@ def children(pid: int) -> set[int]:
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn` for a server a weir process starts (an ingest server, the demo's monitor): the child gets
+    SIGTERM when its parent dies, even by SIGKILL, so no orphan keeps a port, a replication slot or a poll loop
+    after the run that owned it (Linux's PR_SET_PDEATHSIG; elsewhere the child outlives a killed parent). Start
+    children from a thread that lives as long as they should: Linux signals when the forking thread exits."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG

@@ -56,6 +56,7 @@ from weir.kafka.broker import free_port
 from weir.kafka.decode import parse_fields
 from weir.kafka.formats import value_format
 from weir.pipeline import Pipeline, Topic
+from weir.process import die_with_parent
 from weir.runtime.accounting import Counts
 
 if TYPE_CHECKING:
@@ -405,7 +406,7 @@ class MonitorProcess:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 argv or monitor_argv(), env=monitor_env(settings, os.environ), cwd=REPO, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )  # fmt: skip
 
     def wait(self, timeout: float = 60.0) -> str | None:
@@ -470,7 +471,7 @@ def start_orders(settings: Settings, run_dir: Path, shape: Shape, rate: float) -
     argv = [sys.executable, "-m", "weir.cli", "ingest", "http", MONITOR_SPEC, "--topic", "orders", "--port", "0"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
-                                cwd=REPO)  # fmt: skip
+                                cwd=REPO, preexec_fn=die_with_parent)  # fmt: skip
     deadline = time.monotonic() + 60
     while not (found := re.search(r"listening on (http://\S+)", log.read_text(errors="replace"))):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -492,7 +493,7 @@ def start_customers(
             "--table", TABLE, "--topic", "customers", "--slot", slot]  # fmt: skip
     with open(log, "ab") as out:
         job = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=monitor_env(settings, os.environ),
-                               cwd=REPO)  # fmt: skip
+                               cwd=REPO, preexec_fn=die_with_parent)  # fmt: skip
     console.print(f"customers come from PostgreSQL: table {TABLE}, streamed by weir ingest postgres (log {log})")
     return table, job
 
@@ -644,7 +645,8 @@ def main(
         port = free_port()
         with open(run_dir / "serve.log", "wb") as out:
             server = subprocess.Popen(serve_argv(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=monitor_env(settings, os.environ), cwd=REPO)  # fmt: skip
+                                      env=monitor_env(settings, os.environ), cwd=REPO,
+                                      preexec_fn=die_with_parent)  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         console.print(f"weir serve: {base}/views (log {run_dir / 'serve.log'})")
         console.print("starting the shop pipeline: 8 queries (one archives orders, one keeps a view); the first "

@@ -40,3 +40,9 @@ def test_a_running_aggregate_is_refused_naming_why():
     blocks = [{"block": "running_aggregate", "key": "customer_id", "event_time": "", "aggregates": "{}"}]
     with pytest.raises(BackfillError, match=r"running aggregate \(key 'customer_id'\).*a backfill of a range cannot"):
         horizon(blocks)
+
+
+def test_keyed_state_of_ones_own_is_refused_naming_the_function():
+    blocks = [{"block": "stateful", "name": "spikes", "key": "customer_id", "watermark": "10 seconds"}]
+    with pytest.raises(BackfillError, match=r"@stateful 'spikes' \(key 'customer_id'\).*cannot rebuild it"):
+        horizon(blocks)

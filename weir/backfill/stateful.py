@@ -88,6 +88,13 @@ def horizon(blocks: list[dict[str, str]]) -> Horizon:
                 "their key since its state began, which a backfill of a range cannot rebuild; backfill is not "
                 "supported for it (docs/blocks.md, Running aggregate)"
             )
+        elif kind == "stateful":
+            # The function's state may hold anything from any record of its key: no bounded replay rebuilds it.
+            raise BackfillError(
+                f"the processor holds the keyed state of @stateful {b.get('name')!r} (key {b.get('key')!r}), which "
+                "may depend on every record of its key since the state began; a backfill of a range cannot rebuild "
+                "it and backfill is not supported for it (docs/blocks.md, Keyed state of one's own)"
+            )
         if b.get("key"):
             keys.append(b["key"])
     return Horizon(before, after, tuple(dict.fromkeys(keys)), tuple(notes))

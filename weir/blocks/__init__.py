@@ -1,4 +1,5 @@
-"""The stateful operators users call inside a stateful processor: windows, sessions, dedup, table joins."""
+"""The stateful operators users call inside a stateful processor: windows, sessions, dedup, table joins,
+running aggregates and keyed state of one's own (`@stateful`)."""
 
 from weir.lazy import exports
 
@@ -6,6 +7,8 @@ _WHERE = {
     "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
     "Aggregator": "weir.blocks.sketches", "running_aggregate": "weir.blocks.running",
+    "stateful": "weir.blocks.keyed", "Value": "weir.blocks.keystate", "ListOf": "weir.blocks.keystate",
+    "MapOf": "weir.blocks.keystate",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 

@@ -128,15 +128,8 @@ class Bucketed(StatefulProcessor):
         """One output row per input record (late, dlq): key, window (for late, from the event times `ts`),
         Kafka coordinates and bytes."""
         n = len(rows)
-        cols: dict[str, Any] = {
-            self.names[0]: rows["__weir_key"].to_numpy(dtype=object),
-            "topic": rows["__weir_topic"].to_numpy(dtype=object),
-            "partition": rows["__weir_partition"].to_numpy(dtype=object),
-            "offset": rows["__weir_offset"].to_numpy(dtype=object),
-            "key": rows["__weir_kkey"].to_numpy(dtype=object),
-            "value": rows["__weir_kvalue"].to_numpy(dtype=object),
-            ROUTE: np.full(n, route, dtype=object),
-        }
+        cols: dict[str, Any] = {self.names[0]: rows["__weir_key"].to_numpy(dtype=object), **record_columns(rows)}
+        cols[ROUTE] = np.full(n, route, dtype=object)
         if ts is not None:
             null = ts == windowing.NULL_TS
             start, end = self.late_spans(np.where(null, 0, ts))
@@ -333,6 +326,12 @@ def kafka_inputs() -> list[Column]:
         F.col("key").cast("binary").alias("__weir_kkey"),
         F.col("value").cast("binary").alias("__weir_kvalue"),
     ]
+
+
+def record_columns(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Input records' Kafka coordinates and bytes (`kafka_inputs`) as a bucketed block's output rows carry them."""
+    names = {"topic": "topic", "partition": "partition", "offset": "offset", "key": "kkey", "value": "kvalue"}
+    return {out: rows[f"__weir_{name}"].to_numpy(dtype=object) for out, name in names.items()}
 
 
 def kafka_outputs() -> list[StructField]:

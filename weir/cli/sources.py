@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from weir.process import die_with_parent
 
 if TYPE_CHECKING:
     from weir.pipeline.model import Pipeline
@@ -36,7 +36,7 @@ def http_sources(spec: str, p: Pipeline, logs: Path) -> Iterator[list[str]]:
                     "--host", source.host, *(x for t in source.topics for x in ("--topic", t))]  # fmt: skip
             with log.open("ab") as out:
                 proc = subprocess.Popen(
-                    argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(), preexec_fn=_die_with_parent
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(), preexec_fn=die_with_parent
                 )
             running.append((proc, log))
             urls.append(_listening(proc, log, source.topics))
@@ -50,13 +50,6 @@ def http_sources(spec: str, p: Pipeline, logs: Path) -> Iterator[list[str]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-
-
-def _die_with_parent() -> None:
-    """In the child, before it runs: SIGTERM when `weir run` dies, even by SIGKILL, so that no orphaned server
-    keeps the port from the next run (Linux's PR_SET_PDEATHSIG; elsewhere the child outlives a killed parent)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _listening(proc: subprocess.Popen, log: Path, topics: tuple[str, ...]) -> str:

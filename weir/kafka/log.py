@@ -70,11 +70,20 @@ def _unreachable(client: dict, what: str, exc: BaseException | None, timeout: fl
     return BrokerUnavailable(f"cannot {what} from Kafka at {servers} within {timeout:.0f}s{reason}")
 
 
+def admin_client(client: dict) -> AdminClient:
+    """An admin client of `client`'s settings (the consumer-only ones left out), logging through Python."""
+    consumer_only = ("enable.", "auto.", "isolation.", "fetch.", "group.", "queued.", "max.partition.")
+    admin_keys = {k: v for k, v in client.items() if not k.startswith(consumer_only)}
+    # librdkafka's own log lines go to Python logging, not straight to stderr.
+    return AdminClient({**admin_keys, "logger": client_log})
+
+
 class LogView:
     """A driver-side view of the cluster: one admin client and one probe consumer, reused across triggers."""
 
-    def __init__(self, client: dict, timeout: float = 30.0) -> None:
-        """`client`: bootstrap servers and pass-through settings (security, isolation.level, ...)."""
+    def __init__(self, client: dict, timeout: float = 30.0, admin: AdminClient | None = None) -> None:
+        """`client`: bootstrap servers and pass-through settings (security, isolation.level, ...); `admin`: an
+        admin client of the same settings that outlives this view (its owner closes it), else one of its own."""
         self.timeout = timeout
         # The probe needs end-of-partition events and must never join a group or jump on a bad offset.
         self.settings = {
@@ -87,10 +96,7 @@ class LogView:
             "isolation.level": "read_uncommitted",
             **client,
         }
-        consumer_only = ("enable.", "auto.", "isolation.", "fetch.", "group.", "queued.", "max.partition.")
-        admin_keys = {k: v for k, v in client.items() if not k.startswith(consumer_only)}
-        # librdkafka's own log lines go to Python logging, not straight to stderr.
-        self.admin = AdminClient({**admin_keys, "logger": client_log})
+        self.admin = admin if admin is not None else admin_client(client)
         self.consumer = Consumer({**self.settings, "logger": client_log})
         self._record_bytes: float | None = None
         self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from weir.kafka import heal
-from weir.kafka.log import BrokerUnavailable, LogView, client_log
+from weir.kafka.log import BrokerUnavailable, LogView, admin_client, client_log
 from weir.monitor.compute import TP
 from weir.monitor.model import Completeness
 from weir.monitor.state import BrokerSnapshot, Monitor
@@ -236,8 +236,10 @@ def retention_of(admin, topics: list[str], timeout: float) -> dict[str, int | No
 class BrokerPoller:
     """One poll: partitions and (earliest, latest) offsets of the topics of interest, their retention.ms
     (every `retention_every` seconds), and the timestamps of the processors' oldest unprocessed records.
-    Clients are short-lived, one set per poll: a consumer that outlives a topic deletion has crashed inside
-    librdkafka on the embedded broker (see weir/kafka/admin.py)."""
+    The consumer is short-lived, one per poll: a consumer that outlives a topic deletion has crashed inside
+    librdkafka on the embedded broker (see weir/kafka/admin.py). The admin client lives as long as the poller
+    (made anew after a failed poll): made and dropped at up to MAX_POLLS_S a second, one crashed the process
+    inside list_offsets on a loaded machine, twice."""
 
     def __init__(self, monitor: Monitor, client: dict[str, str], timeout: float = 5.0, retention_every: float = 60):
         self.monitor = monitor
@@ -246,11 +248,14 @@ class BrokerPoller:
         self.retention_every = retention_every
         self._retention: dict[str, int | None] = {}
         self._retention_at: dict[str, float] = {}
+        self._admin: AdminClient | None = None
 
     def poll_once(self) -> bool:
         at_ms = self.monitor.now_ms()
         try:
-            view = LogView(self.client, timeout=self.timeout)
+            if self._admin is None:
+                self._admin = admin_client(self.client)
+            view = LogView(self.client, timeout=self.timeout, admin=self._admin)
             try:
                 parts = view.partitions()
                 names = sorted(self.monitor.topics_of_interest() & parts.keys())
@@ -263,6 +268,7 @@ class BrokerPoller:
             finally:
                 view.close()
         except (BrokerUnavailable, KafkaException, RuntimeError) as exc:
+            self._admin = None  # it may hold a failed connection: the next poll starts clean
             self.monitor.observe_broker_down(str(exc), at_ms)
             return False
         retention = {n: self._retention.get(n) for n in names}

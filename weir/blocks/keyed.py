@@ -1,0 +1,435 @@
+"""Keyed state of one's own: a `@stateful` function called per key with its records, its state and its timers.
+
+    @stateful(key="customer_id", event_time="event_time", watermark="30s", output="amount DOUBLE, rule STRING",
+              state={"amounts": ListOf("double", keep=10)})
+    def spikes(key, records, state, timers):
+        for r in records:
+            if len(state.amounts) == 10 and r["amount"] > 3 * max(state.amounts):
+                yield {"amount": r["amount"], "rule": "3x the last 10"}
+            state.amounts.append(r["amount"])
+
+    alerts = spikes(payments)   # inside a stateful processor
+
+As Flink's KeyedProcessFunction or Kafka Streams' Processor API, with weir's guarantees: every input record is
+routed ("absorbed" into its key, "late", or "dlq", also when the function raises for it), the state is one
+JSON document per bucket of keys (weir.blocks.keystate) checked for shape on restart, and the function's rows
+are "emit" rows. It runs on transformWithStateInPandas, bucketed as the windows are: one call per bucket and
+micro-batch, one Spark timer per bucket at its earliest user timer or expiry. Semantics: docs/blocks.md.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from weir import units
+from weir.blocks import keystate
+from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket
+from weir.blocks.keystate import Bucket, Declaration, KeyState, ListOf, MapOf, StateError, Timers, Value
+from weir.blocks.window import (
+    check_kafka_columns,
+    check_keyed_stream,
+    kafka_columns,
+    kafka_inputs,
+    kafka_outputs,
+    record_columns,
+    watermark_delay,
+)
+from weir.blocks.windowing import NULL_TS
+from weir.kafka.decode import ERROR_COLUMN
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
+
+__all__ = ["ListOf", "MapOf", "Stateful", "Value", "stateful"]
+
+_KAFKA = ("topic", "partition", "offset", "key", "value", ROUTE, ABSORBED, ERROR_COLUMN)
+_HIDDEN = ("key", "value", "headers", "timestampType", ERROR_COLUMN)  # not handed to the function
+_STATE = StructType(
+    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("keys", BinaryType())]
+)
+
+Process = Callable[[Any, list[dict], KeyState, Timers], Iterable[Mapping[str, Any]] | None]
+OnTimer = Callable[[Any, Any, KeyState, Timers], Iterable[Mapping[str, Any]] | None]
+
+
+def wire_kind(t: DataType) -> str | None:
+    """How a column of type `t` crosses between Spark and pandas exactly (keystate.from_wire/to_wire)."""
+    if isinstance(t, (ByteType, ShortType, IntegerType, LongType)):
+        return "int"
+    if isinstance(t, (FloatType, DoubleType)):
+        return "double"
+    if isinstance(t, (TimestampType, TimestampNTZType)):
+        return "ts"
+    if isinstance(t, (ArrayType, MapType, StructType)):
+        return "json"
+    found = {BooleanType: "bool", StringType: "str", BinaryType: "bytes", DateType: "date", DecimalType: "decimal"}
+    return next((k for c, k in found.items() if isinstance(t, c)), None)
+
+
+def _to_wire(c: Column, kind: str) -> Column:
+    if kind == "ts":
+        return F.unix_micros(c.cast("timestamp")).cast("string")
+    if kind == "json":
+        return F.to_json(c)
+    return c.cast("string") if kind in ("int", "date", "decimal") else c
+
+
+def _wire_type(kind: str, t: DataType) -> DataType:
+    return t if kind in ("double", "bool", "str", "bytes") else StringType()
+
+
+def _from_wire(name: str, kind: str, t: DataType) -> Column:
+    c = col(name)
+    if kind == "ts":
+        return F.timestamp_micros(c.cast("long")).cast(t).alias(name)
+    if kind == "json":
+        return F.from_json(c, t).alias(name)
+    return (c.cast(t) if kind in ("int", "date", "decimal") else c).alias(name)
+
+
+class _Keyed(StatefulProcessor):
+    """Per bucket of keys: the keys' state and timers as one JSON document in one ValueState, read and written
+    once per call, and one Spark timer at the bucket's earliest user timer or expiry. Runs on Spark's Python
+    workers, one call per bucket and micro-batch with records, and one per bucket whose timer fired.
+
+    Input columns: __weir_bucket, __weir_key (text), __weir_ts_us (NULL_TS for null; 0 without an event
+    time), __weir_error, the record's fields on the wire, the Kafka columns (`kafka_inputs`). Output: the key
+    (text), the output fields on the wire, `kafka_outputs`."""
+
+    def __init__(self, spec: _Spec, inputs: list[str], names: list[str]) -> None:
+        self.spec = spec
+        self.inputs = inputs  # in order: Spark renames them (_0, _1, ...) on the way
+        self.names = names
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("bucket", _STATE)
+
+    def _load(self) -> tuple[Bucket, int | None, bool]:
+        stored = self.state.get() if self.state.exists() else None
+        if stored is None:
+            return Bucket(), None, False
+        shape, timer, data = stored
+        if shape != self.spec.shape:
+            raise ValueError(
+                f"{self.spec.name}: the checkpoint's keyed state was built as [{shape}], this query is "
+                f"[{self.spec.shape}]: the state declarations, time to live and clock come from @stateful's arguments, "
+                "the number of buckets from spark.sql.shuffle.partitions (x 4, at least 8). Restore them, or start a "
+                "new checkpoint (`weir run --reset <processor>`)."
+            )
+        return Bucket.loads(data, self.spec.name), (None if timer is None else int(timer)), True
+
+    def _save(self, b: Bucket, timer: int | None, existed: bool) -> None:
+        due = b.next_due(self.spec.ttl_ms)
+        store_bucket(self.handle, self.state, self.spec.shape, timer, None if due is None else due * 1000, b.dumps(),
+                     existed)  # fmt: skip
+
+    def _now(self, tv: TimerValues) -> int:
+        return tv.getCurrentWatermarkInMs() if self.spec.event_time else tv.getCurrentProcessingTimeInMs()
+
+    def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
+        return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
+
+    def _records(self, rows: pd.DataFrame, route: str, error: Any = None) -> pd.DataFrame:
+        n = len(rows)
+        cols: dict[str, Any] = {"__weir_key": rows["__weir_key"].to_numpy(dtype=object), **record_columns(rows)}
+        cols[ROUTE] = np.full(n, route, dtype=object)
+        if error is not None:
+            cols[ERROR_COLUMN] = error
+        return self._frame(n, **cols)
+
+    def _emits(self, key: Any, produced: Iterable[Mapping[str, Any]] | None, where: str) -> list[dict]:
+        """The function's rows for `key` on the wire; StateError naming the field for a wrong one."""
+        out = []
+        for row in produced or ():
+            if not isinstance(row, Mapping):
+                raise StateError(f"{where} returned {type(row).__name__} {row!r}, not a mapping of output fields")
+            unknown = set(row) - set(self.spec.outputs) - {self.spec.key}
+            if unknown:
+                raise StateError(f"{where} returned field(s) {sorted(unknown)} not in output {list(self.spec.outputs)}")
+            wired = {
+                name: keystate.to_wire(kind, row.get(name), f"{where}: output field {name!r}")
+                for name, kind in self.spec.outputs.items()
+            }
+            out.append({"__weir_key": key, **wired})
+        return out
+
+    def _emit_frame(self, rows: list[dict]) -> pd.DataFrame:
+        cols = {c: np.array([r[c] for r in rows], dtype=object) for c in ["__weir_key", *self.spec.outputs]}
+        return self._frame(len(rows), **cols, **{ROUTE: np.full(len(rows), EMIT, dtype=object)})
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        df = one_frame(rows, self.inputs)
+        now = self._now(timerValues)
+        dlq = df["__weir_error"].notna().to_numpy() | df["__weir_key"].isna().to_numpy()
+        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
+        late = ~dlq & ((ts == NULL_TS) | (ts < now * 1000)) if self.spec.event_time else np.zeros(len(df), bool)
+        out: list[pd.DataFrame] = []
+        if dlq.any():
+            errors = df["__weir_error"].to_numpy(dtype=object).copy()
+            errors[pd.isna(errors)] = f"{self.spec.name}: key {self.spec.key} is null"
+            out.append(self._records(df[dlq], DLQ, errors[dlq]))
+        if late.any():
+            out.append(self._records(df[late], LATE))
+        on = df[~(dlq | late)]
+        b, timer, existed = self._load()
+        b.expire(now, self.spec.ttl_ms)
+        emitted: list[dict] = []
+        failed: list[pd.DataFrame] = []
+        if len(on):
+            on = on.assign(__o=on["__weir_offset"].astype("int64"), __p=on["__weir_partition"].astype("int64"))
+            on = on.sort_values(["__weir_key", "__weir_ts_us", "__p", "__o"], kind="stable")
+            for k, rows_k in on.groupby("__weir_key", sort=True):
+                records = self.spec.records(rows_k)
+                entry = b.entry(k)
+                user_key = self.spec.user_key(k)
+                state = KeyState(user_key, entry, self.spec.state)
+                timers = Timers(user_key, entry, now, self.spec.on_timer is not None)
+                where = f"{self.spec.name} for key {user_key!r}"
+                try:
+                    emitted += self._emits(k, self.spec.process(user_key, records, state, timers), where)
+                except Exception as exc:  # the key's records go to the dead letters, its state stays as it was
+                    why = f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})"
+                    failed.append(self._records(rows_k, DLQ, np.full(len(rows_k), why, dtype=object)))
+                    continue
+                b.put(k, entry, state.written, now)
+            absorbed = len(on) - sum(len(f) for f in failed)
+            if absorbed:
+                out.append(self._frame(1, **{ROUTE: np.array([ABSORB], dtype=object),
+                                             ABSORBED: np.array([str(absorbed)], dtype=object)}))  # fmt: skip
+        out += failed
+        self._save(b, timer, existed)
+        if emitted:
+            out.append(self._emit_frame(emitted))
+        yield from out
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        b, timer, existed = self._load()
+        if timer == expiredTimerInfo.getExpiryTimeInMs():
+            timer = None  # Spark deletes the timer that fired once this returns
+        now = self._now(timerValues)
+        b.expire(now, self.spec.ttl_ms)
+        emitted: list[dict] = []
+        for at, k in b.due(now):
+            entry = b.entry(k)
+            entry["t"] = [t for t in entry["t"] if t != at]
+            user_key = self.spec.user_key(k)
+            state = KeyState(user_key, entry, self.spec.state)
+            timers = Timers(user_key, entry, now, True)
+            where = f"{self.spec.name}'s timer handler for key {user_key!r} at {keystate.instant(at * 1000)}"
+            handler = self.spec.on_timer
+            assert handler is not None  # timers are set only with a handler (Timers.set)
+            # A handler that raises fails the query, naming key and timer: there is no record to dead-letter,
+            # and skipping the timer would lose what it was for.
+            emitted += self._emits(k, handler(user_key, keystate.instant(at * 1000), state, timers), where)
+            b.put(k, entry, state.written, now)
+        self._save(b, timer, existed)
+        if emitted:
+            yield self._emit_frame(emitted)
+
+
+def _origin(exc: BaseException) -> str:
+    """Where the user's function raised: its innermost frame, as file:line."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "unknown"
+
+
+class _Spec:
+    """What the processor needs on the workers (pickled with it): the user's functions, the declarations, how
+    each field crosses the wire, and the state's shape."""
+
+    def __init__(
+        self, name: str, key: str, key_kind: str, fields: dict[str, str], outputs: dict[str, str],
+        state: Mapping[str, Declaration], process: Process, on_timer: OnTimer | None, event_time: str | None,
+        ttl_ms: int | None, buckets: int,
+    ) -> None:  # fmt: skip
+        self.name, self.key, self.key_kind = name, key, key_kind
+        self.fields, self.outputs, self.state = fields, outputs, dict(state)
+        self.process, self.on_timer, self.event_time, self.ttl_ms = process, on_timer, event_time, ttl_ms
+        clock = "event" if event_time else "processing"
+        self.shape = f"stateful buckets={buckets} clock={clock} ttl_ms={ttl_ms} state={keystate.describe(state)}"
+
+    def user_key(self, k: Any) -> Any:
+        return keystate.from_wire(self.key_kind, k)
+
+    def records(self, rows: pd.DataFrame) -> list[dict]:
+        """The rows as the function gets them: one dict per record, fields as Python values."""
+        cols = {
+            name: [keystate.from_wire(kind, v) for v in rows[f"__weir_f_{name}"].to_numpy(dtype=object)]
+            for name, kind in self.fields.items()
+        }
+        return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)] if cols else []
+
+
+class Stateful:
+    """A function made `@stateful`: call it on a stream (inside a stateful processor) for its output rows.
+    `on_timer` declares the timer handler: `handler(key, at, state, timers)` yields rows like the function."""
+
+    def __init__(
+        self, process: Process, key: str, output: str | StructType, state: Mapping[str, Declaration],
+        event_time: str | None, watermark: str | timedelta | None, ttl: str | timedelta | None, name: str,
+    ) -> None:  # fmt: skip
+        keystate.check_declarations(name, state)
+        if event_time is not None and watermark is None:
+            raise ValueError(f"{name}: an event_time needs a watermark (how late records may come)")
+        if event_time is None and watermark is not None:
+            raise ValueError(f"{name}: a watermark needs an event_time")
+        self.process, self.key, self.output, self.state = process, key, output, dict(state)
+        self.event_time, self.watermark, self.name = event_time, watermark, name
+        self.ttl_ms = None if ttl is None else units.duration_ms(ttl, f"{name}: ttl", bare=None, positive=True)
+        self.timer_handler: OnTimer | None = None
+        self.__doc__ = process.__doc__
+        self.__name__ = name
+
+    def on_timer(self, handler: OnTimer) -> OnTimer:
+        self.timer_handler = handler
+        return handler
+
+    def __call__(self, stream: DataFrame) -> DataFrame:
+        return _plan(self, stream)
+
+
+def stateful(
+    *,
+    key: str,
+    output: str | StructType,
+    state: Mapping[str, Declaration] | None = None,
+    event_time: str | None = None,
+    watermark: str | timedelta | None = None,
+    ttl: str | timedelta | None = None,
+) -> Callable[[Process], Stateful]:
+    """Make `process(key, records, state, timers)` a keyed stateful block.
+
+    `key`: the column whose values partition the state (string or integer); `output`: the function's rows
+    (a DDL string or StructType; the key column comes first by itself); `state`: name -> Value(kind),
+    ListOf(kind, keep=N) or MapOf(key_kind, kind), kinds bigint, double, string, boolean, timestamp, json;
+    `event_time` (a TIMESTAMP column) with `watermark`: records in event-time order, timers and the time to live
+    on the watermark, records behind it routed late; without: arrival order, the wall clock; `ttl`: a key's state
+    is cleared this long after it was last written (its timers stay). See docs/blocks.md."""
+
+    def wrap(process: Process) -> Stateful:
+        return Stateful(process, key, output, state or {}, event_time, watermark, ttl, process.__name__)
+
+    return wrap
+
+
+def _output_schema(s: Stateful, stream: DataFrame) -> StructType:
+    if isinstance(s.output, StructType):
+        return s.output
+    try:
+        parsed = stream.sparkSession.createDataFrame([], s.output).schema
+    except Exception as exc:
+        raise ValueError(f"{s.name}: output {s.output!r} is not a schema Spark reads: {exc}") from None
+    return parsed
+
+
+def _plan(s: Stateful, stream: DataFrame) -> DataFrame:
+    fn = s.name
+    settle("stateful", name=fn, key=s.key, event_time=s.event_time or "", watermark=s.watermark or "",
+           ttl_ms=s.ttl_ms, state=keystate.describe(s.state))  # fmt: skip
+    check_keyed_stream(fn, stream, s.key, s.event_time)
+    check_kafka_columns(fn, stream)
+    key_type = stream.schema[s.key].dataType
+    key_kind = wire_kind(key_type)
+    if key_kind not in ("str", "int"):
+        raise ValueError(f"{fn}: key {s.key!r} is {key_type.simpleString()}; a @stateful key is a string or integer")
+    out_schema = _output_schema(s, stream)
+    reserved = {s.key, *_KAFKA}
+    clash = [f.name for f in out_schema.fields if f.name in reserved]
+    if clash:
+        raise ValueError(f"{fn}: output field(s) {clash} collide with the key or the Kafka and route columns")
+    outputs: dict[str, str] = {}
+    for f in out_schema.fields:
+        kind = wire_kind(f.dataType)
+        if kind is None:
+            raise ValueError(f"{fn}: output field {f.name!r} is {f.dataType.simpleString()}, which weir cannot carry")
+        outputs[f.name] = kind
+    fields: dict[str, str] = {}
+    for f in stream.schema.fields:
+        if f.name in _HIDDEN or f.name.startswith("__weir"):
+            continue
+        kind = wire_kind(f.dataType)
+        if kind is None:
+            raise ValueError(f"{fn}: column {f.name!r} is {f.dataType.simpleString()}, which weir cannot carry")
+        fields[f.name] = kind
+    buckets = bucket_count(stream)
+    spec = _Spec(fn, s.key, key_kind, fields, outputs, s.state, s.process, s.timer_handler, s.event_time,
+                 s.ttl_ms, buckets)  # fmt: skip
+    source = stream
+    if s.event_time is not None:
+        source = stream.withWatermark(s.event_time, watermark_delay(str(_interval(s.watermark, fn)), fn))
+    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
+    # The event time crosses as µs, an expression: Spark does not drop late rows before the processor.
+    ts = (
+        F.coalesce(F.unix_micros(col(s.event_time)), F.lit(NULL_TS).cast("long"))
+        if s.event_time is not None
+        else F.lit(0).cast("long")
+    )
+    wire_in = source.select(
+        bucket(col(s.key), buckets).alias("__weir_bucket"),
+        col(s.key).cast("string").alias("__weir_key"),
+        ts.alias("__weir_ts_us"),
+        error.cast("string").alias("__weir_error"),
+        *[_to_wire(col(name), kind).alias(f"__weir_f_{name}") for name, kind in fields.items()],
+        *kafka_inputs(),
+    )
+    wire_out = StructType(
+        [
+            StructField("__weir_key", StringType()),
+            *[StructField(f.name, _wire_type(outputs[f.name], f.dataType)) for f in out_schema.fields],
+            *kafka_outputs(),
+        ]
+    )
+    processor = _Keyed(spec, wire_in.columns, wire_out.fieldNames())
+    clock = "EventTime" if s.event_time else ("ProcessingTime" if s.timer_handler or s.ttl_ms else "None")
+    out = wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
+        processor, wire_out, outputMode="Append", timeMode=clock
+    )
+    return out.select(
+        col("__weir_key").cast(key_type).alias(s.key),
+        *[_from_wire(f.name, outputs[f.name], f.dataType) for f in out_schema.fields],
+        *kafka_columns(),
+    )
+
+
+def _interval(watermark: str | timedelta | None, fn: str) -> str:
+    """The watermark as weir's duration grammar reads it (a timedelta becomes milliseconds)."""
+    if isinstance(watermark, timedelta):
+        return f"{units.duration_ms(watermark, f'{fn}: watermark')}ms"
+    return str(watermark)
