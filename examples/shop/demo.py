@@ -649,7 +649,7 @@ def main(
                                       preexec_fn=die_with_parent)  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         console.print(f"weir serve: {base}/views (log {run_dir / 'serve.log'})")
-        console.print("starting the shop pipeline: 8 queries (one archives orders, one keeps a view); the first "
+        console.print("starting the shop pipeline: 9 queries (one archives orders, one keeps a view); the first "
                       "batches take a while ...")  # fmt: skip
         runner.start()
         started = time.monotonic()
@@ -685,7 +685,7 @@ def main(
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
         console.print(topic_table(Admin(broker.bootstrap), topics))
-        for topic in ("revenue.by_category_1m", "customers.lifetime", "alerts"):
+        for topic in ("revenue.by_category_1m", "customers.lifetime", "customers.signals", "alerts"):
             console.print(f"latest records of {topic}:")
             for doc in decoded(tail(broker.bootstrap, topic), pipeline.topics[topic], settings.registry_conf()):
                 console.print(f"  {doc}")

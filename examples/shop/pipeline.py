@@ -5,6 +5,9 @@
     revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
     spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
     lifetime(orders.enriched) ──► customers.lifetime       every customer's totals so far, a running aggregate
+    watch(orders.enriched) ──► customers.signals           a rule of one's own with keyed state and a timer
+                                                           (@stateful): an order over twice the customer's
+                                                           recent average, a customer gone quiet
     alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
     view revenue_by_category (revenue.by_category_1m)      the latest closed minute per category, by key:
                                                            served by `weir serve` (docs/views.md)
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -30,6 +34,7 @@ import weir
 from examples.shop.generator import ShopSource
 from examples.shop.records import Shape, default_threshold
 from weir.blocks.join import join_table
+from weir.blocks.keyed import ListOf, Value, stateful
 from weir.blocks.running import running_aggregate
 from weir.blocks.window import tumbling_window
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
@@ -46,6 +51,8 @@ SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE"
 LIFETIME = (
     "customer_id STRING NOT NULL, revision BIGINT, orders BIGINT, spend DOUBLE, avg_order DOUBLE, last_category STRING"
 )
+SIGNALS = "customer_id STRING NOT NULL, rule STRING, amount DOUBLE, at TIMESTAMP"
+QUIET_AFTER = timedelta(minutes=2)  # of event time without an order: the customer has gone quiet
 ALERTS = "customer_id STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, spend DOUBLE, threshold DOUBLE"
 WATERMARK = "30 seconds"
 KAFKA_KEEP = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -110,6 +117,38 @@ def lifetime_totals(orders: DataFrame) -> DataFrame:
     return running_aggregate(with_time, "customer_id", aggregates, event_time="event_time")
 
 
+@stateful(
+    key="customer_id", event_time="event_time", watermark=WATERMARK, ttl=timedelta(hours=1),
+    output="rule STRING, amount DOUBLE, at TIMESTAMP",
+    state={"recent": ListOf("double", keep=5), "orders": Value("bigint")},
+)  # fmt: skip
+def signals(customer_id: str, records: list[dict], state, timers):
+    """Per customer, in event-time order: an order over twice the average of their last 5 is a spike; a customer
+    with no order for QUIET_AFTER of event time after their latest has gone quiet (a timer, moved by each
+    order). State: the last 5 amounts and the order count, cleared an hour after the last order."""
+    for r in records:
+        amount = r["amount"]
+        if amount is None:
+            continue
+        recent = state.recent.items()
+        if len(recent) == 5 and amount > 2 * sum(recent) / 5:
+            yield {"rule": "spike: over twice the average of the last 5", "amount": amount, "at": r["event_time"]}
+        state.recent.append(amount)
+        state.orders.value = (state.orders.value or 0) + 1
+    timers.clear()
+    timers.set(records[-1]["event_time"] + QUIET_AFTER)
+
+
+@signals.on_timer
+def quiet(customer_id: str, at, state, timers):
+    yield {"rule": f"quiet: no order for {QUIET_AFTER} after {state.orders.value or 0} orders", "at": at}
+
+
+def customer_signals(orders: DataFrame) -> DataFrame:
+    """The signals of every customer's orders (`signals`), their event time from `ts_ms`."""
+    return signals(orders.withColumn("event_time", F.timestamp_millis("ts_ms")))
+
+
 def over_threshold(spend: DataFrame, threshold: float) -> DataFrame:
     """Windows whose spend tops the threshold. The input's Kafka columns stay, so each alert names its
     source record; the rest of the batch is counted as filtered."""
@@ -160,6 +199,7 @@ def build(
     revenue_1m = shop.topic("revenue.by_category_1m", REVENUE, key="category", partitions=2)
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
     lifetime_totals_topic = shop.topic("customers.lifetime", LIFETIME, key="customer_id", partitions=2)
+    signals_topic = shop.topic("customers.signals", SIGNALS, key="customer_id", partitions=2)
     if avro_alerts:
         avro = weir.avro(Path(__file__).with_name("alerts.avsc"), registry=True)
         avro_key = weir.avro(Path(__file__).with_name("alert_key.avsc"), registry=True)  # keys as Avro records too
@@ -199,6 +239,10 @@ def build(
     @shop.processor(inputs=[enriched_orders], outputs=[lifetime_totals_topic], stateful=True)
     def lifetime(orders: DataFrame) -> DataFrame:
         return lifetime_totals(orders)
+
+    @shop.processor(inputs=[enriched_orders], outputs=[signals_topic], stateful=True)
+    def watch(orders: DataFrame) -> DataFrame:
+        return customer_signals(orders)
 
     @shop.processor(inputs=[spend_5m], outputs=[alerts])
     def alert(spend: DataFrame) -> DataFrame:

@@ -119,6 +119,22 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
     life = totals["lifetime"]
     assert (life.in_, life.absorbed, life.emitted) == (len(enriched), len(enriched), len(topic["customers.lifetime"]))
 
+    # watch (@stateful): every enriched order late or absorbed; each spike is an order of its customer over twice
+    # the average of the 5 before it, and each customer's quiet timer fired at most once per gap (the order count
+    # it names grows)
+    w = totals["watch"]
+    late = sources(topic["orders.enriched.late"], "watch")
+    assert (w.in_, w.late + w.absorbed, w.emitted) == (len(enriched), len(enriched), len(topic["customers.signals"]))
+    signals = [r.fields for r in topic["customers.signals"]]
+    placed = {(j["customer_id"], j["amount"], j["ts_ms"]) for j in joined}
+    spikes = [f for f in signals if f["rule"].startswith("spike")]
+    assert spikes and all((f["customer_id"], f["amount"], round(f["at"].timestamp() * 1000)) in placed for f in spikes)
+    quiet = [f for f in signals if f["rule"].startswith("quiet")]
+    assert quiet and len(late) == len(set(late)) == w.late
+    for customer in {f["customer_id"] for f in quiet}:
+        counts = [int(f["rule"].rsplit(" after ", 1)[1].split()[0]) for f in quiet if f["customer_id"] == customer]
+        assert counts == sorted(set(counts)), (customer, counts)
+
     # alert: exactly the 5-minute windows over the threshold, each naming its window record.
     spend = topic["spend.by_customer_5m"]
     over = sorted(c for c, r in zip(coordinates(here("spend.by_customer_5m"), spend), spend, strict=True)

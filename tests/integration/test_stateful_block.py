@@ -1,19 +1,26 @@
 """`@stateful` (weir.blocks.keyed; docs/blocks.md, "Keyed state of one's own") through Spark, across a restart of the
 query on its checkpoint: a rule over each device's last 3 amounts against plain Python, records behind the
 watermark routed late, a record the function raises for dead-lettered with its reason, an event-time timer set
-before the restart that fires after it (a device gone silent), and every batch's books balanced."""
+before the restart that fires after it (a device gone silent), every batch's books balanced, and the state as
+`weir state` reads it from the checkpoint."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from _pipe import Rec, produce, source
 from pyspark.sql import functions as F
 from test_window import BASE_MS, check_accounting, run_routed
+from typer.testing import CliRunner
 
 from weir.blocks import ListOf, Value, stateful
+from weir.blocks.inspect import read_state, summary
+from weir.cli import app
 from weir.kafka import Admin
 from weir.pipeline.routes import DLQ, EMIT, LATE
 
@@ -22,6 +29,19 @@ pytestmark = pytest.mark.integration
 SCHEMA = "device STRING, amount DOUBLE, ts_ms BIGINT"
 LATE_AT = {16, 40}  # an hour behind: always behind the watermark once the first batch ran
 SILENT_AFTER_S = 5
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "blocks.md"
+PIPELINE = """
+from weir.pipeline import Pipeline
+
+p = Pipeline("devices")
+readings = p.topic("{topic}", schema="device STRING, amount DOUBLE, ts_ms BIGINT")
+alerts = p.topic("{topic}.alerts", schema="device STRING, rule STRING, amount DOUBLE, at TIMESTAMP")
+
+
+@p.processor(inputs=[readings], outputs=[alerts], stateful=True)
+def watch(df):
+    return df
+"""
 
 
 def events(n: int) -> list[dict]:
@@ -76,11 +96,21 @@ def _watch():
     return watch
 
 
-def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic_name, tmp_path) -> None:
+def documented_commands() -> list[list[str]]:
+    """The `weir state` lines of docs/blocks.md, as argument lists."""
+    found = re.findall(r"^weir state .*$", DOCS.read_text(), re.M)
+    assert len(found) == 2, "docs/blocks.md: the weir state commands moved"
+    return [shlex.split(line)[1:] for line in found]
+
+
+def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic_name, tmp_path, monkeypatch) -> None:
     Admin(bootstrap).create_topic(topic_name, partitions=1)
     evts = events(60)
     watch = _watch()
-    checkpoint, progress, rows = str(tmp_path / "ckpt"), [], []
+    # The query's checkpoint is where pipeline `devices` keeps processor watch's, so docs/blocks.md's commands
+    # read it (a pipeline of its own, below, names the processor)
+    monkeypatch.setenv("WEIR_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    checkpoint, progress, rows = str(tmp_path / "checkpoints" / "devices" / "watch"), [], []
     for part in (range(30), range(30, 60)):  # d1's timer is set in the first run and fires in the second
         produce(bootstrap, topic_name, [Rec(0, evts[i]["device"].encode(), json.dumps(evts[i]).encode()) for i in part])
         stream = source(spark, bootstrap, topic_name, stream=True, startingOffsets="earliest", valueFormat="json",
@@ -110,3 +140,25 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     d1_records = sum(e["device"] == "d1" and i not in LATE_AT for i, e in enumerate(evts))
     expected_at = datetime.fromtimestamp(d1_last / 1000 + SILENT_AFTER_S, UTC).replace(tzinfo=None)
     assert [(r.device, r.rule, r.at) for r in gone] == [("d1", f"silent after {d1_records} records", expected_at)]
+
+    # What the checkpoint keeps, as `weir state` reads it: d2 with its pending timer, d1 with none left, and no
+    # state for "bad" (its every call raised)
+    kept = {k["key"]: k for k in read_state(spark, checkpoint)}
+    d2 = [e for i, e in enumerate(evts) if e["device"] == "d2" and i not in LATE_AT]
+    assert sorted(kept) == ["d1", "d2"] and kept["d1"]["timers"] == [] and kept["d1"]["state"]["seen"] == d1_records
+    assert kept["d2"]["state"]["seen"] == len(d2) and kept["d2"]["state"]["last"] == [e["amount"] for e in d2[-3:]]
+    due = datetime.fromtimestamp(d2[-1]["ts_ms"] / 1000 + SILENT_AFTER_S, UTC)
+    assert kept["d2"]["timers"] == [due.isoformat()]
+    assert [k["key"] for k in read_state(spark, checkpoint, key="d2")] == ["d2"]
+    assert summary(spark, checkpoint)["buckets"] >= 1
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "devices.py").write_text(PIPELINE.format(topic=topic_name))
+    cli = CliRunner()
+    shown = [cli.invoke(app, args) for args in documented_commands()]
+    assert all(r.exit_code == 0 for r in shown), [r.output for r in shown]
+    assert "d2" in shown[0].output and "d1" not in shown[0].output and f"{due:%H:%M:%S}" in shown[0].output
+    listed = json.loads(shown[1].output)
+    assert sorted(k["key"] for k in listed["keys"]) == ["d1", "d2"] and listed["buckets"] >= 1
+    missing = cli.invoke(app, ["state", "devices.py", "watch", "--key", "d9"])
+    assert missing.exit_code == 2 and "no state for key 'd9'" in missing.output

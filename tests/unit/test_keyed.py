@@ -284,3 +284,14 @@ def test_a_state_of_another_shape_is_refused_naming_both() -> None:
         ValueError, match=r"built as \[stateful buckets=8 clock=event ttl_ms=None state=last:list<double> keep=3"
     ):
         call(other, [("a", 200, 1.0, None)], 0)
+
+
+def test_the_stored_shape_explains_the_state_to_a_reader_without_the_code() -> None:
+    decl = {"n": Value("bigint"), "last": ListOf("double", keep=3), "seen": MapOf("string", "timestamp")}
+    handle = FakeHandle()
+    p = processor(handle, state=decl, fn=lambda key, records, state, timers: state.seen.put("x", records[0]["ts"]))
+    call(p, [("a", 100, 1.0, None)], 0)
+    shape, _, data = handle.state.value
+    assert keystate.declarations_of(shape) == decl
+    (entry,) = keystate.inspected(data, shape, "weir state")
+    assert entry == {"key": "a", "state": {"seen": [("x", at(100))]}, "timers": [], "written": at(0).isoformat()}

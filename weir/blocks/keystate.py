@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -455,3 +456,35 @@ def _json_default(v: Any) -> Any:
     if isinstance(v, (date, Decimal)):
         return str(v)
     raise TypeError(f"{type(v).__name__} is not JSON")
+
+
+_DECLARED = re.compile(r"(\w+):(?:value<(\w+)>|list<(\w+)>(?: keep=(\d+))?|map<(\w+),(\w+)>)")
+
+
+def declarations_of(shape: str) -> dict[str, Declaration]:
+    """The declarations a stored shape names (`describe`'s text after `state=`): the state explains itself to a
+    reader that lacks the code (`weir state`)."""
+    text = shape.split(" state=", 1)[1] if " state=" in shape else ""
+    out: dict[str, Declaration] = {}
+    for m in _DECLARED.finditer(text):
+        name, value, listed, keep, map_key, map_value = m.groups()
+        if value:
+            out[name] = Value(value)
+        elif listed:
+            out[name] = ListOf(listed, int(keep) if keep else None)
+        else:
+            out[name] = MapOf(map_key, map_value)
+    return out
+
+
+def inspected(data: bytes | None, shape: str, fn: str) -> Iterator[dict[str, Any]]:
+    """Each key of a stored bucket as `weir state` shows it: key, state (Python values), timers and last write
+    (ISO instants)."""
+    decl = declarations_of(shape)
+    for key, entry in Bucket.loads(data, fn).entries.items():
+        yield {
+            "key": key,
+            "state": KeyState(key, entry, decl).as_dict(),
+            "timers": [instant(t * 1000).isoformat() for t in entry["t"]],
+            "written": None if entry["w"] is None else instant(entry["w"] * 1000).isoformat(),
+        }

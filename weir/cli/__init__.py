@@ -15,6 +15,7 @@ from weir.cli.pipelines import archive, graph, run
 from weir.cli.serve import serve_command
 from weir.cli.shadow import shadow_command
 from weir.cli.sql import sql_command
+from weir.cli.state import state_command
 from weir.cli.status import show_config, status
 from weir.cli.topics import offsets, topics_app
 
@@ -35,6 +36,7 @@ app.command("audit")(audit_command)
 app.command("monitor")(monitor_command)
 app.command("serve")(serve_command)
 app.command("sql")(sql_command)
+app.command("state")(state_command)
 
 
 def main() -> None:

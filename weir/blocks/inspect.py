@@ -1,0 +1,71 @@
+"""What a `@stateful` block keeps, read from its query's checkpoint with Spark's state data source: for
+`weir state` (docs/blocks.md, "Keyed state of one's own"). Reading never changes the checkpoint.
+
+Buckets are read one partition at a time (`toLocalIterator`), decoded on the driver and dropped: an inspection
+command, not a data path, bounded by `limit` keys (and a `key` looked for stops at its bucket).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from weir.blocks import keystate
+
+_PREFIX = "stateful "  # of a @stateful block's stored shape (keyed._Spec.shape)
+
+
+class NoKeyedState(LookupError):
+    """The checkpoint holds no state of a `@stateful` block: names the checkpoint and what it holds."""
+
+
+def operators(spark: SparkSession, checkpoint: str) -> list[int]:
+    """The stateful operators of a query's checkpoint, by id (Spark's state-metadata source)."""
+    meta = spark.read.format("state-metadata").load(checkpoint)
+    return sorted({int(r.operatorId) for r in meta.select("operatorId").collect()})
+
+
+def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, limit: int = 100) -> Iterator[dict]:
+    """The keys of every `@stateful` block of the query at `checkpoint` (as of its last committed batch), at most
+    `limit`; only `key` (as text) when given. Each: operator id, key, state, timers, last write
+    (keystate.inspected). NoKeyedState when no operator of the checkpoint is a `@stateful` block."""
+    found_block = False
+    shown = 0
+    for op in operators(spark, checkpoint):
+        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
+        if "value" not in df.columns:
+            continue
+        rows = df.where(F.col("value.shape").startswith(_PREFIX)).select("value.shape", "value.keys")
+        for shape, data in rows.toLocalIterator():
+            found_block = True
+            for entry in keystate.inspected(bytes(data) if data is not None else None, shape, "weir state"):
+                if key is not None and str(entry["key"]) != key:
+                    continue
+                yield {"operator": op, **entry}
+                shown += 1
+                if shown >= limit or key is not None:
+                    return
+    if not found_block:
+        raise NoKeyedState(f"{checkpoint} holds no keyed state of a @stateful block")
+
+
+def summary(spark: SparkSession, checkpoint: str) -> dict[str, Any]:
+    """Keys, buckets and stored bytes of every `@stateful` block at `checkpoint`, counted by Spark, nothing
+    collected but the sums."""
+    out: dict[str, Any] = {"buckets": 0, "bytes": 0}
+    for op in operators(spark, checkpoint):
+        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
+        if "value" not in df.columns:
+            continue
+        mine = df.where(F.col("value.shape").startswith(_PREFIX))
+        got = mine.agg(
+            F.count("*").alias("n"), F.sum(F.length("value.keys")).alias("b"), F.first("value.shape")
+        ).first()
+        if got and got["n"]:
+            out["buckets"] += int(got["n"])
+            out["bytes"] += int(got["b"] or 0)
+            out["shape"] = got[2]
+    return out

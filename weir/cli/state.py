@@ -1,0 +1,53 @@
+"""`weir state PIPELINE PROCESSOR [--key K] [--limit N] [--json]`: what a processor's `@stateful` blocks keep per
+key (its variables, pending timers, last write), read from its checkpoint with Spark's state data source as of
+the last committed batch; nothing is changed (docs/blocks.md, "Keyed state of one's own")."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from weir.cli.common import AsJson, Spec, clean_errors, out
+from weir.config import load
+from weir.tables import new_table
+
+
+@clean_errors
+def state_command(
+    pipeline: Spec,
+    processor: Annotated[str, typer.Argument(help="The processor whose @stateful state to show.")],
+    key: Annotated[str | None, typer.Option("--key", help="Only this key (its value as text).")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many keys.")] = 20,
+    as_json: AsJson = False,
+) -> None:
+    """Show the keyed state of a processor's @stateful blocks: per key its variables, timers and last write."""
+    from weir.blocks.inspect import read_state, summary
+    from weir.cli.audit import checkpoints_of_spec
+    from weir.spark import spark_session
+
+    settings = load()
+    name, checkpoints = checkpoints_of_spec(pipeline, settings)
+    if processor not in checkpoints:
+        raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {', '.join(sorted(checkpoints))})")
+    checkpoint = checkpoints[processor]
+    spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
+    keys = list(read_state(spark, checkpoint, key=key, limit=limit))
+    if key is not None and not keys:
+        raise ValueError(f"{name}/{processor}: no state for key {key!r}")
+    total = summary(spark, checkpoint)
+    if as_json:
+        out.print_json(json.dumps({"processor": processor, "checkpoint": checkpoint, **total, "keys": keys},
+                                  default=str))  # fmt: skip
+        return
+    table = new_table("key", "state", "timers", "written", title=f"weir state {name} {processor}")
+    for k in keys:
+        state = json.dumps(k["state"], default=str)
+        table.add_row(str(k["key"]), state, ", ".join(k["timers"]) or "-", k["written"] or "-")
+    out.print(table)
+    out.print(
+        f"{total['buckets']} buckets, {total['bytes']:,} bytes stored; shown {len(keys)} key(s) (at most {limit}); "
+        f"{total.get('shape', '')}",
+        highlight=False, markup=False, soft_wrap=True,
+    )  # fmt: skip
