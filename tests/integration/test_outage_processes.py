@@ -28,6 +28,7 @@ from confluent_kafka import Producer
 
 from weir.kafka import Admin
 from weir.lake.archive import ARCHIVER_PREFIX, archiver_name
+from weir.testing.environment import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.integration
 CUT_S, RECOVER_S = 20.0, 10.0
@@ -118,7 +119,8 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
     with proxied_broker(tmp_path / "broker") as (through, direct, proxy):
         Admin(direct).create_topic("heal.orders", 2)
         env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": through, "WEIR_LAKE": str(lake),
-               "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"), "WEIR_TRIGGER": "1 second"}  # fmt: skip
+               "WEIR_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"), "WEIR_TRIGGER": "1 second",
+               "WEIR_SPARK_CONF": json.dumps(TEST_SPARK_CONF)}  # fmt: skip
         run = Child(["run", str(spec)], env, tmp_path / "run.log")
         serve = Child(["serve", str(spec), "--port", "0", "--timeout", "8"], env, tmp_path / "serve.log")
         monitor = Child(["monitor", str(spec), "--port", "0", "--interval", "1"], env, tmp_path / "monitor.log")
