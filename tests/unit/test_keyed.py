@@ -294,4 +294,32 @@ def test_the_stored_shape_explains_the_state_to_a_reader_without_the_code() -> N
     shape, _, data = handle.state.value
     assert keystate.declarations_of(shape) == decl
     (entry,) = keystate.inspected(data, shape, "weir state")
-    assert entry == {"key": "a", "state": {"seen": [("x", at(100))]}, "timers": [], "written": at(0).isoformat()}
+    assert entry == {"key": "a", "state": {"seen": [("x", at(100))]}, "timers": [], "written": at(100).isoformat()}
+
+
+def test_with_an_event_time_the_ttl_counts_from_the_records_not_the_first_batchs_watermark() -> None:
+    """The first batch runs at watermark 0: a write stamped with it would expire at the next batch."""
+    handle = FakeHandle()
+    p = processor(handle, ttl_ms=60_000)
+    call(p, [("a", 100_000, 1.0, None)], 0)
+    assert handle.timers == {160_000}
+    call(p, [("b", 150_000, 1.0, None)], 90_000)
+    assert sorted(Bucket.loads(handle.state.value[2], "f").entries) == ["a", "b"]
+    fire(p, 160_000, 160_000)
+    assert sorted(Bucket.loads(handle.state.value[2], "f").entries) == ["b"]
+
+
+def test_a_timer_handler_that_raises_fails_naming_the_key_and_the_timer() -> None:
+    def arm(key, records, state, timers):
+        timers.set(records[0]["ts"] + timedelta(seconds=1))
+
+    def broken(key, fired, state, timers):
+        raise KeyError("nope")
+
+    handle = FakeHandle()
+    p = processor(handle, on_timer=broken, fn=arm)
+    call(p, [("a", 100, 1.0, None)], 0)
+    with pytest.raises(
+        RuntimeError, match=r"spikes's timer handler for key 'a' at 1970-01-01 00:00:01.100000\+00:00 raised KeyError"
+    ):
+        fire(p, 2000, 1100)

@@ -226,7 +226,11 @@ class _Keyed(StatefulProcessor):
                     why = f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})"
                     failed.append(self._records(rows_k, DLQ, np.full(len(rows_k), why, dtype=object)))
                     continue
-                b.put(k, entry, state.written, now)
+                # When the state was written, on the processor's clock: with an event time, the latest record's
+                # (the watermark lags it, and is 0 before the first batch: every key written then would expire
+                # at the next batch)
+                stamp = -(-int(rows_k["__weir_ts_us"].max()) // 1000) if self.spec.event_time else now
+                b.put(k, entry, state.written, stamp)
             absorbed = len(on) - sum(len(f) for f in failed)
             if absorbed:
                 out.append(self._frame(1, **{ROUTE: np.array([ABSORB], dtype=object),
@@ -257,8 +261,11 @@ class _Keyed(StatefulProcessor):
             assert handler is not None  # timers are set only with a handler (Timers.set)
             # A handler that raises fails the query, naming key and timer: there is no record to dead-letter,
             # and skipping the timer would lose what it was for.
-            emitted += self._emits(k, handler(user_key, keystate.instant(at * 1000), state, timers), where)
-            b.put(k, entry, state.written, now)
+            try:
+                emitted += self._emits(k, handler(user_key, keystate.instant(at * 1000), state, timers), where)
+            except Exception as exc:
+                raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})") from exc
+            b.put(k, entry, state.written, at if self.spec.event_time else now)
         self._save(b, timer, existed)
         if emitted:
             yield self._emit_frame(emitted)

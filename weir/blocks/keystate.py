@@ -352,9 +352,10 @@ class Bucket:
         found = self.entries.get(key)
         return copy.deepcopy(found) if found is not None else empty_entry()
 
-    def put(self, key: Any, entry: dict, written: bool, now_ms: int) -> None:
+    def put(self, key: Any, entry: dict, written: bool, at_ms: int) -> None:
+        """Keep the key's entry after a call (`at_ms`: when it wrote, if it did), or drop it when it holds nothing."""
         if written:
-            entry["w"] = now_ms
+            entry["w"] = max(at_ms, entry["w"] or at_ms)  # a late write never moves the last one back
         if entry["s"] or entry["t"]:
             self.entries[key] = entry
         else:
