@@ -393,10 +393,8 @@ class Bucket:
 
 def from_wire(kind: str, v: Any) -> Any:
     """A wire value as the user's function sees it (None for null)."""
-    if v is None or (isinstance(v, float) and math.isnan(v) and kind != "double"):
-        return None
-    if kind == "double" and isinstance(v, float) and math.isnan(v):
-        return None  # pandas' null for a double column: Spark's NaN and null both arrive as NaN
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None  # pandas' null: a double column's NaN is Spark's null or NaN, which pandas cannot tell apart
     return {
         "int": int,
         "ts": lambda x: instant(int(x)),
