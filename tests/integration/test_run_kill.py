@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-from _pipe import Rec, produce, source, wait_for, weir_env
+from _pipe import Rec, consume_all, produce, wait_for, weir_env
 
 from weir.kafka import Admin
 
@@ -56,7 +56,7 @@ def archived_batches(home: Path) -> int:
                and r["input_rows"] > 0)  # fmt: skip
 
 
-def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, bootstrap, tmp_path):
+def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(bootstrap, tmp_path):
     prefix = uuid.uuid4().hex[:8]
     lake = tmp_path / "lake"
     home = tmp_path / "home"
@@ -92,11 +92,12 @@ def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, 
                              + (tmp_path / "run.log").read_text()[-6000:]) from None  # fmt: skip
     assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
 
-    out = source(spark, bootstrap, f"{prefix}.scaled", stream=False, startingOffsets="earliest").collect()
+    # Read back by a plain consumer: the test needs no Spark session of the run's, and runs beside the Spark tests
+    out = consume_all(bootstrap, f"{prefix}.scaled")
     by_source = {}
     for r in out:
-        origin = next(bytes(h["value"]).decode() for h in r["headers"] if h["key"] == "weir.source")
-        by_source.setdefault(origin, set()).add(json.loads(r["value"])["id"])
+        origin = next(bytes(v).decode() for k, v in r.headers() or () if k == "weir.source")
+        by_source.setdefault(origin, set()).add(json.loads(r.value())["id"])
     assert len(by_source) == N and all(len(v) == 1 for v in by_source.values())
     assert sorted(next(iter(v)) for v in by_source.values()) == list(range(N))
     assert len(out) == N, "a replay of `scale` wrote a record its first attempt had delivered"
@@ -106,6 +107,6 @@ def test_sigkill_and_restart_lose_nothing_and_parquet_stays_exactly_once(spark, 
     ids = table.column("id").to_pylist()
     coords = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
     assert len(coords) == len(set(coords)) == len(out)
-    assert Counter(ids) == Counter(json.loads(r["value"])["id"] for r in out) and set(ids) == set(range(N))
+    assert Counter(ids) == Counter(json.loads(r.value())["id"] for r in out) and set(ids) == set(range(N))
     assert table.column("cents").to_pylist() == [int(i / 4 * 100) for i in ids]
     assert not list(lake.rglob("*.tmp")) and all(f.stat().st_size > 0 for f in lake.rglob("*.parquet"))
