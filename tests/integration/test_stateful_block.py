@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from _pipe import Rec, produce, source
+from _pipe import Rec, produce, source, wait_for
 from pyspark.sql import functions as F
 from test_window import BASE_MS, check_accounting, run_routed
 from typer.testing import CliRunner
@@ -162,3 +163,41 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     assert sorted(k["key"] for k in listed["keys"]) == ["d1", "d2"] and listed["buckets"] >= 1
     missing = cli.invoke(app, ["state", "devices.py", "watch", "--key", "d9"])
     assert missing.exit_code == 2 and "no state for key 'd9'" in missing.output
+
+
+def test_on_the_wall_clock_timers_fire_and_the_ttl_clears_without_input(spark, bootstrap, topic_name, tmp_path):
+    """Without an event time the clock is the wall clock: Spark runs a micro-batch every trigger for such a query,
+    so a timer fires, and a key's state is cleared by its time to live, with no record arriving."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+
+    @stateful(key="device", output="rule STRING, amount DOUBLE", ttl="3s", state={"n": Value("bigint")})
+    def count(device, records, state, timers):
+        state.n.value = (state.n.value or 0) + len(records)
+        timers.clear()
+        timers.after(timedelta(seconds=1))
+
+    @count.on_timer
+    def report(device, at, state, timers):
+        yield {"rule": f"{state.n.value} records, then a second of quiet"}
+
+    produce(bootstrap, topic_name, [Rec(0, b"d1", json.dumps({"device": "d1", "amount": 1.0}).encode())] * 3)
+    stream = source(spark, bootstrap, topic_name, stream=True, startingOffsets="earliest", valueFormat="json",
+                    valueSchema="device STRING, amount DOUBLE")  # fmt: skip
+    seen: list = []
+    checkpoint = str(tmp_path / "ckpt")
+    query = (
+        count(stream).writeStream.foreachBatch(lambda df, _: seen.extend(df.collect()))
+        .option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start()
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: any(r._route == EMIT for r in seen), 90, "the wall-clock timer's row", about=query.lastProgress
+        )
+        # The state was written when the records came; 3 s later the time to live clears it, with no input
+        written = time.monotonic()
+        wait_for(lambda: time.monotonic() - written > 4 and query.lastProgress, 30, "a batch 4 s later")
+    finally:
+        query.stop()
+    assert [r.rule for r in seen if r._route == EMIT] == ["3 records, then a second of quiet"]
+    assert sum(r._absorbed or 0 for r in seen) == 3
+    assert list(read_state(spark, checkpoint)) == []  # d1's state expired and its timer fired: nothing is kept

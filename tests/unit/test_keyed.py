@@ -95,7 +95,9 @@ def test_the_bucket_expires_state_not_timers_and_knows_its_next_time() -> None:
     assert b.next_due(ttl_ms=None) == 5000
     assert b.next_due(ttl_ms=3000) == 4000  # a's state expires at 1000 + 3000
     assert b.expire(3999, 3000) == 0 and b.expire(4000, 3000) == 1 and "a" not in b.entries
-    assert b.expire(5000, 3000) == 1 and b.entries["b"]["s"] == {} and b.entries["b"]["t"] == [5000]
+    assert b.expire(5000, 3000) == 0  # b's timer is due: its call sees the state as of its instant, then expires it
+    keystate.expire_entry(b.entries["b"], 5000, 3000)
+    assert b.entries["b"]["s"] == {} and b.entries["b"]["t"] == [5000]
     assert b.due(4999) == [] and b.due(5000) == [(5000, "b")]
     with pytest.raises(ValueError, match="has format 9, this weir reads 1"):
         Bucket.loads(b'{"format": 9, "keys": []}', "f")
@@ -323,3 +325,21 @@ def test_a_timer_handler_that_raises_fails_naming_the_key_and_the_timer() -> Non
         RuntimeError, match=r"spikes's timer handler for key 'a' at 1970-01-01 00:00:01.100000\+00:00 raised KeyError"
     ):
         fire(p, 2000, 1100)
+
+
+def test_a_timer_due_before_the_keys_expiry_sees_its_state_even_when_both_are_due_in_one_call() -> None:
+    """On the wall clock a batch may come seconds late: a timer 1 s after the write and an expiry after 3 s are
+    then both due; the timer came first and sees the state, and the state is gone after it."""
+
+    def arm(key, records, state, timers):
+        state.n.value = len(records)
+        timers.after(timedelta(seconds=1))
+
+    def report(key, fired, state, timers):
+        yield {"seen": state.n.value}
+
+    handle = FakeHandle()
+    p = processor(handle, event_time=False, on_timer=report, ttl_ms=3000, state={"n": Value("bigint")}, fn=arm)
+    call(p, [("a", 0, 1.0, None), ("a", 0, 2.0, None)], 10_000)
+    out = fire(p, 14_000, 11_000)
+    assert pd.concat(out)["seen"].tolist() == ["2"] and handle.state.value is None

@@ -18,7 +18,7 @@ from weir.blocks import keystate
 _PREFIX = "stateful "  # of a @stateful block's stored shape (keyed._Spec.shape)
 
 
-class NoKeyedState(LookupError):
+class NoKeyedState(ValueError):
     """The checkpoint holds no state of a `@stateful` block: names the checkpoint and what it holds."""
 
 
@@ -31,16 +31,18 @@ def operators(spark: SparkSession, checkpoint: str) -> list[int]:
 def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, limit: int = 100) -> Iterator[dict]:
     """The keys of every `@stateful` block of the query at `checkpoint` (as of its last committed batch), at most
     `limit`; only `key` (as text) when given. Each: operator id, key, state, timers, last write
-    (keystate.inspected). NoKeyedState when no operator of the checkpoint is a `@stateful` block."""
-    found_block = False
+    (keystate.inspected). NoKeyedState when the checkpoint has no stateful operator; one whose keys all expired
+    or were cleared keeps nothing, and reads as no key."""
+    ops = operators(spark, checkpoint)
+    if not ops:
+        raise NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
     shown = 0
-    for op in operators(spark, checkpoint):
+    for op in ops:
         df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
         if "value" not in df.columns:
             continue
         rows = df.where(F.col("value.shape").startswith(_PREFIX)).select("value.shape", "value.keys")
         for shape, data in rows.toLocalIterator():
-            found_block = True
             for entry in keystate.inspected(bytes(data) if data is not None else None, shape, "weir state"):
                 if key is not None and str(entry["key"]) != key:
                     continue
@@ -48,8 +50,6 @@ def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, lim
                 shown += 1
                 if shown >= limit or key is not None:
                     return
-    if not found_block:
-        raise NoKeyedState(f"{checkpoint} holds no keyed state of a @stateful block")
 
 
 def summary(spark: SparkSession, checkpoint: str) -> dict[str, Any]:

@@ -248,11 +248,13 @@ class _Keyed(StatefulProcessor):
         if timer == expiredTimerInfo.getExpiryTimeInMs():
             timer = None  # Spark deletes the timer that fired once this returns
         now = self._now(timerValues)
-        b.expire(now, self.spec.ttl_ms)
         emitted: list[dict] = []
+        # In time order: each timer sees its key's state as of its instant (expired by then or not); the keys'
+        # expiry as of now comes after them
         for at, k in b.due(now):
             entry = b.entry(k)
             entry["t"] = [t for t in entry["t"] if t != at]
+            keystate.expire_entry(entry, at, self.spec.ttl_ms)
             user_key = self.spec.user_key(k)
             state = KeyState(user_key, entry, self.spec.state)
             timers = Timers(user_key, entry, now, True)
@@ -266,6 +268,7 @@ class _Keyed(StatefulProcessor):
             except Exception as exc:
                 raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})") from exc
             b.put(k, entry, state.written, at if self.spec.event_time else now)
+        b.expire(now, self.spec.ttl_ms)
         self._save(b, timer, existed)
         if emitted:
             yield self._emit_frame(emitted)

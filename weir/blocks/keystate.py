@@ -319,6 +319,17 @@ class Timers:
         return [instant(t * 1000) for t in self._entry["t"]]
 
 
+def expired(entry: dict, at_ms: int, ttl_ms: int | None) -> bool:
+    """Whether the entry's state was last written `ttl_ms` or more before `at_ms`."""
+    return ttl_ms is not None and bool(entry["s"]) and entry["w"] is not None and entry["w"] + ttl_ms <= at_ms
+
+
+def expire_entry(entry: dict, at_ms: int, ttl_ms: int | None) -> None:
+    """Clear the entry's state if it expired by `at_ms` (its timers stay)."""
+    if expired(entry, at_ms, ttl_ms):
+        entry["s"], entry["w"] = {}, None
+
+
 def empty_entry() -> dict:
     return {"s": {}, "t": [], "w": None}
 
@@ -362,10 +373,15 @@ class Bucket:
             self.entries.pop(key, None)
 
     def expire(self, now_ms: int, ttl_ms: int | None) -> int:
-        """Clear the state of every key not written for `ttl_ms` (its timers stay); how many keys it cleared."""
+        """Clear the state of every key not written for `ttl_ms` (its timers stay); how many keys it cleared. A key
+        with a timer due keeps it for now: the timer came first, and its call expires the state as of its instant
+        (`expire_entry`)."""
         if ttl_ms is None:
             return 0
-        gone = [k for k, e in self.entries.items() if e["s"] and e["w"] is not None and e["w"] + ttl_ms <= now_ms]
+        gone = [
+            k for k, e in self.entries.items()
+            if expired(e, now_ms, ttl_ms) and not (e["t"] and e["t"][0] <= now_ms)
+        ]  # fmt: skip
         for k in gone:
             e = self.entries[k]
             e["s"], e["w"] = {}, None
