@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StringType
+from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
 _SETTINGS: ContextVar[list[dict[str, str]] | None] = ContextVar("weir_block_settings", default=None)
 
@@ -84,6 +84,14 @@ def bucket(key: Column, buckets: int) -> Column:
 def timer_ms(us: int) -> int:
     """An event-time timer for time `us`: rounded up, so it never fires before the watermark reaches `us`."""
     return -(-us // 1000)
+
+
+def bucket_state(data: str) -> StructType:
+    """The ValueState `store_bucket` writes: the state's shape, the bucket's one timer (ms) and its data, under
+    the name `data` (each block's own: a checkpoint stores the schema with the state, so a name never changes)."""
+    return StructType(
+        [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField(data, BinaryType())]
+    )
 
 
 def store_bucket(

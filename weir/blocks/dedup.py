@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket, wire, wire_type
 from weir.blocks.window import check_keyed_stream, interval_ms, watermark_delay
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
@@ -121,9 +121,7 @@ class _Dedup(StatefulProcessor):
         return iter(())
 
 
-_BUCKET_STATE = StructType(
-    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("keys", BinaryType())]
-)
+_BUCKET_STATE = bucket_state("keys")
 
 
 def _identity(c: Column, t: DataType) -> Column:

@@ -57,7 +57,7 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import keystate
-from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket
+from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket
 from weir.blocks.keystate import Bucket, Declaration, KeyState, ListOf, MapOf, StateError, Timers, Value
 from weir.blocks.window import (
     check_kafka_columns,
@@ -76,9 +76,7 @@ __all__ = ["ListOf", "MapOf", "Stateful", "Value", "stateful"]
 
 _KAFKA = ("topic", "partition", "offset", "key", "value", ROUTE, ABSORBED, ERROR_COLUMN)
 _HIDDEN = ("key", "value", "headers", "timestampType", ERROR_COLUMN)  # not handed to the function
-_STATE = StructType(
-    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("keys", BinaryType())]
-)
+_STATE = bucket_state("keys")
 
 Process = Callable[[Any, list[dict], KeyState, Timers], Iterable[Mapping[str, Any]] | None]
 OnTimer = Callable[[Any, Any, KeyState, Timers], Iterable[Mapping[str, Any]] | None]

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 from weir import units
 from weir.blocks import aggregates, windowing
 from weir.blocks.aggregates import settled
-from weir.blocks.common import bucket, bucket_count, col, one_frame, settle, store_bucket, wire, wire_type
+from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
@@ -200,9 +200,7 @@ def _texts(us: np.ndarray, null: np.ndarray) -> np.ndarray:
     return out
 
 
-_BUCKET_STATE = StructType(
-    [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField("windows", BinaryType())]
-)
+_BUCKET_STATE = bucket_state("windows")
 
 
 @dataclass(frozen=True)
