@@ -1,7 +1,8 @@
 """`weir graph` makes every check `weir run` makes before it starts, without data (docs/pipelines.md, "Running"):
 each function applied to empty inputs of its topics' schemas (a column it names that does not exist, a result
-missing a declared field: one line each), and a stateful processor's state against its checkpoint, naming the
-field that changed; and `weir run` refuses that state before its HTTP source answers. In the test's process, on
+missing a declared field: one line each), and a stateful processor's state against its checkpoint: a nullable
+field added resumes, and graph says so; a changed key is refused naming it, and `weir run` refuses it before its
+HTTP source answers. In the test's process, on
 the run's Spark session, except one `weir graph` in a process of its own, whose whole stderr is counted."""
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ def heat(df):
 
 @p.processor(inputs=[readings], outputs=[unique], stateful=True)
 def once(df):  # its result carries its input's fields: a field added there changes the state's shape
-    return deduplicate(df, key="device", event_time="timestamp", horizon="1 hour", watermark="10 seconds")
+    return deduplicate(df, key="{key}", event_time="timestamp", horizon="1 hour", watermark="10 seconds")
 """
 
 
-def spec(tmp: Path, name: str, prefix: str, column: str = "celsius", extra: str = "", select: str = "") -> Path:
+def spec(
+    tmp: Path, name: str, prefix: str, column: str = "celsius", extra: str = "", select: str = "", key: str = "device"
+) -> Path:
     path = tmp / f"{name}.py"
-    text = PIPELINE.format(prefix=prefix, port=8660, column=column, extra=extra, select=select)
+    text = PIPELINE.format(prefix=prefix, port=8660, column=column, extra=extra, select=select, key=key)
     path.write_text(textwrap.dedent(text))
     return path
 
@@ -76,7 +79,7 @@ def test_a_result_missing_a_declared_field_and_a_missing_column_fail_graph_one_l
     assert result.exit_code == 2 and f"processor heat: output {env}.hot lacks field(s) celsius" in result.output
 
 
-def test_a_field_added_to_a_stateful_input_is_named_by_graph_and_refused_before_the_http_source(
+def test_a_nullable_field_added_to_a_stateful_input_resumes_and_a_changed_key_is_refused_before_the_http_source(
     env, tmp_path, monkeypatch
 ):
     from weir.cli import pipelines
@@ -87,15 +90,22 @@ def test_a_field_added_to_a_stateful_input_is_named_by_graph_and_refused_before_
     Runner(load_pipeline(str(spec(tmp_path, "v1", env))), load()).prepare()  # the state's record, as weir run writes
     v2 = spec(tmp_path, "v2", env, extra=", humidity DOUBLE")
     result = CliRunner().invoke(app, ["graph", str(v2)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "processor once: resumes from its state across its result gained field humidity (double), nullable; input "
+        f"{env}.readings: its declared schema gained field humidity (DOUBLE)"
+    ) in " ".join(result.output.split())
+    v3 = spec(tmp_path, "v3", env, key="celsius")
+    result = CliRunner().invoke(app, ["graph", str(v3)])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
     assert "processor once: cannot resume from the state" in said and "heat" not in said
-    assert f"its result gained field humidity (double); since the state was written, input {env}.readings: its " \
-           "declared schema gained field humidity (DOUBLE); the code is unchanged" in said  # fmt: skip
+    assert "deduplicate's key changed from device to celsius; the code changed (src-" in said, said
+    assert "`weir run --reset once` (it publishes nothing its outputs already hold)" in said
     served = []
     monkeypatch.setattr(pipelines, "http_sources", lambda *a: served.append(a))
-    result = CliRunner().invoke(app, ["run", str(v2)])
-    assert result.exit_code == 2 and "gained field humidity" in result.output and served == []
+    result = CliRunner().invoke(app, ["run", str(v3)])
+    assert result.exit_code == 2 and "key changed from device to celsius" in result.output and served == []
 
 
 def test_weir_graph_in_its_own_process_says_a_missing_column_in_one_line(bootstrap, tmp_path):

@@ -247,18 +247,25 @@ def test_a_source_processor_feeds_a_downstream_processor(spark, bootstrap, tmp_p
     assert report["processors"]["evens"]["lag"] is not None
 
 
-def test_a_stateful_join_accounts_for_both_inputs(spark, bootstrap, tmp_path):
+def test_a_stateful_join_accounts_for_both_inputs_and_resumes_its_state_across_a_nullable_field(
+    spark, bootstrap, tmp_path
+):
     from weir.blocks.join import join_table
 
     prefix = uuid.uuid4().hex[:8]
-    p = Pipeline(f"join-{prefix}")
-    orders = p.topic(f"{prefix}.orders", schema="id STRING NOT NULL, cid STRING, amount DOUBLE", key="id")
-    customers = p.table(f"{prefix}.customers", schema="cid STRING, segment STRING", key="cid")
-    enriched = p.topic(f"{prefix}.enriched", schema="id STRING, cid STRING, amount DOUBLE, segment STRING", key="id")
 
-    @p.processor(inputs=[orders, customers], outputs=[enriched], stateful=True)
-    def enrich(o, c):
-        return join_table(o, c, key="cid", how="inner")
+    def pipeline(extra: str = "") -> Pipeline:  # `extra`: a field added to orders and to the result
+        p = Pipeline(f"join-{prefix}")
+        orders = p.topic(f"{prefix}.orders", schema=f"id STRING NOT NULL, cid STRING, amount DOUBLE{extra}", key="id")
+        customers = p.table(f"{prefix}.customers", schema="cid STRING, segment STRING", key="cid")
+        enriched = p.topic(f"{prefix}.enriched", schema=f"id STRING, cid STRING, amount DOUBLE, segment STRING{extra}",
+                           key="id")  # fmt: skip
+
+        @p.processor(inputs=[orders, customers], outputs=[enriched], stateful=True)
+        def enrich(o, c):
+            return join_table(o, c, key="cid", how="inner")
+
+        return p
 
     admin = Admin(bootstrap)
     admin.create_topic(f"{prefix}.orders", 1)
@@ -277,7 +284,7 @@ def test_a_stateful_join_accounts_for_both_inputs(spark, bootstrap, tmp_path):
         Rec(0, b"o4", b'{"cid": "c1"}', timestamp_ms=t0 + 1000),  # no id: a dead letter
     ])  # fmt: skip
     s = settings(tmp_path, bootstrap)
-    r = Runner(p, s, spark=spark, available_now=True).start()
+    r = Runner(pipeline(), s, spark=spark, available_now=True).start()
     assert r.wait(300)
     r.stop()
     out = {
@@ -287,10 +294,32 @@ def test_a_stateful_join_accounts_for_both_inputs(spark, bootstrap, tmp_path):
     assert out == {"o1": "gold", "o2": "silver"}
     assert {bytes(x["key"] or b"-") for x in read_topic(spark, bootstrap, f"{prefix}.customers.dlq")} == {b"-", b"c3"}
     assert {bytes(x["key"]) for x in read_topic(spark, bootstrap, f"{prefix}.orders.dlq")} == {b"o4"}
-    progress = progress_records(s, p.name)
+    progress = progress_records(s, f"join-{prefix}")
     assert all(x["accounting"]["balanced"] for x in progress), [x["accounting"] for x in progress]
     total = {k: sum(x["accounting"][k] for x in progress) for k in ("in", "out", "filtered", "dlq", "absorbed")}
     assert total == {"in": 8, "out": 2, "filtered": 1, "dlq": 3, "absorbed": 2}
+
+    # Orders gain a nullable field: the processor resumes from its offsets and its table state, without a reset.
+    # o5 joins c1 from the state (the customers topic is not read again) and carries the new field.
+    produce(bootstrap, f"{prefix}.orders", [
+        Rec(0, b"o5", b'{"id": "o5", "cid": "c1", "amount": 50.0, "channel": "web"}', timestamp_ms=t0 + 2000),
+    ])  # fmt: skip
+    r = Runner(pipeline(", channel STRING"), s, spark=spark, available_now=True).start()
+    assert r.status["enrich"].note == (
+        "processor enrich: resumes from its state across its result gained field channel (string), nullable; input "
+        f"{prefix}.orders: its declared schema gained field channel (STRING)"
+    )
+    assert r.wait(300)
+    r.stop()
+    values = [json.loads(x["value"]) for x in read_topic(spark, bootstrap, f"{prefix}.enriched")]
+    assert sorted((v["id"], v["segment"], v.get("channel")) for v in values) == [
+        ("o1", "gold", None), ("o2", "silver", None), ("o5", "gold", "web"),
+    ]  # fmt: skip
+    after = progress_records(s, f"join-{prefix}")[len(progress) :]
+    assert sum(x["accounting"]["in"] for x in after) == 1 and all(x["accounting"]["balanced"] for x in after)
+    assert [x["note"] for x in progress_records(s, f"join-{prefix}", "state") if x["state"] == "state_evolved"] == [
+        r.status["enrich"].note
+    ]
 
 
 def test_an_incompatible_state_change_is_refused_with_a_clear_message(spark, bootstrap, tmp_path):

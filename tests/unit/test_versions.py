@@ -56,3 +56,62 @@ def test_shapes_compare_per_output_topic_and_schemas_field_by_field():
     ]
     assert versions.block_changes([BLOCK], [BLOCK]) == []
     assert versions.block_changes([BLOCK], []) == ["its blocks changed from ['tumbling_window'] to []"]
+
+
+def test_a_nullable_field_gained_resumes_and_says_so_a_state_setting_changed_refuses(tmp_path):
+    cp = str(tmp_path / "counts")
+    schemas = {"readings": "device STRING, celsius DOUBLE"}
+    versions.check(counts(), cp, "struct<device:string,celsius:double>", schemas, [BLOCK], required={"": ["device"]})
+    evolved = {"readings": "device STRING, celsius DOUBLE, humidity DOUBLE"}
+    note = versions.check(counts(), cp, "struct<device:string,celsius:double,humidity:double>", evolved,
+                          [BLOCK | {"watermark": "1 minute"}], required={"": ["device"]})  # fmt: skip
+    assert note == (
+        "processor counts: resumes from its state across its result gained field humidity (double), nullable; "
+        "tumbling_window's watermark changed from 10 seconds to 1 minute; input readings: its declared schema "
+        "gained field humidity (DOUBLE)"
+    )
+    assert versions.read(cp).result_schema.endswith("humidity:double>")  # the next start compares with this one
+    assert versions.check(counts(), cp, "struct<device:string,celsius:double,humidity:double>", evolved,
+                          [BLOCK | {"watermark": "1 minute"}], required={"": ["device"]}) is None  # fmt: skip
+    for result, blocks, required, said in [
+        ("struct<device:string,celsius:double,humidity:double,n:bigint>", [BLOCK | {"watermark": "1 minute"}],
+         {"": ["device", "n"]}, "its result gained field n (bigint), which is not nullable: declare it nullable"),
+        ("struct<device:string,celsius:double,humidity:double>", [BLOCK | {"watermark": "1 minute", "key": "room"}],
+         {}, "tumbling_window's key changed from device to room"),
+        ("struct<device:string,celsius:double>", [BLOCK | {"watermark": "1 minute"}], {},
+         "its result lost field humidity (double)"),
+        ("struct<device:string,celsius:float,humidity:double>", [BLOCK | {"watermark": "1 minute"}], {},
+         "its result's field celsius changed from double to float"),
+    ]:  # fmt: skip
+        with pytest.raises(versions.IncompatibleChange) as refused:
+            versions.check(counts(), cp, result, evolved, blocks, required=required)
+        assert said in str(refused.value) and "weir run --reset counts" in str(refused.value)
+
+
+def test_a_result_change_is_refused_when_sparks_own_operator_keeps_its_rows(tmp_path):
+    stored = versions.VersionRecord("counts", "v", True, ["readings"], "struct<device:string,n:bigint>")
+    gained = versions.VersionRecord("counts", "v", True, ["readings"], "struct<device:string,n:bigint,m:bigint>")
+    assert versions.decide(stored, gained, ["transformWithStateInPandasExec"]).evolved == [
+        "its result gained field m (bigint), nullable"
+    ]
+    refused = versions.decide(stored, gained, ["stateStoreSave", "stateStoreRestore"]).refused
+    assert refused == [
+        "its result gained field m (bigint), and Spark's own stateStoreRestore, stateStoreSave keeps rows of the "
+        "result in its state"
+    ]
+
+
+def test_the_operators_of_a_checkpoints_state_are_read_from_sparks_metadata(tmp_path):
+    from weir.storage.checkpoint import Checkpoint
+
+    cp = tmp_path / "cp"
+    assert Checkpoint(str(cp)).state_operators() == []
+    v1 = cp / "state" / "0" / "_metadata"
+    v1.mkdir(parents=True)
+    (v1 / "metadata").write_text('v1\n{"operatorInfo":{"operatorId":0,"operatorName":"dedupe"},"stateStoreInfo":[]}')
+    v2 = cp / "state" / "1" / "_metadata" / "v2"
+    v2.mkdir(parents=True)
+    for batch, name in [(0, "old"), (4, "transformWithStateInPandasExec")]:
+        (v2 / str(batch)).write_text(f'v2\n{{"operatorInfo":{{"operatorId":1,"operatorName":"{name}"}}}}')
+    (v2 / ".4.crc").write_text("crc")
+    assert Checkpoint(str(cp)).state_operators() == ["dedupe", "transformWithStateInPandasExec"]

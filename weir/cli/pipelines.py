@@ -51,8 +51,7 @@ def graph(
     runner = Runner(declared, load())  # with its archivers and views, as `weir run` runs it
     own = SparkSession.getActiveSession() is None
     try:
-        if not declaration:
-            runner.prepare(record=False)
+        notes = {} if declaration else runner.prepare(record=False)
     finally:
         # A session this command started is stopped before the exit: its Python workers otherwise die on a
         # broken pipe, a traceback on stderr after the one line that says what is wrong.
@@ -62,6 +61,10 @@ def graph(
     if not as_dot:
         out.print(g.text(p), highlight=False, markup=False)
         out.print()
+        for note in notes.values():  # what `weir run` will do with each checkpoint: resume across a change
+            out.print(note, highlight=False, markup=False)
+        if notes:
+            out.print()
     print(g.dot(p))
 
 

@@ -134,7 +134,7 @@ class Track:
             self.lifecycle = "failed" if record.next_restart_s is None else "restarting"
             self.lifecycle_ms = record.at_ms
         elif isinstance(record, StateChange):
-            if record.state == "code_changed":
+            if record.state in ("code_changed", "state_evolved"):
                 self.note = record.note
             else:
                 self.lifecycle, self.lifecycle_ms = record.state, record.at_ms

@@ -283,8 +283,9 @@ class Runner:
         self._folder = Folder(int(retained))
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener)
-        for name, note in notes.items():
-            self.publisher.publish("state", name, state="code_changed", note=note)
+        for name, note in notes.items():  # changed code, or a state resumed across a change (versions.check)
+            state = "code_changed" if ": code version " in note else "state_evolved"
+            self.publisher.publish("state", name, state=state, note=note)
         self._watch = BrokerWatch(metadata_probe(self.settings.client_config(), timeout=5.0))
         self._watch.start()
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
@@ -313,13 +314,15 @@ class Runner:
             try:
                 with settings_noted() as blocks:
                     result = b.trace()
+                results = result if isinstance(result, dict) else {"": result}
                 shape = (
                     result.schema.simpleString()
                     if not isinstance(result, dict)
                     else json.dumps({k: v.schema.simpleString() for k, v in result.items()}, sort_keys=True)
                 )
+                required = {k: [f.name for f in v.schema.fields if not f.nullable] for k, v in results.items()}
                 schemas = {t: self.pipeline.topics[t].schema for t in proc.inputs if t in self.pipeline.topics}
-                note = versions.check(proc, self.checkpoint(proc), shape, schemas, blocks, record=record)
+                note = versions.check(proc, self.checkpoint(proc), shape, schemas, blocks, record, required)
             except versions.IncompatibleChange as exc:
                 refused.append(str(exc))
                 incompatible = True

@@ -44,6 +44,8 @@ class VersionRecord:
     # Each start whose version changed: {"version", "first_batch" (the first batch it ran), "at"}; the audit
     # attributes batches to versions by them (kafka/audit.py releases_of), for `weir backfill --version`.
     releases: list[dict] = field(default_factory=list)
+    # The result's non-nullable fields by output topic ("" for one DataFrame): a field added may be nullable only.
+    required: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
@@ -63,53 +65,112 @@ def write(checkpoint: str, record: VersionRecord) -> None:
     paths.write_atomic(filesystem, path, json.dumps(asdict(record), indent=1).encode())
 
 
+# The block settings a restart may change, since no state depends on them: a watermark's delay, deduplication's
+# horizon, the name a join gives its table in errors. Any other (a key, a window's size or slide, an aggregate, a
+# @stateful function's declarations or time to live) built the state, and its change is refused.
+MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name"})
+# weir's blocks keep their state in transformWithStateInPandas, whose schema is weir's and never a result's;
+# Spark's own stateful operators (an aggregation, dropDuplicates, a stream-stream join) hold rows of it.
+_WEIR_STATE_OPERATORS = frozenset({"transformWithStateInPandasExec"})
+
+
+@dataclass
+class Decision:
+    """What a restart of a stateful processor makes of the changes since its state was written: `refused`, the
+    changes its state cannot take; `evolved`, those it resumes across; `causes`, what else changed (an input's
+    declared schema, the code) to explain a refusal."""
+
+    refused: list[str]
+    evolved: list[str]
+    causes: list[str]
+
+
+def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[str] = ()) -> Decision:
+    """Compare a stateful processor's stored version record with its current one (pure).
+
+    A result that only gained nullable fields resumes: weir's blocks hold no row of it. It refuses when Spark's
+    own stateful operators hold state (`spark_operators`), when a field was lost, changed type or is not
+    nullable, when the inputs changed, or when a block or a block setting the state depends on changed."""
+    refused, evolved = [], []
+    spark_state = [op for op in spark_operators if op not in _WEIR_STATE_OPERATORS]
+    if stored.result_schema != current.result_schema:
+        for change in shape_changes(stored.result_schema, current.result_schema):
+            added = _added_field(change)
+            if spark_state:
+                refused.append(f"{change}, and Spark's own {', '.join(sorted(set(spark_state)))} keeps rows of the "
+                               f"result in its state")  # fmt: skip
+            elif added is None:
+                refused.append(change)
+            elif added in current.required.get(_topic_of(change), ()):
+                refused.append(f"{change}, which is not nullable: declare it nullable to resume")
+            else:
+                evolved.append(f"{change}, nullable")
+    if stored.inputs != current.inputs:
+        refused.append(f"its inputs changed from {stored.inputs} to {current.inputs}")
+    if not stored.stateful:
+        refused.append("it was stateless and is now stateful")
+    if stored.blocks:  # none: an older record, which kept no settings
+        for change, setting in block_changes(stored.blocks, current.blocks, with_setting=True):
+            (evolved if setting in MUTABLE_SETTINGS else refused).append(change)
+    causes = [
+        f"input {t}: {c}"
+        for t in current.inputs
+        if t in stored.input_schemas and stored.input_schemas[t] != current.input_schemas.get(t)
+        for c in schema_changes(stored.input_schemas[t], current.input_schemas.get(t, ""))
+    ]
+    return Decision(refused, evolved, causes)
+
+
+def _added_field(change: str) -> str | None:
+    """The field a result gained, from shape_changes' line; None for any other change."""
+    _, sep, tail = change.partition(" gained field ")
+    return tail.rsplit(" (", 1)[0] if sep else None
+
+
+def _topic_of(change: str) -> str:
+    """The output topic a shape_changes line is about ("" for a result of one DataFrame)."""
+    head = change.split(" gained field ")[0]
+    return head[len("its result for ") :] if head.startswith("its result for ") else ""
+
+
 def check(
     proc: Processor, checkpoint: str, result_schema: str, input_schemas: dict[str, str] | None = None,
-    blocks: list[dict[str, str]] | None = None, record: bool = True,
+    blocks: list[dict[str, str]] | None = None, record: bool = True, required: dict[str, list[str]] | None = None,
 ) -> str | None:  # fmt: skip
     """Raise IncompatibleChange, or store the current version (unless `record` is False: `weir graph` only
-    looks); returns a note when the code changed."""
+    looks); returns a note when the code changed or the state resumes across a change (`decide`). `required`:
+    the result's non-nullable fields by output topic ("" for a result of one DataFrame)."""
     stored = read(checkpoint)
     current = VersionRecord(
         proc.name, proc.version, proc.stateful, list(proc.inputs), result_schema, dict(input_schemas or {}),
-        list(blocks or []), _releases(checkpoint, stored, proc.version),
+        list(blocks or []), _releases(checkpoint, stored, proc.version), dict(required or {}),
     )  # fmt: skip
-    note = None
+    notes = []
     if stored is not None and stored.version != current.version:
-        note = f"processor {proc.name}: code version {stored.version} -> {current.version}"
+        notes.append(f"code version {stored.version} -> {current.version}")
     if stored is not None and proc.stateful:
         # Checked whatever the version says: the same source can build other state (a closure's value).
-        changes = []
-        if stored.result_schema != current.result_schema:
-            changes += shape_changes(stored.result_schema, current.result_schema)
-        if stored.inputs != current.inputs:
-            changes.append(f"its inputs changed from {stored.inputs} to {current.inputs}")
-        if not stored.stateful:
-            changes.append("it was stateless and is now stateful")
-        if changes:
-            # What else changed since the state was written explains the change of shape: an input's declared
-            # schema (a field added), a block's settings, the code.
-            causes = [
-                f"input {t}: {c}"
-                for t in current.inputs
-                if t in stored.input_schemas and stored.input_schemas[t] != current.input_schemas.get(t)
-                for c in schema_changes(stored.input_schemas[t], current.input_schemas.get(t, ""))
-            ]
-            causes += block_changes(stored.blocks, current.blocks) if stored.blocks else []  # none: an older record
+        decision = decide(stored, current, Checkpoint(checkpoint).state_operators())
+        if decision.refused:
+            # What else changed since the state was written explains the refusal: an input's declared schema (a
+            # field added), a change the state could take, the code.
+            causes = decision.causes + decision.evolved
             code = (
                 f"the code is unchanged ({current.version})"
                 if stored.version == current.version
                 else f"the code changed ({stored.version} -> {current.version})"
             )
             raise IncompatibleChange(
-                f"processor {proc.name}: cannot resume from the state in {checkpoint}: {'; '.join(changes)}"
+                f"processor {proc.name}: cannot resume from the state in {checkpoint}: {'; '.join(decision.refused)}"
                 + (f"; since the state was written, {'; '.join(causes)}" if causes else "")
                 + f"; {code}. Restore what changed, or rebuild the state from the earliest offsets of its inputs "
-                f"with `weir run --reset {proc.name}`."
+                f"with `weir run --reset {proc.name}` (it publishes nothing its outputs already hold)."
             )
+        if decision.evolved or decision.causes:
+            notes.append(f"resumes from its state across {'; '.join(decision.evolved + decision.causes)}")
     if record and stored != current:
         write(checkpoint, current)
-    return note
+    return f"processor {proc.name}: {'; '.join(notes)}" if notes else None
 
 
 def _releases(checkpoint: str, stored: VersionRecord | None, version: str) -> list[dict]:
@@ -185,16 +246,19 @@ def schema_changes(old: str, new: str) -> list[str]:
     return _field_changes("its declared schema", fields(old), fields(new)) or [f"schema {old!r} -> {new!r}"]
 
 
-def block_changes(old: list[dict[str, str]], new: list[dict[str, str]]) -> list[str]:
-    """The stateful blocks' settings, compared call by call."""
+def block_changes(old: list[dict[str, str]], new: list[dict[str, str]], with_setting: bool = False) -> list:
+    """The stateful blocks' settings, compared call by call; with `with_setting`, (change, setting) pairs (the
+    setting "block" for a change of the blocks themselves)."""
     if [b["block"] for b in old] != [b["block"] for b in new]:
-        return [f"its blocks changed from {[b['block'] for b in old]} to {[b['block'] for b in new]}"]
-    return [
-        f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}"
-        for a, b in zip(old, new, strict=True)
-        for k in dict.fromkeys([*a, *b])
-        if a.get(k) != b.get(k)
-    ]
+        changes = [(f"its blocks changed from {[b['block'] for b in old]} to {[b['block'] for b in new]}", "block")]
+    else:
+        changes = [
+            (f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}", k)
+            for a, b in zip(old, new, strict=True)
+            for k in dict.fromkeys([*a, *b])
+            if a.get(k) != b.get(k)
+        ]
+    return changes if with_setting else [change for change, _ in changes]
 
 
 def reset(checkpoint: str) -> bool:

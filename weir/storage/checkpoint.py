@@ -121,6 +121,25 @@ class Checkpoint:
         """The head of the query's id (Spark's `metadata`): new with every new checkpoint, kept by restarts."""
         return str(read_json(self.metadata)["id"]).replace("-", "")[:8]
 
+    def state_operators(self) -> list[str]:
+        """The names of the stateful operators whose state the checkpoint holds, by operator id: Spark's operator
+        metadata (`state/<id>/_metadata/metadata`, or the latest of `_metadata/v2/<batch>` for transformWithState),
+        a first line naming its format, then JSON. [] without state."""
+        from pyarrow import fs
+
+        filesystem, path = paths.resolve(self.state)
+        names = []
+        for op in sorted(filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True)), key=lambda i: i.path):
+            if op.type != fs.FileType.Directory or not op.base_name.isdigit():
+                continue
+            meta = paths.join(self.state, op.base_name, "_metadata")
+            text = read_text(paths.join(meta, "metadata"))
+            if text is None and (versions := batches(paths.join(meta, "v2"))):
+                text = read_text(paths.join(meta, "v2", str(versions[-1])))
+            if text is not None:
+                names.append(json.loads(text.partition("\n")[2])["operatorInfo"]["operatorName"])
+        return names
+
 
 def batches(location: str) -> list[int]:
     """The batch ids of a directory of numbered files (`offsets/`, `commits/`), sorted; [] when it is absent.
