@@ -154,10 +154,12 @@ def reference(stream: list[tuple[str, float]]) -> list[tuple[str, float, int]]:
     return out
 
 
-def processor(handle: FakeHandle, event_time: bool = True, on_timer=None, ttl_ms=None, state=None, fn=spikes):
+def processor(
+    handle: FakeHandle, event_time: bool = True, on_timer=None, ttl_ms=None, state=None, fn=spikes, migrate=None
+):
     decl = state or {"last": ListOf("double", keep=3), "seen": Value("bigint")}
     spec = _Spec("spikes", "customer", "str", FIELDS, OUTPUTS, decl, fn, on_timer, "ts" if event_time else None,
-                 ttl_ms, 8)  # fmt: skip
+                 ttl_ms, 8, migrate)  # fmt: skip
     p = _Keyed(spec, INPUTS, NAMES)
     p.init(handle)
     return p
@@ -286,6 +288,59 @@ def test_a_state_of_another_shape_is_refused_naming_both() -> None:
         ValueError, match=r"built as \[stateful buckets=8 clock=event ttl_ms=None state=last:list<double> keep=3"
     ):
         call(other, [("a", 200, 1.0, None)], 0)
+
+
+def test_a_migration_rewrites_each_key_of_a_bucket_once_keeping_timers_and_refusing_what_it_cannot() -> None:
+    handle = FakeHandle()
+
+    def remind(key, records, state, timers):
+        yield from spikes(key, records, state, timers)
+        timers.set(at(records[-1]["ts"].timestamp() * 1000 + 60_000))
+
+    call(processor(handle, fn=remind, on_timer=lambda *a: ()), [("a", 100, 1.0, None), ("a", 200, 2.0, None),
+                                                                ("b", 300, 5.0, None)], 0)  # fmt: skip
+    new = {"amounts": ListOf("double", keep=5), "total": Value("double"), "n": Value("bigint")}
+    seen = []
+
+    def migrate(key, old):
+        seen.append((key, old))
+        return {"amounts": old.get("last", []), "total": sum(old.get("last", [])), "n": old.get("seen")}
+
+    def count(key, records, state, timers):
+        state.n.value += len(records)
+
+    migrated = processor(handle, state=new, fn=count, migrate=migrate)
+    with pytest.raises(ValueError, match=r"declare a migration of changed declarations \(@spikes.migrate\)"):
+        call(processor(handle, state=new, fn=count), [("a", 400, 1.0, None)], 0)  # none declared
+    call(migrated, [("a", 400, 1.0, None)], 0)
+    assert seen == [("a", {"last": [1.0, 2.0], "seen": 2}), ("b", {"last": [5.0], "seen": 1})]
+    shape, _, data = handle.state.value
+    assert shape == migrated.spec.shape and keystate.declarations_of(shape) == new
+    entries = Bucket.loads(data, "f").entries
+    assert entries["a"]["s"] == {"amounts": [1.0, 2.0], "total": 3.0, "n": 3}  # migrated, then the call's record
+    assert entries["b"]["s"] == {"amounts": [5.0], "total": 5.0, "n": 1} and entries["b"]["t"] == [60_300]
+    call(migrated, [("b", 500, 1.0, None)], 0)  # stored as the new shape: not migrated again
+    assert len(seen) == 2 and Bucket.loads(handle.state.value[2], "f").entries["b"]["s"]["n"] == 2
+    assert keystate.unmigrated("stateful buckets=8 clock=event ttl_ms=None state=a:value<bigint>", shape)
+    assert not keystate.unmigrated("stateful buckets=16 clock=event ttl_ms=None state=a:value<bigint>", shape)
+
+
+@pytest.mark.parametrize(
+    ("migration", "said"),
+    [
+        (lambda key, old: {"total": "x"}, r"spikes's migration for key 'a' raised StateError: state 'total' of key "
+                                          r"'a' is double: cannot hold str 'x'"),
+        (lambda key, old: {"nope": 1}, r"returned state 'nope', which is not declared \(total\)"),
+        (lambda key, old: 1 / 0, r"spikes's migration for key 'a' raised ZeroDivisionError"),
+    ],
+)  # fmt: skip
+def test_a_migration_that_fails_fails_the_call_naming_the_key_and_leaves_the_state(migration, said) -> None:
+    handle = FakeHandle()
+    call(processor(handle), [("a", 100, 1.0, None)], 0)
+    before = handle.state.value
+    with pytest.raises(RuntimeError, match=said):
+        call(processor(handle, state={"total": Value("double")}, migrate=migration), [("a", 200, 1.0, None)], 0)
+    assert handle.state.value == before
 
 
 def test_the_stored_shape_explains_the_state_to_a_reader_without_the_code() -> None:

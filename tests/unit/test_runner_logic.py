@@ -98,7 +98,8 @@ def test_stateful_change_of_result_shape_is_refused_with_the_way_out(tmp_path):
     with pytest.raises(IncompatibleChange) as info:
         check(_proc(True, "2"), cp, "struct<x:string,total:double>")
     message = str(info.value)
-    assert "its result gained field total (double); its result lost field n (bigint)" in message
+    assert "from the state in " + cp + ": its result lost field n (bigint); since the state was written, its " \
+           "result gained field total (double), nullable" in message  # fmt: skip
     assert "the code changed (1 -> 2)" in message
     assert "weir run --reset proc" in message
     assert read(cp).version == "1"  # the record still describes the state on disk

@@ -115,3 +115,21 @@ def test_the_operators_of_a_checkpoints_state_are_read_from_sparks_metadata(tmp_
         (v2 / str(batch)).write_text(f'v2\n{{"operatorInfo":{{"operatorId":1,"operatorName":"{name}"}}}}')
     (v2 / ".4.crc").write_text("crc")
     assert Checkpoint(str(cp)).state_operators() == ["dedupe", "transformWithStateInPandasExec"]
+
+
+def test_changed_stateful_declarations_resume_only_with_a_migration():
+    block = {"block": "stateful", "name": "rule", "key": "customer", "ttl_ms": "None", "state": "last:list<double>"}
+    stored = versions.VersionRecord("rule", "v", True, ["orders"], "struct<customer:string>", blocks=[block])
+    changed = block | {"state": "amounts:list<double>,n:value<bigint>"}
+    current = versions.VersionRecord("rule", "v", True, ["orders"], "struct<customer:string>", blocks=[changed])
+    assert versions.decide(stored, current).refused == [
+        "stateful's state changed from last:list<double> to amounts:list<double>,n:value<bigint>"
+    ]
+    current.blocks = [changed | {"migrate": "from_v1"}]
+    decision = versions.decide(stored, current)
+    assert decision.refused == [] and decision.evolved == [
+        "stateful's state changed from last:list<double> to amounts:list<double>,n:value<bigint>, migrated by "
+        "from_v1", "stateful's migrate changed from None to from_v1",
+    ]  # fmt: skip
+    current.blocks = [changed | {"migrate": "from_v1", "ttl_ms": "60000"}]
+    assert versions.decide(stored, current).refused == ["stateful's ttl_ms changed from None to 60000"]

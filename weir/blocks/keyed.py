@@ -80,6 +80,7 @@ _STATE = bucket_state("keys")
 
 Process = Callable[[Any, list[dict], KeyState, Timers], Iterable[Mapping[str, Any]] | None]
 OnTimer = Callable[[Any, Any, KeyState, Timers], Iterable[Mapping[str, Any]] | None]
+Migrate = Callable[[Any, dict[str, Any]], Mapping[str, Any] | None]
 
 
 def wire_kind(t: DataType) -> str | None:
@@ -140,14 +141,21 @@ class _Keyed(StatefulProcessor):
         if stored is None:
             return Bucket(), None, False
         shape, timer, data = stored
-        if shape != self.spec.shape:
+        migrating = self.spec.migrate is not None and keystate.unmigrated(shape, self.spec.shape)
+        if shape != self.spec.shape and not migrating:
             raise ValueError(
                 f"{self.spec.name}: the checkpoint's keyed state was built as [{shape}], this query is "
                 f"[{self.spec.shape}]: the state declarations, time to live and clock come from @stateful's arguments, "
-                "the number of buckets from spark.sql.shuffle.partitions (x 4, at least 8). Restore them, or start a "
-                "new checkpoint (`weir run --reset <processor>`)."
+                "the number of buckets from spark.sql.shuffle.partitions (x 4, at least 8). Restore them, declare a "
+                f"migration of changed declarations (@{self.spec.name}.migrate), or start a new checkpoint "
+                "(`weir run --reset <processor>`)."
             )
-        return Bucket.loads(data, self.spec.name), (None if timer is None else int(timer)), True
+        b = Bucket.loads(data, self.spec.name)
+        if migrating:  # a bucket still as the old declarations made it: rewritten now, stored with the new shape
+            assert self.spec.migrate is not None
+            old = keystate.declarations_of(shape)
+            keystate.migrate_bucket(b, old, self.spec.state, self.spec.migrate, self.spec.user_key, self.spec.name)
+        return b, (None if timer is None else int(timer)), True
 
     def _save(self, b: Bucket, timer: int | None, existed: bool) -> None:
         due = b.next_due(self.spec.ttl_ms)
@@ -285,11 +293,12 @@ class _Spec:
     def __init__(
         self, name: str, key: str, key_kind: str, fields: dict[str, str], outputs: dict[str, str],
         state: Mapping[str, Declaration], process: Process, on_timer: OnTimer | None, event_time: str | None,
-        ttl_ms: int | None, buckets: int,
+        ttl_ms: int | None, buckets: int, migrate: Migrate | None = None,
     ) -> None:  # fmt: skip
         self.name, self.key, self.key_kind = name, key, key_kind
         self.fields, self.outputs, self.state = fields, outputs, dict(state)
         self.process, self.on_timer, self.event_time, self.ttl_ms = process, on_timer, event_time, ttl_ms
+        self.migrate = migrate
         clock = "event" if event_time else "processing"
         self.shape = f"stateful buckets={buckets} clock={clock} ttl_ms={ttl_ms} state={keystate.describe(state)}"
 
@@ -322,12 +331,21 @@ class Stateful:
         self.event_time, self.watermark, self.name = event_time, watermark, name
         self.ttl_ms = None if ttl is None else units.duration_ms(ttl, f"{name}: ttl", bare=None, positive=True)
         self.timer_handler: OnTimer | None = None
+        self.migration: Migrate | None = None
         self.__doc__ = process.__doc__
         self.__name__ = name
 
     def on_timer(self, handler: OnTimer) -> OnTimer:
         self.timer_handler = handler
         return handler
+
+    def migrate(self, migration: Migrate) -> Migrate:
+        """Declare how state kept under other declarations becomes this function's: `migration(key, old)` gets a
+        key's old variables that hold something (name -> Python value) and returns the new ones (name -> value;
+        None drops the key's state). Applied to each bucket of keys when it is next read, so keep it while
+        buckets of the old declarations may remain (`weir state` shows each bucket's declarations)."""
+        self.migration = migration
+        return migration
 
     def __call__(self, stream: DataFrame) -> DataFrame:
         return _plan(self, stream)
@@ -369,8 +387,9 @@ def _output_schema(s: Stateful, stream: DataFrame) -> StructType:
 
 def _plan(s: Stateful, stream: DataFrame) -> DataFrame:
     fn = s.name
+    migrate = {"migrate": s.migration.__name__} if s.migration is not None else {}  # lets a restart take new state
     settle("stateful", name=fn, key=s.key, event_time=s.event_time or "", watermark=s.watermark or "",
-           ttl_ms=s.ttl_ms, state=keystate.describe(s.state))  # fmt: skip
+           ttl_ms=s.ttl_ms, state=keystate.describe(s.state), **migrate)  # fmt: skip
     check_keyed_stream(fn, stream, s.key, s.event_time)
     check_kafka_columns(fn, stream)
     key_type = stream.schema[s.key].dataType
@@ -398,7 +417,7 @@ def _plan(s: Stateful, stream: DataFrame) -> DataFrame:
         fields[f.name] = kind
     buckets = bucket_count(stream)
     spec = _Spec(fn, s.key, key_kind, fields, outputs, s.state, s.process, s.timer_handler, s.event_time,
-                 s.ttl_ms, buckets)  # fmt: skip
+                 s.ttl_ms, buckets, s.migration)  # fmt: skip
     source = stream
     if s.event_time is not None:
         source = stream.withWatermark(s.event_time, watermark_delay(str(_interval(s.watermark, fn)), fn))

@@ -14,7 +14,7 @@ import copy
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -236,6 +236,11 @@ class MapVar(_Var):
     def items(self) -> list[tuple[Any, Any]]:
         return [(self._key_out(k), _decode(self._decl.kind, v)) for k, v in (self._stored() or {}).items()]
 
+    def set(self, mapping: Mapping[Any, Any]) -> None:
+        self.clear()
+        for k, v in dict(mapping).items():
+            self.put(k, v)
+
     def __repr__(self) -> str:
         return f"MapOf({dict(self.items())!r})"
 
@@ -400,6 +405,45 @@ class Bucket:
         if ttl_ms is not None:
             times += [e["w"] + ttl_ms for e in self.entries.values() if e["s"] and e["w"] is not None]
         return min(times) if times else None
+
+
+def migrate_bucket(
+    b: Bucket, old: Mapping[str, Declaration], new: Mapping[str, Declaration],
+    migrate: Callable[[Any, dict[str, Any]], Mapping[str, Any] | None], user_key: Callable[[Any], Any], fn: str,
+) -> None:  # fmt: skip
+    """Rewrite every key of `b` from the `old` declarations to the `new` ones by the user's `migrate(key, old
+    values)`: the key's variables that hold something, as Python values, to a mapping of the new variables'
+    values (one left out is empty; None: the key's state is dropped). Timers and the last write stay. A
+    migration that raises or returns what the new declarations refuse raises RuntimeError naming the function,
+    the key and the reason: the query fails and the stored state stays as it was."""
+    for k, entry in list(b.entries.items()):
+        key = user_key(k)
+        where = f"{fn}'s migration for key {key!r}"
+        fresh = {"s": {}, "t": list(entry["t"]), "w": entry["w"]}
+        try:
+            values = migrate(key, KeyState(key, entry, old).as_dict())
+            if values is not None and not isinstance(values, Mapping):
+                raise StateError(f"it returned {type(values).__name__} {values!r}, not a mapping of state names")
+            state = KeyState(key, fresh, new)
+            for name, v in (values or {}).items():
+                if name not in new:
+                    raise StateError(f"it returned state {name!r}, which is not declared ({', '.join(sorted(new))})")
+                if v is not None:
+                    getattr(state, name).set(v)
+        except Exception as exc:
+            raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        if not fresh["s"]:
+            fresh["w"] = None
+        if fresh["s"] or fresh["t"]:
+            b.entries[k] = fresh
+        else:
+            del b.entries[k]
+
+
+def unmigrated(stored: str, current: str) -> bool:
+    """Whether a bucket stored as shape `stored` differs from the query's `current` in its declarations only:
+    what a migration can rewrite (the buckets, the clock and the time to live it cannot)."""
+    return stored != current and stored.split(" state=", 1)[0] == current.split(" state=", 1)[0]
 
 
 # -- values between the wire and the user's function ------------------------------------------------------------

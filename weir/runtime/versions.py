@@ -66,9 +66,10 @@ def write(checkpoint: str, record: VersionRecord) -> None:
 
 
 # The block settings a restart may change, since no state depends on them: a watermark's delay, deduplication's
-# horizon, the name a join gives its table in errors. Any other (a key, a window's size or slide, an aggregate, a
-# @stateful function's declarations or time to live) built the state, and its change is refused.
-MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name"})
+# horizon, the name a join gives its table in errors, a @stateful function's migration. Any other (a key, a
+# window's size or slide, an aggregate, a @stateful function's time to live, or its declarations without a
+# migration) built the state, and its change is refused.
+MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name", "migrate"})
 # weir's blocks keep their state in transformWithStateInPandas, whose schema is weir's and never a result's;
 # Spark's own stateful operators (an aggregation, dropDuplicates, a stream-stream join) hold rows of it.
 _WEIR_STATE_OPERATORS = frozenset({"transformWithStateInPandasExec"})
@@ -110,8 +111,12 @@ def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[
     if not stored.stateful:
         refused.append("it was stateless and is now stateful")
     if stored.blocks:  # none: an older record, which kept no settings
-        for change, setting in block_changes(stored.blocks, current.blocks, with_setting=True):
-            (evolved if setting in MUTABLE_SETTINGS else refused).append(change)
+        for change, setting, at in block_changes(stored.blocks, current.blocks, with_setting=True):
+            migration = current.blocks[at].get("migrate") if at is not None and setting == "state" else None
+            if migration:  # a @stateful function's declarations, with the migration that rewrites its state
+                evolved.append(f"{change}, migrated by {migration}")
+            else:
+                (evolved if setting in MUTABLE_SETTINGS else refused).append(change)
     causes = [
         f"input {t}: {c}"
         for t in current.inputs
@@ -247,18 +252,19 @@ def schema_changes(old: str, new: str) -> list[str]:
 
 
 def block_changes(old: list[dict[str, str]], new: list[dict[str, str]], with_setting: bool = False) -> list:
-    """The stateful blocks' settings, compared call by call; with `with_setting`, (change, setting) pairs (the
-    setting "block" for a change of the blocks themselves)."""
+    """The stateful blocks' settings, compared call by call; with `with_setting`, (change, setting, index of the
+    block in `new`) triples (the setting "block" and no index for a change of the blocks themselves)."""
     if [b["block"] for b in old] != [b["block"] for b in new]:
-        changes = [(f"its blocks changed from {[b['block'] for b in old]} to {[b['block'] for b in new]}", "block")]
+        blocks = f"its blocks changed from {[b['block'] for b in old]} to {[b['block'] for b in new]}"
+        changes: list[tuple[str, str, int | None]] = [(blocks, "block", None)]
     else:
         changes = [
-            (f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}", k)
-            for a, b in zip(old, new, strict=True)
+            (f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}", k, i)
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
             for k in dict.fromkeys([*a, *b])
             if a.get(k) != b.get(k)
         ]
-    return changes if with_setting else [change for change, _ in changes]
+    return changes if with_setting else [change for change, _, _ in changes]
 
 
 def reset(checkpoint: str) -> bool:
