@@ -189,6 +189,8 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     assert now["d2"] == {"last": [e["amount"] for e in d2[-2:]] + [4.0], "seen": len(d2) + 1,
                          "total": sum(e["amount"] for e in d2[-3:]) + 4.0}  # fmt: skip
     assert now["d1"]["seen"] == d1_records  # migrated only if it shares d2's bucket, its values as they were
+    shapes = summary(spark, checkpoint)["shapes"]  # by stored shape: d2's bucket has the new declarations
+    assert [n for shape, n in shapes.items() if "total:value<double>" in shape] >= [1], shapes
 
 
 def test_on_the_wall_clock_timers_fire_and_the_ttl_clears_without_input(spark, bootstrap, topic_name, tmp_path):

@@ -123,7 +123,8 @@ def test_changed_stateful_declarations_resume_only_with_a_migration():
     changed = block | {"state": "amounts:list<double>,n:value<bigint>"}
     current = versions.VersionRecord("rule", "v", True, ["orders"], "struct<customer:string>", blocks=[changed])
     assert versions.decide(stored, current).refused == [
-        "stateful's state changed from last:list<double> to amounts:list<double>,n:value<bigint>"
+        "stateful's state changed from last:list<double> to amounts:list<double>,n:value<bigint> (a migration of "
+        "one's own, @rule.migrate, would resume from it)"
     ]
     current.blocks = [changed | {"migrate": "from_v1"}]
     decision = versions.decide(stored, current)

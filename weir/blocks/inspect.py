@@ -53,19 +53,17 @@ def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, lim
 
 
 def summary(spark: SparkSession, checkpoint: str) -> dict[str, Any]:
-    """Keys, buckets and stored bytes of every `@stateful` block at `checkpoint`, counted by Spark, nothing
-    collected but the sums."""
-    out: dict[str, Any] = {"buckets": 0, "bytes": 0}
+    """Buckets and stored bytes of every `@stateful` block at `checkpoint`, and its buckets by stored shape (more
+    than one while a migration has buckets left to rewrite: keystate.migrate_bucket), counted by Spark: nothing
+    collected but a row per shape."""
+    out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
     for op in operators(spark, checkpoint):
         df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
         if "value" not in df.columns:
             continue
-        mine = df.where(F.col("value.shape").startswith(_PREFIX))
-        got = mine.agg(
-            F.count("*").alias("n"), F.sum(F.length("value.keys")).alias("b"), F.first("value.shape")
-        ).first()
-        if got and got["n"]:
+        mine = df.where(F.col("value.shape").startswith(_PREFIX)).groupBy(F.col("value.shape").alias("shape"))
+        for got in mine.agg(F.count("*").alias("n"), F.sum(F.length("value.keys")).alias("b")).collect():
             out["buckets"] += int(got["n"])
             out["bytes"] += int(got["b"] or 0)
-            out["shape"] = got[2]
+            out["shapes"][got["shape"]] = out["shapes"].get(got["shape"], 0) + int(got["n"])
     return out

@@ -46,8 +46,10 @@ def state_command(
         state = json.dumps(k["state"], default=str)
         table.add_row(str(k["key"]), state, ", ".join(k["timers"]) or "-", k["written"] or "-")
     out.print(table)
+    # More than one shape: a migration (@fn.migrate) has buckets of the old declarations left to rewrite
+    shapes = "; ".join(f"{n} bucket(s) as [{shape}]" for shape, n in sorted(total["shapes"].items()))
     out.print(
         f"{total['buckets']} buckets, {total['bytes']:,} bytes stored; shown {len(keys)} key(s) (at most {limit}); "
-        f"{total.get('shape', '')}",
+        f"{shapes}",
         highlight=False, markup=False, soft_wrap=True,
     )  # fmt: skip

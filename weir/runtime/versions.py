@@ -115,6 +115,9 @@ def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[
             migration = current.blocks[at].get("migrate") if at is not None and setting == "state" else None
             if migration:  # a @stateful function's declarations, with the migration that rewrites its state
                 evolved.append(f"{change}, migrated by {migration}")
+            elif setting == "state" and at is not None and current.blocks[at]["block"] == "stateful":
+                name = current.blocks[at].get("name")
+                refused.append(f"{change} (a migration of one's own, @{name}.migrate, would resume from it)")
             else:
                 (evolved if setting in MUTABLE_SETTINGS else refused).append(change)
     causes = [
