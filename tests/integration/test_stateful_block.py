@@ -23,7 +23,7 @@ from weir.blocks import ListOf, Value, stateful
 from weir.blocks.inspect import read_state, summary
 from weir.cli import app
 from weir.kafka import Admin
-from weir.pipeline.routes import DLQ, EMIT, LATE
+from weir.pipeline.routes import ABSORB, DLQ, EMIT, EXPIRED, LATE
 
 pytestmark = pytest.mark.integration
 
@@ -227,5 +227,6 @@ def test_on_the_wall_clock_timers_fire_and_the_ttl_clears_without_input(spark, b
     finally:
         query.stop()
     assert [r.rule for r in seen if r._route == EMIT] == ["3 records, then a second of quiet"]
-    assert sum(r._absorbed or 0 for r in seen) == 3
+    assert sum(r._absorbed for r in seen if r._route == ABSORB) == 3
+    assert [r._absorbed for r in seen if r._route == EXPIRED] == [1]  # d1's state, cleared: counted once
     assert list(read_state(spark, checkpoint)) == []  # d1's state expired and its timer fired: nothing is kept

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from weir.blocks.window import interval_ms, tumbling_window
 from weir.kafka import Admin
-from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTES
+from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, ROUTES
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def check_accounting(got: Routed) -> None:
         rows = got.batches[p["batchId"]]
         for r in rows:
             assert r._route in ROUTES, r
-            assert (r._absorbed is not None) == (r._route == ABSORB), r
+            assert (r._absorbed is not None) == (r._route in (ABSORB, EXPIRED)), r
             assert (r._error is not None) == (r._route == DLQ), r
         counted = sum(r._route in (OUT, FILTERED, LATE, DLQ, DUPLICATE) for r in rows)
         absorbed = sum(r._absorbed for r in rows if r._route == ABSORB)

@@ -18,7 +18,7 @@ from weir.blocks import keystate
 from weir.blocks.keyed import _Keyed, _Spec
 from weir.blocks.keystate import Bucket, KeyState, ListOf, MapOf, StateError, Timers, Value
 from weir.blocks.windowing import NULL_TS
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, LATE, ROUTE
 
 FIELDS = {"amount": "double", "ts": "ts"}
 OUTPUTS = {"amount": "double", "rule": "str", "seen": "int"}
@@ -276,8 +276,11 @@ def test_a_key_not_written_for_its_ttl_is_cleared() -> None:
     call(p, [("a", 0, 1.0, None)], 5000)
     call(p, [("b", 0, 1.0, None)], 5500)
     assert handle.timers == {6000}
-    fire(p, 6000, 6000)
+    out = pd.concat(fire(p, 6000, 6000))
     assert list(Bucket.loads(handle.state.value[2], "f").entries) == ["b"]
+    assert out[[ROUTE, ABSORBED]].values.tolist() == [[EXPIRED, "1"]]  # the key it cleared, counted and published
+    later = call(p, [("c", 0, 1.0, None)], 9000)  # b expired too, found by a call with records
+    assert later.loc[later[ROUTE] == EXPIRED, ABSORBED].tolist() == ["1"] and routed(later)[ABSORB] == 1
 
 
 def test_a_state_of_another_shape_is_refused_naming_both() -> None:
@@ -396,5 +399,6 @@ def test_a_timer_due_before_the_keys_expiry_sees_its_state_even_when_both_are_du
     handle = FakeHandle()
     p = processor(handle, event_time=False, on_timer=report, ttl_ms=3000, state={"n": Value("bigint")}, fn=arm)
     call(p, [("a", 0, 1.0, None), ("a", 0, 2.0, None)], 10_000)
-    out = fire(p, 14_000, 11_000)
-    assert pd.concat(out)["seen"].tolist() == ["2"] and handle.state.value is None
+    out = pd.concat(fire(p, 14_000, 11_000))
+    assert out.loc[out[ROUTE] == EMIT, "seen"].tolist() == ["2"] and handle.state.value is None
+    assert out.loc[out[ROUTE] == EXPIRED, ABSORBED].tolist() == ["1"]

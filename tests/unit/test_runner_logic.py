@@ -172,7 +172,7 @@ def test_outputs_naming_records_never_handed_are_a_violation():
 
 def test_destinations_list_every_route_and_topic_a_processor_can_route_to():
     """What the one-job stateful batch counts (query._observed_delivery): anything else is a violation."""
-    from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
+    from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT
     from weir.runtime.routing import destinations
 
     p = Pipeline("d")
@@ -182,7 +182,7 @@ def test_destinations_list_every_route_and_topic_a_processor_can_route_to():
     assert got == [
         (OUT, "o"), (EMIT, "o"),
         (LATE, "a.late"), (LATE, "b.late"), (LATE, None), (DLQ, "a.dlq"), (DLQ, "b.dlq"), (DLQ, None),
-        (ABSORB, None), (DUPLICATE, None), (FILTERED, None),
+        (ABSORB, None), (DUPLICATE, None), (FILTERED, None), (EXPIRED, None),
     ]  # fmt: skip
 
 
@@ -321,3 +321,13 @@ def test_spark_refusing_a_function_is_one_line_naming_the_processor_the_column_a
     )
     other = analysis_problem(proc, "DATATYPE_MISMATCH", {}, message, {})
     assert other.startswith("processor proc: Spark refused its function: [UNRESOLVED") and "\n" not in other
+
+
+def test_keys_a_time_to_live_cleared_are_counted_apart_from_the_books() -> None:
+    from weir.pipeline.routes import ABSORB, EXPIRED, OUT
+    from weir.runtime.accounting import from_routes
+
+    c = from_routes([(OUT, "o", 2, 0), (ABSORB, None, 3, 5), (EXPIRED, None, 2, 7)])
+    c.settle(7)
+    assert (c.expired, c.absorbed, c.balanced, c.outputs) == (7, 5, True, {"o": 2})
+    assert c.to_json()["expired"] == 7

@@ -70,7 +70,7 @@ from weir.blocks.window import (
 )
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, LATE, ROUTE
 
 __all__ = ["ListOf", "MapOf", "Stateful", "Value", "stateful"]
 
@@ -192,6 +192,12 @@ class _Keyed(StatefulProcessor):
             out.append({"__weir_key": key, **wired})
         return out
 
+    def _expired(self, keys: int) -> pd.DataFrame:
+        """The summary row of the keys whose state the time to live cleared in this call (route "expired")."""
+        return self._frame(
+            1, **{ROUTE: np.array([EXPIRED], dtype=object), ABSORBED: np.array([str(keys)], dtype=object)}
+        )
+
     def _emit_frame(self, rows: list[dict]) -> pd.DataFrame:
         cols = {c: np.array([r[c] for r in rows], dtype=object) for c in ["__weir_key", *self.spec.outputs]}
         return self._frame(len(rows), **cols, **{ROUTE: np.full(len(rows), EMIT, dtype=object)})
@@ -213,7 +219,7 @@ class _Keyed(StatefulProcessor):
             out.append(self._records(df[late], LATE))
         on = df[~(dlq | late)]
         b, timer, existed = self._load()
-        b.expire(now, self.spec.ttl_ms)
+        cleared = b.expire(now, self.spec.ttl_ms)
         emitted: list[dict] = []
         failed: list[pd.DataFrame] = []
         if len(on):
@@ -245,6 +251,8 @@ class _Keyed(StatefulProcessor):
         self._save(b, timer, existed)
         if emitted:
             out.append(self._emit_frame(emitted))
+        if cleared:
+            out.append(self._expired(cleared))
         yield from out
 
     def handleExpiredTimer(
@@ -255,12 +263,13 @@ class _Keyed(StatefulProcessor):
             timer = None  # Spark deletes the timer that fired once this returns
         now = self._now(timerValues)
         emitted: list[dict] = []
+        cleared = 0
         # In time order: each timer sees its key's state as of its instant (expired by then or not); the keys'
         # expiry as of now comes after them
         for at, k in b.due(now):
             entry = b.entry(k)
             entry["t"] = [t for t in entry["t"] if t != at]
-            keystate.expire_entry(entry, at, self.spec.ttl_ms)
+            cleared += keystate.expire_entry(entry, at, self.spec.ttl_ms)
             user_key = self.spec.user_key(k)
             state = KeyState(user_key, entry, self.spec.state)
             timers = Timers(user_key, entry, now, True)
@@ -274,10 +283,12 @@ class _Keyed(StatefulProcessor):
             except Exception as exc:
                 raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})") from exc
             b.put(k, entry, state.written, at if self.spec.event_time else now)
-        b.expire(now, self.spec.ttl_ms)
+        cleared += b.expire(now, self.spec.ttl_ms)
         self._save(b, timer, existed)
         if emitted:
             yield self._emit_frame(emitted)
+        if cleared:
+            yield self._expired(cleared)
 
 
 def _origin(exc: BaseException) -> str:

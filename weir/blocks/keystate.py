@@ -329,10 +329,12 @@ def expired(entry: dict, at_ms: int, ttl_ms: int | None) -> bool:
     return ttl_ms is not None and bool(entry["s"]) and entry["w"] is not None and entry["w"] + ttl_ms <= at_ms
 
 
-def expire_entry(entry: dict, at_ms: int, ttl_ms: int | None) -> None:
-    """Clear the entry's state if it expired by `at_ms` (its timers stay)."""
+def expire_entry(entry: dict, at_ms: int, ttl_ms: int | None) -> bool:
+    """Clear the entry's state if it expired by `at_ms` (its timers stay); whether it did."""
     if expired(entry, at_ms, ttl_ms):
         entry["s"], entry["w"] = {}, None
+        return True
+    return False
 
 
 def empty_entry() -> dict:

@@ -91,6 +91,11 @@ class MonitorCollector:
             totals = CounterMetricFamily("weir_processor_records", "Records by accounting destination, seen "
                                          "since the monitor started.", labels=[*labels, "kind"])  # fmt: skip
             violations = CounterMetricFamily("weir_processor_violations", "Accounting violations.", labels=labels)
+            expired = CounterMetricFamily(
+                "weir_processor_state_keys_expired",
+                "Keys whose state a time to live cleared (@stateful), since the monitor started.",
+                labels=labels,
+            )
             failures = CounterMetricFamily("weir_processor_failures", "Failure records.", labels=labels)
             rebuilt = CounterMetricFamily("weir_processor_client_rebuilds", "Kafka clients of its process rebuilt "
                                           "because they could not go on (its Spark workers' sink producers "
@@ -109,13 +114,14 @@ class MonitorCollector:
                 for kind in ACCOUNTING:
                     totals.add_metric([*lv, kind], t.totals.get(kind, 0))
                 violations.add_metric(lv, t.totals.get("violations", 0))
+                expired.add_metric(lv, t.totals.get("expired", 0))
                 failures.add_metric(lv, t.failures_total)
                 for kind, n in sorted(t.client_rebuilds.items()):
                     rebuilt.add_metric([*lv, kind], n)
                 batch[tuple(lv)], delay[tuple(lv)] = t.batch_hist, t.delay_hist
             yield health
             yield from gauges.values()
-            yield from (last, totals, violations, failures, rebuilt)
+            yield from (last, totals, violations, expired, failures, rebuilt)
             yield _histogram("weir_processor_batch_duration_seconds", "Micro-batch durations.", labels, batch)
             yield _histogram("weir_processor_scheduling_delay_seconds", "How late batches started.", labels, delay)
             fresh = GaugeMetricFamily("weir_output_freshness_seconds", "How far behind real time an output "

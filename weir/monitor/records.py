@@ -16,7 +16,9 @@ from weir.units import InstantError, instant_ms
 
 TP = tuple[str, int]
 KINDS = ("progress", "failure", "state", "retention_risk", "idle")
-_ACCOUNTING = ("in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison")
+_ACCOUNTING = (
+    "in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "expired",
+)  # fmt: skip
 
 
 class BadRecord(ValueError):

@@ -5,7 +5,7 @@ row they return with one of them in the `_route` column.
 """
 
 ROUTE = "_route"
-ABSORBED = "_absorbed"  # BIGINT, set only on rows routed ABSORB: how many input records the row stands for
+ABSORBED = "_absorbed"  # BIGINT, set only on ABSORB rows (the input records they stand for) and EXPIRED rows
 
 # Every input record ends up counted in exactly one of OUT, FILTERED, LATE, DLQ, DUPLICATE or an ABSORB row's
 # count; EMIT rows are results made from state (a closed window), which stand for no single input record and
@@ -17,4 +17,7 @@ DLQ = "dlq"  # an input record that cannot be processed (undecodable, or no key)
 DUPLICATE = "duplicate"  # an input record dropped as a replay of one already seen (deduplication)
 ABSORB = "absorbed"  # a summary row: `_absorbed` input records were folded into state, nothing output
 EMIT = "emit"  # a result computed from state (a closed window), output but not an input record
-ROUTES = (OUT, FILTERED, LATE, DLQ, DUPLICATE, ABSORB, EMIT)
+# A summary row: `_absorbed` keys whose state a time to live cleared (@stateful). Keys, not records: counted and
+# published, no part of the input accounting, written nowhere.
+EXPIRED = "expired"
+ROUTES = (OUT, FILTERED, LATE, DLQ, DUPLICATE, ABSORB, EMIT, EXPIRED)

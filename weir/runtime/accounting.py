@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT
+from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT
 
 _TOTALS = (
     "in_", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "replayed",
-    "refused", "client_rebuilds",
+    "refused", "client_rebuilds", "expired",
 )  # fmt: skip
 
 
@@ -53,6 +53,9 @@ class Counts:
     # Sink producers that the workers writing this batch (or a failed write before it) rebuilt because they could
     # not go on (weir.kafka.heal): carried back by the writes' commit reports. Not records: no part of `accounted`.
     client_rebuilds: int = 0
+    # Keys whose state a time to live cleared (a @stateful block's "expired" rows): state, not records, so no part
+    # of `accounted`; published so that nothing leaves the state unseen.
+    expired: int = 0
 
     @property
     def accounted(self) -> int:
@@ -111,10 +114,12 @@ def from_routes(rows: list[tuple[str | None, str | None, int, int]]) -> Counts:
     for route, dest, n, absorbed in rows:
         if route == ABSORB:
             c.absorbed += absorbed
+        elif route == EXPIRED:
+            c.expired += absorbed
         elif route in field_of:
             setattr(c, field_of[route], getattr(c, field_of[route]) + n)
         else:
             c.violations += n  # a route nobody knows how to deliver: published as a violation
-        if dest is not None and route != ABSORB:
+        if dest is not None and route not in (ABSORB, EXPIRED):
             c.outputs[dest] = c.outputs.get(dest, 0) + n
     return c

@@ -39,7 +39,7 @@ from weir.kafka.offsets import Positions
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, OUT, ROUTE
 from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
@@ -816,7 +816,9 @@ class ProcessorQuery:
         for i, (r, d) in enumerate(combos):
             n = int(got[f"n{i}"])
             if n:
-                groups.append((r, d, n, int(got["absorbed"]) if r == ABSORB else 0))
+                groups.append(
+                    (r, d, n, int(got["absorbed"]) if r == ABSORB else int(got["expired"]) if r == EXPIRED else 0)
+                )
         stray = int(got["rows"]) - sum(n for _, _, n, _ in groups)
         if stray:
             groups.append((None, None, stray, 0))  # counted as violations by from_routes
@@ -1010,10 +1012,14 @@ def _observe_reads(stream: DataFrame, topic: Topic, observation: Observation | N
 
 
 def _by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
-    """Aggregates of routed rows: all of them, the records they absorbed, and the rows of each (route,
-    destination) in `combos`, as `n<index>`."""
+    """Aggregates of routed rows: all of them, the records they absorbed, the keys whose state expired, and the
+    rows of each (route, destination) in `combos`, as `n<index>`."""
     is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
-    metrics = [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("absorbed")]
+    metrics = [
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.when(col(ROUTE) == ABSORB, col(ABSORBED))), F.lit(0)).alias("absorbed"),
+        F.coalesce(F.sum(F.when(col(ROUTE) == EXPIRED, col(ABSORBED))), F.lit(0)).alias("expired"),
+    ]
     pairs = enumerate(zip(combos, is_dest, strict=True))
     return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
 

@@ -22,7 +22,7 @@ from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.formats import RecordWriter, record_writer
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, FILTERED, LATE, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, ROUTE
 from weir.runtime.provenance import PROVENANCE
 
 DEST = "_dest"
@@ -288,7 +288,7 @@ def route_columns(
     return [
         route_col.alias(ROUTE),
         dest.alias(DEST),
-        F.when(route_col == ABSORB, absorbed).alias(ABSORBED),
+        F.when(route_col.isin(ABSORB, EXPIRED), absorbed).alias(ABSORBED),
         pick(0, raw_key).alias("key"),
         pick(1, raw_value).alias("value"),
         _headers(names, proc, refused).alias("headers"),
@@ -305,7 +305,7 @@ def destinations(proc: Processor) -> list[tuple[str, str | None]]:
     combos = [(r, t) for r in (OUT, EMIT) for t in outs]
     for r, suffix in ((LATE, ".late"), (DLQ, ".dlq")):
         combos += [(r, f"{t}{suffix}") for t in proc.inputs] + [(r, None)]
-    combos += [(r, None) for r in (ABSORB, DUPLICATE, FILTERED)]
+    combos += [(r, None) for r in (ABSORB, DUPLICATE, FILTERED, EXPIRED)]
     if proc.shadow is not None:
         return [(r, None if t is None else proc.shadow.topic(t)) for r, t in combos]
     return combos
