@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -71,9 +72,24 @@ def http_server(args: list[str], env: dict[str, str], log: Path) -> Iterator[tup
         child.stop()
 
 
+@functools.cache
+def admin(bootstrap: str) -> Admin:
+    """One Admin per broker for the tests that poll it: an admin client made and destroyed every 50 ms is the churn
+    in which librdkafka's list_offsets segfaulted the test process on a loaded machine."""
+    return Admin(bootstrap)
+
+
+def produced(bootstrap: str, topic: str) -> int:
+    """The records `topic` holds, 0 while it cannot be listed (not created yet)."""
+    try:
+        return sum(hi - lo for lo, hi in admin(bootstrap).offsets(topic).values())
+    except Exception:
+        return 0
+
+
 def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
     """Every record of the topic (all partitions, up to their high-water marks), as confluent Messages."""
-    bounds = Admin(bootstrap).offsets(topic)
+    bounds = admin(bootstrap).offsets(topic)
     left = {p: hi for p, (lo, hi) in bounds.items() if hi > lo}
     if not left:
         return []

@@ -15,9 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _ingest import Child, read_topic
-
-from weir.kafka import Admin
+from _ingest import Child, produced, read_topic
 
 pytestmark = pytest.mark.integration
 SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, qty INT"
@@ -39,13 +37,6 @@ def write_json(path: Path, rows: int, bad_every: int = 0) -> int:
                 f.write(json.dumps({"order_id": f"{path.stem}-{i}", "amount": i / 2, "qty": i % 7}) + "\n")
                 good += 1
     return good
-
-
-def produced(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(hi - lo for lo, hi in Admin(bootstrap).offsets(topic).values())
-    except Exception:
-        return 0
 
 
 def coordinates(messages: list) -> Counter:

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from _ingest import Child, read_topic
-
-from weir.kafka import Admin
+from _ingest import Child, produced, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -35,13 +33,6 @@ def changes(conn: psycopg.Connection, start: int, n: int, deleted: list[int]) ->
             cur = conn.execute("INSERT INTO customers VALUES (%s, %s, 'b', %s, now())", (f"c{i}", f"name {i}", i % 90))
         made += cur.rowcount
     return made
-
-
-def produced(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(hi - lo for lo, hi in Admin(bootstrap).offsets(topic).values())
-    except Exception:
-        return 0
 
 
 def test_snapshot_and_changes_exactly_once_across_sigkill(logical_pg, bootstrap, tmp_path, topic_name):

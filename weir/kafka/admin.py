@@ -50,7 +50,9 @@ class Admin:
     def _view(self) -> Iterator[LogView]:
         # Short-lived on purpose: a consumer that outlives a topic deletion crashed inside librdkafka
         # (metadata cache) on the embedded broker's next metadata answer.
-        view = LogView(self.settings, timeout=self.timeout)
+        # Its admin client is this Admin's: a librdkafka handle less made and destroyed per call (the churn in
+        # which list_offsets segfaulted on a loaded machine, weir.kafka.log.pooled)
+        view = LogView(self.settings, timeout=self.timeout, admin=self.client)
         try:
             yield view
         finally:
