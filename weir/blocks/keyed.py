@@ -192,11 +192,9 @@ class _Keyed(StatefulProcessor):
             out.append({"__weir_key": key, **wired})
         return out
 
-    def _expired(self, keys: int) -> pd.DataFrame:
-        """The summary row of the keys whose state the time to live cleared in this call (route "expired")."""
-        return self._frame(
-            1, **{ROUTE: np.array([EXPIRED], dtype=object), ABSORBED: np.array([str(keys)], dtype=object)}
-        )
+    def _summary(self, route: str, n: int) -> pd.DataFrame:
+        """One summary row: `n` records absorbed into state (ABSORB), or `n` keys a time to live cleared (EXPIRED)."""
+        return self._frame(1, **{ROUTE: np.array([route], dtype=object), ABSORBED: np.array([str(n)], dtype=object)})
 
     def _emit_frame(self, rows: list[dict]) -> pd.DataFrame:
         cols = {c: np.array([r[c] for r in rows], dtype=object) for c in ["__weir_key", *self.spec.outputs]}
@@ -245,14 +243,13 @@ class _Keyed(StatefulProcessor):
                 b.put(k, entry, state.written, stamp)
             absorbed = len(on) - sum(len(f) for f in failed)
             if absorbed:
-                out.append(self._frame(1, **{ROUTE: np.array([ABSORB], dtype=object),
-                                             ABSORBED: np.array([str(absorbed)], dtype=object)}))  # fmt: skip
+                out.append(self._summary(ABSORB, absorbed))
         out += failed
         self._save(b, timer, existed)
         if emitted:
             out.append(self._emit_frame(emitted))
         if cleared:
-            out.append(self._expired(cleared))
+            out.append(self._summary(EXPIRED, cleared))
         yield from out
 
     def handleExpiredTimer(
@@ -288,7 +285,7 @@ class _Keyed(StatefulProcessor):
         if emitted:
             yield self._emit_frame(emitted)
         if cleared:
-            yield self._expired(cleared)
+            yield self._summary(EXPIRED, cleared)
 
 
 def _origin(exc: BaseException) -> str:

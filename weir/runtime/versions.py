@@ -95,14 +95,13 @@ def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[
     refused, evolved = [], []
     spark_state = [op for op in spark_operators if op not in _WEIR_STATE_OPERATORS]
     if stored.result_schema != current.result_schema:
-        for change in shape_changes(stored.result_schema, current.result_schema):
-            added = _added_field(change)
+        for change, topic, added in _shape_diff(stored.result_schema, current.result_schema):
             if spark_state:
                 refused.append(f"{change}, and Spark's own {', '.join(sorted(set(spark_state)))} keeps rows of the "
                                f"result in its state")  # fmt: skip
             elif added is None:
                 refused.append(change)
-            elif added in current.required.get(_topic_of(change), ()):
+            elif added in current.required.get(topic, ()):
                 refused.append(f"{change}, which is not nullable: declare it nullable to resume")
             else:
                 evolved.append(f"{change}, nullable")
@@ -127,18 +126,6 @@ def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[
         for c in schema_changes(stored.input_schemas[t], current.input_schemas.get(t, ""))
     ]
     return Decision(refused, evolved, causes)
-
-
-def _added_field(change: str) -> str | None:
-    """The field a result gained, from shape_changes' line; None for any other change."""
-    _, sep, tail = change.partition(" gained field ")
-    return tail.rsplit(" (", 1)[0] if sep else None
-
-
-def _topic_of(change: str) -> str:
-    """The output topic a shape_changes line is about ("" for a result of one DataFrame)."""
-    head = change.split(" gained field ")[0]
-    return head[len("its result for ") :] if head.startswith("its result for ") else ""
 
 
 def check(
@@ -229,19 +216,27 @@ def _field_changes(what: str, old: dict[str, str], new: dict[str, str]) -> list[
 
 def shape_changes(old: str, new: str) -> list[str]:
     """A result's change of shape, field by field (a dict result: per output topic)."""
+    return [change for change, _, _ in _shape_diff(old, new)]
+
+
+def _shape_diff(old: str, new: str) -> list[tuple[str, str, str | None]]:
+    """(change, output topic ("" for a result of one DataFrame), the field it gained or None) per change."""
 
     def shapes(s: str) -> dict[str, str]:
         return json.loads(s) if s.startswith("{") else {"": s}
 
     before, after = shapes(old), shapes(new)
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     for topic in sorted(set(before) | set(after)):
         what = f"its result for {topic}" if topic else "its result"
         if topic not in after or topic not in before:
-            out.append(f"{what} {'appeared' if topic in after else 'disappeared'}")
+            out.append((f"{what} {'appeared' if topic in after else 'disappeared'}", topic, None))
             continue
-        found = _field_changes(what, _struct_fields(before[topic]), _struct_fields(after[topic]))
-        out += found or [f"{what} changed from {before[topic]} to {after[topic]}"]  # order of fields
+        old_f, new_f = _struct_fields(before[topic]), _struct_fields(after[topic])
+        found = [(f"{what} gained field {n} ({new_f[n]})", topic, n) for n in new_f if n not in old_f]
+        kept = {n: t for n, t in new_f.items() if n in old_f}
+        found += [(change, topic, None) for change in _field_changes(what, old_f, kept)]  # lost, changed
+        out += found or [(f"{what} changed from {before[topic]} to {after[topic]}", topic, None)]  # field order
     return out
 
 
