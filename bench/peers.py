@@ -53,7 +53,9 @@ Figures, each system a subprocess (its whole process tree measured):
 --blocks then runs weir's other blocks on the same input, each by `weir run --once`, against the tumbling
 window's steady rate: sliding_window (1 min, slide 10 s), session_window (gap 30 s), a tumbling window of avg and
 p95 (a KLL sketch), a running aggregate per user (count, sum, avg; one row per user and batch), deduplicate (on id),
-join_table (a 100k-key changelog topic); and a stateless processor (filter + map) against the same query
+join_table (a 100k-key changelog topic), join_streams (each event left-joined with its payment, made 0 to 4 minutes
+after it, within 5 minutes: 2N input records, all in state until their interval closes), a @stateful rule (per
+user, an amount over twice the average of the last 10); and a stateless processor (filter + map) against the same query
 written by hand over weir-kafka (no routing, no accounting). Every block runs per bucket of keys; deduplicate
 keeps one key per event, so its state (and each call's cost) grows with N.
 This machine's speed varies from day to day and under other load: compare ratios measured in the same run; the
@@ -103,7 +105,7 @@ PEER_PACKAGES = {
     "quix": ("quixstreams-3.28.1", ["quixstreams==3.28.1"]),
 }
 SYSTEMS = ("raw", "loop", "spark", "weir", "bytewax", "quix")
-BLOCKS = ("sliding", "session", "sketched", "running", "dedup", "join", "stateless")
+BLOCKS = ("sliding", "session", "sketched", "running", "dedup", "join", "streamjoin", "keyed", "stateless")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -113,13 +115,8 @@ Window = tuple[str, int, int, float]  # user, start ms, count, sum
 # ---------------------------------------------------------------- the workload
 
 
-def produce(bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int) -> tuple[Counter, int]:
-    """N events into INPUT; returns (expected closed windows as a multiset, the closing bound W)."""
-    rng = random.Random(seed)
-    # The stream starts 5 s into a window and ends about now, so the bound max - 2 s falls mid-window.
-    span_ms = int(n / rate * 1000)
-    t0 = (int(time.time() * 1000) - span_ms) // SIZE_MS * SIZE_MS + 5_000
-    producer = Producer(
+def _producer(bootstrap: str) -> Producer:
+    return Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 20,
@@ -129,6 +126,27 @@ def produce(bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int) -> t
             "acks": 1,
         }
     )
+
+
+def _send(producer: Producer, topic: str, value: bytes, key: bytes, ts: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, timestamp=ts)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def produce(
+    bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int, times: list[int] | None = None
+) -> tuple[Counter, int]:
+    """N events into INPUT; returns (expected closed windows as a multiset, the closing bound W). `times`, if
+    given, gets each event's time (ms), for `produce_payments`."""
+    rng = random.Random(seed)
+    # The stream starts 5 s into a window and ends about now, so the bound max - 2 s falls mid-window.
+    span_ms = int(n / rate * 1000)
+    t0 = (int(time.time() * 1000) - span_ms) // SIZE_MS * SIZE_MS + 5_000
+    producer = _producer(bootstrap)
     windows: dict[tuple[str, int], list] = {}
     max_ts = 0
     note = "x" * 24
@@ -144,12 +162,9 @@ def produce(bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int) -> t
         acc = windows.setdefault((user, ts - ts % SIZE_MS), [0, 0.0])
         acc[0] += 1
         acc[1] += amount
-        while True:
-            try:
-                producer.produce(INPUT, json.dumps(ev).encode(), user.encode(), timestamp=ts)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        if times is not None:
+            times.append(ts)
+        _send(producer, INPUT, json.dumps(ev).encode(), user.encode(), ts)
     if producer.flush(120):
         raise RuntimeError("events were not all delivered")
     bound = max_ts - DELAY_MS
@@ -157,6 +172,19 @@ def produce(bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int) -> t
         (u, s, c, round(t, 2)) for (u, s), (c, t) in windows.items() if s + SIZE_MS <= bound
     )  # fmt: skip
     return expected, bound
+
+
+def produce_payments(bootstrap: str, topic: str, times: list[int], seed: int) -> None:
+    """One payment per event, by its id, 0 to 4 minutes after it (event time), in the order events were made:
+    the stream-stream join's right side (its interval: 5 minutes)."""
+    rng = random.Random(seed + 1)
+    producer = _producer(bootstrap)
+    for i, ts in enumerate(times):
+        paid = ts + rng.randrange(240_000)
+        value = json.dumps({"id": i, "method": rng.choice(("card", "cash", "wire")), "paid_ms": paid}).encode()
+        _send(producer, topic, value, str(i).encode(), paid)
+    if producer.flush(120):
+        raise RuntimeError("payments were not all delivered")
 
 
 def produce_table(bootstrap: str, topic: str) -> None:
@@ -711,7 +739,8 @@ def main() -> int:
         console.print(f"[bold]broker[/] on {bootstrap}, scratch {scratch}")
         create_topic(bootstrap, INPUT)
         t0 = time.perf_counter()
-        expected, bound = produce(bootstrap, args.records, rate, args.jitter_ms, args.seed)
+        times: list[int] | None = [] if "streamjoin" in chosen else None
+        expected, bound = produce(bootstrap, args.records, rate, args.jitter_ms, args.seed, times)
         console.print(
             f"[bold]produced[/] {args.records:,} events at {rate:,.0f}/event-s in {time.perf_counter() - t0:.1f} s; "
             f"{sum(expected.values()):,} windows expected closed"
@@ -759,6 +788,9 @@ def main() -> int:
             console.print("[bold]7. weir's other blocks[/]")
             create_topic(bootstrap, "peers.users", {"cleanup.policy": "compact"})
             produce_table(bootstrap, "peers.users")
+            if times is not None:
+                create_topic(bootstrap, "peers.payments")
+                produce_payments(bootstrap, "peers.payments", times, args.seed)
             for name in chosen:
                 run_weir(bench, name, f"weir {name}", args.weir_timeout, blocks=True)
             if "stateless" in chosen:

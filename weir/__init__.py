@@ -19,6 +19,7 @@ _WHERE = {
     "spark_session": "weir.spark", "register": "weir.spark",
     "tumbling_window": "weir.blocks.window", "sliding_window": "weir.blocks.window",
     "session_window": "weir.blocks.sessions", "deduplicate": "weir.blocks.dedup", "join_table": "weir.blocks.join",
+    "join_streams": "weir.blocks.streamjoin",
     "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka",
     "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres", "Written": "weir.sinks.base",
     "avro": "weir.kafka.formats.declare", "protobuf": "weir.kafka.formats.declare",

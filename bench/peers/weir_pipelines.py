@@ -7,6 +7,8 @@
     running    running aggregate per user (count, sum, avg of amount), no window    -> peers.weir.running
     dedup      deduplicate on id (horizon 1 min)                                    -> peers.weir.dedup
     join       events left-joined with the 100k-key changelog table peers.users   -> peers.weir.join
+    streamjoin events left-joined with their payment (peers.payments) within 5 min -> peers.weir.streamjoin
+    keyed      @stateful per user: an amount over twice the average of the last 10  -> peers.weir.keyed
     stateless  filter amount > 50, map (doubled amount)                             -> peers.weir.stateless
 
 PEER_INPUT names the input topic (default events); its records are bench/peers.py's events. PEER_SUFFIX, if set,
@@ -22,8 +24,10 @@ from pyspark.sql import functions as F
 
 from weir.blocks.dedup import deduplicate
 from weir.blocks.join import join_table
+from weir.blocks.keyed import ListOf, stateful
 from weir.blocks.running import running_aggregate
 from weir.blocks.sessions import session_window
+from weir.blocks.streamjoin import join_streams
 from weir.blocks.window import sliding_window, tumbling_window
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline import Pipeline
@@ -37,6 +41,9 @@ SKETCHED = "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, avg DOUBL
 RUNNING = "user STRING, revision BIGINT, count BIGINT, sum DOUBLE, avg DOUBLE"
 STATELESS = "id BIGINT, user STRING, amount DOUBLE, ts BIGINT, doubled DOUBLE"
 JOINED = EVENTS + ", segment STRING, region STRING"
+PAYMENTS = "id BIGINT, method STRING, paid_ms BIGINT"
+PAID = "id BIGINT, user STRING, amount DOUBLE, method STRING, paid_ms BIGINT"
+SPIKES = "user STRING, amount DOUBLE, avg10 DOUBLE"
 WATERMARK = "2 seconds"
 AGGREGATES = {"count": ("count", "*"), "sum": ("sum", "amount")}
 EVENTS_FIELDS = ["id", "user", "amount", "ts", "item", "country", "note"]
@@ -50,7 +57,8 @@ def _timed(events: DataFrame) -> DataFrame:
 def _pipeline(name: str) -> tuple[Pipeline, object, object]:
     p = Pipeline(f"peers_{name}")
     events = p.topic(INPUT, EVENTS, key="user", partitions=4, retention=-1)
-    schema = {"dedup": EVENTS, "join": JOINED, "stateless": STATELESS, "sketched": SKETCHED, "running": RUNNING}
+    schema = {"dedup": EVENTS, "join": JOINED, "stateless": STATELESS, "sketched": SKETCHED, "running": RUNNING,
+              "streamjoin": PAID, "keyed": SPIKES}  # fmt: skip
     schema = schema.get(name, WINDOWS)
     out = p.topic(f"peers.weir.{name}{SUFFIX}", schema, key="user", partitions=4, retention=-1)
     return p, events, out
@@ -115,6 +123,39 @@ def join_proc(events: DataFrame, users: DataFrame) -> DataFrame:
     return join_table(
         events.select(*keep), users, key="user", how="left", table_columns=["segment", "region"], table_name="users",
     )  # fmt: skip
+
+
+streamjoin, _events, _out = _pipeline("streamjoin")
+_payments = streamjoin.topic("peers.payments", PAYMENTS, key="id", partitions=4, retention=-1)
+
+
+@streamjoin.processor(inputs=[_events, _payments], outputs=[_out], stateful=True, name="join")
+def streamjoin_proc(events: DataFrame, payments: DataFrame) -> DataFrame:
+    keep = [c for c in (*EVENTS_FIELDS, *KAFKA, ERROR_COLUMN) if c in events.columns]
+    return join_streams(
+        _timed(events.select(*keep)), payments.withColumn("paid_at", F.timestamp_millis("paid_ms")), key="id",
+        event_time=("event_time", "paid_at"), watermark=WATERMARK, after="5 minutes", how="left",
+        right_columns=["method", "paid_ms"],
+    )  # fmt: skip
+
+
+@stateful(key="user", event_time="event_time", watermark=WATERMARK, output="amount DOUBLE, avg10 DOUBLE",
+          state={"recent": ListOf("double", keep=10)})  # fmt: skip
+def last10(user: str, records: list[dict], state, timers):
+    """An amount over twice the average of the user's last 10 (a fraud rule over the last 10 payments)."""
+    for r in records:
+        recent = state.recent.items()
+        if len(recent) == 10 and r["amount"] > 2 * sum(recent) / 10:
+            yield {"amount": r["amount"], "avg10": sum(recent) / 10}
+        state.recent.append(r["amount"])
+
+
+keyed, _events, _out = _pipeline("keyed")
+
+
+@keyed.processor(inputs=[_events], outputs=[_out], stateful=True, name="rule")
+def stateful_proc(events: DataFrame) -> DataFrame:
+    return last10(_timed(events))
 
 
 stateless, _events, _out = _pipeline("stateless")

@@ -685,7 +685,8 @@ def main(
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
         console.print(topic_table(Admin(broker.bootstrap), topics))
-        for topic in ("revenue.by_category_1m", "customers.lifetime", "customers.signals", "alerts"):
+        shown = ("revenue.by_category_1m", "customers.lifetime", "customers.signals", "orders.attributed", "alerts")
+        for topic in shown:
             console.print(f"latest records of {topic}:")
             for doc in decoded(tail(broker.bootstrap, topic), pipeline.topics[topic], settings.registry_conf()):
                 console.print(f"  {doc}")

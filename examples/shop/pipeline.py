@@ -2,6 +2,8 @@
 
     generate ──► orders, customers (table), page_views
     enrich(orders, customers) ──► orders.enriched          stream-table join, stateful
+    attribute(orders, page_views) ──► orders.attributed    stream-stream join: the pages the customer viewed
+                                                           in the 10 s before an order (event time), stateful
     revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
     spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
     lifetime(orders.enriched) ──► customers.lifetime       every customer's totals so far, a running aggregate
@@ -36,6 +38,7 @@ from examples.shop.records import Shape, default_threshold
 from weir.blocks.join import join_table
 from weir.blocks.keyed import ListOf, Value, stateful
 from weir.blocks.running import running_aggregate
+from weir.blocks.streamjoin import join_streams
 from weir.blocks.window import tumbling_window
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.pipeline import Pipeline
@@ -51,6 +54,10 @@ SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE"
 LIFETIME = (
     "customer_id STRING NOT NULL, revision BIGINT, orders BIGINT, spend DOUBLE, avg_order DOUBLE, last_category STRING"
 )
+ATTRIBUTED = (
+    "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE, view_id STRING, url STRING, viewed_ms BIGINT"
+)
+VIEWED_BEFORE = "10 seconds"  # of event time before an order: the page views it is attributed to
 SIGNALS = "customer_id STRING NOT NULL, rule STRING, amount DOUBLE, at TIMESTAMP"
 QUIET_AFTER = timedelta(minutes=2)  # of event time without an order: the customer has gone quiet
 ALERTS = "customer_id STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, spend DOUBLE, threshold DOUBLE"
@@ -80,6 +87,19 @@ def enriched(orders: DataFrame, customers: DataFrame) -> DataFrame:
     return join_table(
         _fields(orders, ORDERS), _fields(customers, CUSTOMERS), key="customer_id", how="left",
         table_columns=CUSTOMER_FIELDS, table_name="customers",
+    )  # fmt: skip
+
+
+def attributed(orders: DataFrame, views: DataFrame) -> DataFrame:
+    """Each order with every page its customer viewed in the VIEWED_BEFORE (event time) before it, one row per view;
+    an order without one once, with null view columns, when no view can come any more (docs/blocks.md,
+    "Stream-stream join"). Records behind the watermark go to orders.late and page_views.late with the reason."""
+    o = _fields(orders, ORDERS).withColumn("ordered", F.timestamp_millis("ts_ms"))
+    v = _fields(views, PAGE_VIEWS).withColumnRenamed("ts_ms", "viewed_ms")
+    return join_streams(
+        o, v.withColumn("viewed_at", F.timestamp_millis("viewed_ms")), key="customer_id",
+        event_time=("ordered", "viewed_at"), watermark=WATERMARK, before=VIEWED_BEFORE, how="left",
+        right_columns=["view_id", "url", "viewed_ms"],
     )  # fmt: skip
 
 
@@ -196,6 +216,7 @@ def build(
     customer_table = shop.table("customers", CUSTOMERS, key="customer_id", partitions=2)
     page_views = shop.topic("page_views", PAGE_VIEWS, key="customer_id", partitions=4)
     enriched_orders = shop.topic("orders.enriched", ENRICHED, key="order_id", partitions=4)
+    attributed_orders = shop.topic("orders.attributed", ATTRIBUTED, key="order_id", partitions=2)
     revenue_1m = shop.topic("revenue.by_category_1m", REVENUE, key="category", partitions=2)
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
     lifetime_totals_topic = shop.topic("customers.lifetime", LIFETIME, key="customer_id", partitions=2)
@@ -227,6 +248,10 @@ def build(
         @shop.processor(inputs=[orders, customer_table], outputs=[enriched_orders], stateful=True)
         def enrich(orders: DataFrame, customers: DataFrame) -> DataFrame:
             return enriched(orders, customers)
+
+    @shop.processor(inputs=[orders, page_views], outputs=[attributed_orders], stateful=True)
+    def attribute(orders: DataFrame, views: DataFrame) -> DataFrame:
+        return attributed(orders, views)
 
     @shop.processor(inputs=[enriched_orders], outputs=[revenue_1m], stateful=True)
     def revenue(orders: DataFrame) -> DataFrame:

@@ -37,10 +37,11 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-4000:]
     assert "Traceback" not in said, said[-4000:]
-    audit = next((line for line in said.splitlines() if line.startswith("weir audit: 9 processors")), None)
+    audit = next((line for line in said.splitlines() if line.startswith("weir audit: 10 processors")), None)
     assert audit is not None and "0 more than once, 0 silent gap(s)" in audit, said[-4000:]
     assert "lag of each processor's consumer group, as kafka-consumer-groups reads it: weir.shop.enrich" in said
     assert "latest records of customers.signals:" in said, said[-4000:]  # @stateful: a rule and a timer
+    assert "latest records of orders.attributed:" in said, said[-4000:]  # a stream-stream join
     assert 'weir sql "SELECT category' in said and "weir sql failed" not in said, said[-4000:]
     # Alerts are Avro through the registry (docs/formats.md), and their latest records decode from it.
     assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]

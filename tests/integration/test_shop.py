@@ -73,10 +73,12 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
 
     # enrich: each order is enriched or dead-lettered, exactly once; each customer record dead-lettered or
     # absorbed into the table.
-    malformed = {o: sorted(r.value for r in made if r.output == o and r.malformed) for o in (ORDERS, CUSTOMERS)}
-    assert sorted(r.value for r in topic["orders.dlq"]) == malformed[ORDERS]
+    malformed = {
+        o: sorted(r.value for r in made if r.output == o and r.malformed) for o in (ORDERS, CUSTOMERS, PAGE_VIEWS)
+    }
+    assert sorted(r.value for r in topic["orders.dlq"] if r.processor == "enrich") == malformed[ORDERS]
     assert sorted(r.value for r in topic["customers.dlq"]) == malformed[CUSTOMERS]
-    orders_out = sources(topic["orders.enriched"]) + sources(topic["orders.dlq"])
+    orders_out = sources(topic["orders.enriched"]) + sources(topic["orders.dlq"], "enrich")
     assert sorted(orders_out) == sorted(coordinates(here(ORDERS), topic[ORDERS]))
     customers_dlq = sources(topic["customers.dlq"])
     assert len(set(customers_dlq)) == len(customers_dlq)
@@ -134,6 +136,35 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
     for customer in {f["customer_id"] for f in quiet}:
         counts = [int(f["rule"].rsplit(" after ", 1)[1].split()[0]) for f in quiet if f["customer_id"] == customer]
         assert counts == sorted(set(counts)), (customer, counts)
+
+    # attribute (a stream-stream join): every order and page view late (once, with its reason), dead-lettered or
+    # absorbed; its pairs are exactly the plain-Python join of the on-time ones, each once, each naming its order;
+    # an on-time order without a view comes out at most once, with null view columns.
+    a = totals["attribute"]
+    assert a.in_ == len(topic[ORDERS]) + len(topic[PAGE_VIEWS]) == a.late + a.dlq + a.absorbed
+    late = {*sources(topic["orders.late"], "attribute"), *sources(topic["page_views.late"], "attribute")}
+    dlq = {*sources(topic["orders.dlq"], "attribute"), *sources(topic["page_views.dlq"], "attribute")}
+    assert len(late) == a.late > 0 and len(dlq) == a.dlq == len(malformed[ORDERS]) + len(malformed[PAGE_VIEWS])
+    for name in ("orders.late", "page_views.late"):
+        assert all(r.headers.get("weir.late", "").startswith("event time ") for r in topic[name]), name
+    on_time = {
+        name: {c: json.loads(r.value) for c, r in zip(coordinates(here(name), topic[name]), topic[name], strict=True)
+               if c not in late and c not in dlq}
+        for name in (ORDERS, PAGE_VIEWS)
+    }  # fmt: skip
+    want = collections.Counter(
+        (o["order_id"], v["view_id"]) for o in on_time[ORDERS].values() for v in on_time[PAGE_VIEWS].values()
+        if o["customer_id"] == v["customer_id"] and o["ts_ms"] - 10_000 <= v["ts_ms"] <= o["ts_ms"]
+    )  # fmt: skip
+    rows = topic["orders.attributed"]
+    assert len(rows) == a.emitted
+    got = collections.Counter((r.fields["order_id"], r.fields["view_id"]) for r in rows if r.fields["view_id"])
+    assert got == want and max(got.values()) == 1
+    lonely = [r.fields["order_id"] for r in rows if r.fields["view_id"] is None]
+    matched = {o for o, _ in want}
+    assert lonely and len(lonely) == len(set(lonely)) and not set(lonely) & matched
+    for r in rows:
+        assert on_time[ORDERS][r.source]["order_id"] == r.fields["order_id"]
 
     # alert: exactly the 5-minute windows over the threshold, each naming its window record.
     spend = topic["spend.by_customer_5m"]

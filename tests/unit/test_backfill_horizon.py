@@ -46,3 +46,9 @@ def test_keyed_state_of_ones_own_is_refused_naming_the_function():
     blocks = [{"block": "stateful", "name": "spikes", "key": "customer_id", "watermark": "10 seconds"}]
     with pytest.raises(BackfillError, match=r"@stateful 'spikes' \(key 'customer_id'\).*cannot rebuild it"):
         horizon(blocks)
+
+
+def test_a_stream_stream_join_reads_its_interval_and_watermark_around_the_range():
+    h = horizon([{"block": "join_streams", "key": "order_id", "event_time": "ordered,paid_at", "before": "1 minute",
+                  "after": "5 minutes", "watermark": "10 seconds", "how": "left"}])  # fmt: skip
+    assert (h.before_ms, h.after_ms, h.keys) == (70_000, 310_000, ("order_id",))

@@ -78,6 +78,11 @@ def horizon(blocks: list[dict[str, str]]) -> Horizon:
                 f"sessions are rebuilt from {gap + wm} ms before the range: a session whose records began earlier "
                 f"than that, with no gap since, starts later in the backfill than it did when streamed"
             )
+        elif kind == "join_streams":
+            # A left record of the range pairs with right records from `before` before it to `after` after it,
+            # and a left join's unmatched record closes once the watermark passes its time + `after`.
+            span_before, span_after = interval_ms(b["before"], kind), interval_ms(b["after"], kind)
+            before, after = max(before, span_before + wm), max(after, span_after + wm)
         elif kind == "deduplicate":
             before, after = max(before, interval_ms(b["horizon"], kind) + wm), max(after, wm)
         elif kind == "running_aggregate":
@@ -316,13 +321,15 @@ class StatefulRun:
     # -- what belongs to the range --------------------------------------------------------------------------
     def belongs(self, replay: Replay, names: list[str]) -> Column:
         """Rows of the range: a window or session overlapping it by event time; a row of an input record in it
-        (by offset); nothing else (absorbed and filtered rows are counted by the blocks, not delivered)."""
+        (by offset; a stream-stream join's pair by its left record); nothing else (absorbed and filtered rows are
+        counted by the blocks, not delivered)."""
         report = self.report
         if replay.event_range is not None:
             t1, t2 = replay.event_range[0], replay.event_range[1] + 1
         else:
             t1, t2 = epoch_micros(report.start), epoch_micros(report.end)
-        emitted = F.col(ROUTE) == EMIT
+        # A result of no input record (a window); a stream-stream join's pairs carry their left record
+        emitted = (F.col(ROUTE) == EMIT) & F.col("offset").isNull() if "offset" in names else F.col(ROUTE) == EMIT
         if all(w in names for w in WINDOW):
             overlap = (F.unix_micros(F.col("window_end")) > F.lit(t1)) & (
                 F.unix_micros(F.col("window_start")) < F.lit(t2)
@@ -335,7 +342,7 @@ class StatefulRun:
         by_record = F.lit(False)
         for topic, spans in replay.ranges.items():
             by_record = by_record | ((F.col("topic") == topic) & within(spans))
-        sourced = F.col("offset").isNotNull() & F.col(ROUTE).isin("out", "late", "dlq") & by_record
+        sourced = F.col("offset").isNotNull() & F.col(ROUTE).isin("out", "late", "dlq", EMIT) & by_record
         return F.coalesce(windows | sourced, F.lit(False))
 
     # -- what the target holds already ----------------------------------------------------------------------

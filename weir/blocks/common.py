@@ -18,8 +18,20 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
+# The pandas dtype that keeps an integer column exact when a chunk holds a null (numpy would make it float64).
+NULLABLE_INTS = {ByteType: "Int8", ShortType: "Int16", IntegerType: "Int32"}
 _SETTINGS: ContextVar[list[dict[str, str]] | None] = ContextVar("weir_block_settings", default=None)
 
 

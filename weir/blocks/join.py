@@ -21,17 +21,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 from pyspark.sql.types import (
     BinaryType,
-    ByteType,
     DataType,
-    IntegerType,
     LongType,
-    ShortType,
     StringType,
     StructField,
     StructType,
 )
 
 from weir.blocks import joining
+from weir.blocks.common import NULLABLE_INTS as _NULLABLE
 from weir.blocks.common import bucket, bucket_count, col, settle, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
@@ -40,7 +38,6 @@ from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE
 HOWS = ("inner", "left")
 _META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone", "__weir_error", "__weir_bucket")
 _KAFKA_NEEDED = ("key", "value", "topic", "partition", "offset", "timestamp")
-_NULLABLE = {ByteType: "Int8", ShortType: "Int16", IntegerType: "Int32"}
 _NO_TS = 2**63 - 1  # a record without a Kafka timestamp sorts after every other one of its key
 _BUCKET_STATE = StructType([StructField("shape", StringType()), StructField("table", BinaryType())])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ def interval_ms(text: str, fn: str = "window") -> int:
     return units.duration_ms(text, fn, bare=None, positive=True)
 
 
-def watermark_delay(text: str, fn: str = "window") -> str:
+def watermark_delay(text: str | timedelta, fn: str = "window") -> str:
     """The watermark delay as Spark reads it ("10 seconds"), from any duration weir.units reads ("10s")."""
     return units.spark_interval(units.duration_ms(text, f"{fn}: watermark", bare=None))
 

@@ -6,6 +6,7 @@ row they return with one of them in the `_route` column.
 
 ROUTE = "_route"
 ABSORBED = "_absorbed"  # BIGINT, set only on ABSORB rows (the input records they stand for) and EXPIRED rows
+REASON = "_reason"  # STRING, optional: why a LATE row is late, where a block can say more than its columns do
 
 # Every input record ends up counted in exactly one of OUT, FILTERED, LATE, DLQ, DUPLICATE or an ABSORB row's
 # count; EMIT rows are results made from state (a closed window), which stand for no single input record and

@@ -39,7 +39,7 @@ from weir.kafka.offsets import Positions
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, OUT, REASON, ROUTE
 from weir.runtime import completeness, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
@@ -50,7 +50,7 @@ STATIC_LIMIT = 100_000  # records per input topic per batch with flow = static a
 # A batch with a backlog aims at the trigger interval, but at least this: each batch has a fixed cost of
 # planning and commits (about 0.5-1 s), which shorter catch-up batches would spend most of their time on.
 MIN_TARGET_MS = 10_000
-_INTERNAL = (ROUTE, ABSORBED, ERROR_COLUMN, routing.OUTPUT, provenance.PROVENANCE)
+_INTERNAL = (ROUTE, ABSORBED, REASON, ERROR_COLUMN, routing.OUTPUT, provenance.PROVENANCE)
 
 
 @dataclass

@@ -20,9 +20,9 @@ from pyspark.sql.functions import arrow_udf
 from weir.blocks.common import col
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.formats import RecordWriter, record_writer
-from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
+from weir.kafka.headers import ERROR_HEADER, LATE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, ROUTE
+from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, REASON, ROUTE
 from weir.runtime.provenance import PROVENANCE
 
 DEST = "_dest"
@@ -115,8 +115,8 @@ def origin(df: DataFrame | Sequence[str]) -> Column | None:
 
 
 def _headers(names: Sequence[str], proc: Processor, refused: Column | None = None) -> Column:
-    """weir.source (when the row has an input record), weir.processor, and weir.error for dead letters (`refused`:
-    why the output's format refused the row)."""
+    """weir.source (when the row has an input record), weir.processor, weir.error for dead letters (`refused`:
+    why the output's format refused the row) and weir.late for late rows whose block gave a `_reason`."""
     hs = [_header(PROCESSOR_HEADER, F.lit(proc.name))]
     src = origin(names)
     if src is not None:
@@ -124,6 +124,8 @@ def _headers(names: Sequence[str], proc: Processor, refused: Column | None = Non
         hs.append(F.when(src["offset"].isNotNull(), _header(SOURCE_HEADER, F.concat_ws("/", *parts))))
     if ERROR_COLUMN in names:
         hs.append(F.when(col(ERROR_COLUMN).isNotNull(), _header(ERROR_HEADER, col(ERROR_COLUMN))))
+    if REASON in names:
+        hs.append(F.when((col(ROUTE) == LATE) & col(REASON).isNotNull(), _header(LATE_HEADER, col(REASON))))
     if refused is not None:
         hs.append(F.when(refused.isNotNull(), _header(ERROR_HEADER, refused)))
     return F.filter(F.array(*hs), lambda h: h.isNotNull())
@@ -326,7 +328,7 @@ def check_outputs(proc: Processor, result: DataFrame | dict, topics: dict[str, T
     if proc.stateful and ROUTE not in next(iter(_by_output(proc, result).values())).columns:
         found.append(
             f"processor {proc.name} is stateful, but its result has no {ROUTE} column: build it with weir's "
-            f"stateful blocks (join_table, windows, deduplicate), which account for every input record"
+            f"stateful blocks (joins, windows, deduplicate, @stateful), which account for every input record"
         )
     if found:
         raise DeclarationError("\n".join(found))
