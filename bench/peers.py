@@ -52,7 +52,8 @@ Figures, each system a subprocess (its whole process tree measured):
 
 --blocks then runs weir's other blocks on the same input, each by `weir run --once`, against the tumbling
 window's steady rate: sliding_window (1 min, slide 10 s), session_window (gap 30 s), a tumbling window of avg and
-p95 (a KLL sketch), a running aggregate per user (count, sum, avg; one row per user and batch), deduplicate (on id),
+p95 (a KLL sketch), the tumbling window with 30 s of allowed lateness, a running aggregate per user (count,
+sum, avg; one row per user and batch), deduplicate (on id),
 join_table (a 100k-key changelog topic), join_streams (each event left-joined with its payment, made 0 to 4 minutes
 after it, within 5 minutes: 2N input records, all in state until their interval closes), a @stateful rule (per
 user, an amount over twice the average of the last 10); and a stateless processor (filter + map) against the same query
@@ -105,7 +106,7 @@ PEER_PACKAGES = {
     "quix": ("quixstreams-3.28.1", ["quixstreams==3.28.1"]),
 }
 SYSTEMS = ("raw", "loop", "spark", "weir", "bytewax", "quix")
-BLOCKS = ("sliding", "session", "sketched", "running", "dedup", "join", "streamjoin", "keyed", "stateless")
+BLOCKS = ("sliding", "session", "sketched", "lateness", "running", "dedup", "join", "streamjoin", "keyed", "stateless")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -4,6 +4,7 @@
     sliding    1 min windows every 10 s, same aggregates                            -> peers.weir.sliding
     session    sessions with a 30 s gap, same aggregates                            -> peers.weir.session
     sketched   10 s tumbling window per user: avg and p95 of amount (a KLL sketch)   -> peers.weir.sketched
+    lateness   the tumbling window with 30 s of allowed lateness                     -> peers.weir.lateness
     running    running aggregate per user (count, sum, avg of amount), no window    -> peers.weir.running
     dedup      deduplicate on id (horizon 1 min)                                    -> peers.weir.dedup
     join       events left-joined with the 100k-key changelog table peers.users   -> peers.weir.join
@@ -37,6 +38,7 @@ SUFFIX = os.environ.get("PEER_SUFFIX", "")
 EVENTS = "id BIGINT, user STRING NOT NULL, amount DOUBLE, ts BIGINT, item STRING, country STRING, note STRING"
 USERS = "user STRING NOT NULL, segment STRING, region STRING"
 WINDOWS = "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT, sum DOUBLE"
+REVISED = WINDOWS + ", revision BIGINT"
 SKETCHED = "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, avg DOUBLE, p95 DOUBLE"
 RUNNING = "user STRING, revision BIGINT, count BIGINT, sum DOUBLE, avg DOUBLE"
 STATELESS = "id BIGINT, user STRING, amount DOUBLE, ts BIGINT, doubled DOUBLE"
@@ -58,7 +60,7 @@ def _pipeline(name: str) -> tuple[Pipeline, object, object]:
     p = Pipeline(f"peers_{name}")
     events = p.topic(INPUT, EVENTS, key="user", partitions=4, retention=-1)
     schema = {"dedup": EVENTS, "join": JOINED, "stateless": STATELESS, "sketched": SKETCHED, "running": RUNNING,
-              "streamjoin": PAID, "keyed": SPIKES}  # fmt: skip
+              "streamjoin": PAID, "keyed": SPIKES, "lateness": REVISED}  # fmt: skip
     schema = schema.get(name, WINDOWS)
     out = p.topic(f"peers.weir.{name}{SUFFIX}", schema, key="user", partitions=4, retention=-1)
     return p, events, out
@@ -95,6 +97,16 @@ sketched, _events, _out = _pipeline("sketched")
 def sketched_proc(events: DataFrame) -> DataFrame:
     aggregates = {"avg": ("avg", "amount"), "p95": ("percentile", "amount", 0.95)}
     return tumbling_window(_timed(events), "user", "event_time", "10 seconds", WATERMARK, aggregates)
+
+
+lateness, _events, _out = _pipeline("lateness")
+
+
+@lateness.processor(inputs=[_events], outputs=[_out], stateful=True, name="window")
+def lateness_proc(events: DataFrame) -> DataFrame:
+    return tumbling_window(
+        _timed(events), "user", "event_time", "10 seconds", WATERMARK, AGGREGATES, allowed_lateness="30 seconds"
+    )
 
 
 running, _events, _out = _pipeline("running")

@@ -48,7 +48,7 @@ from rich.table import Table
 
 from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
 from examples.shop.orders_http import OrderClient, stats
-from examples.shop.pipeline import build
+from examples.shop.pipeline import SPEND_LATENESS, build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
 from weir.kafka import Admin, EmbeddedBroker
@@ -194,6 +194,14 @@ def lateness(snapshot: dict, seed: int, generated: int | None = None) -> str:
             "\n  happens when a batch spans more event time than the 30 s delay (slow batches, --speedup)."
         )
     return text
+
+
+def updates(bootstrap: str, topic: Topic, registry_conf: dict[str, str]) -> str:
+    """How many spend windows late orders updated within the allowed lateness (records of revision 2 and up)."""
+    found = decoded(tail(bootstrap, topic.name, n=1_000_000), topic, registry_conf)
+    again = [d for d in found if (d.get("revision") or 1) > 1]
+    return (f"{topic.name}: {len(found):,} window records, {len(again):,} of them updates for late orders within "
+            f"{SPEND_LATENESS} of allowed lateness (revision 2 and up, the same key and window)")  # fmt: skip
 
 
 def start_registry() -> tuple[contextlib.AbstractContextManager | None, str]:
@@ -693,6 +701,7 @@ def main(
         if registry is not None:
             console.print(registered(settings, "alerts"), highlight=False)
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
+        console.print(updates(broker.bootstrap, pipeline.topics["spend.by_customer_5m"], settings.registry_conf()))
         console.print(lake_summary(settings.lake, "orders"))
         console.print(audit_summary(stopped), highlight=False)
         console.print(groups_summary(broker.bootstrap, stopped), highlight=False)

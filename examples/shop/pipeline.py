@@ -5,7 +5,9 @@
     attribute(orders, page_views) ──► orders.attributed    stream-stream join: the pages the customer viewed
                                                            in the 10 s before an order (event time), stateful
     revenue(orders.enriched) ──► revenue.by_category_1m    1-minute tumbling windows per category, stateful
-    spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful
+    spend(orders.enriched) ──► spend.by_customer_5m        5-minute tumbling windows per customer, stateful;
+                                                           a late order within 2 minutes of a window's end
+                                                           updates it (allowed lateness: its next revision)
     lifetime(orders.enriched) ──► customers.lifetime       every customer's totals so far, a running aggregate
     watch(orders.enriched) ──► customers.signals           a rule of one's own with keyed state and a timer
                                                            (@stateful): an order over twice the customer's
@@ -50,7 +52,8 @@ CUSTOMER_FIELDS = ["name", "segment", "country"]
 ENRICHED = ORDERS + ", " + ", ".join(f"{c} STRING" for c in CUSTOMER_FIELDS)
 WINDOW = "window_start TIMESTAMP, window_end TIMESTAMP, orders BIGINT"
 REVENUE = f"category STRING, {WINDOW}, revenue DOUBLE, avg_order DOUBLE, p95_order DOUBLE, buyers BIGINT"
-SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE"
+SPEND = f"customer_id STRING NOT NULL, {WINDOW}, spend DOUBLE, revision BIGINT"
+SPEND_LATENESS = "2 minutes"  # of event time after a spend window's end: a late order still updates it
 LIFETIME = (
     "customer_id STRING NOT NULL, revision BIGINT, orders BIGINT, spend DOUBLE, avg_order DOUBLE, last_category STRING"
 )
@@ -103,14 +106,17 @@ def attributed(orders: DataFrame, views: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
-def _windows(orders: DataFrame, key: str, size: str, total: str, **more: tuple) -> DataFrame:
+def _windows(
+    orders: DataFrame, key: str, size: str, total: str, allowed_lateness: str | None = None, **more: tuple
+) -> DataFrame:
     """Count and amount sum (and `more` aggregates) per `key` and tumbling window; the output keeps the routing
     columns."""
     with_time = orders.withColumn("event_time", F.timestamp_millis("ts_ms"))
     aggregates = {"orders": ("count", "*"), total: ("sum", "amount"), **more}
     return tumbling_window(
-        with_time, key=key, event_time="event_time", size=size, watermark=WATERMARK, aggregates=aggregates
-    )
+        with_time, key=key, event_time="event_time", size=size, watermark=WATERMARK, aggregates=aggregates,
+        allowed_lateness=allowed_lateness,
+    )  # fmt: skip
 
 
 def revenue_by_category(orders: DataFrame) -> DataFrame:
@@ -123,7 +129,7 @@ def revenue_by_category(orders: DataFrame) -> DataFrame:
 
 
 def spend_by_customer(orders: DataFrame) -> DataFrame:
-    return _windows(orders, "customer_id", "5 minutes", "spend")
+    return _windows(orders, "customer_id", "5 minutes", "spend", allowed_lateness=SPEND_LATENESS)
 
 
 def lifetime_totals(orders: DataFrame) -> DataFrame:

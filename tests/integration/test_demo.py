@@ -42,6 +42,7 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     assert "lag of each processor's consumer group, as kafka-consumer-groups reads it: weir.shop.enrich" in said
     assert "latest records of customers.signals:" in said, said[-4000:]  # @stateful: a rule and a timer
     assert "latest records of orders.attributed:" in said, said[-4000:]  # a stream-stream join
+    assert re.search(r"spend.by_customer_5m: [\d,]+ window records, [\d,]+ of them updates for late orders", said)
     assert 'weir sql "SELECT category' in said and "weir sql failed" not in said, said[-4000:]
     # Alerts are Avro through the registry (docs/formats.md), and their latest records decode from it.
     assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]

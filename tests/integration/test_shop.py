@@ -99,6 +99,12 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
         w = totals[name]
         assert (w.in_, w.late, w.absorbed + w.late) == (len(enriched), len(late), len(enriched)), name
         assert w.late > 0 and w.emitted > 0, name
+    # spend's allowed lateness: a window is written at its close (revision 1), then once per batch that brought it
+    # late orders within the lateness (2, 3, ...), each revision once
+    revisions = collections.defaultdict(list)
+    for r in topic["spend.by_customer_5m"]:
+        revisions[(r.fields["customer_id"], r.fields["window_start"])].append(r.fields["revision"])
+    assert all(sorted(v) == list(range(1, len(v) + 1)) for v in revisions.values()), revisions
     windows = [r.fields for r in topic["revenue.by_category_1m"]]
     assert len(windows) == totals["revenue"].emitted
     assert sum(w["orders"] for w in windows) <= totals["revenue"].absorbed  # open windows are not flushed

@@ -336,6 +336,40 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
     }
 
 
+def test_allowed_lateness_updates_a_closed_window_once_per_late_record_and_routes_beyond_it(
+    spark, bootstrap, topic_name, tmp_path
+) -> None:
+    """A 10 s window with a 5 s watermark and 20 s of allowed lateness: emitted at its close (revision 1), then
+    once more for each run that brings a record within the lateness (revision 2, 3: its whole contents each
+    time), gone from state once the watermark passes its end + 20 s, after which a record of it is late."""
+    Admin(bootstrap).create_topic(topic_name, partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+
+    def run(evts: list[tuple[int, int]]) -> list:
+        recs = [
+            Rec(0, None, json.dumps({"customer_id": "c1", "qty": q, "ts_ms": BASE_MS + s}).encode(), None, None)
+            for q, s in evts
+        ]
+        produce(bootstrap, topic_name, recs)
+        stream = orders(spark, bootstrap, topic_name)
+        aggs = {"n": ("count", "*"), "q": ("sum", "qty")}
+        w = tumbling_window(stream, "customer_id", "event_time", SIZE, DELAY, aggs, allowed_lateness="20 seconds")
+        got = run_routed(w, checkpoint)
+        check_accounting(got)
+        return [(ms(r.window_start), r.n, r.q, r.revision, r._route, r.offset) for r in got.rows if r._route != ABSORB]
+
+    # [0 s, 10 s) closes at watermark 25 s (30 s - 5 s): revision 1
+    assert run([(1, 1000), (2, 9000), (4, 30_000)]) == [(BASE_MS, 2, 3, 1, "emit", None)]
+    # 5 s is behind the watermark and its window closed, but within 20 s of its end: an update, revision 2
+    assert run([(8, 5000)]) == [(BASE_MS, 3, 11, 2, "emit", None)]
+    # 3 s again: revision 3; then 60 s moves the watermark to 55 s: [0 s, 10 s) leaves state, [30 s, 40 s) closes
+    assert sorted(run([(16, 3000), (32, 60_000)]), key=lambda r: (r[0], r[3])) == [
+        (BASE_MS, 4, 27, 3, "emit", None), (BASE_MS + 30_000, 1, 4, 1, "emit", None),
+    ]  # fmt: skip
+    # 4 s now: 10 s + 20 s <= 55 s, beyond the lateness: late, with its window; nothing is updated
+    assert run([(64, 4000)]) == [(BASE_MS, None, None, None, "late", 6)]
+
+
 def test_a_checkpoint_refuses_other_buckets_or_windows(spark, bootstrap, topic_name, tmp_path) -> None:
     """The state records its number of buckets (from spark.sql.shuffle.partitions), size, slide and aggregates:
     a query that differs fails, naming both, instead of reading state it would misplace."""

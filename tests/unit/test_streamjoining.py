@@ -14,7 +14,7 @@ from pyspark.sql.types import IntegerType, StringType
 
 from weir.blocks import streamjoining
 from weir.blocks.streamjoin import LEFT, RIGHT, _Paired
-from weir.blocks.streamjoining import Spec
+from weir.blocks.streamjoining import KEY, MATCHED, TS, Spec
 from weir.blocks.windowing import NULL_TS
 from weir.pipeline.routes import ABSORB, DLQ, EMIT, LATE, REASON
 
@@ -29,12 +29,12 @@ def lefts(*recs: tuple) -> pd.DataFrame:
     """(key, ts seconds, oid, amount, offset) per left record."""
     return pd.DataFrame(
         {
-            "key": pd.Series([r[0] for r in recs], dtype=object),
-            "ts": np.array([r[1] * S for r in recs], dtype=np.int64),
-            "matched": np.zeros(len(recs), dtype=bool),
-            "topic": pd.Series(["orders"] * len(recs), dtype=object),
-            "partition": pd.Series(["0"] * len(recs), dtype=object),
-            "offset": pd.Series([str(r[4]) for r in recs], dtype=object),
+            KEY: pd.Series([r[0] for r in recs], dtype=object),
+            TS: np.array([r[1] * S for r in recs], dtype=np.int64),
+            MATCHED: np.zeros(len(recs), dtype=bool),
+            "__weir_topic": pd.Series(["orders"] * len(recs), dtype=object),
+            "__weir_partition": pd.Series(["0"] * len(recs), dtype=object),
+            "__weir_offset": pd.Series([str(r[4]) for r in recs], dtype=object),
             "oid": pd.Series([r[2] for r in recs], dtype=object),
             "amount": pd.array([r[3] for r in recs], dtype="Int32"),
         }
@@ -45,8 +45,8 @@ def rights(*recs: tuple) -> pd.DataFrame:
     """(key, ts seconds, pid, paid) per right record."""
     return pd.DataFrame(
         {
-            "key": pd.Series([r[0] for r in recs], dtype=object),
-            "ts": np.array([r[1] * S for r in recs], dtype=np.int64),
+            KEY: pd.Series([r[0] for r in recs], dtype=object),
+            TS: np.array([r[1] * S for r in recs], dtype=np.int64),
             "pid": pd.Series([r[2] for r in recs], dtype=object),
             "paid": pd.Series([r[3] for r in recs], dtype=object),
         }
@@ -67,7 +67,7 @@ def test_pairs_within_the_interval_bounds_included_each_once_whichever_side_come
     # o1 at 10 s: p-early (9 s, the lower bound), p-late (15 s, the upper bound) match; 8.9 s and 15.1 s do not
     got = streamjoining.step(left, right, lefts(("k", 10, "o1", 1, 0)), rights(("k", 9, "p-early", "y")), 0, sp)
     assert pairs(got.pairs) == [("o1", "p-early")]
-    assert got.pairs["offset"].tolist() == ["0"]  # a pair carries its left record's coordinates
+    assert got.pairs["__weir_offset"].tolist() == ["0"]  # a pair carries its left record's coordinates
     more = rights(
         ("k", 15, "p-late", "y"), ("k", 8.9, "p-before", "n"), ("k", 15.1, "p-after", "n"), ("x", 10, "p-x", "n")
     )
@@ -109,6 +109,16 @@ def test_state_round_trips_and_gains_a_column_as_null() -> None:
     wider = Spec(sp.before_us, sp.after_us, sp.outer, (*sp.left_columns, "note"), sp.right_columns)
     left, _ = streamjoining.loads(streamjoining.dumps(got.left, got.right), wider)
     assert list(left.columns) == wider.left_frame() and left["note"].tolist() == [None]
+
+
+def test_fields_named_like_the_cores_own_columns_are_plain_fields() -> None:
+    # the bench's events have a field `ts`; a side could have `matched`, `key` or `offset` too
+    sp = Spec(0, 5 * S, True, ("ts", "matched", "offset"), ("key",))
+    left = lefts(("k", 10, None, None, 3)).drop(columns=["oid", "amount"]).assign(ts=[99], matched=["no"], offset=["x"])
+    right = rights(("k", 11, None, None)).drop(columns=["pid", "paid"]).assign(key=["r-key"])
+    got = streamjoining.step(*empty(sp), left, right, 0, sp)
+    found = got.pairs[["ts", "matched", "offset", "key", "__weir_offset"]].values.tolist()
+    assert found == [[99, "no", "x", "r-key", "3"]]
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -113,6 +113,36 @@ def test_close_splits_on_the_watermark_and_next_end() -> None:
     assert len(w.loads(w.dumps(w.empty(s), s), s)) == 0
 
 
+def test_allowed_lateness_keeps_a_closed_window_for_updates_then_lets_it_go() -> None:
+    s = w.Spec(10 * S, 10 * S, ("count",), (True,), lateness_us=20 * S)
+    one = [np.ones(1, dtype=bool)]
+
+    def absorb(table: pd.DataFrame, t: int, watermark: int) -> pd.DataFrame:
+        return w.absorb(table, np.array(["a"], dtype=object), np.array([t * S]), one, watermark * S, s)
+
+    table = absorb(absorb(w.empty(s), 1, 0), 3, 0)
+    emitted, table = w.close(table, 25 * S, s)  # [0 s, 10 s) closes: revision 1, kept until 10 s + 20 s
+    assert (emitted.revision.tolist(), emitted.n.tolist(), table.revision.tolist()) == ([1], [2], [1])
+    assert w.next_end(table, s) == 30 * S and "fresh" not in table
+    assert w.judge(np.array([5 * S, 5 * S]), 25 * S, s).tolist() == [False, False]
+    assert w.judge(np.array([5 * S]), 30 * S, s).tolist() == [True]  # 10 s + 20 s <= 30 s: beyond the lateness
+    emitted, table = w.close(table, 26 * S, s)
+    assert emitted.empty and len(table) == 1  # nothing new: no update
+    table = w.loads(w.dumps(table, s), s)  # the revision survives the state value
+    table = absorb(absorb(table, 5, 26), 6, 26)  # two late records in one batch: one update
+    emitted, table = w.close(table, 26 * S, s)
+    assert (emitted.revision.tolist(), emitted.n.tolist()) == ([2], [4])
+    emitted, table = w.close(table, 30 * S, s)
+    assert emitted.empty and table.empty  # gone from state, silently: it was emitted already
+    # A window first reached by a record within the lateness (it never had one on time) closes at once: revision 1
+    emitted, table = w.close(absorb(w.empty(s), 14, 24), 24 * S, s)
+    assert (emitted.start.tolist(), emitted.revision.tolist()) == ([10 * S], [1])
+    # A state written before revisions reads as open windows
+    old = pickle.loads(w.dumps(absorb(w.empty(s), 1, 0), s))
+    del old["revision"]
+    assert w.loads(pickle.dumps(old), s).revision.tolist() == [0]
+
+
 def test_shape_names_what_the_state_depends_on() -> None:
     assert spec(10, 5).shape(8) != spec(10, 5).shape(16)
     assert spec(10, 5).shape(8) != spec(10, 10).shape(8)

@@ -70,7 +70,9 @@ def horizon(blocks: list[dict[str, str]]) -> Horizon:
         wm = interval_ms(b["watermark"], kind) if b.get("watermark") else 0
         if kind in ("tumbling_window", "sliding_window"):
             size = interval_ms(b["size"], kind)
-            before, after = max(before, size + wm), max(after, size + wm)
+            # allowed lateness: the range's windows still take records (updates) that long after they close
+            lateness = interval_ms(b["allowed_lateness"], kind) if b.get("allowed_lateness") else 0
+            before, after = max(before, size + wm), max(after, size + wm + lateness)
         elif kind == "session_window":
             gap = interval_ms(b["gap"], kind)
             before, after = max(before, gap + wm), max(after, gap + wm)

@@ -117,10 +117,10 @@ class _Paired(StatefulProcessor):
 
     def _side(self, rows: pd.DataFrame, ts: np.ndarray, prefix: str, columns: tuple[str, ...]) -> pd.DataFrame:
         """A side's records as streamjoining takes them (left records with their coordinates, unmatched)."""
-        cols: dict[str, Any] = {"key": rows["__weir_jkey"].to_numpy(dtype=object), "ts": ts}
+        cols: dict[str, Any] = {streamjoining.KEY: rows["__weir_jkey"].to_numpy(dtype=object), streamjoining.TS: ts}
         if prefix == "l":
-            cols["matched"] = np.zeros(len(rows), dtype=bool)
-            cols |= {c: rows[f"__weir_{c}"].to_numpy(dtype=object) for c in streamjoining.COORDINATES}
+            cols[streamjoining.MATCHED] = np.zeros(len(rows), dtype=bool)
+            cols |= {c: rows[c].to_numpy(dtype=object) for c in streamjoining.COORDINATES}
         cols |= {c: self._column(c, rows[f"{prefix}{i}"]) for i, c in enumerate(columns)}
         return pd.DataFrame(cols)
 
@@ -129,7 +129,8 @@ class _Paired(StatefulProcessor):
         return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
 
     def _emits(self, joined: pd.DataFrame) -> pd.DataFrame:
-        cols = {c: joined[c].array for c in joined.columns}
+        # the left record's coordinates under the output's names (topic, partition, offset)
+        cols = {c.removeprefix("__weir_"): joined[c].array for c in joined.columns}
         return self._frame(len(joined), **cols, **{ROUTE: np.full(len(joined), EMIT, dtype=object)})
 
     def _records(self, rows: pd.DataFrame, route: str, **more: Any) -> pd.DataFrame:

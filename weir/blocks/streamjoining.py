@@ -6,9 +6,9 @@ record of its key whose event time lies in [left - before, left + after], each p
 later of the two arrives), then lets go of the records no future on-time record can match; `dumps`/`loads`
 turn both sides into the one state value a bucket keeps. Semantics: docs/blocks.md ("Stream-stream join").
 
-A side is a DataFrame: `key` (the join key as text, None for a null key, which matches nothing), `ts` (event
-time, µs, int64) and the side's own columns; the left side also `matched` (bool) and its record's Kafka
-coordinates (`topic`, `partition`, `offset`), which its joined rows carry as their provenance.
+A side is a DataFrame: KEY (the join key as text, None for a null key, which matches nothing), TS (event time,
+µs, int64) and the side's own columns; the left side also MATCHED (bool) and its record's Kafka coordinates
+(COORDINATES), which its joined rows carry as their provenance.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ import pandas as pd
 from weir.blocks import joining
 
 FORMAT = 1  # of the state value written by `dumps`
-COORDINATES = ("topic", "partition", "offset")
+# The core's own columns, named apart from any decoded field (a side may have a field `ts` or `matched`); the
+# coordinates as the processor's input names them.
+KEY, TS, MATCHED = "__weir_key", "__weir_ts", "__weir_matched"
+COORDINATES = ("__weir_topic", "__weir_partition", "__weir_offset")
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,10 @@ class Spec:
     right_columns: tuple[str, ...]
 
     def left_frame(self) -> list[str]:
-        return ["key", "ts", "matched", *COORDINATES, *self.left_columns]
+        return [KEY, TS, MATCHED, *COORDINATES, *self.left_columns]
 
     def right_frame(self) -> list[str]:
-        return ["key", "ts", *self.right_columns]
+        return [KEY, TS, *self.right_columns]
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,9 @@ class Step:
 def empty(columns: list[str]) -> pd.DataFrame:
     """A side without records."""
     frame = pd.DataFrame({c: pd.Series([], dtype=object) for c in columns})
-    frame["ts"] = frame["ts"].astype(np.int64)
-    if "matched" in frame:
-        frame["matched"] = frame["matched"].astype(bool)
+    frame[TS] = frame[TS].astype(np.int64)
+    if MATCHED in frame:
+        frame[MATCHED] = frame[MATCHED].astype(bool)
     return frame
 
 
@@ -70,14 +73,14 @@ def _stack(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 def _matches(left: pd.DataFrame, right: pd.DataFrame, spec: Spec) -> tuple[np.ndarray, np.ndarray]:
     """(left positions, right positions) of every matching pair, ordered by left position, then right event
     time and position: deterministic, whatever order the rows came in."""
-    lk, rk = left["key"].to_numpy(dtype=object), right["key"].to_numpy(dtype=object)
+    lk, rk = left[KEY].to_numpy(dtype=object), right[KEY].to_numpy(dtype=object)
     lhas, rhas = pd.notna(lk), pd.notna(rk)
     if not lhas.any() or not rhas.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     lpos, rpos = np.flatnonzero(lhas), np.flatnonzero(rhas)
     m = pd.DataFrame({"key": lk[lpos], "l": lpos}).merge(pd.DataFrame({"key": rk[rpos], "r": rpos}), on="key")
     li, ri = m["l"].to_numpy(dtype=np.int64), m["r"].to_numpy(dtype=np.int64)
-    lts, rts = left["ts"].to_numpy(dtype=np.int64)[li], right["ts"].to_numpy(dtype=np.int64)[ri]
+    lts, rts = left[TS].to_numpy(dtype=np.int64)[li], right[TS].to_numpy(dtype=np.int64)[ri]
     keep = (rts >= lts - spec.before_us) & (rts <= lts + spec.after_us)
     li, ri, rts = li[keep], ri[keep], rts[keep]
     order = np.lexsort((ri, rts, li))
@@ -105,13 +108,13 @@ def step(left: pd.DataFrame, right: pd.DataFrame, new_left: pd.DataFrame, new_ri
     pairs = _stack(_pairs(new_left, rights, li_new, ri_all, spec), _pairs(left, new_right, li_old, ri_new, spec))
     old = left.copy()
     if len(li_old):
-        matched = old["matched"].to_numpy(dtype=bool).copy()
+        matched = old[MATCHED].to_numpy(dtype=bool).copy()
         matched[li_old] = True
-        old["matched"] = matched
+        old[MATCHED] = matched
     fresh = new_left.copy()
     matched = np.zeros(len(fresh), dtype=bool)
     matched[li_new] = True
-    fresh["matched"] = matched
+    fresh[MATCHED] = matched
     unmatched, kept_left, kept_right = close(_stack(old, fresh), rights, watermark_us, spec)
     return Step(pairs, unmatched, kept_left, kept_right)
 
@@ -122,10 +125,10 @@ def close(left: pd.DataFrame, right: pd.DataFrame, watermark_us: int,
     after `watermark_us`): a left record once l.ts + after < watermark, a right one once r.ts + before <
     watermark. (unmatched left records let go, as join rows with null right columns, for an outer join; the
     left side kept; the right side kept)."""
-    lts, rts = left["ts"].to_numpy(dtype=np.int64), right["ts"].to_numpy(dtype=np.int64)
+    lts, rts = left[TS].to_numpy(dtype=np.int64), right[TS].to_numpy(dtype=np.int64)
     gone_left = lts + spec.after_us < watermark_us
     gone_right = rts + spec.before_us < watermark_us
-    lonely = gone_left & ~left["matched"].to_numpy(dtype=bool) if spec.outer else np.zeros(len(left), dtype=bool)
+    lonely = gone_left & ~left[MATCHED].to_numpy(dtype=bool) if spec.outer else np.zeros(len(left), dtype=bool)
     at = np.flatnonzero(lonely)
     at = at[np.lexsort((at, lts[at]))]
     unmatched = pd.DataFrame({c: _take(left[c], at) for c in (*COORDINATES, *spec.left_columns)})
@@ -140,9 +143,9 @@ def next_due(left: pd.DataFrame, right: pd.DataFrame, spec: Spec) -> int | None:
     """The smallest watermark (µs) at which `close` lets go of a record of these sides; None when both are empty."""
     dues = []
     if len(left):
-        dues.append(int(left["ts"].to_numpy(dtype=np.int64).min()) + spec.after_us + 1)
+        dues.append(int(left[TS].to_numpy(dtype=np.int64).min()) + spec.after_us + 1)
     if len(right):
-        dues.append(int(right["ts"].to_numpy(dtype=np.int64).min()) + spec.before_us + 1)
+        dues.append(int(right[TS].to_numpy(dtype=np.int64).min()) + spec.before_us + 1)
     return min(dues) if dues else None
 
 

@@ -13,7 +13,7 @@ columns and state: docs/blocks.md.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -149,6 +149,8 @@ class Bucketed(StatefulProcessor):
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
         cols |= aggregates.results(closed, self.spec)
+        if getattr(self.spec, "lateness_us", 0):
+            cols["revision"] = closed["revision"].to_numpy(dtype=np.int64).astype(str).astype(object)
         return self._frame(len(closed), **cols)
 
     def handleInputRows(
@@ -167,6 +169,7 @@ class Bucketed(StatefulProcessor):
         if late.any():
             out.append(self._records(df[late], LATE, ts[late]))
         table, timer, existed = self._load()
+        held = len(table)
         n = int(on_time.sum())
         if n:
             on = df[on_time]
@@ -177,7 +180,7 @@ class Bucketed(StatefulProcessor):
         closed, table = windowing.close(table, watermark_us, self.spec)
         if len(closed):
             out.append(self._emits(closed))
-        if n or len(closed):
+        if n or len(closed) or len(table) != held:
             self._save(table, timer, existed)
         # One frame at a time: concatenating frames whose columns are null in some of them costs a copy and
         # makes pandas warn (FutureWarning) in every worker.
@@ -269,7 +272,7 @@ def plan_windows(
     aggs = _check(fn, stream, key, event_time, declared)
     key_type = stream.schema[key].dataType
     wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, aggs, buckets)
-    wire_out = _wire_out(key_type, [a.kind for a in aggs], [a.function for a in aggs], [a.param for a in aggs])
+    wire_out = _wire_out(key_type, *_kinds(aggs))
     return WindowPlan(aggs, key_type, wire_in, wire_out)
 
 
@@ -362,11 +365,13 @@ def kafka_columns() -> list[Column]:
 
 
 def _wire_out(
-    key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None, params: list | None = None
-) -> StructType:
+    key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None, params: list | None = None,
+    revision: bool = False,
+) -> StructType:  # fmt: skip
     """What `Bucketed` returns. Per aggregate __weir_a{i} (and __weir_a{i}_d for collect); `kinds` as
     windowing.kind_of reads them, `functions` by default all count, sum, min or max (results of the kind),
-    `params` their parameters (windowing.Table.params; by default None)."""
+    `params` their parameters (windowing.Table.params; by default None); `revision` (allowed lateness) a
+    window's revision after them."""
     functions = functions or ["sum"] * len(kinds)
     params = params or [None] * len(kinds)
     return StructType(
@@ -375,6 +380,7 @@ def _wire_out(
             StructField("window_start", StringType()),
             StructField("window_end", StringType()),
             *aggregates.wire_fields(kinds, functions, params),
+            *([StructField("revision", StringType())] if revision else []),
             *kafka_outputs(),
         ]
     )
@@ -391,6 +397,7 @@ def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> Dat
         F.timestamp_micros(F.col("window_start").cast("long")).alias("window_start"),
         F.timestamp_micros(F.col("window_end").cast("long")).alias("window_end"),
         *aggregates.outputs(plan.aggs),
+        *([F.col("revision").cast("long").alias("revision")] if "revision" in plan.wire_out.fieldNames() else []),
         *kafka_columns(),
     )
 
@@ -408,10 +415,13 @@ def sliding_window(
     slide: str,
     watermark: str,
     aggregates: dict[str, tuple],
+    allowed_lateness: str | timedelta | None = None,
 ) -> DataFrame:
     """Per `key`, windows [start, start + size) every `slide`: one "emit" row per closed window, one "late" row
     per record whose windows are all closed, one "dlq" row per undecodable record, one "absorbed" row per
-    bucket of keys and micro-batch with the count of on-time records.
+    bucket of keys and micro-batch with the count of on-time records. With `allowed_lateness`, a closed window
+    takes records for that long after its end: each micro-batch that brings it some emits it again, whole,
+    with its next `revision` (an output column, 1 at its close), for a consumer to upsert by key and window.
 
     See docs/blocks.md for the exact semantics. Raises ValueError for unknown columns, a non-timestamp
     `event_time`, an unreadable interval, a slide longer than the size, unknown aggregate functions, a
@@ -420,7 +430,7 @@ def sliding_window(
     collect limit outside 1..10,000, an approx_count_distinct lg_k outside 4..21, a percentile q outside (0, 1),
     an agg aggregator lacking init, add, merge, result or output, and names that collide with the output columns
     (collect's `<name>_dropped` included)."""
-    return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates)
+    return _windows("sliding_window", stream, key, event_time, size, slide, watermark, aggregates, allowed_lateness)
 
 
 def _windows(
@@ -432,18 +442,34 @@ def _windows(
     slide: str,
     watermark: str,
     aggregates: dict[str, tuple],
+    allowed_lateness: str | timedelta | None = None,
 ) -> DataFrame:
-    settle(
-        fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=settled(aggregates)
+    lateness_ms = (
+        0 if allowed_lateness is None else units.duration_ms(allowed_lateness, f"{fn}: allowed_lateness", bare=None)
     )
+    # Noted only when given: a window's settings without it stay those its checkpoints already hold.
+    late = {"allowed_lateness": units.spark_interval(lateness_ms)} if lateness_ms else {}
+    settle(
+        fn, key=key, event_time=event_time, size=size, slide=slide, watermark=watermark, aggregates=settled(aggregates),
+        **late,
+    )  # fmt: skip
+    if lateness_ms and "revision" in aggregates:
+        raise ValueError(f"{fn}: with allowed_lateness the output has a column revision; name the aggregate otherwise")
     buckets = bucket_count(stream)
     plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
+    if lateness_ms:
+        plan = replace(plan, wire_out=_wire_out(plan.key_type, *_kinds(plan.aggs), revision=True))
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000
     if slide_us > size_us:
         raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
-    spec = windowing.Spec(size_us, slide_us, *plan.spec_args())
+    spec = windowing.Spec(size_us, slide_us, *plan.spec_args(), lateness_us=lateness_ms * 1000)
     processor = Bucketed(spec, buckets, fn, plan.wire_in.columns, plan.wire_out.fieldNames())
     return run_windows(plan, key, processor)
+
+
+def _kinds(aggs: list[aggregates.Aggregate]) -> tuple[list[str], list[str], list[Any]]:
+    """(kinds, functions, params) of checked aggregates, as `_wire_out` takes them."""
+    return [a.kind for a in aggs], [a.function for a in aggs], [a.param for a in aggs]
 
 
 def tumbling_window(
@@ -453,6 +479,7 @@ def tumbling_window(
     size: str,
     watermark: str,
     aggregates: dict[str, tuple],
+    allowed_lateness: str | timedelta | None = None,
 ) -> DataFrame:
     """`sliding_window` with slide = size: each record in exactly one window [start, start + size)."""
-    return _windows("tumbling_window", stream, key, event_time, size, size, watermark, aggregates)
+    return _windows("tumbling_window", stream, key, event_time, size, size, watermark, aggregates, allowed_lateness)

@@ -122,6 +122,11 @@ class Table:
         return [(c, self.value_dtype(i))]
 
     @property
+    def counters(self) -> tuple[str, ...]:
+        """The table's int64 columns besides the accumulators: its times and n (records)."""
+        return (*self.times, "n")
+
+    @property
     def columns(self) -> list[str]:
         """Every accumulator column, in order."""
         return [c for i in range(len(self.functions)) for c, _ in self.parts(i)]
@@ -152,7 +157,9 @@ class Table:
 class Spec(Table):
     """Windows [start, start + size) every `slide` (µs), and per aggregate its function, the kind of its
     values (or, as before kinds, whether it is an integer: True for "long", False for "double") and its limit
-    (collect's; empty: the default for each) and its parameter (`Table.params`; empty: None for each)."""
+    (collect's; empty: the default for each) and its parameter (`Table.params`; empty: None for each). A window
+    closed by the watermark stays in the table for `lateness_us` more, emitted again (its next revision) by each
+    batch that brings it records."""
 
     size_us: int
     slide_us: int
@@ -160,6 +167,12 @@ class Spec(Table):
     kinds: tuple[str, ...]
     limits: tuple[int, ...] = ()
     params: tuple[Any, ...] = ()
+    lateness_us: int = 0  # allowed lateness: how long after its end a window still takes records, as updates
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Also `revision`: how many times the window was emitted (0 while it is open)."""
+        return (*self.times, "n", "revision")
 
     @property
     def per_record(self) -> int:
@@ -177,7 +190,7 @@ class Spec(Table):
 def empty(spec: Table) -> pd.DataFrame:
     """A bucket without open windows."""
     cols = {"key": pd.Series([], dtype=object)}
-    cols |= {c: pd.Series([], dtype="int64") for c in (*spec.times, "n")}
+    cols |= {c: pd.Series([], dtype="int64") for c in spec.counters}
     for i in range(len(spec.functions)):
         cols |= {c: pd.Series([], dtype=dtype) for c, dtype in spec.parts(i)}
     return pd.DataFrame(cols)
@@ -189,15 +202,17 @@ def latest_start(ts: np.ndarray, spec: Spec) -> np.ndarray:
 
 
 def judge(ts: np.ndarray, watermark_us: int, spec: Spec) -> np.ndarray:
-    """Which records are late: a null event time, or every window closed (the latest one's end <= watermark)."""
+    """Which records are late: a null event time, or every window closed beyond its allowed lateness (the latest
+    one's end + lateness <= watermark)."""
     null = ts == NULL_TS
-    return null | (np.where(null, 0, latest_start(ts, spec)) + spec.size_us <= watermark_us)
+    return null | (np.where(null, 0, latest_start(ts, spec)) + spec.size_us + spec.lateness_us <= watermark_us)
 
 
 def absorb(
     table: pd.DataFrame, keys: np.ndarray, ts: np.ndarray, values: list, watermark_us: int, spec: Spec
 ) -> pd.DataFrame:
-    """The table with on-time records added to their open windows (end > watermark) only.
+    """The table with on-time records added to their windows that are open or within the allowed lateness
+    (end + lateness > watermark) only; each window they reach is marked `fresh` (for `close`).
 
     `keys` and `ts` per record; `values` per aggregate, per record: for "count" whether the value is present
     (bool), else the value (of the aggregate's kind: see the module's docstring)."""
@@ -211,12 +226,14 @@ def absorb(
         idx = np.repeat(np.arange(m), k)
         start = latest[idx] - np.tile(np.arange(k, dtype=np.int64), m) * spec.slide_us
         end = start + spec.size_us
-        keep = (end > ts[idx]) & (end > watermark_us)
+        keep = (end > ts[idx]) & (end + spec.lateness_us > watermark_us)
         idx, start = idx[keep], start[keep]
-    frame = {"key": np.asarray(keys, dtype=object)[idx], "start": start, "n": np.ones(len(idx), dtype=np.int64)}
+    n = len(idx)
+    frame = {"key": np.asarray(keys, dtype=object)[idx], "start": start, "n": np.ones(n, dtype=np.int64)}
+    frame |= {"revision": np.zeros(n, dtype=np.int64), "fresh": np.ones(n, dtype=np.int64)}
     frame |= {c: acc[idx] for c, acc in accumulators(values, ts, spec).items()}
     rows = pd.DataFrame(frame)
-    both = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+    both = rows if table.empty else pd.concat([table.assign(fresh=0), rows], ignore_index=True)
     return fold(both, [both["key"], both["start"]], spec).reset_index()
 
 
@@ -266,6 +283,8 @@ def fold(rows: pd.DataFrame, by: list, spec: Table) -> pd.DataFrame:
             _check_range(rows[f"a{i}"], by, i, fn)
     g = rows.groupby(by, sort=False, dropna=False)
     out: dict[str, Any] = {"n": g["n"].sum()}
+    if "fresh" in rows:  # a window's revision so far, and whether this batch brought it records (`absorb`)
+        out |= {"revision": g["revision"].max(), "fresh": g["fresh"].sum()}
     # Group numbers in order of first appearance, as the groupby's own results are ordered (sort=False): only for
     # the functions that combine row by row, so that count, sum, min, max and avg cost what they did.
     by_row = any(fn in ("count_distinct", "first", "last", "collect", *SKETCHED) for fn in spec.functions)
@@ -392,16 +411,37 @@ def _check_range(values: pd.Series, by: list, i: int, fn: str = "sum") -> None:
 
 
 def close(table: pd.DataFrame, watermark_us: int, spec: Table) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(closed windows: end <= watermark, in start order; the open rest)."""
-    done = spec.ends(table) <= watermark_us
-    if not done.any():
+    """(the windows to emit, in start order; the table kept). Without revisions (sessions): the closed windows
+    (end <= watermark) and the open rest. With them (`Spec`): each window closed for the first time (revision
+    0, end <= watermark) and each emitted one that this batch brought records (`fresh`), at their next
+    revision; kept, every window whose end + allowed lateness the watermark has not passed."""
+    ends = spec.ends(table)
+    if "revision" not in table:
+        done = ends <= watermark_us
+        if not done.any():
+            return table.iloc[:0], table
+        return table[done].sort_values("start", kind="stable"), table[~done].reset_index(drop=True)
+    revision = table["revision"].to_numpy(dtype=np.int64)
+    fresh = table["fresh"].to_numpy(dtype=np.int64) if "fresh" in table else np.zeros(len(table), dtype=np.int64)
+    due = ((revision == 0) & (ends <= watermark_us)) | ((revision > 0) & (fresh > 0))
+    keep = ends + getattr(spec, "lateness_us", 0) > watermark_us
+    table = table.drop(columns=["fresh"], errors="ignore")
+    if not due.any() and keep.all():
         return table.iloc[:0], table
-    return table[done].sort_values("start", kind="stable"), table[~done].reset_index(drop=True)
+    table = table.assign(revision=np.where(due, revision + 1, revision))
+    emitted = table[due].sort_values("start", kind="stable")
+    return emitted, table[keep].reset_index(drop=True)
 
 
 def next_end(table: pd.DataFrame, spec: Table) -> int | None:
-    """The end (µs) of the earliest open window, None without one."""
-    return None if table.empty else int(spec.ends(table).min())
+    """The earliest watermark (µs) at which `close` changes the table: an open window's end, an emitted one's end
+    + allowed lateness; None without a window."""
+    if table.empty:
+        return None
+    ends = spec.ends(table)
+    if "revision" in table:
+        ends = np.where(table["revision"].to_numpy(dtype=np.int64) > 0, ends + getattr(spec, "lateness_us", 0), ends)
+    return int(ends.min())
 
 
 def keys_out(keys: pd.Series) -> np.ndarray:
@@ -464,7 +504,7 @@ def dumps(table: pd.DataFrame, spec: Table) -> bytes:
     column (Int64, boolean) is its values (0 or False for null) and a `_null` mask; an object column (sets,
     tuples, strings) a list, None for null."""
     cols: dict = {"format": FORMAT, "rows": len(table), "key": keys_out(table["key"]).tolist()}
-    for c in (*spec.times, "n"):
+    for c in spec.counters:
         cols[c] = table[c].to_numpy(dtype="<i8").tobytes()
     for i in range(len(spec.functions)):
         for c, dtype in spec.parts(i):
@@ -490,8 +530,8 @@ def loads(data: bytes, spec: Table) -> pd.DataFrame:
     if not cols["rows"]:
         return empty(spec)
     out: dict[str, Any] = {"key": pd.Series(cols["key"], dtype=object)}
-    for c in (*spec.times, "n"):
-        out[c] = np.frombuffer(cols[c], dtype="<i8").astype(np.int64)
+    for c in spec.counters:  # a state written before revisions: every window in it is open (revision 0)
+        out[c] = np.frombuffer(cols[c], dtype="<i8").astype(np.int64) if c in cols else np.zeros(cols["rows"], np.int64)
     for i in range(len(spec.functions)):
         out |= {c: _load(cols, c, dtype) for c, dtype in spec.parts(i)}
     return pd.DataFrame(out)

@@ -69,7 +69,7 @@ def write(checkpoint: str, record: VersionRecord) -> None:
 # horizon, the name a join gives its table in errors, a @stateful function's migration. Any other (a key, a
 # window's size or slide, an aggregate, a @stateful function's time to live, or its declarations without a
 # migration) built the state, and its change is refused.
-MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name", "migrate"})
+MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name", "migrate", "allowed_lateness"})
 # weir's blocks keep their state in transformWithStateInPandas, whose schema is weir's and never a result's;
 # Spark's own stateful operators (an aggregation, dropDuplicates, a stream-stream join) hold rows of it.
 _WEIR_STATE_OPERATORS = frozenset({"transformWithStateInPandasExec"})
