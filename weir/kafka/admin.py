@@ -50,8 +50,7 @@ class Admin:
     def _view(self) -> Iterator[LogView]:
         # Short-lived on purpose: a consumer that outlives a topic deletion crashed inside librdkafka
         # (metadata cache) on the embedded broker's next metadata answer.
-        # Its admin client is this Admin's: a librdkafka handle less made and destroyed per call (the churn in
-        # which list_offsets segfaulted on a loaded machine, weir.kafka.log.pooled)
+        # Its admin client is this Admin's: a librdkafka handle less made and destroyed per call
         view = LogView(self.settings, timeout=self.timeout, admin=self.client)
         try:
             yield view

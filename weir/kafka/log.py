@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from weir.config import redact, redact_text
 from weir.kafka import heal
 
 TP = tuple[str, int]
+EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps for a partition's log start and end, by the protocol
 
 
 class ClientLog(logging.LoggerAdapter):
@@ -154,8 +155,8 @@ class LogView:
 
     def _observe(self, tps: list[TP]) -> tuple[dict[TP, tuple[int, int]], dict[TP, str]]:
         """One listing and one probe: the bounds that make sense, and why the others do not."""
-        low = self._list(tps, OffsetSpec.earliest())
-        listed = self._list(tps, OffsetSpec.latest())
+        low = self._list(tps, EARLIEST)
+        listed = self._list(tps, LATEST)
         doubts: dict[TP, str] = {}
         for tp in tps:
             if low[tp] < 0 or listed[tp] < low[tp]:
@@ -191,17 +192,24 @@ class LogView:
         tps = sorted(set(tps))
         if not tps:
             return {}
-        low = self._list(tps, OffsetSpec.earliest())
-        listed = self._list(tps, OffsetSpec.latest())
+        low = self._list(tps, EARLIEST)
+        listed = self._list(tps, LATEST)
         return {tp: (low[tp], listed[tp]) for tp in tps}
 
-    def _list(self, tps: list[TP], spec: OffsetSpec) -> dict[TP, int]:
-        request = {TopicPartition(t, p): spec for t, p in tps}
+    def _list(self, tps: list[TP], at: int) -> dict[TP, int]:
+        """ListOffsets at `at`, EARLIEST or LATEST (the protocol's special timestamps), for every partition.
+
+        Through the probe consumer's offsets_for_times (one request per partition leader, the consumer's own
+        isolation level), not the admin client's list_offsets: that call segfaulted inside confluent-kafka five
+        times on a loaded machine (a C binding of its result; the older consumer call never did here)."""
         try:
-            futures = self.admin.list_offsets(request, request_timeout=self.timeout)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=self.timeout)
         except KafkaException as exc:
             raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
+        failed = [tp.error for tp in found if tp.error is not None]
+        if failed:
+            raise _unreachable(self.settings, "list offsets", KafkaException(failed[0]), self.timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def _fetched_bounds(self, at: dict[TP, int]) -> dict[TP, tuple[int, int]]:
         """(log start, high-water mark) of each partition from a fetch at offset `at` (the Fetch response carries
@@ -267,12 +275,11 @@ IDLE_CLOSE_S = 60.0
 @contextlib.contextmanager
 def pooled(client: dict, timeout: float) -> Iterator[LogView]:
     """A LogView of `client` for one use (driver), taken from this process's idle ones or new, put back after a
-        use that raised nothing (one that raised is closed: its clients may hold a failed connection, or an error
-    that they cannot go on from, counted as a rebuild: weir.kafka.heal). Why: a
-        processor notes where each batch begins writing, and a new admin client and consumer per batch means two
-        librdkafka handles (threads, sockets) made and destroyed every trigger; a segfault inside list_offsets was
-        seen once in that churn. Concurrent users (queries of one runner) each get a view of their own; views idle
-        for IDLE_CLOSE_S are closed at the next use of the pool."""
+    use that raised nothing (one that raised is closed: its clients may hold a failed connection, or an error
+    that they cannot go on from, counted as a rebuild: weir.kafka.heal). Why: a processor notes where each batch
+    begins writing, and a new admin client and consumer per batch means two librdkafka handles (threads,
+    sockets) made and destroyed every trigger. Concurrent users (queries of one runner) each get a view of their
+    own; views idle for IDLE_CLOSE_S are closed at the next use of the pool."""
     key = json.dumps(client, sort_keys=True, default=str)
     now = time.monotonic()
     with _idle_lock:
