@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql.types import IntegerType, StringType
+from test_bucketed import Clock, FakeHandle
 
 from weir.blocks import streamjoining
 from weir.blocks.streamjoin import LEFT, RIGHT, _Paired
@@ -168,53 +169,6 @@ TYPES = {"oid": StringType(), "order_id": StringType(), "amount": IntegerType(),
          "paid": StringType()}  # fmt: skip
 
 
-class FakeState:
-    def __init__(self) -> None:
-        self.value = None
-
-    def exists(self) -> bool:
-        return self.value is not None
-
-    def get(self) -> tuple | None:
-        return self.value
-
-    def update(self, value: tuple) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class FakeHandle:
-    def __init__(self) -> None:
-        self.state, self.timers = FakeState(), set()
-
-    def getValueState(self, name: str, schema: object) -> FakeState:
-        return self.state
-
-    def registerTimer(self, ms: int) -> None:
-        self.timers.add(ms)
-
-    def deleteTimer(self, ms: int) -> None:
-        self.timers.discard(ms)
-
-
-class Clock:
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def getCurrentWatermarkInMs(self) -> int:
-        return self.ms
-
-
-class Expired:
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def getExpiryTimeInMs(self) -> int:
-        return self.ms
-
-
 def paired(outer: bool) -> tuple[_Paired, FakeHandle]:
     sp = Spec(0, 5 * S, outer, ("oid", "order_id", "amount"), ("pid", "paid"))
     p = _Paired(sp, "buckets=8 key=order_id:string", INPUTS, NAMES, TYPES, ("ordered", "paid_at"))
@@ -263,9 +217,9 @@ def test_the_processor_routes_every_record_and_emits_pairs_with_their_left_prove
     # the timers: p1, then o1 (matched) go silently, o2 (never matched) is emitted once with null right columns
     for ms, then in ((12_001, {15_001}), (15_001, {16_001})):
         handle.timers.discard(ms)  # Spark deletes a timer as it fires
-        assert list(p.handleExpiredTimer((3,), Clock(ms), Expired(ms))) == []
+        assert list(p.handleExpiredTimer((3,), Clock(ms), Clock(ms, ms))) == []
         assert handle.timers == then
     handle.timers.discard(16_001)
-    fired = [r for f in p.handleExpiredTimer((3,), Clock(16_001), Expired(16_001)) for r in f.to_dict("records")]
+    fired = [r for f in p.handleExpiredTimer((3,), Clock(16_001), Clock(16_001, 16_001)) for r in f.to_dict("records")]
     assert [(r["oid"], r["pid"], r["_route"], r["offset"]) for r in fired] == [("o2", None, EMIT, "1")]
     assert handle.state.value is None and handle.timers == set()  # nothing left in state, no timer
