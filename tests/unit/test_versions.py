@@ -134,3 +134,14 @@ def test_changed_stateful_declarations_resume_only_with_a_migration():
     ]  # fmt: skip
     current.blocks = [changed | {"migrate": "from_v1", "ttl_ms": "60000"}]
     assert versions.decide(stored, current).refused == ["stateful's ttl_ms changed from None to 60000"]
+
+
+def test_a_note_says_which_state_record_it_is(tmp_path) -> None:
+    cp = str(tmp_path / "cp")
+    versions.check(counts(), cp, "struct<device:string,celsius:double>", required={"": ["device"]}, blocks=[BLOCK])
+    grown = versions.check(counts(), cp, "struct<device:string,celsius:double,humidity:double>", blocks=[BLOCK],
+                           required={"": ["device"]})  # fmt: skip
+    assert grown is not None and grown.kind == "state_evolved"
+    changed = versions.check(counts("src-2"), cp, "struct<device:string,celsius:double,humidity:double>",
+                             blocks=[BLOCK], required={"": ["device"]})  # fmt: skip
+    assert changed is not None and changed.kind == "code_changed" and ": code version " in changed

@@ -178,7 +178,7 @@ class Runner:
         self._launches: list[str] = []  # processors to start, one at a time (_launch_next)
         self._launching: tuple[str, float] | None = None  # the query creating its sources, since (monotonic)
         self._builders: dict[str, ProcessorQuery] = {}
-        self._notes: dict[str, str] | None = None  # set by prepare(): every processor traced and checked
+        self._notes: dict[str, versions.Note] | None = None  # set by prepare(): every processor traced and checked
         self._stop = threading.Event()
         self._interrupted = threading.Event()  # Ctrl-C or SIGTERM (interrupt)
         self._lock = threading.RLock()
@@ -284,15 +284,14 @@ class Runner:
         self._listener = _Listener(self)
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():  # changed code, or a state resumed across a change (versions.check)
-            state = "code_changed" if ": code version " in note else "state_evolved"
-            self.publisher.publish("state", name, state=state, note=note)
+            self.publisher.publish("state", name, state=note.kind, note=str(note))
         self._watch = BrokerWatch(metadata_probe(self.settings.client_config(), timeout=5.0))
         self._watch.start()
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
         self._supervisor.start()
         return self
 
-    def prepare(self, record: bool = True) -> dict[str, str]:
+    def prepare(self, record: bool = True) -> dict[str, versions.Note]:
         """Trace every processor (its function on its inputs' schemas, its result checked against its outputs)
         and check its version against its checkpoint, before anything starts: fail fast, all at once. `weir run`
         calls it before its HTTP sources answer; `weir graph` with `record=False`, which writes nothing. The
@@ -301,8 +300,8 @@ class Runner:
             self._notes = self._prepare(record)
         return self._notes
 
-    def _prepare(self, record: bool) -> dict[str, str]:
-        notes: dict[str, str] = {}
+    def _prepare(self, record: bool) -> dict[str, versions.Note]:
+        notes: dict[str, versions.Note] = {}
         check_embedded(self.spark, self.selected)
         refused: list[str] = []  # every processor's problem, reported together
         incompatible = False

@@ -128,10 +128,22 @@ def decide(stored: VersionRecord, current: VersionRecord, spark_operators: list[
     return Decision(refused, evolved, causes)
 
 
+class Note(str):
+    """What `check` says of a restart: its text, and `kind`, the state record it is published as: "code_changed"
+    when the code version changed (whatever else did), else "state_evolved"."""
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> Note:
+        note = super().__new__(cls, text)
+        note.kind = kind
+        return note
+
+
 def check(
     proc: Processor, checkpoint: str, result_schema: str, input_schemas: dict[str, str] | None = None,
     blocks: list[dict[str, str]] | None = None, record: bool = True, required: dict[str, list[str]] | None = None,
-) -> str | None:  # fmt: skip
+) -> Note | None:  # fmt: skip
     """Raise IncompatibleChange, or store the current version (unless `record` is False: `weir graph` only
     looks); returns a note when the code changed or the state resumes across a change (`decide`). `required`:
     the result's non-nullable fields by output topic ("" for a result of one DataFrame)."""
@@ -165,7 +177,10 @@ def check(
             notes.append(f"resumes from its state across {'; '.join(decision.evolved + decision.causes)}")
     if record and stored != current:
         write(checkpoint, current)
-    return f"processor {proc.name}: {'; '.join(notes)}" if notes else None
+    if not notes:
+        return None
+    changed = stored is not None and stored.version != current.version
+    return Note(f"processor {proc.name}: {'; '.join(notes)}", "code_changed" if changed else "state_evolved")
 
 
 def _releases(checkpoint: str, stored: VersionRecord | None, version: str) -> list[dict]:
