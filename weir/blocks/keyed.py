@@ -19,6 +19,7 @@ micro-batch, one Spark timer per bucket at its earliest user timer or expiry. Se
 
 from __future__ import annotations
 
+import itertools
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
@@ -223,8 +224,14 @@ class _Keyed(StatefulProcessor):
         if len(on):
             on = on.assign(__o=on["__weir_offset"].astype("int64"), __p=on["__weir_partition"].astype("int64"))
             on = on.sort_values(["__weir_key", "__weir_ts_us", "__p", "__o"], kind="stable")
-            for k, rows_k in on.groupby("__weir_key", sort=True):
-                records = self.spec.records(rows_k)
+            # Every record converted at once, then each key's run of the sorted rows: a DataFrame per key and a
+            # conversion per value cost more than the user's function does.
+            all_records = self.spec.records(on)
+            keys = on["__weir_key"].to_numpy(dtype=object)
+            ts_sorted = on["__weir_ts_us"].to_numpy(dtype=np.int64)
+            starts = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)]
+            for start, end in itertools.pairwise(starts):
+                k, records = keys[start], all_records[start:end]
                 entry = b.entry(k)
                 user_key = self.spec.user_key(k)
                 state = KeyState(user_key, entry, self.spec.state)
@@ -234,12 +241,12 @@ class _Keyed(StatefulProcessor):
                     emitted += self._emits(k, self.spec.process(user_key, records, state, timers), where)
                 except Exception as exc:  # the key's records go to the dead letters, its state stays as it was
                     why = f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})"
-                    failed.append(self._records(rows_k, DLQ, np.full(len(rows_k), why, dtype=object)))
+                    failed.append(self._records(on.iloc[start:end], DLQ, np.full(end - start, why, dtype=object)))
                     continue
                 # When the state was written, on the processor's clock: with an event time, the latest record's
                 # (the watermark lags it, and is 0 before the first batch: every key written then would expire
-                # at the next batch)
-                stamp = -(-int(rows_k["__weir_ts_us"].max()) // 1000) if self.spec.event_time else now
+                # at the next batch); the run is in event-time order, so its last
+                stamp = -(-int(ts_sorted[end - 1]) // 1000) if self.spec.event_time else now
                 b.put(k, entry, state.written, stamp)
             absorbed = len(on) - sum(len(f) for f in failed)
             if absorbed:
@@ -316,7 +323,7 @@ class _Spec:
     def records(self, rows: pd.DataFrame) -> list[dict]:
         """The rows as the function gets them: one dict per record, fields as Python values."""
         cols = {
-            name: [keystate.from_wire(kind, v) for v in rows[f"__weir_f_{name}"].to_numpy(dtype=object)]
+            name: keystate.column_from_wire(kind, rows[f"__weir_f_{name}"].to_numpy(dtype=object))
             for name, kind in self.fields.items()
         }
         return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)] if cols else []
