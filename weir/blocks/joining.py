@@ -61,7 +61,7 @@ def join(
         raise ValueError("join: a table record without a key")
     code[code < 0] = len(uniques)  # every null-keyed stream record under one key that is never in the table
     # The pool of rows a key can point at: the stored table, then this batch's records (only upserts are used).
-    pool = _stack(table[columns], values[columns])
+    pool = stack(table[columns], values[columns])
     stored = np.full(len(uniques) + 1, -1, dtype=np.int64)
     stored[stored_code] = np.arange(s)
     order = np.lexsort((offset, side, ts, code))
@@ -91,7 +91,7 @@ def join(
     return Joined(seen, row >= 0, after, int(is_table.sum()))
 
 
-def _stack(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def stack(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """`a` then `b`; an empty side adds nothing, not its dtype (an empty object column would make ints objects)."""
     if a.empty or b.empty:
         return (b if a.empty else a).reset_index(drop=True)

@@ -66,10 +66,6 @@ def empty(columns: list[str]) -> pd.DataFrame:
     return frame
 
 
-def _stack(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    return joining._stack(a, b)
-
-
 def _matches(left: pd.DataFrame, right: pd.DataFrame, spec: Spec) -> tuple[np.ndarray, np.ndarray]:
     """(left positions, right positions) of every matching pair, ordered by left position, then right event
     time and position: deterministic, whatever order the rows came in."""
@@ -102,10 +98,10 @@ def step(left: pd.DataFrame, right: pd.DataFrame, new_left: pd.DataFrame, new_ri
     """Join a micro-batch's on-time records of one bucket (`new_left`, `new_right`: their event time at or
     after `watermark_us`) with each other and with the stored sides `left` and `right`, then `close` at
     `watermark_us`. New left records come with `matched` False."""
-    rights = _stack(right, new_right)
+    rights = joining.stack(right, new_right)
     li_new, ri_all = _matches(new_left, rights, spec)  # new left x every right
     li_old, ri_new = _matches(left, new_right, spec)  # stored left x new right (stored pairs met before)
-    pairs = _stack(_pairs(new_left, rights, li_new, ri_all, spec), _pairs(left, new_right, li_old, ri_new, spec))
+    pairs = joining.stack(_pairs(new_left, rights, li_new, ri_all, spec), _pairs(left, new_right, li_old, ri_new, spec))
     old = left.copy()
     if len(li_old):
         matched = old[MATCHED].to_numpy(dtype=bool).copy()
@@ -115,7 +111,7 @@ def step(left: pd.DataFrame, right: pd.DataFrame, new_left: pd.DataFrame, new_ri
     matched = np.zeros(len(fresh), dtype=bool)
     matched[li_new] = True
     fresh[MATCHED] = matched
-    unmatched, kept_left, kept_right = close(_stack(old, fresh), rights, watermark_us, spec)
+    unmatched, kept_left, kept_right = close(joining.stack(old, fresh), rights, watermark_us, spec)
     return Step(pairs, unmatched, kept_left, kept_right)
 
 

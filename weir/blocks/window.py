@@ -13,7 +13,7 @@ columns and state: docs/blocks.md.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -149,7 +149,7 @@ class Bucketed(StatefulProcessor):
             ROUTE: np.full(len(closed), EMIT, dtype=object),
         }
         cols |= aggregates.results(closed, self.spec)
-        if getattr(self.spec, "lateness_us", 0):
+        if "revision" in self.names:  # allowed lateness
             cols["revision"] = closed["revision"].to_numpy(dtype=np.int64).astype(str).astype(object)
         return self._frame(len(closed), **cols)
 
@@ -266,13 +266,14 @@ def plan_windows(
     watermark: str,
     declared: dict[str, tuple],
     buckets: int,
+    revision: bool = False,
 ) -> WindowPlan:
     """Check the arguments (ValueError, prefixed `fn`) and build the processor's input (`Bucketed`'s, keys
-    hashed into `buckets`) and output schema."""
+    hashed into `buckets`) and output schema (with `revision`: allowed lateness's column)."""
     aggs = _check(fn, stream, key, event_time, declared)
     key_type = stream.schema[key].dataType
     wire_in = _bucketed_input(fn, stream, key, key_type, event_time, watermark, aggs, buckets)
-    wire_out = _wire_out(key_type, *_kinds(aggs))
+    wire_out = _wire_out(key_type, *_kinds(aggs), revision=revision)
     return WindowPlan(aggs, key_type, wire_in, wire_out)
 
 
@@ -456,9 +457,7 @@ def _windows(
     if lateness_ms and "revision" in aggregates:
         raise ValueError(f"{fn}: with allowed_lateness the output has a column revision; name the aggregate otherwise")
     buckets = bucket_count(stream)
-    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets)
-    if lateness_ms:
-        plan = replace(plan, wire_out=_wire_out(plan.key_type, *_kinds(plan.aggs), revision=True))
+    plan = plan_windows(fn, stream, key, event_time, watermark, aggregates, buckets=buckets, revision=bool(lateness_ms))
     size_us, slide_us = interval_ms(size, fn) * 1000, interval_ms(slide, fn) * 1000
     if slide_us > size_us:
         raise ValueError(f"{fn}: the slide {slide!r} is longer than the size {size!r}")
