@@ -204,6 +204,24 @@ def updates(bootstrap: str, topic: Topic, registry_conf: dict[str, str]) -> str:
             f"{SPEND_LATENESS} of allowed lateness (revision 2 and up, the same key and window)")  # fmt: skip
 
 
+def upserted(path: str) -> str:
+    """What spend_lake's Delta table holds, read back by DuckDB: one row per customer and window, updated in place."""
+    import duckdb
+
+    from weir.storage import delta
+
+    table = delta.open_table(path)
+    if table is None:
+        return f"spend_lake: no window in {path} yet"
+    con = duckdb.connect()
+    con.register("spend", table.to_pyarrow_dataset())
+    [(rows, keys, updated)] = con.sql(
+        "select count(*), count(distinct (customer_id, window_start)), count(*) filter (where revision > 1) from spend"
+    ).fetchall()
+    return (f"spend_lake: Delta table {path} (version {table.version()}), read back by DuckDB: {rows:,} rows for "
+            f"{keys:,} windows, {updated:,} of them updated in place to a later revision")  # fmt: skip
+
+
 def start_registry() -> tuple[contextlib.AbstractContextManager | None, str]:
     """The schema registry the Avro alerts are registered in: weir's test double of the Confluent registry REST
     API (tests/registry_server.py, state in the machine's PostgreSQL; weir ships no registry). (None, why) when
@@ -622,6 +640,10 @@ def main(
             lake=str(run_dir / "lake"), spark_master="local[2]", trigger="2 seconds",
             schema_registry_url=registry.url if registry is not None else None,
         )  # fmt: skip
+        # spend_lake's Delta table; the monitor's and weir serve's copies of the pipeline (examples.shop.pipeline:shop)
+        # read it from the environment they inherit, so they list the same processors.
+        spend_table = str(run_dir / "tables" / "spend_by_customer_5m")
+        os.environ["SHOP_SPEND_TABLE"] = spend_table
         console.print("starting weir monitor (a separate process) ...")
         monitor = start_monitor(settings, run_dir)  # it comes up while Spark starts
         console.print("starting Spark (about 10 s) ...")
@@ -639,7 +661,8 @@ def main(
             console.print(why)
         outside = ("orders", "customers") if dsn else ("orders",) if http else ()
         build_args = {"rate": rate, "seed": seed, "threshold": threshold, "event_rate": rate / speedup,
-                      "from_outside": outside, "avro_alerts": registry is not None}  # fmt: skip
+                      "from_outside": outside, "avro_alerts": registry is not None,
+                      "spend_table": spend_table}  # fmt: skip
         pipeline = build(**build_args)
         runner = Runner(pipeline, settings, spark=spark)
         if http:
@@ -657,8 +680,9 @@ def main(
                                       preexec_fn=die_with_parent)  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         console.print(f"weir serve: {base}/views (log {run_dir / 'serve.log'})")
-        console.print("starting the shop pipeline: 9 queries (one archives orders, one keeps a view); the first "
-                      "batches take a while ...")  # fmt: skip
+        queries = len(pipeline.processors) + len(pipeline.views) + sum(t.archived for t in pipeline.topics.values())
+        console.print(f"starting the shop pipeline: {queries} queries (one archives orders, one keeps a view, one "
+                      "upserts spend windows into a Delta table); the first batches take a while ...")  # fmt: skip
         runner.start()
         started = time.monotonic()
         with live_display(console) as live:
@@ -702,6 +726,7 @@ def main(
             console.print(registered(settings, "alerts"), highlight=False)
         console.print(lateness(snapshot, seed, client.next_record if ingest is not None else None))
         console.print(updates(broker.bootstrap, pipeline.topics["spend.by_customer_5m"], settings.registry_conf()))
+        console.print(upserted(spend_table), highlight=False)
         console.print(lake_summary(settings.lake, "orders"))
         console.print(audit_summary(stopped), highlight=False)
         console.print(groups_summary(broker.bootstrap, stopped), highlight=False)

@@ -13,6 +13,8 @@
                                                            (@stateful): an order over twice the customer's
                                                            recent average, a customer gone quiet
     alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
+    spend_lake(spend.by_customer_5m) ──► a Delta table     a sink that upserts each window by (customer_id,
+                                                           window_start): one row per window, its last revision
     view revenue_by_category (revenue.by_category_1m)      the latest closed minute per category, by key:
                                                            served by `weir serve` (docs/views.md)
 
@@ -20,8 +22,9 @@ Event time is `ts_ms`, epoch milliseconds as BIGINT: exact in JSON, and a wrong 
 windows turn it into a TIMESTAMP. Both windows wait 30 seconds of event time for stragglers; the generator
 makes about 2% of orders minutes late, which the windows route to `orders.enriched.late`.
 
-`shop` below is built from SHOP_RATE (records/s, default 1000), SHOP_SEED (default 7) and SHOP_TOTAL
-(default unbounded); `build()` makes other variants (the demo, the tests, the bench).
+`shop` below is built from SHOP_RATE (records/s, default 1000), SHOP_SEED (default 7), SHOP_TOTAL (default
+unbounded) and SHOP_SPEND_TABLE (spend_lake's table; no spend_lake without it); `build()` makes other variants (the
+demo, the tests, the bench).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from weir.blocks.streamjoin import join_streams
 from weir.blocks.window import tumbling_window
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.pipeline import Pipeline
+from weir.sinks import DeltaSink
 
 ORDERS = "order_id STRING NOT NULL, customer_id STRING NOT NULL, category STRING, amount DOUBLE, ts_ms BIGINT"
 CUSTOMERS = "customer_id STRING NOT NULL, name STRING, segment STRING, country STRING"
@@ -195,6 +199,7 @@ def build(
     from_outside: tuple[str, ...] = (),
     avro_alerts: bool = False,
     enrich_code: Callable[[DataFrame, DataFrame], DataFrame] | None = None,
+    spend_table: str | None = None,
 ) -> Pipeline:
     """The shop pipeline with a generator of `rate` records/s (0: as fast as possible, with `total` and
     `event_rate`), `seed`, an optional `total`, and the spend alert's `threshold` (default: 5x the average
@@ -204,7 +209,9 @@ def build(
     ingest http` (examples/shop/orders_http.py), customers from PostgreSQL through `weir ingest postgres`
     (examples/shop/customers_pg.py). With `avro_alerts`, alerts are Avro records in the Confluent wire format
     (alerts.avsc, keys alert_key.avsc, registered in the settings' schema registry; docs/formats.md), as other
-    teams consume them. `enrich_code` replaces `enrich`'s function: another release of it (examples/shop/release.py)."""
+    teams consume them. `enrich_code` replaces `enrich`'s function: another release of it (examples/shop/release.py).
+    With `spend_table` (a path or URL), the `spend_lake` sink keeps the spend windows in that Delta table, one row
+    per customer and window: a late order's update replaces the window's row (an upsert by key)."""
     if rate == 0 and event_rate is None:
         event_rate = 1000.0  # no wall clock to follow: one event-time second per thousand records
     shape = Shape(seed, 0, event_rate or rate, customers)
@@ -279,6 +286,12 @@ def build(
     def alert(spend: DataFrame) -> DataFrame:
         return over_threshold(spend, limit)
 
+    if spend_table is not None:
+
+        @shop.processor(inputs=[spend_5m], sink=DeltaSink(spend_table, key=["customer_id", "window_start"]))
+        def spend_lake(spend: DataFrame) -> DataFrame:
+            return spend.select("customer_id", "window_start", "window_end", "orders", "spend", "revision")
+
     # Each closed window upserts its category's row: the view holds the latest closed minute per category, in
     # the embedded SQLite store unless views_dsn names a database.
     shop.view("revenue_by_category", source=revenue_1m, key="category")
@@ -294,4 +307,5 @@ shop = build(
     rate=_env_number("SHOP_RATE", float, 1000.0),
     seed=_env_number("SHOP_SEED", int, 7),
     total=_env_number("SHOP_TOTAL", int, None),
+    spend_table=os.environ.get("SHOP_SPEND_TABLE") or None,
 )

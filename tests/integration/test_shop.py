@@ -18,6 +18,7 @@ import pytest
 from examples.shop.demo import lake_summary
 from examples.shop.pipeline import build
 from examples.shop.records import CUSTOMERS, ORDERS, PAGE_VIEWS, Shape, records
+from weir.storage import delta
 from weir.storage.lake import Lake
 from weir.testing import PipelineTest, Record, assert_rows
 
@@ -38,10 +39,11 @@ def sources(rows: list[Record], processor: str | None = None) -> list[str]:
     return [r.source for r in rows if processor in (None, r.processor)]
 
 
-def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
+def test_every_generated_record_is_in_exactly_one_place(pipeline_test, tmp_path) -> None:
+    spend_table = str(tmp_path / "spend")
     pipeline = build(
         rate=0, total=TOTAL, seed=SHAPE.seed, threshold=THRESHOLD, event_rate=SHAPE.event_rate,
-        customers=SHAPE.customers, start_ms=SHAPE.start_ms,
+        customers=SHAPE.customers, start_ms=SHAPE.start_ms, spend_table=spend_table,
     )  # fmt: skip
     # A restart is allowed (on a loaded machine a Python worker may miss Spark's fixed 10 s to connect back);
     # the books must balance all the same, which run_once checks batch by batch.
@@ -105,6 +107,17 @@ def test_every_generated_record_is_in_exactly_one_place(pipeline_test) -> None:
     for r in topic["spend.by_customer_5m"]:
         revisions[(r.fields["customer_id"], r.fields["window_start"])].append(r.fields["revision"])
     assert all(sorted(v) == list(range(1, len(v) + 1)) for v in revisions.values()), revisions
+    # spend_lake: its Delta table holds each window once, as its last revision has it (the sink upserts by key).
+    last = {}
+    for r in topic["spend.by_customer_5m"]:
+        k = (r.fields["customer_id"], r.fields["window_start"])
+        if r.fields["revision"] >= last.get(k, {"revision": 0})["revision"]:
+            last[k] = r.fields
+    kept = delta.open_table(spend_table).to_pyarrow_table().to_pylist()
+    assert len(kept) == len({(w["customer_id"], w["window_start"]) for w in kept}) == len(last)
+    shape = ("customer_id", "revision", "orders", "spend")
+    assert sorted(tuple(w[c] for c in shape) for w in kept) == sorted(tuple(w[c] for c in shape) for w in last.values())
+    assert (totals["spend_lake"].in_, totals["spend_lake"].out) == (len(topic["spend.by_customer_5m"]),) * 2
     windows = [r.fields for r in topic["revenue.by_category_1m"]]
     assert len(windows) == totals["revenue"].emitted
     assert sum(w["orders"] for w in windows) <= totals["revenue"].absorbed  # open windows are not flushed

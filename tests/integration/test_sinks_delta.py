@@ -4,6 +4,7 @@ at its current version, by version and by timestamp."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -83,3 +84,66 @@ def test_a_batch_that_failed_before_its_commit_leaves_nothing_readers_see(spark,
     dt = delta.open_table(url)
     unreferenced = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True)
     assert len(unreferenced) == len(orphans)  # the crashed attempt's files: vacuum's to delete
+
+
+def revisions(spark, rows: list[tuple]):
+    """Window-like rows: (customer, window start second, revision, spend), a null customer allowed."""
+    return spark.createDataFrame(rows, "customer STRING, start BIGINT, revision BIGINT, spend DOUBLE").selectExpr(
+        "customer", "timestamp_seconds(1795300000 + start) AS window_start", "revision", "spend",
+        "cast(start % 2 as string) AS part",
+    )  # fmt: skip
+
+
+def test_delta_sink_upserts_by_key_each_key_once_with_its_last_row(spark, table_root, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="weir.sinks")
+    url = f"{table_root}/windows"
+    sink = DeltaSink(url, partition_by=["part"], key=["customer", "window_start"])
+    sink.open("delta.upsert")
+    first = [(f"c{i}", s, 1, float(i + s)) for i in range(6) for s in (0, 10, 20)] + [(None, 0, 1, -1.0)]
+    assert sink.write(revisions(spark, first), 0).rows == 19
+    # Batch 1 updates c1's two windows and the null customer's, adds c9's, and brings c2's window 10 twice: its
+    # last row of the batch wins. Windows 0 and 20 of c2 and everything of c0, c3, c4, c5 stay as they were.
+    update = [("c1", 0, 2, 100.0), ("c1", 20, 2, 120.0), ("c9", 30, 1, 9.0), ("c2", 10, 2, 50.0),
+              ("c2", 10, 3, 51.0), (None, 0, 2, -2.0)]  # fmt: skip
+    assert sink.write(revisions(spark, update), 1).rows == 6
+    replay = sink.write(revisions(spark, update), 1)  # a restart replays batch 1: nothing is committed again
+    assert (replay.rows, replay.replayed) == (0, 6)
+    assert "rows replaced" in caplog.text
+
+    expected = {(c, s): (r, v) for c, s, r, v in first}
+    expected.update({(c, s): (r, v) for c, s, r, v in update})  # later rows win, in order
+    dt = delta.open_table(url)
+    got = [(r["customer"], int(r["window_start"].timestamp()) - 1795300000, r["revision"], r["spend"])
+           for r in dt.to_pyarrow_table().to_pylist()]  # fmt: skip
+    assert len(got) == len({(c, s) for c, s, _, _ in got}) == len(expected) == 20  # every key exactly once
+    assert {(c, s): (r, v) for c, s, r, v in got} == expected
+    # Only files holding a replaced key were rewritten: the commit removed some, not all, of batch 0's files.
+    actions = [json.loads(line) for line in _last_commit(dt)]
+    removed = [a["remove"] for a in actions if "remove" in a]
+    assert 0 < len(removed) < len(delta.open_table(url, version=1).file_uris())
+    assert delta.commit_facts(dt, 1)[0]["replaced"] == 4  # c1's two windows, c2's window 10, the null customer's
+    # Spark and DuckDB read the same single row per key.
+    assert read_delta(spark, url).groupBy("customer", "window_start").count().where("count > 1").count() == 0
+    con = duckdb.connect()
+    con.register("w", delta.dataset(url))
+    assert con.sql("select spend from w where customer = 'c2' and window_start = "
+                   "to_timestamp(1795300010)").fetchall() == [(51.0,)]  # fmt: skip
+
+
+def _last_commit(dt) -> list[str]:
+    from weir.storage import paths
+
+    filesystem, root = paths.resolve(delta.table_url(dt.table_uri))
+    with filesystem.open_input_stream(f"{root}/_delta_log/{dt.version():020d}.json") as f:
+        return f.read().decode().splitlines()
+
+
+def test_delta_sink_refuses_a_key_that_partitions_by_a_type_it_cannot_compare(spark, tmp_path) -> None:
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=["window_start"], key=["customer", "window_start"])
+    sink.open("w")
+    with pytest.raises(SinkError, match=r"window_start \(timestamp\).*partition by a string or integer"):
+        sink.write(revisions(spark, [("c1", 0, 1, 1.0)]), 0)
+    other = DeltaSink(str(tmp_path / "u"), key=["nope"])
+    other.open("w")
+    with pytest.raises(SinkError, match=r"key column\(s\) \['nope'\] are not in the batch's columns"):
+        other.write(revisions(spark, [("c1", 0, 1, 1.0)]), 0)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from weir.sinks import delta_merge
 from weir.sinks.base import Delivery, Sink, SinkError, Written
 from weir.storage import delta, paths
 
@@ -104,13 +105,16 @@ def _meta_arrow() -> pa.Schema:
 
 class DeltaSink(Sink):
     """Exactly-once output into the Delta table at `path` (a local path or an s3:// URL), optionally
-    partitioned by columns (stored as strings, as Delta partition values are)."""
+    partitioned by columns (stored as strings, as Delta partition values are). Without `key` every batch appends
+    its rows; with `key` (columns) a batch's row replaces the table's row of the same key (an upsert, e.g. a
+    window's next revision by key and window start), a key's last row in the batch winning."""
 
     guarantee = Delivery.EXACTLY_ONCE
 
-    def __init__(self, path: str, partition_by: list[str] | None = None) -> None:
+    def __init__(self, path: str, partition_by: list[str] | None = None, key: list[str] | None = None) -> None:
         self.url = delta.table_url(path)
         self.partition_by = list(partition_by or [])
+        self.key = list(key or [])
         self.name = f"delta:{self.url}"
 
     def open(self, query_name: str, checkpoint: str | None = None) -> None:
@@ -121,21 +125,51 @@ class DeltaSink(Sink):
 
     def write(self, batch: DataFrame, batch_id: int) -> Written:
         """Driver: a replayed batch id (not above the writer's last committed one) writes nothing; otherwise
-        the executors write the files, then one Delta commit adds them with the app transaction."""
+        the executors write the files, then one Delta commit adds them with the app transaction. With `key`, the
+        executors also rewrite the table's files holding a key of the batch without those rows, and the same
+        commit removes the old files (weir.sinks.delta_merge). `rows` is the batch's rows, each applied (a
+        key's earlier rows in the batch are replaced by its last, as by a later batch)."""
         writer = self._opened_writer()
         missing = [c for c in self.partition_by if c not in batch.columns]
         if missing:
             raise SinkError(f"{self.name}: partition_by names missing column(s) {missing}; columns are {batch.columns}")
+        if self.key:
+            delta_merge.check_key(batch, self.key, self.partition_by, self.name)
         dt = delta.open_table(self.url)
         last = dt.transaction_version(writer) if dt is not None else None
         if last is not None and batch_id <= last:  # checked before writing: a replay costs no file
             log.info("%s: batch %d of %s was committed before; replay skipped", self.name, batch_id, writer)
             return Written(0, replayed=delta.committed_rows(dt, writer, batch_id))
         write = write_files_spark if spark_writes(self.url) else write_files
-        files = write(batch, self.url, f"{writer}-{batch_id:012d}", self.partition_by)
-        log.info("%s: committing batch %d of %s: %d files", self.name, batch_id, writer, len(files))
-        done = delta.commit(self.url, files, self.partition_by, writer, batch_id)
-        return Written(done.rows, done.replayed)
+        tag = f"{writer}-{batch_id:012d}"
+        if not self.key:
+            files = write(batch, self.url, tag, self.partition_by)
+            log.info("%s: committing batch %d of %s: %d files", self.name, batch_id, writer, len(files))
+            done = delta.commit(self.url, files, self.partition_by, writer, batch_id)
+            return Written(done.rows, done.replayed)
+        return self._upsert(batch, batch_id, writer, dt, write, tag)
+
+    def _upsert(self, batch: DataFrame, batch_id: int, writer: str, dt: Any, write: Any, tag: str) -> Written:
+        rows = delta_merge.last_per_key(batch, self.key).persist()  # read by three jobs: write, match, rewrite
+        try:
+            files = write(rows, self.url, tag, self.partition_by)
+            change = delta_merge.Rewrite([], [], 0)
+            if files and dt is not None:
+                change = delta_merge.rewrite(rows, self.url, dt, files, self.key, self.partition_by, tag, write)
+        finally:
+            rows.unpersist()
+        applied = batch.count()  # the runner's frame is cached: a count reads memory
+        log.info(
+            "%s: committing batch %d of %s: %d new files, %d rewritten, %d removed (%d rows replaced)",
+            self.name, batch_id, writer, len(files), len(change.kept), len(change.removed), change.replaced,
+        )  # fmt: skip
+        # The commit records the rows applied (not the files' rows: a key's earlier rows in the batch are in none),
+        # which a replay of this batch then reports as replayed.
+        done = delta.commit(
+            self.url, files, self.partition_by, writer, batch_id, facts={"rows": applied, "replaced": change.replaced},
+            removed=delta_merge.removes(change.removed), rewritten=change.kept, base=dt,
+        )  # fmt: skip
+        return Written(0, replayed=done.replayed) if done.replayed else Written(applied)
 
 
 def read_delta(

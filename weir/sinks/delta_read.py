@@ -3,7 +3,8 @@ filesystem for (`s3://` without hadoop-aws, a Maven jar out of reach here).
 
 The driver lists the files of one table version (delta-rs); each task reads one file with pyarrow, from the
 same URL and AWS settings as delta-rs, and adds the partition columns from the log. Options: `path`, and
-optionally `version`, `timestamp` (time travel) and `files` (a JSON list of table-relative paths: only these).
+optionally `version`, `timestamp` (time travel), `files` (a JSON list of paths as the log holds them: only these)
+and `file_column` (a column of that name, last, holds each row's file path as the log holds it).
 `weir.sinks.read_delta` uses it for non-local tables; local tables go through Spark's own Parquet reader.
 """
 
@@ -13,6 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -71,8 +73,12 @@ class DeltaReader(DataSourceReader):
             return
         target = to_arrow_schema(self.schema, timezone="UTC")
         values = dict(partition.values)
+        file_column = self.options.get("file_column")
+        if file_column:
+            values[file_column] = partition.path
         filesystem, root = paths.resolve(self.url)
-        with filesystem.open_input_file(f"{root}/{partition.path}") as f:
+        # The log holds a path URI-encoded; the file lies under the decoded one.
+        with filesystem.open_input_file(f"{root}/{unquote(partition.path)}") as f:
             pf = pq.ParquetFile(f)
             present = set(pf.schema_arrow.names)
             columns = [n for n in target.names if n in present and n not in values]
@@ -96,7 +102,11 @@ class DeltaDataSource(DataSource):
         return "weir-delta"
 
     def schema(self) -> StructType:
-        return spark_schema(_table(self.options))
+        from pyspark.sql.types import StringType
+
+        schema = spark_schema(_table(self.options))
+        file_column = self.options.get("file_column")
+        return schema.add(file_column, StringType(), nullable=False) if file_column else schema
 
     def reader(self, schema: StructType) -> DeltaReader:
         return DeltaReader(self.options, schema)

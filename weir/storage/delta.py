@@ -340,21 +340,27 @@ def commit(
     batch_id: int,
     facts: dict[str, Any] | None = None,
     configuration: dict[str, str] | None = None,
+    removed: Sequence[Any] = (),
+    rewritten: Sequence[dict[str, Any]] = (),
+    base: DeltaTable | None = None,
 ) -> Committed:
     """Add `files` (FileWriter descriptions) to the table in one commit with app transaction (app_id, batch_id);
     the table is created at the first commit. A batch id not above the app's last committed one is a replay:
     nothing is committed, and the rows its commit recorded are returned as replayed. `facts` go into the
-    commit info under "weir"."""
+    commit info under "weir". An upsert's rewrite also removes files (`removed`, RemoveActions) and adds their
+    kept rows (`rewritten`, FileWriter descriptions, not rows of the batch) in the same commit; `base` is the table
+    as it was read to choose them, so that delta-rs refuses the commit if a concurrent one removed them too."""
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake.transaction import AddAction
 
     url = table_url(url)
     files = list(files)
-    dt = open_table(url)
+    dt = base if base is not None else open_table(url)
     if dt is not None and (last := dt.transaction_version(app_id)) is not None and batch_id <= last:
         return Committed(None, 0, replayed=committed_rows(dt, app_id, batch_id))
     rows = sum(int(f["rows"]) for f in files)
+    files += rewritten
     if not files and (dt is None or not facts):
         return Committed(None, 0)  # an empty batch with nothing to record: a replay of it writes nothing either
     if files:
@@ -372,7 +378,8 @@ def commit(
     ]
     info = {COMMIT_KEY: {"app": app_id, "batch": batch_id, "rows": rows, **(facts or {})}}
     props = CommitProperties(custom_metadata=info, app_transactions=[Transaction(app_id, batch_id)])
-    dt.create_write_transaction(actions, "append", schema, list(partition_by) or None, commit_properties=props)
+    dt.create_write_transaction([*actions, *removed], "append", schema, list(partition_by) or None,
+                                commit_properties=props)  # fmt: skip
     dt.update_incremental()  # the version this commit made (or a later one, of a concurrent writer)
     return Committed(dt.version(), rows)
 
