@@ -147,3 +147,27 @@ def test_delta_sink_refuses_a_key_that_partitions_by_a_type_it_cannot_compare(sp
     other.open("w")
     with pytest.raises(SinkError, match=r"key column\(s\) \['nope'\] are not in the batch's columns"):
         other.write(revisions(spark, [("c1", 0, 1, 1.0)]), 0)
+
+
+def test_an_upsert_that_failed_before_its_commit_is_done_again_by_its_replay(spark, tmp_path, monkeypatch) -> None:
+    from weir.sinks import delta as sink_module
+
+    url = str(tmp_path / "w")
+    sink = DeltaSink(url, key=["customer", "window_start"])
+    sink.open("w")
+    sink.write(revisions(spark, [("c1", 0, 1, 1.0), ("c2", 0, 1, 2.0)]), 0)
+    update = revisions(spark, [("c1", 0, 2, 10.0), ("c3", 0, 1, 3.0)])
+
+    def crash(*args, **kwargs):  # the driver dies after the executors wrote the new and rewritten files
+        raise RuntimeError("killed before the commit")
+
+    monkeypatch.setattr(sink_module.delta, "commit", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        sink.write(update, 1)
+    monkeypatch.undo()
+    left = delta.open_table(url).to_pyarrow_table().to_pylist()
+    assert sorted((r["customer"], r["revision"]) for r in left) == [("c1", 1), ("c2", 1)]  # readers saw nothing
+    assert sink.write(update, 1).rows == 2  # Spark's replay of batch 1 merges again against the table as it is
+    rows = delta.open_table(url).to_pyarrow_table().to_pylist()
+    got = sorted((r["customer"], r["revision"], r["spend"]) for r in rows)
+    assert got == [("c1", 2, 10.0), ("c2", 1, 2.0), ("c3", 1, 3.0)]

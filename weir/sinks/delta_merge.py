@@ -121,8 +121,12 @@ def candidates(dt: DeltaTable, url: str, b: Bounds) -> list[dict[str, Any]]:
     root = delta.table_url(url).rstrip("/")
     kept = {u[len(root) + 1 :] if u.startswith(root + "/") else u for u in dt.file_uris(predicate(b))}
     # file_uris names files as they lie in storage; the log holds each path URI-encoded.
-    actions = pa.table(dt.get_add_actions(flatten=False)).select(["path", "size_bytes", "partition"]).to_pylist()
-    return [a for a in actions if unquote(a["path"]) in kept]
+    actions = pa.table(dt.get_add_actions(flatten=False))
+    n = actions.num_rows
+    # An unpartitioned table's actions have no partition column at all.
+    parts = actions["partition"].to_pylist() if "partition" in actions.column_names else [{}] * n
+    rows = zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(), parts, strict=True)
+    return [{"path": p, "size_bytes": size, "partition": part} for p, size, part in rows if unquote(p) in kept]
 
 
 def _match(old: DataFrame, keys: DataFrame, key: Sequence[str]) -> Column:
