@@ -1,6 +1,6 @@
 """The peer workload, every system in one run: a 10 s tumbling event-time window per user over Kafka.
 
-    .venv/bin/python bench/peers.py [--records 1000000] [--weir-timeout 900] [--weir-unlimited] [--blocks]
+    .venv/bin/python bench/peers.py [--records 1000000] [--weir-timeout 900] [--weir-unlimited] [--blocks [NAMES]]
                                     [--only raw,loop,spark,weir,bytewax,quix] [--max-per-trigger 100000]
                                     [--weir-env KEY=VALUE ...]
 
@@ -59,6 +59,36 @@ after it, within 5 minutes: 2N input records, all in state until their interval 
 user, an amount over twice the average of the last 10); and a stateless processor (filter + map) against the same query
 written by hand over weir-kafka (no routing, no accounting). Every block runs per bucket of keys; deduplicate
 keeps one key per event, so its state (and each call's cost) grows with N.
+
+The peers' versions of two blocks (issue 29) run after weir's, for each of bytewax and quix that --only names
+(both by default), each in its own output topic (peers.<system>.<block>), with the ratio weir's block steady /
+the peer's (above 1: weir is faster):
+
+  keyed       Bytewax stateful_map (bench/peers/bytewax_flow.py:keyed; 1 worker, and 2 processes) and Quix
+              Streams apply(stateful=True) with State (bench/peers/quix_app.py keyed; 1 process), per user
+              the last 10 amounts, the same rule (common.spike), in arrival order
+  streamjoin  Bytewax join_window on a SessionWindower (gap 5 min) per id, the pairs outside the interval
+              dropped (bytewax_flow.py:streamjoin; 1 worker, 2 processes); Quix Streams join_interval(how="left",
+              forward_ms 5 min) after group_by("id") (quix_app.py streamjoin; 1 process). How each differs from
+              weir's join: the docstrings of those files, and the row's notes
+
+    .venv/bin/python bench/peers.py --blocks keyed,streamjoin --only weir,bytewax,quix   # weir tumbling, the
+                                                            # peers' tumbling rows, weir's blocks, the peers' blocks
+
+(weir's blocks run whenever --blocks is given; weir's tumbling row, their ratios' base, only with weir in --only.)
+The payments are produced with the murmur2 partitioner (as a Java client would): Quix Streams joins only
+co-partitioned topics, and partitions its re-keyed events with murmur2.
+
+Checked exactly, for weir and the peers alike, against what this script computes from the produced records:
+keyed, the multiset {(user, amount, avg10)} (a row twice is one too many), the rule run per user in the order
+the system sees the records: arrival order for the peers; for weir, event-time order within each micro-batch
+(its batches from the end offsets in its progress records) and batch order across them; streamjoin, one
+(id, user, amount, method, paid_ms) per event with its own payment, no event without one (every payment lies
+within its event's interval), nothing twice, except that Quix's left join may first write an event without its
+payment (it has none yet) and then with it: those rows are counted and shown, not failed. (Quix's join pairs two
+records only when the later one in event time is read second: a payment read before its event goes unpaired,
+and the row fails; the notes say so.)
+
 This machine's speed varies from day to day and under other load: compare ratios measured in the same run; the
 load average is printed at start and end.
 """
@@ -77,9 +107,12 @@ import tempfile
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -92,6 +125,7 @@ sys.path.insert(0, str(ROOT))
 
 from weir.kafka import Admin  # noqa: E402
 from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+from weir.kafka.offsets import from_json, parsed  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
 INPUT = "events"
@@ -107,43 +141,75 @@ PEER_PACKAGES = {
 }
 SYSTEMS = ("raw", "loop", "spark", "weir", "bytewax", "quix")
 BLOCKS = ("sliding", "session", "sketched", "lateness", "running", "dedup", "join", "streamjoin", "keyed", "stateless")
+PEER_BLOCKS = ("keyed", "streamjoin")  # blocks that Bytewax and Quix Streams run too
+PAYMENTS = "peers.payments"
+LAST = 10  # the keyed rule: per user, an amount over twice the average of the last LAST
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 
 Window = tuple[str, int, int, float]  # user, start ms, count, sum
+Check = Callable[[str], tuple[bool, str]]  # an output topic -> (exact, how it differs)
 
 
 # ---------------------------------------------------------------- the workload
 
 
+_PRODUCER = {
+    "linger.ms": 20,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "acks": 1,
+}
+
+
 def _producer(bootstrap: str) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "acks": 1,
-        }
-    )
+    return Producer({**_PRODUCER, "bootstrap.servers": bootstrap})
 
 
-def _send(producer: Producer, topic: str, value: bytes, key: bytes, ts: int) -> None:
+def _send(producer: Producer, topic: str, value: bytes, key: bytes, ts: int, delivered: Callable | None = None) -> None:
+    extra = {} if delivered is None else {"on_delivery": delivered}
     while True:
         try:
-            producer.produce(topic, value, key, timestamp=ts)
+            producer.produce(topic, value, key, timestamp=ts, **extra)
             return
         except BufferError:
             producer.poll(0.05)
 
 
+@dataclass
+class Produced:
+    """The produced records as the checks of keyed and streamjoin need them, by event id."""
+
+    users: list[str] = field(default_factory=list)
+    amounts: list[float] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)  # event time, ms
+    partitions: list[int] = field(default_factory=list)  # of INPUT, from the delivery reports
+    offsets: list[int] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)  # each event's payment
+    paid: list[int] = field(default_factory=list)
+
+    def add(self, user: str, amount: float, ts: int) -> Callable:
+        """One more event; returns its delivery callback (which notes its partition and offset)."""
+        self.users.append(user)
+        self.amounts.append(amount)
+        self.times.append(ts)
+        self.partitions.append(-1)
+        self.offsets.append(-1)
+        return partial(self._delivered, len(self.users) - 1)
+
+    def _delivered(self, i: int, err: KafkaError | None, msg: object) -> None:
+        if err is None:
+            self.partitions[i], self.offsets[i] = msg.partition(), msg.offset()  # type: ignore[attr-defined]
+
+
 def produce(
-    bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int, times: list[int] | None = None
+    bootstrap: str, n: int, rate: float, jitter_ms: int, seed: int, log: Produced | None = None
 ) -> tuple[Counter, int]:
-    """N events into INPUT; returns (expected closed windows as a multiset, the closing bound W). `times`, if
-    given, gets each event's time (ms), for `produce_payments`."""
+    """N events into INPUT; returns (expected closed windows as a multiset, the closing bound W). `log`, if
+    given, gets each event (for `produce_payments` and the blocks' checks)."""
     rng = random.Random(seed)
+    names = [f"u{k:04d}" for k in range(USERS)]
     # The stream starts 5 s into a window and ends about now, so the bound max - 2 s falls mid-window.
     span_ms = int(n / rate * 1000)
     t0 = (int(time.time() * 1000) - span_ms) // SIZE_MS * SIZE_MS + 5_000
@@ -152,7 +218,7 @@ def produce(
     max_ts = 0
     note = "x" * 24
     for i in range(n):
-        user = f"u{rng.randrange(USERS):04d}"
+        user = names[rng.randrange(USERS)]
         ts = t0 + int(i * 1000 / rate) - rng.randrange(jitter_ms + 1)
         amount = rng.randrange(1, 400) * 0.25
         ev = {
@@ -163,11 +229,12 @@ def produce(
         acc = windows.setdefault((user, ts - ts % SIZE_MS), [0, 0.0])
         acc[0] += 1
         acc[1] += amount
-        if times is not None:
-            times.append(ts)
-        _send(producer, INPUT, json.dumps(ev).encode(), user.encode(), ts)
+        delivered = None if log is None else log.add(user, amount, ts)
+        _send(producer, INPUT, json.dumps(ev).encode(), user.encode(), ts, delivered)
     if producer.flush(120):
         raise RuntimeError("events were not all delivered")
+    if log is not None and -1 in log.offsets:
+        raise RuntimeError("an event's delivery report is missing")
     bound = max_ts - DELAY_MS
     expected = Counter(
         (u, s, c, round(t, 2)) for (u, s), (c, t) in windows.items() if s + SIZE_MS <= bound
@@ -175,14 +242,18 @@ def produce(
     return expected, bound
 
 
-def produce_payments(bootstrap: str, topic: str, times: list[int], seed: int) -> None:
+def produce_payments(bootstrap: str, topic: str, log: Produced, seed: int) -> None:
     """One payment per event, by its id, 0 to 4 minutes after it (event time), in the order events were made:
-    the stream-stream join's right side (its interval: 5 minutes)."""
+    the stream-stream join's right side (its interval: 5 minutes). Keyed by the id (its text) and partitioned
+    with murmur2, as Quix Streams partitions the events it re-keys by id: its join needs both alike."""
     rng = random.Random(seed + 1)
-    producer = _producer(bootstrap)
-    for i, ts in enumerate(times):
+    producer = Producer({**_PRODUCER, "bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for i, ts in enumerate(log.times):
         paid = ts + rng.randrange(240_000)
-        value = json.dumps({"id": i, "method": rng.choice(("card", "cash", "wire")), "paid_ms": paid}).encode()
+        method = rng.choice(("card", "cash", "wire"))
+        log.methods.append(method)
+        log.paid.append(paid)
+        value = json.dumps({"id": i, "method": method, "paid_ms": paid}).encode()
         _send(producer, topic, value, str(i).encode(), paid)
     if producer.flush(120):
         raise RuntimeError("payments were not all delivered")
@@ -271,6 +342,111 @@ def check_output(bootstrap: str, topic: str, expected: Counter, bound: int) -> t
     if beyond:
         detail += f"; {beyond:,} later windows flushed (not compared)"
     return ok, detail
+
+
+def _compare(got: Counter, expected: Counter, what: str) -> tuple[bool, str]:
+    """A multiset of output rows against the expected one: (exact, "n of m expected <what>, ...")."""
+    missing, extra = expected - got, got - expected
+    twice = sum(n for row, n in extra.items() if row in expected)  # an expected row more often than expected
+    detail = f"{sum(got.values()):,} of {sum(expected.values()):,} expected {what}"
+    if missing:
+        detail += f", {sum(missing.values()):,} missing (e.g. {next(iter(missing))})"
+    if twice:
+        detail += f", {twice:,} duplicated"
+    if sum(extra.values()) > twice:
+        stray = next(row for row in extra if row not in expected)
+        detail += f", {sum(extra.values()) - twice:,} unexpected (e.g. {stray})"
+    return not missing and not extra, detail
+
+
+def expected_spikes(log: Produced, order: Callable[[int], tuple] | None = None) -> Counter:
+    """The keyed rule's rows {(user, amount, avg10)} when each user's events are seen in `order` (a sort key
+    on the event id; None: arrival order, the order they were produced, which a partition keeps)."""
+    by_user: dict[str, list[int]] = {}
+    for i, user in enumerate(log.users):
+        by_user.setdefault(user, []).append(i)
+    rows: Counter = Counter()
+    for user, ids in by_user.items():
+        recent: list[float] = []
+        for i in sorted(ids, key=order) if order else ids:
+            amount = log.amounts[i]
+            if len(recent) == LAST and amount > 2 * sum(recent) / LAST:
+                rows[(user, amount, round(sum(recent) / LAST, 6))] += 1
+            recent.append(amount)
+            if len(recent) > LAST:
+                del recent[0]
+    return rows
+
+
+def weir_order(log: Produced, progress: list[dict]) -> tuple[Callable[[int], tuple], int]:
+    """weir's @stateful order of the events, from its progress records: by micro-batch (each batch's end offsets
+    of INPUT), then event time, then offset; and the number of batches found with end offsets (0: event time)."""
+    ends: dict[int, list[int]] = {}  # partition -> its end offset after each batch, in batch order
+    batches = 0
+    for r in sorted(progress, key=lambda r: r.get("batch_id") or 0):
+        for source in r.get("sources") or []:
+            positions, _ = from_json(parsed(source.get("end_offset")))
+            if INPUT in positions:
+                batches += 1
+                for part, end in positions[INPUT].items():
+                    ends.setdefault(part, []).append(end)
+
+    def key(i: int) -> tuple:
+        part, offset = log.partitions[i], log.offsets[i]
+        return bisect_right(ends.get(part, []), offset), log.times[i], offset
+
+    return key, batches
+
+
+def check_spikes(bootstrap: str, topic: str, expected: Counter) -> tuple[bool, str]:
+    """The keyed rule's output rows against the expected ones, exactly (a row twice is one too many)."""
+    got: Counter = Counter()
+    bad = 0
+    for _key, value in consume_all(bootstrap, topic):
+        try:
+            r = json.loads(value)
+            got[(r["user"], float(r["amount"]), round(float(r["avg10"]), 6))] += 1
+        except (TypeError, ValueError, KeyError, json.JSONDecodeError):
+            bad += 1
+    ok, detail = _compare(got, expected, "rows")
+    return ok and not bad, detail + (f", {bad:,} unreadable" if bad else "")
+
+
+def check_paid(bootstrap: str, topic: str, log: Produced, quix: bool = False) -> tuple[bool, str]:
+    """The left join's output against one row per event with its own payment (every payment lies within its
+    event's interval): (id, user, amount, method, paid_ms) each once, no event without its payment. With
+    `quix`, an event written without its payment as well as with it (Quix's left join, before the payment
+    came) is counted and shown, not failed, and the events it never pairs are explained."""
+    pairs: Counter = Counter()
+    lonely: Counter = Counter()
+    bad = 0
+    for _key, value in consume_all(bootstrap, topic):
+        try:
+            r = json.loads(value)
+            row = (int(r["id"]), r["user"], float(r["amount"]))
+            if r.get("method") is None:
+                lonely[row] += 1
+            else:
+                pairs[(*row, r["method"], int(r["paid_ms"]))] += 1
+        except (TypeError, ValueError, KeyError, json.JSONDecodeError):
+            bad += 1
+    expected = Counter(zip(range(len(log.users)), log.users, log.amounts, log.methods, log.paid, strict=True))
+    ok, detail = _compare(pairs, expected, "pairs")
+    paired = {p[:3] for p in pairs}
+    before = sum(n for row, n in lonely.items() if row in paired)
+    alone = sum(lonely.values()) - before
+    if alone:
+        detail += f", {alone:,} events without a payment (each has one in its interval)"
+        if quix:
+            detail += (
+                ": Quix's interval join looks for a record's partners only among those it stored before it, so a "
+                "payment read before its event is never paired with it"
+            )
+    if before:
+        detail += f", {before:,} events written without their payment before it came, then with it"
+    if bad:
+        detail += f", {bad:,} unreadable"
+    return ok and not alone and not bad and (quix or not before), detail
 
 
 def create_topic(bootstrap: str, name: str, config: dict[str, str] | None = None) -> None:
@@ -425,6 +601,7 @@ class Row:
     correct: bool | None = None
     detail: str = ""
     first_batch_s: float | None = None  # weir: launch to its first committed batch
+    versus: str = ""  # a peer's version of a weir block: the block (its ratio: weir's steady / this one's)
 
 
 @dataclass
@@ -436,12 +613,14 @@ class Bench:
     bound: int
     rows: list[Row] = field(default_factory=list)
     block_rows: list[Row] = field(default_factory=list)
+    produced: Produced | None = None  # with --blocks keyed or streamjoin
+    arrival_spikes: Counter | None = None  # the keyed rule in arrival order (the peers'), made on first use
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "PEER_", "PYSPARK_"))}
         env.update(
             PEER_BOOTSTRAP=self.bootstrap, PEER_INPUT=INPUT, PEER_RECORDS=str(self.args.records),
-            PEER_SIZE_MS=str(SIZE_MS), PEER_DELAY_MS=str(DELAY_MS), PYTHONPATH=str(PEERS),
+            PEER_SIZE_MS=str(SIZE_MS), PEER_DELAY_MS=str(DELAY_MS), PYTHONPATH=str(PEERS), PEER_PAYMENTS=PAYMENTS,
         )  # fmt: skip
         env.update(extra)
         return env
@@ -481,8 +660,11 @@ def batch_rate(batches: list[tuple[int, float]]) -> float | None:
     return rows / secs if secs > 0 else None
 
 
-def peer_row(bench: Bench, system: str, run: Launch, output: str | None, **extra: str) -> Row:
-    """A Python peer's row from its stats lines (one per process)."""
+def peer_row(
+    bench: Bench, system: str, run: Launch, output: str | None, check: Check | None = None, inputs: int | None = None
+) -> Row:
+    """A Python peer's row from its stats lines (one per process); `check` its output (default: the windows),
+    `inputs` the input records it should read (shown when it read another number)."""
     stats = read_stats(bench.scratch / f"{system}.stats")
     row = Row(system, rss_mb=run.peak_rss / 2**20, cpu=run.cpu)
     firsts = [s["first"] for s in stats if s.get("first")]
@@ -495,24 +677,37 @@ def peer_row(bench: Bench, system: str, run: Launch, output: str | None, **extra
     elif run.rc != 0 or not stats:
         row.detail = f"failed (exit {run.rc}): {tail(run.log)}"
         row.steady = row.whole = None
+    read, late = sum(s["rows"] for s in stats), sum(s.get("late", 0) for s in stats)
+    if stats and inputs is not None and read != inputs:
+        row.detail = (row.detail + f" read {read:,} of {inputs:,} input records;").strip()
     if output is not None and not run.timed_out and run.rc == 0:
-        row.correct, detail = check_output(bench.bootstrap, output, bench.expected, bench.bound)
+        if check is None:
+            row.correct, detail = check_output(bench.bootstrap, output, bench.expected, bench.bound)
+        else:
+            row.correct, detail = check(output)
         row.detail = (row.detail + " " + detail).strip()
+    if late:
+        row.detail += f"; {late:,} records late (dropped)"
     return row
 
 
 # ---------------------------------------------------------------- the systems
 
 
-def run_python_peer(bench: Bench, system: str, label: str, cmd: list[str], output: str | None, timeout: float) -> Row:
+def run_python_peer(
+    bench: Bench, system: str, label: str, cmd: list[str], output: str | None, timeout: float, versus: str = "",
+    check: Check | None = None, inputs: int | None = None,
+) -> Row:  # fmt: skip
+    """A Python peer's run and row; `versus` names the weir block it is a version of (a row of the blocks'
+    table then), `check` and `inputs` as in `peer_row`."""
     env = bench.env(PEER_OUTPUT=output or "", PEER_STATS=str(bench.scratch / f"{system}.stats"))
     env["PEER_STATE"] = str(bench.scratch / f"{system}-state")
     if output:
         create_topic(bench.bootstrap, output)
     run = launch(cmd, env, bench.scratch / f"{system}.log", timeout)
-    row = peer_row(bench, system, run, output)
-    row.system = label
-    return bench.add(row)
+    row = peer_row(bench, system, run, output, check, inputs)
+    row.system, row.versus = label, versus
+    return bench.add(row, blocks=bool(versus))
 
 
 def run_spark(bench: Bench, name: str, label: str, mode: str, output: str, blocks: bool = False) -> Row:
@@ -601,6 +796,19 @@ def run_weir(
         row.detail += " " + detail
         if accounting["late"]:
             row.detail += f"; {accounting['late']:,} routed late, yet no event is late (its jitter is under the delay)"
+    elif blocks and name in PEER_BLOCKS and bench.produced is not None:
+        topic = f"peers.weir.{name}{suffix}"
+        if name == "keyed":
+            order, batches = weir_order(bench.produced, progress)
+            expected = expected_spikes(bench.produced, order)
+            row.correct, detail = check_spikes(bench.bootstrap, topic, expected)
+            if batches:
+                detail += f" (the rule in event-time order within each of {batches} batches)"
+            else:
+                detail += " (no end offsets in the progress records: the rule in event-time order over all)"
+        else:
+            row.correct, detail = check_paid(bench.bootstrap, topic, bench.produced)
+        row.detail += " " + detail
     return bench.add(row, blocks)
 
 
@@ -627,6 +835,49 @@ def peer_python(name: str) -> tuple[Path | None, str]:
         return None, f"cannot install {' '.join(packages)}: {exc}"
     stamp.touch()
     return python, ""
+
+
+def run_peer_block(bench: Bench, name: str, only: set[str], timeout: float) -> None:
+    """Bytewax's and Quix Streams' versions of weir's block `name` (keyed or streamjoin), those `only` names,
+    each checked as weir's is, as rows of the blocks' table."""
+    log = bench.produced
+    assert log is not None
+    if name == "keyed":
+        if bench.arrival_spikes is None:
+            bench.arrival_spikes = expected_spikes(log)
+        spikes = bench.arrival_spikes
+        check = partial(check_spikes, bench.bootstrap, expected=spikes)
+        checks: dict[str, Check] = {"bytewax": check, "quix": check}
+        inputs = bench.args.records
+    else:
+        checks = {
+            "bytewax": partial(check_paid, bench.bootstrap, log=log),
+            "quix": partial(check_paid, bench.bootstrap, log=log, quix=True),
+        }
+        inputs = 2 * bench.args.records  # the events and their payments, as weir's input rows
+    if "bytewax" in only:
+        python, why = peer_python("bytewax")
+        for system, how, cmd in (
+            ("bytewax1", "1 worker", ["-m", "bytewax.run", f"bytewax_flow:{name}", "-w1"]),
+            ("bytewax2", "2 processes", ["-m", "bytewax.testing", f"bytewax_flow:{name}", "-p2", "-w1"]),
+        ):
+            label = f"bytewax {name}, {how}"
+            if python is None:
+                bench.add(Row(label, detail=why, versus=name), blocks=True)
+                continue
+            run_python_peer(
+                bench, f"{system}-{name}", label, [str(python), *cmd], f"peers.{system}.{name}", timeout, name,
+                checks["bytewax"], inputs,
+            )  # fmt: skip
+    if "quix" in only:
+        python, why = peer_python("quix")
+        label = f"quix {name}, 1 process"
+        if python is None:
+            bench.add(Row(label, detail=why, versus=name), blocks=True)
+        else:
+            cmd = [str(python), str(PEERS / "quix_app.py"), name]
+            out = f"peers.quix.{name}"
+            run_python_peer(bench, f"quix-{name}", label, cmd, out, timeout, name, checks["quix"], inputs)
 
 
 # ---------------------------------------------------------------- report
@@ -684,19 +935,31 @@ def targets(bench: Bench) -> Table:
 def blocks_table(bench: Bench) -> Table:
     base = next((r.steady for r in bench.rows if r.system == "weir tumbling"), None)
     by = {r.system: r for r in bench.block_rows}
-    t = Table(title="weir's blocks on the same events, `weir run --once` each")
-    for name in ("block", "steady rows/s", "whole-run rows/s", "peak RSS MB", "CPU s", "ratio", "against", "notes"):
+    t = Table(title="weir's blocks on the same events, `weir run --once` each, and the peers' versions of some")
+    figures = ("steady rows/s", "whole-run rows/s", "peak RSS MB", "CPU s", "ratio")
+    for name in ("block", *figures, "against", "output correct", "notes"):
         t.add_column(name, justify="left" if name in ("block", "against", "notes") else "right", overflow="fold")
     hand = by.get("hand-written stateless query")
     for r in bench.block_rows:
-        if r.system.startswith("weir stateless"):
-            against, ref = "hand-written stateless query", hand and hand.steady
-        elif r.system.startswith("hand-written"):
-            against, ref = "", None
+        if r.versus:  # a peer's version of a weir block: weir's steady over this one's
+            weir = by.get(f"weir {r.versus}")
+            against, shown = f"weir {r.versus} / this", ratio(weir and weir.steady, r.steady)
         else:
-            against, ref = "weir tumbling", base
-        cells = (_rate(r.steady), _rate(r.whole), _num(r.rss_mb), _num(r.cpu), ratio(r.steady, ref))
-        t.add_row(r.system, *cells, against, r.detail)
+            if r.system.startswith("weir stateless"):
+                against, ref = "hand-written stateless query", hand and hand.steady
+            elif r.system.startswith("hand-written"):
+                against, ref = "", None
+            else:
+                against, ref = "weir tumbling", base
+            shown = ratio(r.steady, ref)
+        ok = "-" if r.correct is None else "[green]yes[/]" if r.correct else "[red]NO[/]"
+        cells = (_rate(r.steady), _rate(r.whole), _num(r.rss_mb), _num(r.cpu), shown)
+        t.add_row(r.system, *cells, against, ok, r.detail)
+    t.caption = (
+        "ratio: the row's steady rate / the one it is against (weir tumbling, or the hand-written query); "
+        "for a peer's version of a block, weir's block / the peer's (above 1: weir faster). A join's input rows: "
+        "the events and the payments."
+    )
     return t
 
 
@@ -740,13 +1003,13 @@ def main() -> int:
         console.print(f"[bold]broker[/] on {bootstrap}, scratch {scratch}")
         create_topic(bootstrap, INPUT)
         t0 = time.perf_counter()
-        times: list[int] | None = [] if "streamjoin" in chosen else None
-        expected, bound = produce(bootstrap, args.records, rate, args.jitter_ms, args.seed, times)
+        produced = Produced() if set(PEER_BLOCKS) & set(chosen) else None
+        expected, bound = produce(bootstrap, args.records, rate, args.jitter_ms, args.seed, produced)
         console.print(
             f"[bold]produced[/] {args.records:,} events at {rate:,.0f}/event-s in {time.perf_counter() - t0:.1f} s; "
             f"{sum(expected.values()):,} windows expected closed"
         )
-        bench = Bench(args, bootstrap, scratch, expected, bound)
+        bench = Bench(args, bootstrap, scratch, expected, bound, produced=produced)
         py = sys.executable
         if "raw" in only:
             console.print("[bold]1. raw consume[/]")
@@ -789,11 +1052,14 @@ def main() -> int:
             console.print("[bold]7. weir's other blocks[/]")
             create_topic(bootstrap, "peers.users", {"cleanup.policy": "compact"})
             produce_table(bootstrap, "peers.users")
-            if times is not None:
-                create_topic(bootstrap, "peers.payments")
-                produce_payments(bootstrap, "peers.payments", times, args.seed)
+            if produced is not None and "streamjoin" in chosen:
+                create_topic(bootstrap, PAYMENTS)
+                produce_payments(bootstrap, PAYMENTS, produced, args.seed)
             for name in chosen:
                 run_weir(bench, name, f"weir {name}", args.weir_timeout, blocks=True)
+                if name in PEER_BLOCKS and {"bytewax", "quix"} & only:
+                    console.print(f"[bold]   the peers' {name}[/]")
+                    run_peer_block(bench, name, only, args.peer_timeout)
             if "stateless" in chosen:
                 run_spark(
                     bench, "hand-stateless", "hand-written stateless query", "stateless", "peers.hand.stateless", True
@@ -809,9 +1075,9 @@ def main() -> int:
     if args.blocks:
         console.print(blocks_table(bench))
     console.print(f"[bold]load average[/] {load_end} at end; logs and stats kept in {scratch}")
-    wrong = [r.system for r in bench.rows if r.correct is False]
+    wrong = [r.system for r in bench.rows + bench.block_rows if r.correct is False]
     if wrong:
-        console.print(f"[red]output differs from the expected windows: {', '.join(wrong)}[/]")
+        console.print(f"[red]output differs from the expected: {', '.join(wrong)}[/]")
     return 1 if wrong else 0
 
 
