@@ -131,6 +131,7 @@ def test_a_stateful_backfill_restores_the_windows_a_buggy_version_lost_exactly_o
     report = backfill(good, "win", settings=s, spark=spark, version=v_bad)
     assert report.ranges == {events: {0: [(80, 160)], 1: [(40, 80)]}}, report.ranges  # minute 1's records
     assert report.written == {win: 6}, report.to_json()
+    assert report.counts.balanced and report.counts.violations == 0, report.counts.to_json()  # the replay's books
     after = held(spark, bootstrap, win)
     assert after == expected, (after - expected, expected - after)  # each window once: a clean run's
 

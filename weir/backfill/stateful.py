@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from weir.backfill.plan import BackfillError, epoch_micros
@@ -33,8 +34,8 @@ from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER
 from weir.kafka.offsets import Positions
 from weir.kafka.replay import take_marks
 from weir.pipeline.model import Table
-from weir.pipeline.routes import EMIT, ROUTE
-from weir.runtime.accounting import Counts
+from weir.pipeline.routes import ABSORBED, EMIT, ROUTE
+from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.query import Bounds, Ledger, ProcessorQuery
 from weir.runtime.routing import header_value
 from weir.storage import paths
@@ -138,7 +139,7 @@ class StatefulRun:
     def run(self, rescan: Any) -> Counts:
         """Trace the processor (its blocks' settings give the horizon), find the replay's offsets in the lake
         (`rescan(horizon)` lists the files of the replay's hours into the report), replay, deliver the range's
-        rows; the delivered rows' counts."""
+        rows; the replay's books (every record it read, by route) with the delivered rows per destination."""
         proc = self.target.proc
         effective = replace(self.p, topics=self.target.topics, processors={**self.p.processors, proc.name: proc})
         query = ProcessorQuery(self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint)
@@ -157,19 +158,26 @@ class StatefulRun:
         windows = self.delivered_windows(h, names)
         belongs = self.belongs(replay, names)
         total = Counts()
+        ran: list[int] = []  # the batches delivered
         if self.target.sink is not None:
             self.target.sink.open(f"{self.report.id}-replay")
 
         def each(batch: DataFrame, batch_id: int) -> None:
-            frame = batch.where(belongs)
-            if windows is not None:
-                frame = self.without_delivered(frame, windows, h)
-            frame = frame.persist() if self.target.sink is not None else frame
+            # Cached: the stateful operator runs once per batch, for its books and for the range's delivery
+            batch = batch.persist()
             try:
-                total.add(query.deliver_result(frame, batch_id))
+                books = self.books(batch)
+                frame = batch.where(belongs)
+                if windows is not None:
+                    frame = self.without_delivered(frame, windows, h)
+                delivered = query.deliver_result(frame, batch_id)
             finally:
-                if self.target.sink is not None:
-                    frame.unpersist()
+                batch.unpersist()
+            # The books are the whole batch's (every record the replay read has its one route); what reached the
+            # target is the range's
+            books.outputs, books.replayed = delivered.outputs, delivered.replayed
+            total.add(books)
+            ran.append(batch_id)
 
         try:
             stream = query._streaming_result()
@@ -177,7 +185,7 @@ class StatefulRun:
                 stream.writeStream.queryName(query.name).option("checkpointLocation", paths.spark_url(self.checkpoint))
                 .foreachBatch(each).trigger(availableNow=True).start()
             )  # fmt: skip
-            self._wait(running)
+            inputs = self._wait(running)
         finally:
             query.delivered.unpersist()
             if windows is not None:
@@ -185,16 +193,31 @@ class StatefulRun:
             self._drop_checkpoint()
         self.report.read = replay.read
         self.report.ranges = self.report.ranges or replay.ranges
+        total.in_ = sum(inputs.values())  # Spark's own count of the records the replay read
+        unseen = sorted(set(ran) - set(inputs))
+        if unseen:  # more batches than Spark keeps progress of between two looks: no count of their input
+            self.report.notes.append(f"the replay's batches {unseen} left no progress: its books are incomplete")
+        elif not total.balanced:
+            total.violations += 1
+            log.error("weir backfill %s: the replay does not balance: %s", self.report.id, total.to_json())
         return total
+
+    @staticmethod
+    def books(batch: DataFrame) -> Counts:
+        """A replayed batch's routes counted (one small job over the cached batch): its records absorbed, late,
+        dead-lettered, duplicates, first of their key, and the results emitted."""
+        absorbed = F.col(ABSORBED).cast("long") if ABSORBED in batch.columns else F.lit(0).cast("long")
+        rows = batch.groupBy(ROUTE).agg(F.count("*").alias("n"), F.coalesce(F.sum(absorbed), F.lit(0)).alias("a"))
+        return from_routes([(r[ROUTE], None, r["n"], r["a"]) for r in rows.collect()])
 
     # -- the replay's offsets -----------------------------------------------------------------------------
     def offsets(self, h: Horizon) -> Replay:
         """Per partition of each input: where the replay starts (the first record at or after the replay's start
         time, from the lake; a version's first offset if earlier), where it ends (past the last record before
-        the replay's end time; the broker's end where the lake's newest record is older than that, or where
-        the lake lacks the partition; a version's last offset if later), and below what it reads from the lake
-        (its newest offset + 1). A join's table is replayed from the lake's first offset (or the broker's
-        earliest). Small jobs over three columns of the replay hours' files."""
+        the replay's end time and past the first at or after it; the broker's end where the lake's newest record
+        is older than that, or where the lake lacks the partition; a version's last offset if later), and below
+        what it reads from the lake (its newest offset + 1). A join's table is replayed from the lake's first
+        offset (or the broker's earliest). Small jobs over three columns of the replay hours' files."""
         report = self.report
         inputs = [t for t in self.target.proc.inputs if not isinstance(self.p.topics.get(t), Table)]
         tables = [t for t in self.target.proc.inputs if t not in inputs]
@@ -232,7 +255,7 @@ class StatefulRun:
                 if newest is not None:
                     lake_until.setdefault(topic, {})[p] = min(newest[0] + 1, e)
                 if r is not None:
-                    ranges.setdefault(topic, {})[p] = [r]
+                    ranges.setdefault(topic, {})[p] = r
         for topic in tables:  # the whole changelog: from the lake's first offset where it has one
             for p, top in broker.get(topic, {}).items():
                 first = lake.get(topic, {}).get(p)
@@ -264,9 +287,9 @@ class StatefulRun:
 
     def _lake_span(
         self, topic: str, lo: datetime, hi: datetime, t1: datetime, t2: datetime
-    ) -> dict[int, tuple[int | None, int | None, tuple[int, int] | None]]:
-        """Per partition, from the lake: the first offset at or after `lo`, the end past the last record before
-        `hi`, and the offsets of the range [t1, t2)'s first and last record."""
+    ) -> dict[int, tuple[int | None, int | None, list[tuple[int, int]] | None]]:
+        """Per partition, from the lake: the first offset at or after `lo`; the end past the last record before
+        `hi` and past the first at or after it; and the offset runs of the range [t1, t2)'s records."""
         scan = self.report.topics.get(topic)
         if scan is None or not scan.files:
             return {}
@@ -278,17 +301,48 @@ class StatefulRun:
             .agg(
                 F.min(F.when(ts >= us(lo), F.col("offset"))).alias("start"),
                 F.max(F.when(ts < us(hi), F.col("offset"))).alias("last"),
+                F.min(F.when(ts >= us(hi), F.col("offset"))).alias("past"),
                 F.min(F.when(inside, F.col("offset"))).alias("rlo"),
                 F.max(F.when(inside, F.col("offset"))).alias("rhi"),
+                F.count_if(inside).alias("n"),
             )
             .collect()
         )  # fmt: skip
         out = {}
+        broken = {}  # partitions whose range records are not all the records between its first and last
         for r in rows:
-            span = None if r["rlo"] is None else (int(r["rlo"]), int(r["rhi"]) + 1)
+            span = None if r["rlo"] is None else [(int(r["rlo"]), int(r["rhi"]) + 1)]
+            if span is not None and span[0][1] - span[0][0] != r["n"]:
+                broken[int(r["partition"])] = span
             first = None if r["start"] is None else int(r["start"])
-            out[int(r["partition"])] = (first, None if r["last"] is None else int(r["last"]) + 1, span)
+            # One record at or past `hi` too: the watermark passes `hi` less its delay only on a record that late,
+            # and a left join's record of the range's last instants closes only then (lts + after < watermark)
+            ends = [int(x) + 1 for x in (r["last"], r["past"]) if x is not None]
+            out[int(r["partition"])] = (first, max(ends) if ends else None, span)
+        if broken:
+            for p, runs in self._runs(topic, broken, inside).items():
+                out[p] = (*out[p][:2], runs)
         return out
+
+    def _runs(self, topic: str, spans: dict[int, list[tuple[int, int]]], inside: Column) -> dict:
+        """The runs of consecutive records (by offset) of the range in these spans, per partition: a partition
+        out of order by record time holds records outside the range between those of it, which are not the
+        range's (a small job over the spans' records)."""
+        scan = self.report.topics[topic]
+        by_offset = Window.partitionBy("partition").orderBy("offset")
+        by_side = Window.partitionBy("partition", "_in").orderBy("offset")
+        rows = (
+            self.files(topic, scan.files).where(within(spans)).select("partition", "offset", inside.alias("_in"))
+            # gaps and islands: within a run of the range's records both row numbers grow together
+            .select("partition", "offset", "_in", (F.row_number().over(by_offset) - F.row_number().over(by_side))
+                    .alias("_run"))
+            .where("_in").groupBy("partition", "_run").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+            .collect()
+        )  # fmt: skip
+        runs: dict[int, list[tuple[int, int]]] = {}
+        for r in rows:
+            runs.setdefault(int(r["partition"]), []).append((int(r["lo"]), int(r["hi"]) + 1))
+        return {p: sorted(rs) for p, rs in runs.items()}
 
     def _version_times(self, lake: dict[str, dict[int, tuple[int, int, int]]]) -> tuple[int, int]:
         """The first and last record time (micros) of the records in the version's offsets: from the lake's
@@ -339,8 +393,8 @@ class StatefulRun:
             windows = emitted & overlap
         else:
             windows = emitted
-        # By offset: the version's exactly, a time range's as the offsets of its first and last record per
-        # partition (results carry their input record's coordinates, not its time)
+        # By offset: the version's exactly, a time range's as the offset runs of its records per partition
+        # (results carry their input record's coordinates, not its time; `_lake_span`)
         by_record = F.lit(False)
         for topic, spans in replay.ranges.items():
             by_record = by_record | ((F.col("topic") == topic) & within(spans))
@@ -383,10 +437,18 @@ class StatefulRun:
         return emitted.unionByName(frame.where(F.col(ROUTE) != EMIT))
 
     # -- running ----------------------------------------------------------------------------------------------
-    def _wait(self, running: Any) -> None:
-        """Until the replay's query ends; a query without a new batch for STALLED_S is stopped and named."""
+    def _wait(self, running: Any) -> dict[int, int]:
+        """Until the replay's query ends; a query without a new batch for STALLED_S is stopped and named. The
+        records each batch read (numInputRows), from the progress Spark keeps of its recent batches."""
         seen, since = None, time.monotonic()
+        inputs: dict[int, int] = {}
+
+        def note() -> None:
+            for p in running.recentProgress:
+                inputs[int(p["batchId"])] = int(p["numInputRows"])
+
         while not running.awaitTermination(5):
+            note()
             progress = running.lastProgress
             batch = progress["batchId"] if progress else None
             if batch != seen:
@@ -399,6 +461,8 @@ class StatefulRun:
                 )
         if running.exception() is not None:
             raise running.exception()
+        note()
+        return inputs
 
     def _drop_checkpoint(self) -> None:
         """The replay's checkpoint is of no use after it: a rerun replays from the lake again."""

@@ -881,6 +881,7 @@ class ProcessorQuery:
     def deliver_result(self, frame: DataFrame, batch_id: int) -> Counts:
         """A stateful result's rows routed and delivered to their topics and the sink, its counts (a stateful
         backfill's batch: `_streaming_batch` without the ledger). The caller caches `frame` when it has a sink."""
+        self._poisoned, self.replayed = 0, 0  # this batch's, as `each` of a streaming query resets them
         routed = routing.route(frame, self.proc, self.topics, self.writers)
         counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
         counts.passed = None  # the blocks' routes are the accounting: nothing to settle
