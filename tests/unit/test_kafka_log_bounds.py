@@ -39,8 +39,8 @@ class FakeConsumer:
     """Answers a probe per the script: ("record", mark) fetches and sets the cached mark; ("reset",) does not fetch,
     and leaves whatever mark an earlier use of this (pooled) consumer cached."""
 
-    def __init__(self, script: list, cached: int) -> None:
-        self.script, self.cached, self.assigned = script, cached, []
+    def __init__(self, script: list, cached: int, low: int = 0) -> None:
+        self.script, self.cached, self.low, self.assigned = script, cached, low, []
 
     def assign(self, tps):
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
@@ -57,7 +57,7 @@ class FakeConsumer:
         return [FakeMessage((t, p), o)]
 
     def get_watermark_offsets(self, tp, cached):
-        return (0, self.cached)
+        return (self.low, self.cached)
 
     def unassign(self):
         self.assigned = []
@@ -66,7 +66,7 @@ class FakeConsumer:
         pass
 
 
-def view(listings: list[tuple[int, int]], probes: list, cached: int = 999) -> LogView:
+def view(listings: list[tuple[int, int]], probes: list, cached: int = 999, low: int = 0) -> LogView:
     v = LogView({"bootstrap.servers": "127.0.0.1:1"})
     answers = list(listings)
     state: dict = {"calls": 0}
@@ -79,12 +79,12 @@ def view(listings: list[tuple[int, int]], probes: list, cached: int = 999) -> Lo
         return {TP0: state["now"][1]}
 
     v._list = listing  # type: ignore[method-assign]
-    v.consumer = FakeConsumer(probes, cached)  # type: ignore[assignment]
+    v.consumer = FakeConsumer(probes, cached, low)  # type: ignore[assignment]
     return v
 
 
 def test_a_listed_latest_below_the_earliest_is_asked_again():
-    v = view([(5, -1), (5, 40)], [("record", 42)])
+    v = view([(5, -1), (5, 40)], [("record", 42)], low=5)
     assert v.bounds([TP0]) == {TP0: (5, 42)}
 
 
@@ -131,3 +131,21 @@ def test_a_contradictory_listing_whose_fetch_is_out_of_range_stays_a_loud_error(
     v = view([(31, 1), (31, 1)], [("reset",), ("reset",)])
     with pytest.raises(BrokerUnavailable, match=r"listed earliest 31 and latest 1 twice|earliest 31 and latest 1"):
         v.bounds([TP0])
+
+
+def test_a_listed_earliest_above_the_fetched_log_start_is_not_planned():
+    # Seen from the embedded broker in a loaded run: earliest 5 listed for a log that starts at 0 (latest listed
+    # right); a read planned from 5 skipped offsets 0-4 without a word. The probe's Fetch response carries the log
+    # start, by the protocol.
+    v = view([(5, 15)], [("record", 15)], low=0)
+    assert v.bounds([TP0]) == {TP0: (0, 15)}
+    # A log start the fetch does not know (librdkafka's -1001) leaves the listed one.
+    assert view([(5, 15)], [("record", 15)], low=-1001).bounds([TP0]) == {TP0: (5, 15)}
+
+
+def test_a_partition_listed_empty_is_probed_at_its_end_and_its_fetched_bounds_win():
+    v = view([(5, 5)], [("record", 15)], low=0)  # the fetch at 5 found records: the listing was wrong on both ends
+    assert v.bounds([TP0]) == {TP0: (0, 15)}
+    assert v.consumer.assigned == [] and not v.consumer.script
+    empty = view([(0, 0)], [("eof", 0)], low=0)
+    assert empty.bounds([TP0]) == {TP0: (0, 0)}

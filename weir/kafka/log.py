@@ -171,15 +171,18 @@ class LogView:
                     "weir-kafka: %s partition %d: the broker listed earliest %d above latest %d; a fetch's log start "
                     "and high-water mark are used instead: %d and %d", *tp, low[tp], listed[tp], lo, hi,
                 )  # fmt: skip
-        high, unfetched = self._fetched_high_watermarks(sane)
+        marks, unfetched = self._fetched_marks(sane)
         for tp in unfetched:
-            doubts[tp] = f"the probe at offset {sane[tp][1] - 1} was answered with an offset reset"
+            doubts[tp] = f"the probe at offset {_probe_at(*sane[tp])} was answered with an offset reset"
         for tp, (lo, hi) in sane.items():
             if tp in doubts:
                 continue
-            # The Fetch response's high-water mark is the end of the log, by the protocol: a listing above it (a
-            # broker's ListOffsets beyond what a fetch returns) would plan reads of offsets that never come.
-            found[tp] = (lo, high.get(tp, hi))
+            # The Fetch response's log start and high-water mark are the log's bounds, by the protocol: a listed
+            # latest above the mark (a broker's ListOffsets beyond what a fetch returns) would plan reads of offsets
+            # that never come, and a listed earliest above the log start (the embedded broker answered 5 for a log
+            # starting at 0, loaded) would skip records without a word.
+            start, mark = marks.get(tp, (lo, hi))
+            found[tp] = (start if 0 <= start <= mark else lo, mark)
         for tp, (_, hi) in found.items():
             seen = self._seen_high.get(tp)
             if seen is not None and hi < seen:
@@ -222,13 +225,12 @@ class LogView:
         marks, _ = self._probe(at)
         return {tp: (lo, hi) for tp, (lo, hi) in marks.items() if 0 <= lo <= hi and hi >= at[tp]}
 
-    def _fetched_high_watermarks(self, listed: dict[TP, tuple[int, int]]) -> tuple[dict[TP, int], set[TP]]:
-        """The high-water mark of every non-empty partition, from a fetch made by this call (one record just below
-        the listed latest), and the partitions whose fetch the broker answered with an offset reset instead (retention
-        passed the probe offset meanwhile): their mark was not observed, and a cached one may be another call's."""
-        probe = {tp: hi - 1 for tp, (lo, hi) in listed.items() if hi - 1 >= lo and hi > 0}
-        marks, reset = self._probe(probe)
-        return {tp: hi for tp, (_, hi) in marks.items()}, reset
+    def _fetched_marks(self, listed: dict[TP, tuple[int, int]]) -> tuple[dict[TP, tuple[int, int]], set[TP]]:
+        """(log start, high-water mark) of every partition, from a fetch made by this call (one record just below the
+        listed latest, or the listed latest of a partition listed empty: the end answers with both), and the
+        partitions whose fetch the broker answered with an offset reset instead (retention passed the probe offset
+        meanwhile): their marks were not observed, and cached ones may be another call's."""
+        return self._probe({tp: _probe_at(lo, hi) for tp, (lo, hi) in listed.items()})
 
     def _probe(self, probe: dict[TP, int]) -> tuple[dict[TP, tuple[int, int]], set[TP]]:
         """Fetch each partition at its offset in `probe` (a record, or the end of the partition when the offset is
@@ -263,6 +265,11 @@ class LogView:
             return {tp: m for tp, m in marks.items() if tp not in reset}, reset
         finally:
             self.consumer.unassign()
+
+
+def _probe_at(lo: int, hi: int) -> int:
+    """Where a probe fetches a partition listed (lo, hi): its last record, or its end when it was listed empty."""
+    return hi - 1 if hi - 1 >= lo and hi > 0 else hi
 
 
 _idle: dict[str, list[tuple[LogView, float]]] = {}
