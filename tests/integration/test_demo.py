@@ -46,7 +46,8 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     # spend_lake upserts: as many rows as windows, each once, however many revisions the topic holds (in 30 s few or
     # no 5-minute windows close; test_shop checks the table's rows against the topic's last revisions).
     upsert = re.search(r"by DuckDB: ([\d,]+) rows for ([\d,]+) windows, [\d,]+ of them updated in place", said)
-    assert upsert and upsert.group(1) == upsert.group(2), said[-4000:]
+    nothing = "spend_lake: no window in " in said  # a loaded machine: no spend_lake batch committed in 30 s
+    assert (upsert and upsert.group(1) == upsert.group(2)) or (nothing and not upsert), said[-4000:]
     assert 'weir sql "SELECT category' in said and "weir sql failed" not in said, said[-4000:]
     # Alerts are Avro through the registry (docs/formats.md), and their latest records decode from it.
     assert "alerts are Avro in the Confluent wire format, registered in the schema registry at" in said, said[-4000:]
