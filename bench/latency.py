@@ -15,7 +15,8 @@ in turn:
   bytewax   Bytewax 0.21.1, 1 worker; quix: Quix Streams 3.28.1, 1 process; each in a throwaway virtual
             environment made as bench/peers.py does (~/.cache/weir-bench/venvs)
 
---weir-variant runs `weir run` again with settings changed, e.g. 'trigger 0:WEIR_TRIGGER=0 seconds'.
+--weir-variant runs `weir run` again with settings changed, e.g. 'trigger 0:WEIR_TRIGGER=0 seconds' (LAT_NO_MONITOR=1:
+without `weir monitor` beside it).
 
 Per system, in order:
   1. the latency consumer starts in its own process (bench/latency/consumer.py), then the system is launched;
@@ -183,7 +184,8 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                                 start_new_session=True)  # fmt: skip
         sampler = peers.TreeSampler(proc.pid)
         sampler.start()
-        weir_run = progress is not None and label != PLAIN
+        # A variant with LAT_NO_MONITOR=1 runs without the monitor beside it: its polls load the broker too
+        weir_run = progress is not None and label != PLAIN and not env.get("LAT_NO_MONITOR")
         monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log") if weir_run else None
         if monitor is not None:
             monitor.start()
@@ -321,11 +323,15 @@ def jobs_per_batch(scratch: Path, label: str) -> str:
 
 
 def weir_env(scratch: Path, label: str, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
-    home = scratch / f"weir-{''.join(c if c.isalnum() else '-' for c in label)}"
+    name = "".join(c if c.isalnum() else "-" for c in label)
+    home = scratch / f"weir-{name}"
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "LAT_", "PYSPARK_"))}
     env.update(WEIR_HOME=str(home), WEIR_CHECKPOINT_ROOT=str(home / "checkpoints"), WEIR_LAKE=str(home / "lake"),
-               WEIR_SPARK_MASTER="local[2]", PYTHONPATH=str(ROOT), **extra)  # fmt: skip
+               WEIR_SPARK_MASTER="local[2]", PYTHONPATH=str(ROOT),
+               # A progress topic per system: the monitor beside a later one must not track an earlier one's
+               # processor of the same name (the same pipeline file), whose inputs it would find never read
+               WEIR_PROGRESS_TOPIC=f"_weir.progress.{name}", **extra)  # fmt: skip
     return env, home / "progress" / "latency.jsonl"
 
 

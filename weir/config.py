@@ -152,6 +152,13 @@ class Settings(BaseSettings):
         None, description="Directory of the embedded views store, one SQLite file per view (default: <home>/views)."
     )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
+    direct: bool = Field(
+        False,
+        description=(
+            "A stateless processor of one input topic runs as one streaming query with one streaming writer"
+            " (docs/delivery.md, 'The direct path'); off: one foreachBatch batch at a time."
+        ),
+    )
     max_offsets_per_trigger: int | None = Field(
         None,
         description=(

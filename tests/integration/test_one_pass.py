@@ -107,7 +107,7 @@ def test_a_function_whose_plan_drops_its_input_is_counted_the_three_job_way(spar
 def test_a_plan_of_row_by_row_operators_keeps_its_input_order_and_anything_else_does_not(spark):
     # A stateless result in its input records' order is written unsorted (docs/pipelines.md, "Outputs"); one whose
     # plan may reorder rows is sorted by timestamp before its write
-    from weir.runtime.query import _keeps_order
+    from weir.runtime.routing import keeps_order as _keeps_order
 
     df = spark.range(10).select(F.col("id").alias("n"), F.col("id").cast("timestamp").alias("timestamp"))
     table = spark.range(5).select(F.col("id").alias("n"), F.lit("x").alias("tag"))

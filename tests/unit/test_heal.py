@@ -294,7 +294,7 @@ def test_a_sink_producer_rebuilt_in_a_worker_goes_back_with_the_next_write_once(
     assert third.rebuilds == 1
     # The driver's commit sums its tasks' (a failed task's message is None) into the runner's report, read once
     writer.commit([first, None, second, third])
-    assert ks.take_report(report) == {"tasks": 3, "records": 0, "rebuilds": 2}
+    assert ks.take_report(report) == {"tasks": 3, "records": 0, "rebuilds": 2, "per_topic": {}, "sources": {}}
     assert ks.take_report(report) is None
     # The testing hook fences every write's producer: each write rebuilds one
     hooked = parse_sink({**options, "weir.simulatedFencing": "true"})

@@ -85,6 +85,11 @@ SINK_OPTIONS = {
     "is already delivered (docs/delivery.md, Replays)",
     "commitreport": "set by weir's runner: a file on the driver where the write's commit says what its tasks "
     "reported (records, rebuilt producers)",
+    "streamguard": "set by weir's runner: a processor's streaming write, whose tasks take each batch's replay guard "
+    "from the checkpoint's marks (docs/delivery.md, Replays)",
+    "commitreports": "set by weir's runner: a directory on the driver where a streaming write's commit of batch N "
+    "writes N.json (what its tasks reported, with the input records behind the rows of `sourceTally` topics)",
+    "sourcetally": "set by weir's runner: topics (comma-separated) whose rows' weir.source the tasks report, distinct",
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
@@ -437,6 +442,9 @@ class SinkOptions:
     replay_guard: str | None = None  # weir.kafka.replay.Guard as JSON: a processor's write skips its replays
     dropped: frozenset[str] = frozenset()  # testing hook: topics whose records are counted, never produced
     commit_report: str | None = None  # a driver-side file: the commit writes its tasks' reports there
+    stream_guard: str | None = None  # weir.kafka.replay.StreamGuard as JSON: each batch's guard from the checkpoint
+    commit_reports: str | None = None  # a driver-side directory: a streaming commit writes <batch>.json there
+    source_tally: frozenset[str] = frozenset()  # topics whose rows' weir.source are reported, distinct
     fenced: bool = False  # testing hook: each write finds its pooled producer fenced, and rebuilds it
 
     def producer_settings(self) -> dict[str, str | bool | int]:
@@ -472,6 +480,9 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         replay_guard=guard,
         dropped=dropped,
         commit_report=opts.get("commitreport") or None,
+        stream_guard=opts.get("streamguard") or None,
+        commit_reports=opts.get("commitreports") or None,
+        source_tally=frozenset(t.strip() for t in opts.get("sourcetally", "").split(",") if t.strip()),
         fenced=opts.get("weir.simulatedfencing", "false").lower() == "true",
     )
 

@@ -260,3 +260,103 @@ def _delete(filesystem: pafs.FileSystem, path: str) -> None:
         filesystem.delete_dir(path)
     elif kind == pafs.FileType.File:
         filesystem.delete_file(path)
+
+
+# -- a processor's streaming write (weir.runtime.direct) ----------------------------------------------------
+# One streaming query writes every batch with one writer made at its start, so no option can carry a batch's
+# marks. Marks are noted beside the query instead, under the id of the first batch not yet planned when they were
+# taken: they lie below everything that batch and every later one writes. A replay reads back from the newest
+# marks at or below its batch; older marks only make it read back more (a record's identity names its input
+# record, or its batch and task: never one of another batch).
+
+
+def note_marks(
+    checkpoint: str, processor: str, first: int, marks: Marks, pipeline: str | None, committed: int | None
+) -> None:
+    """Marks taken before batch `first` was planned (driver), valid for it and every later batch; marks no
+    batch after `committed` can need are deleted."""
+    cp = Checkpoint(checkpoint)
+    filesystem, base = paths.resolve(cp.marks)
+    guard = Guard(processor, marks, replay=False, pipeline=pipeline, batch=first)
+    paths.write_atomic(filesystem, paths.resolve(cp.mark(first))[1], guard.to_option().encode())
+    noted = _noted(filesystem, base)
+    if committed is None:
+        return
+    # The newest marks at or below the next batch to run serve it and every later one: older ones serve none.
+    keep = max((b for b in noted if b <= committed + 1), default=None)
+    for b in noted:
+        if keep is not None and b < keep:
+            _delete(filesystem, paths.resolve(cp.mark(b))[1])
+            _delete(filesystem, paths.resolve(cp.mark_reports(b))[1])
+
+
+def _noted(filesystem: pafs.FileSystem, base: str) -> list[int]:
+    found = []
+    for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+        name = info.base_name
+        if name.endswith(".json") and name[:-5].isdigit():
+            found.append(int(name[:-5]))
+    return sorted(found)
+
+
+def newest_marks(checkpoint: str, batch: int) -> tuple[int, Marks] | None:
+    """The newest marks noted at or below `batch` (their batch id and marks), None when there are none."""
+    cp = Checkpoint(checkpoint)
+    filesystem, base = paths.resolve(cp.marks)
+    noted = [b for b in _noted(filesystem, base) if b <= batch]
+    if not noted:
+        return None
+    with filesystem.open_input_stream(paths.resolve(cp.mark(noted[-1]))[1]) as f:
+        return noted[-1], Guard.from_option(f.read().decode()).marks
+
+
+def adopt(checkpoint: str, processor: str, batch: int, pipeline: str | None) -> bool:
+    """Batch `batch` of a streaming write runs again one batch at a time (foreachBatch, `begin`): the newest
+    marks at or below it become its own, so that `begin` finds them and reads back what the streaming attempt
+    delivered. False when no marks lie at or below it (nothing of it was written by a streaming write)."""
+    found = newest_marks(checkpoint, batch)
+    if found is None:
+        return False
+    noted, marks = found
+    if noted != batch:
+        cp = Checkpoint(checkpoint)
+        filesystem, path = paths.resolve(cp.mark(batch))
+        paths.write_atomic(
+            filesystem, path, Guard(processor, marks, pipeline=pipeline, batch=batch).to_option().encode()
+        )
+    return True
+
+
+@dataclass(frozen=True)
+class StreamGuard:
+    """A processor's streaming write (the `streamGuard` option): each batch's Guard made in its tasks from the
+    checkpoint. `replay`: the batch planned and not committed when the query started, which its crashed attempt
+    may have written in part: every task reads back. A retried task reads back whatever the batch."""
+
+    processor: str
+    checkpoint: str
+    pipeline: str | None = None
+    replay: int | None = None
+
+    def to_option(self) -> str:
+        return json.dumps({"processor": self.processor, "checkpoint": self.checkpoint, "pipeline": self.pipeline,
+                           "replay": self.replay})  # fmt: skip
+
+    @classmethod
+    def from_option(cls, text: str) -> StreamGuard:
+        raw = json.loads(text)
+        replay = raw.get("replay")
+        return cls(raw["processor"], raw["checkpoint"], raw.get("pipeline"), None if replay is None else int(replay))
+
+    def for_batch(self, batch: int, attempt: int) -> Guard:
+        """Batch `batch`'s guard in a task of attempt `attempt`: with the newest marks when it writes again."""
+        if batch != self.replay and attempt == 0:
+            return Guard(self.processor, {}, replay=False, pipeline=self.pipeline, batch=batch)
+        found = newest_marks(self.checkpoint, batch)
+        if found is None:
+            raise RuntimeError(
+                f"weir-kafka sink: {self.processor} writes batch {batch} again, but no replay marks at or below it "
+                f"are in {Checkpoint(self.checkpoint).marks}: what its earlier attempt delivered cannot be found"
+            )
+        reports = Checkpoint(self.checkpoint).mark_reports(batch)
+        return Guard(self.processor, found[1], replay=True, reports=reports, pipeline=self.pipeline, batch=batch)

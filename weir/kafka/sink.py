@@ -31,7 +31,7 @@ from weir.kafka import heal
 from weir.kafka.headers import SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.options import OptionError, SinkOptions
-from weir.kafka.replay import Guard, Rewrite, delivered
+from weir.kafka.replay import Guard, Rewrite, StreamGuard, delivered
 
 log = logging.getLogger("weir.kafka")
 ALLOWED = {"key", "value", "topic", "partition", "offset", "timestamp", "timestamptype", "headers"}
@@ -51,6 +51,8 @@ class SinkCommit(WriterCommitMessage):
     # This worker's sink producers rebuilt since its last successful write (weir.kafka.heal): carried back to
     # the driver, where no other path leads from a Python worker to the runner's progress records.
     rebuilds: int = 0
+    # `sourceTally`: the input records behind the task's rows of those topics, "topic/partition" -> offsets
+    sources: dict[str, set[int]] = field(default_factory=dict)
 
 
 def report_path() -> str:
@@ -60,15 +62,37 @@ def report_path() -> str:
 
 
 def write_report(path: str, messages: list[SinkCommit | None]) -> dict:
-    """What the tasks of a write reported, summed (a failed task's message is None), to `path` (driver)."""
+    """What the tasks of a write reported, summed (a failed task's message is None), to `path` (driver): records
+    (per topic too), rebuilt producers, and the distinct input records behind the `sourceTally` rows as offset
+    runs, "topic/partition" -> [[first, last], ...]. Only a successful task attempt's message reaches a
+    commit, so a retried task is counted once."""
     done = [m for m in messages if m is not None]
-    report = {"tasks": len(done), "records": sum(m.records for m in done), "rebuilds": sum(m.rebuilds for m in done)}
+    per_topic: dict[str, int] = {}
+    sources: dict[str, set[int]] = {}
+    for m in done:
+        for t, n in m.per_topic.items():
+            per_topic[t] = per_topic.get(t, 0) + n
+        for tp, offsets in getattr(m, "sources", {}).items():
+            sources.setdefault(tp, set()).update(offsets)
+    report = {"tasks": len(done), "records": sum(m.records for m in done), "rebuilds": sum(m.rebuilds for m in done),
+              "per_topic": per_topic, "sources": {tp: runs(offsets) for tp, offsets in sources.items()}}  # fmt: skip
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(report, f)
     os.replace(tmp, path)
     return report
+
+
+def runs(offsets: set[int]) -> list[list[int]]:
+    """Distinct offsets as [first, last] runs, ascending: a filter's gaps make a run break, not a row each."""
+    out: list[list[int]] = []
+    for o in sorted(offsets):
+        if out and o == out[-1][1] + 1:
+            out[-1][1] = o
+        else:
+            out.append([o, o])
+    return out
 
 
 def take_report(path: str) -> dict | None:
@@ -230,6 +254,7 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
                 opts.broker_timeout_s + FLUSH_MARGIN_S,
                 rewrite,
                 opts.dropped,
+                opts.source_tally,
             )
         except BaseException:
             _discard(pooled)
@@ -246,11 +271,17 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
 def _rewrite(opts: SinkOptions) -> Rewrite | None:
     """A processor's guarded write (the runner's `replayGuard` option): a task of a replayed batch, or a retried
     task, reads back what the processor already delivered past the batch's marks, to skip it."""
-    if opts.replay_guard is None:
+    if opts.replay_guard is None and opts.stream_guard is None:
         return None
-    guard = Guard.from_option(opts.replay_guard)
     ctx = TaskContext.get()
     task, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
+    if opts.stream_guard is not None:  # one writer for every batch: the batch's guard comes from the checkpoint
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        if batch is None:
+            raise DeliveryError("weir-kafka sink: option streamGuard is for streaming writes (no batch id here)")
+        guard = StreamGuard.from_option(opts.stream_guard).for_batch(int(batch), attempt)
+    else:
+        guard = Guard.from_option(opts.replay_guard)
     again = guard.replay or attempt > 0
     seen = delivered(opts.client, guard, opts.broker_timeout_s) if again else None
     if again:
@@ -270,8 +301,10 @@ def _produce(
     flush_s: float,
     rewrite: Rewrite | None = None,
     dropped: frozenset[str] = frozenset(),
+    tally: frozenset[str] = frozenset(),
 ) -> SinkCommit:
     commit = SinkCommit()
+    sources = commit.sources
     try:
         for batch in batches:
             n = batch.num_rows
@@ -282,12 +315,14 @@ def _produce(
             parts = cols["partition"].to_pylist() if lay.has_partition else None
             millis = _millis(cols["timestamp"]) if lay.has_timestamp else None
             headers = _headers(cols, lay)
-            if rewrite is not None:
+            if rewrite is not None or tally:
                 headers = headers if headers is not None else [None] * n
             for i in range(n):
                 topic = lay.topic or topics[i]
                 if topic is None:
                     raise DeliveryError("weir-kafka sink: a row has a null topic and no topic option is set")
+                if topic in tally:  # before a replay's skip: a row delivered before still has its input record
+                    _tally(sources, headers[i])
                 kwargs = {}
                 if parts is not None and parts[i] is not None:
                     kwargs["partition"] = parts[i]
@@ -324,6 +359,15 @@ def _produce(
         raise DeliveryError(f"weir-kafka sink: {remaining} record(s) unacknowledged after {flush_s:.0f}s")
     commit.records = sum(commit.per_topic.values())
     return commit
+
+
+def _tally(sources: dict[str, set[int]], headers: list | None) -> None:
+    """The row's input record (its weir.source, "topic/partition/offset") added to `sources`."""
+    for k, v in headers or ():
+        if k == SOURCE_HEADER and v:
+            tp, _, offset = v.decode().rpartition("/")
+            sources.setdefault(tp, set()).add(int(offset))
+            return
 
 
 def _millis(stamps: pa.Array) -> list:
@@ -398,6 +442,8 @@ class KafkaBatchWriter(_Writing, DataSourceArrowWriter):
 
 class KafkaStreamWriter(_Writing, DataSourceStreamArrowWriter):
     def commit(self, messages: list[SinkCommit | None], batchId: int) -> None:
+        if self.opts.commit_reports:  # the runner's books of the batch (weir.runtime.direct)
+            write_report(os.path.join(self.opts.commit_reports, f"{batchId}.json"), messages)
         log.info("weir-kafka sink: batch %d wrote %d records", batchId, self.reported(messages)["records"])
 
     def abort(self, messages: list[SinkCommit | None], batchId: int) -> None:

@@ -40,7 +40,7 @@ from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, OUT, REASON, ROUTE
-from weir.runtime import completeness, provenance, rebuild, routing, views
+from weir.runtime import completeness, direct, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
 
@@ -167,6 +167,8 @@ class ProcessorQuery:
         self.client_rebuilds = 0
         self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
         self.bounds: Bounds | None = None  # a stateful backfill's: the offsets its sources replay
+        self.direct: direct.Direct | None = None  # the running query's direct path (weir.runtime.direct), if any
+        self.fell_back: str | None = None  # why the direct path failed: the processor runs one batch at a time
 
     @property
     def guard(self) -> replay.Guard | None:
@@ -419,7 +421,7 @@ class ProcessorQuery:
                 extra += tally.metrics()
             if self._observable is None:
                 self._observable = _observes(routed, undecoded, handed)
-                self._keeps = _keeps_order(routed)
+                self._keeps = routing.keeps_order(routed)
             self._in_order = bool(self._keeps)
         if not self._observable:
             # Spark's optimizer dropped the read (a function that ignores its input, or filters with a constant
@@ -808,7 +810,7 @@ class ProcessorQuery:
         computed twice. A route or destination outside the processor's own shows as a violation. `extra`: more
         aggregates for the same Observation, whose row is returned with the counts."""
         combos = routing.destinations(self.proc)
-        metrics = self._memo("delivery", lambda: _by_route(combos))
+        metrics = self._memo("delivery", lambda: routing.by_route(combos))
         seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
         self.write_topics(routed.observe(seen, *metrics, *(extra or [])))
         got = seen.get
@@ -944,6 +946,13 @@ class ProcessorQuery:
             self._wrote = (batch_id, self.guard.marks, written)
 
     # -- start --------------------------------------------------------------------------------------------
+    def failed(self, exc: BaseException) -> None:
+        """The query failed (the runner restarts it): a direct query falls back to one batch at a time."""
+        if self.direct is not None:
+            self.fell_back = _brief(exc)
+            self.direct.fall_back(self.fell_back)
+            self.direct = None
+
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
         if self.proc.sink is not None:
             # A stable writer name: replays of a batch id are recognised.
@@ -955,6 +964,20 @@ class ProcessorQuery:
         elif self.proc.stateful or self.proc.kind == "source":
             stream, handler = self._streaming_result(), self._streaming_batch
         else:
+            self.direct = None
+            if on_batch is None and direct.refusal(self) is None:
+                path = direct.Direct(self)
+                try:
+                    records = path.build()
+                    if records is not None:
+                        self.direct = path
+                        return path.start(records)
+                except Exception as exc:  # the path's own failure: one batch at a time says what is wrong, if anything
+                    self.direct = None
+                    self.fell_back = _brief(exc)
+                    path.stop()
+                    log.warning("weir: processor %s cannot start on the direct path (%s); it runs one batch at a "
+                                "time", self.proc.name, self.fell_back)  # fmt: skip
             stream, handler = self.inputs(), self._stateless_batch
 
         def each(batch: DataFrame, batch_id: int) -> None:
@@ -1010,39 +1033,6 @@ def _observe_reads(stream: DataFrame, topic: Topic, observation: Observation | N
         ]
     metrics.append(F.count_if((part >= topic.partitions) | (part < 0)).alias(completeness.OTHER))
     return stream.observe(observation or completeness.READ_OBSERVATION + topic.name, *metrics)
-
-
-def _by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
-    """Aggregates of routed rows: all of them, the records they absorbed, the keys whose state expired, and the
-    rows of each (route, destination) in `combos`, as `n<index>`."""
-    is_dest = [col(routing.DEST).isNull() if d is None else col(routing.DEST) == d for _, d in combos]
-    metrics = [
-        F.count(F.lit(1)).alias("rows"),
-        F.coalesce(F.sum(F.when(col(ROUTE) == ABSORB, col(ABSORBED))), F.lit(0)).alias("absorbed"),
-        F.coalesce(F.sum(F.when(col(ROUTE) == EXPIRED, col(ABSORBED))), F.lit(0)).alias("expired"),
-    ]
-    pairs = enumerate(zip(combos, is_dest, strict=True))
-    return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
-
-
-# Logical operators after which a partition's rows no longer come in the order its input records were read
-_REORDERING = frozenset((
-    "Join", "Aggregate", "Window", "Sort", "Repartition", "RepartitionByExpression", "RebalancePartitions",
-    "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandas", "FlatMapCoGroupsInPandas",
-    "FlatMapGroupsInArrow", "FlatMapCoGroupsInArrow", "GlobalLimit", "Expand", "Intersect", "Except",
-))  # fmt: skip
-
-
-def _keeps_order(df: DataFrame) -> bool:
-    """Whether `df`'s optimized plan keeps each partition's rows in the order of the input records they came from:
-    only row by row operators (projections, filters, explodes, narrow unions), no join, aggregate, sort or
-    exchange."""
-    plan = df._jdf.queryExecution().optimizedPlan().toString()
-    for line in plan.splitlines():
-        node = line.lstrip(" :+-|").split(" ", 1)[0]
-        if node in _REORDERING:
-            return False
-    return True
 
 
 def _observes(df: DataFrame, *observations: Observation) -> bool:

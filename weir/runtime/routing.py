@@ -356,3 +356,39 @@ def _by_output(proc: Processor, result: DataFrame | dict) -> dict[str, DataFrame
     if OUTPUT in result.columns:
         return {t: result for t in proc.outputs}
     return {proc.outputs[0]: result} if proc.outputs else {"": result}
+
+
+def by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
+    """Aggregates of routed rows: all of them, the records they absorbed, the keys whose state expired, and the
+    rows of each (route, destination) in `combos`, as `n<index>`."""
+    is_dest = [col(DEST).isNull() if d is None else col(DEST) == d for _, d in combos]
+    metrics = [
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.when(col(ROUTE) == ABSORB, col(ABSORBED))), F.lit(0)).alias("absorbed"),
+        F.coalesce(F.sum(F.when(col(ROUTE) == EXPIRED, col(ABSORBED))), F.lit(0)).alias("expired"),
+    ]
+    pairs = enumerate(zip(combos, is_dest, strict=True))
+    return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
+
+
+# Logical operators after which a partition's rows no longer come in the order its input records were read
+_REORDERING = frozenset((
+    "Join", "Aggregate", "Window", "Sort", "Repartition", "RepartitionByExpression", "RebalancePartitions",
+    "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsInPandas", "FlatMapCoGroupsInPandas",
+    "FlatMapGroupsInArrow", "FlatMapCoGroupsInArrow", "GlobalLimit", "Expand", "Intersect", "Except",
+))  # fmt: skip
+
+
+def keeps_order(df: DataFrame, analyzed: bool = False) -> bool:
+    """Whether `df`'s optimized plan keeps each partition's rows in the order of the input records they came from:
+    only row by row operators (projections, filters, explodes, narrow unions), no join, aggregate, sort or
+    exchange."""
+    qe = df._jdf.queryExecution()
+    # A streaming DataFrame has no optimized plan outside its query (Spark refuses to plan it as a batch): its
+    # analyzed plan names the same operators, before the optimizer removes any
+    plan = (qe.analyzed() if analyzed else qe.optimizedPlan()).toString()
+    for line in plan.splitlines():
+        node = line.lstrip(" :+-|").split(" ", 1)[0]
+        if node in _REORDERING:
+            return False
+    return True

@@ -427,8 +427,13 @@ class Runner:
                         continue
                     exc = q.exception()
                     del self._queries[name]
+                    if self._builders[name].direct is not None:  # no foreachBatch noted the batches it ran
+                        last = q.lastProgress or {}
+                        if last.get("numInputRows"):
+                            self._builders[name].ran = last.get("batchId")
                     self._await_listener(name)
                     if exc is not None and not self._builders[name].stopping.is_set():
+                        self._builders[name].failed(exc)
                         self._failed(name, exc)
                     else:
                         self._set_state(name, "finished")
@@ -486,6 +491,15 @@ class Runner:
         builder = self._builders[name]
         running = builder.in_batch
         deadline = time.monotonic() + self.settings.stop_timeout
+        if builder.direct is not None:  # one streaming query: the batch in the offset log is the one running
+            running = builder.direct.running()
+            while query.isActive and running is not None and time.monotonic() < deadline:
+                done = (query.lastProgress or {}).get("batchId", -1)
+                if done >= running:
+                    builder.ran = running  # its progress event is on its way to the listener
+                    return
+                time.sleep(0.05)
+            return
         while query.isActive and builder.in_batch is not None and time.monotonic() < deadline:
             running = builder.in_batch
             time.sleep(0.05)
@@ -627,7 +641,11 @@ class Runner:
         if name is None or self.publisher is None:
             return
         figures = spark_figures(progress)
-        counts = self.ledger.take(progress.name, figures["batch_id"]) or Counts()
+        counts = self.ledger.take(progress.name, figures["batch_id"])
+        path = self._builders[name].direct
+        if counts is None and path is not None:  # one streaming query: its books come from Spark and its writer
+            counts = path.counts(figures, progress)
+        counts = counts or Counts()
         if counts.read is not None:
             figures = in_records(figures, counts.read)
         else:

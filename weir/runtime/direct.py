@@ -1,0 +1,294 @@
+"""The direct path: a stateless processor of one input topic as one streaming query with one streaming writer.
+
+A foreachBatch batch builds and analyzes its DataFrames and makes a writer anew each time, about half a second of
+every batch on 2 cores (README, "Live latency"). Here the function, its routes and its counts are planned once,
+as a plain Structured Streaming query is, and the weir-kafka streaming writer writes every batch. The books come
+from three sides that do not share a count: Spark's numInputRows and read Observation; named Observations of the
+records handed to the function and of the rows by route; and the writer's commit, which says what its tasks
+wrote per topic and which input records are behind the output rows (only a successful task attempt's message is
+committed, so a retried task counts once). Replay marks are noted beside the query, never in a batch's path
+(weir.kafka.replay, "a processor's streaming write"). A record that does not decode, or on which the function
+raises, fails its batch: the processor then runs one batch at a time (foreachBatch), which dead-letters it,
+from that batch on. The commit order and failure cases: docs/delivery.md, "The direct path".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.functions import col
+
+from weir import units
+from weir.kafka import replay
+from weir.kafka.decode import ERROR_COLUMN
+from weir.pipeline.routes import DLQ, EMIT, EXPIRED, OUT, ROUTE
+from weir.runtime import completeness, routing
+from weir.runtime.accounting import Counts, from_routes
+from weir.storage import checkpoint as cp_store
+from weir.storage.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+# `q` below is a weir.runtime.query.ProcessorQuery: that module imports this one, which reads its settings,
+# inputs and helpers (typed Any here: an import back would be a cycle)
+ProcessorQuery = Any
+
+log = logging.getLogger("weir")
+UNDECODABLE = "weir: a record that does not decode"
+HANDED, ROUTES = "weir.handed:", "weir.routes:"
+MARKS_EVERY_S = 5.0  # how often marks are noted anew: a replay reads back from them, at most this much more
+
+
+def refusal(q: ProcessorQuery) -> str | None:
+    """Why `q` cannot run the direct path (None: it can)."""
+    proc = q.proc
+    reasons = [
+        (not q.settings.direct, "direct is off"),
+        (proc.stateful or proc.kind == "source", "not a stateless processor of topics"),
+        (len(proc.inputs) != 1, "more than one input"),
+        (proc.sink is not None, "a sink"),
+        (not q.checkpoint, "no checkpoint"),
+        (proc.shadow is not None, "a shadow run"),
+        (q.bounds is not None or q.archive or q.view is not None, "a replay, an archiver or a view"),
+        (q.delivered is not None, "a rebuild after a reset"),
+        (q.fell_back is not None, f"it fell back: {q.fell_back}"),
+    ]
+    return next((why for bad, why in reasons if bad), None)
+
+
+class Direct:
+    """One processor's direct query: built and started by `start`, its batches' books by `counts`."""
+
+    def __init__(self, q: ProcessorQuery) -> None:
+        self.q = q
+        self.cp = Checkpoint(q.checkpoint)
+        self.reports = str(Path(q.settings.home) / "run" / "commits" / q.name)
+        self.replay: int | None = None  # the batch planned and not committed at the start: written again
+        self._routes_own = False
+        self._encoded = False
+        self._combos = routing.destinations(q.proc)
+        self._origin: replay.Marks = {}  # the marks taken at the start
+        self._written: dict[str, int] = {}  # records the batches since the start wrote, per topic
+        self._short: dict[str, int] = {}  # per topic: records the checks found unappended so far
+        self._checked_at = 0.0
+
+    # -- the query ----------------------------------------------------------------------------------------
+    def build(self) -> DataFrame | None:
+        """The routed records of the stream, or None when the function's result cannot be counted this way
+        (it keeps no input record, or reorders rows)."""
+        q = self.q
+        topic = q.topics[q.proc.inputs[0]]
+        stream = q.source(topic)
+        why = F.concat(F.lit(f"{UNDECODABLE} ({topic.name} partition "), col("partition").cast("string"),
+                       F.lit(" offset "), col("offset").cast("string"), F.lit("): "), col(ERROR_COLUMN))  # fmt: skip
+        # A record that does not decode fails the task: the batch runs again one batch at a time, dead-lettered.
+        checked = stream.where(F.when(col(ERROR_COLUMN).isNull(), F.lit(True)).otherwise(F.raise_error(why)))
+        clean = q._split(checked)[0].observe(f"{HANDED}{q.name}", F.count(F.lit(1)).alias("n"))
+        frame = q._result([clean])
+        if not q._has_sources:
+            return None
+        self._routes_own = q._routes_own
+        names = tuple(frame.columns)
+        enc = routing.encoded_column(names, q.proc, q.topics, q.writers)
+        if enc is not None:
+            frame = frame.withColumn(routing.ENCODED, enc)
+            names = tuple(frame.columns)
+            self._encoded = True
+        routed = frame.select(*routing.route_columns(names, q.proc, q.topics, q.writers))
+        if not self._routes_own and not self._encoded:
+            # Every row's route is "out": the other routes' counts would cost aggregates per row for nothing (a row
+            # routed elsewhere shows anyway, as rows counted under no route: a violation)
+            self._combos = [(r, d) for r, d in self._combos if r == OUT]
+        refused = F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")
+        routed = routed.observe(f"{ROUTES}{q.name}", *routing.by_route(self._combos), refused)
+        if not routing.keeps_order(routed, analyzed=True):
+            return None
+        return routed.where(col(routing.DEST).isNotNull()).select(
+            col(routing.DEST).alias("topic"), col("key"), col("value"),
+            routing.stamped_headers(q.headers).alias("headers"), col("timestamp"),
+        )  # fmt: skip
+
+    def start(self, records: DataFrame) -> StreamingQuery:
+        q = self.q
+        planned, committed = self._logged()
+        self.replay = planned if planned is not None and (committed is None or planned > committed) else None
+        # Nothing runs yet: these marks lie below everything the query will write. They serve a replay that has no
+        # marks of its own (its attempt wrote nothing: a streaming attempt always has marks at or below it), and
+        # every later batch; they are where the check of what the query's writes appended starts.
+        self._origin = self._take()
+        if self.replay is None or replay.newest_marks(q.checkpoint, self.replay) is None:
+            first = self.replay if self.replay is not None else (planned + 1 if planned is not None else 0)
+            replay.note_marks(q.checkpoint, q.proc.name, first, self._origin, q.pipeline.name, committed)
+        # An earlier process's reports are no batch's of this one (a replay's commit writes its own)
+        shutil.rmtree(self.reports, ignore_errors=True)
+        Path(self.reports).mkdir(parents=True, exist_ok=True)
+        passing = sorted({d for r, d in self._combos if r in (OUT, EMIT) and d is not None})
+        guard = replay.StreamGuard(q.proc.name, q.checkpoint, q.pipeline.name, self.replay)
+        writer = (
+            records.writeStream.format("weir-kafka")
+            .queryName(q.name)
+            .option("checkpointLocation", q.checkpoint)
+            .options(**q._kafka_options())
+            .option("streamGuard", guard.to_option())
+            .option("commitReports", self.reports)
+            .option("sourceTally", ",".join(passing))
+            .options(**q.write_hooks)
+        )
+        if q.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=units.spark_trigger(q.trigger, f"{q.name}: trigger"))
+        # Spark finds a Python data source to write by the thread's active session: this thread (the runner's
+        # supervisor) has none of its own, and the default session need not be the one weir-kafka is registered in
+        q.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(q.spark._jsparkSession)
+        query = writer.start()
+        log.info("weir: processor %s runs as one streaming query (direct)%s", q.proc.name,
+                 f"; batch {self.replay} is written again" if self.replay is not None else "")  # fmt: skip
+        return query
+
+    def fall_back(self, why: str) -> None:
+        """The query failed: the processor runs one batch at a time from the batch that failed on. That batch's
+        marks become its own (replay.adopt), so its foreachBatch attempt reads back what this one delivered."""
+        planned, committed = self._logged()
+        if planned is not None and (committed is None or planned > committed):
+            replay.adopt(self.q.checkpoint, self.q.proc.name, planned, self.q.pipeline.name)
+        log.warning("weir: processor %s failed on the direct path (%s); it runs one batch at a time from batch %s "
+                    "on", self.q.proc.name, why, planned)  # fmt: skip
+
+    def running(self) -> int | None:
+        """The batch running now or last run: the offset log's last (None before the first)."""
+        return self._logged()[0]
+
+    # -- marks ----------------------------------------------------------------------------------------------
+    def _logged(self) -> tuple[int | None, int | None]:
+        """The last batch in the offset log and the last committed one."""
+        planned, committed = cp_store.batches(self.cp.offsets), cp_store.batches(self.cp.commits)
+        return (max(planned) if planned else None), (max(committed) if committed else None)
+
+    def _take(self) -> replay.Marks:
+        q = self.q
+        return replay.take_marks(q.settings.client_config(), q._written_topics(), timeout=30.0)
+
+    def _after(self, batch: int, written_now: dict[str, int], counts: Counts) -> None:
+        """After batch `batch` committed (its progress): every record of it and of the batches before was
+        acknowledged, so the topics' marks now must have moved, since the query's start, by at least what its
+        batches wrote (other writers only add): less is a published gap, in this batch's books. The same marks
+        are noted for replays when no later batch was planned meanwhile (the offset log's last batch read before
+        and after them), so that a replay reads back little. At most every MARKS_EVERY_S in a live stream; every
+        batch of a run that ends (available_now). A failure to take them is logged: the next batch tries again."""
+        q = self.q
+        for t, n in written_now.items():  # batches come in order: the sum is of this batch and those before
+            self._written[t] = self._written.get(t, 0) + n
+        if not q.available_now and time.monotonic() - self._checked_at < MARKS_EVERY_S:
+            return
+        self._checked_at = time.monotonic()
+        try:
+            before, committed = self._logged()
+            marks = self._take()
+            after, _ = self._logged()
+        except Exception as exc:
+            log.warning("weir: processor %s: marks not taken after batch %d (%s); older ones serve", q.proc.name,
+                        batch, exc)  # fmt: skip
+            return
+        if before == after:
+            replay.note_marks(q.checkpoint, q.proc.name, (after or 0) + 1, marks, q.pipeline.name, committed)
+        for gap in completeness.check_writes(self._origin, marks, self._written):
+            short = gap.records - self._short.get(gap.topic, 0)  # the part not published by an earlier check
+            if short > 0:
+                self._short[gap.topic] = gap.records
+                gap = replace(gap, records=short)
+                log.error("weir: processor %s batch %d: %s", q.proc.name, batch, gap.describe())
+                counts.gaps.append(gap.to_json() | {"batch": batch})
+                counts.violations += 1
+
+    # -- the books --------------------------------------------------------------------------------------
+    def counts(self, figures: dict, progress: Any) -> Counts:
+        """Batch `figures["batch_id"]`'s books from its progress and its writer's commit report."""
+        batch = figures["batch_id"]
+        observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
+        got = observed.get(f"{ROUTES}{self.q.name}")
+        handed = observed.get(f"{HANDED}{self.q.name}")
+        report = _take(os.path.join(self.reports, f"{batch}.json"))
+        counts = Counts()
+        if got is None or handed is None:
+            # A batch whose plan dropped the Observations, or an empty one Spark ran without its job
+            rows = int(figures.get("input_rows") or 0)
+            if rows:
+                log.error("weir: processor %s batch %s: its counts were not observed", self.q.proc.name, batch)
+                counts.violations += 1
+            counts.passed, counts.has_sources = 0, True
+            return counts
+        groups = []
+        for i, (r, d) in enumerate(self._combos):
+            n = int(got[f"n{i}"])
+            if n:
+                groups.append((r, d, n, int(got["expired"]) if r == EXPIRED else 0))
+        stray = int(got["rows"]) - sum(g[2] for g in groups)
+        if stray:
+            groups.append((None, None, stray, 0))
+        counts = from_routes(groups)
+        counts.has_sources = True
+        counts.handed = int(handed["n"])
+        counts.refused = int(got["_refused"]) if self._routes_own or self._encoded else 0
+        if batch == self.replay:
+            counts.replayed = replay.skipped(self.cp.mark_reports(batch))
+        if report is None:
+            log.error("weir: processor %s batch %s: its writer's commit report is missing", self.q.proc.name, batch)
+            counts.violations += 1
+            counts.passed = 0
+            return counts
+        counts.client_rebuilds = int(report.get("rebuilds", 0))
+        # Two counts of one thing: the rows routed (an Observation) and the records the tasks wrote, plus those a
+        # replay found delivered before
+        written = {d: int(n) for d, n in report.get("per_topic", {}).items()}
+        routed = {d: n for d, n in counts.outputs.items() if n}
+        if sum(written.values()) + counts.replayed != sum(routed.values()) or (
+            not counts.replayed and written != routed
+        ):
+            log.error("weir: processor %s batch %s: rows routed %s, records written %s (%d found delivered before)",
+                      self.q.proc.name, batch, routed, written, counts.replayed)  # fmt: skip
+            counts.violations += 1
+        counts.passed, outside = _tally(report.get("sources", {}), completeness.planned_spans(figures["sources"]))
+        if outside:
+            log.error("weir: processor %s batch %s: %d output rows name input records outside the batch's offsets",
+                      self.q.proc.name, batch, outside)  # fmt: skip
+            counts.violations += 1
+        self._after(batch, written, counts)
+        return counts
+
+
+def _take(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+    except FileNotFoundError:
+        return None
+    os.unlink(path)
+    return report
+
+
+def _tally(sources: dict[str, list[list[int]]], spans: dict[str, dict[int, tuple[int | None, int]]]) -> tuple[int, int]:
+    """(input records inside the batch's planned spans, those outside) of the report's offset runs."""
+    inside = outside = 0
+    for tp, found in sources.items():
+        topic, _, part = tp.rpartition("/")
+        first, end = spans.get(topic, {}).get(int(part), (None, None))
+        for lo, hi in found:
+            n = hi - lo + 1
+            if first is None or end is None:
+                outside += n
+                continue
+            within = max(0, min(hi + 1, end) - max(lo, first))
+            inside += within
+            outside += n - within
+    return inside, outside
