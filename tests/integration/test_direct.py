@@ -22,11 +22,11 @@ pytestmark = pytest.mark.integration
 N = 3_000
 
 
-def _run(spark, bootstrap, tmp_path, records, prefix):
+def _run(spark, bootstrap, tmp_path, records, prefix, limit=1_000):
     p = fan_out_pipeline(prefix)
     Admin(bootstrap).create_topic(f"{prefix}.in", 2)
     produce(bootstrap, f"{prefix}.in", records)
-    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=1_000, direct=True)
+    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=limit, direct=True)
     runner = Runner(p, s, spark=spark, available_now=True).start()
     assert runner.wait(180)
     runner.stop()
@@ -66,15 +66,19 @@ def test_a_direct_query_writes_every_output_once_and_its_books_balance(spark, bo
     }
 
 
-def test_an_undecodable_record_sends_the_processor_one_batch_at_a_time_with_nothing_written_twice(
-    spark, bootstrap, tmp_path
+def test_an_undecodable_record_sends_the_processor_one_batch_at_a_time_then_back_with_nothing_written_twice(
+    spark, bootstrap, tmp_path, caplog
 ):
     prefix = uuid.uuid4().hex[:8]
     records = [Rec(n % 2, None, json.dumps({"n": n}).encode()) for n in range(N)]
-    records.insert(2_400, Rec(0, b"bad", b"not json"))  # in a later batch of partition 0, after direct ones
-    p, s, runner = _run(spark, bootstrap, tmp_path, records, prefix)
+    records.insert(400, Rec(0, b"bad", b"not json"))  # in a later batch of partition 0, after direct ones
+    with caplog.at_level("INFO", logger="weir"):
+        p, s, runner = _run(spark, bootstrap, tmp_path, records, prefix, limit=100)
+    said = caplog.text
+    assert "failed on the direct path" in said and "does not decode" in said, said[-3000:]
+    assert "returns to the direct path" in said  # after BACK_AFTER batches one at a time
     builder = runner._builders["spread"]
-    assert builder.fell_back is not None and "does not decode" in builder.fell_back, builder.fell_back
+    assert builder.fell_back is None and builder.direct is not None
 
     ns = range(N)
     out = Counter(json.loads(r["value"])["n"] for r in read_topic(spark, bootstrap, f"{prefix}.out"))

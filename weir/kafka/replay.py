@@ -290,6 +290,12 @@ def note_marks(
             _delete(filesystem, paths.resolve(cp.mark_reports(b))[1])
 
 
+def forget_reports(reports: str) -> None:
+    """Delete a batch's task reports (`Guard.reports`): they were counted, or are an earlier attempt's."""
+    filesystem, path = paths.resolve(reports)
+    _delete(filesystem, path)
+
+
 def _noted(filesystem: pafs.FileSystem, base: str) -> list[int]:
     found = []
     for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):

@@ -46,6 +46,7 @@ ProcessorQuery = Any
 log = logging.getLogger("weir")
 UNDECODABLE = "weir: a record that does not decode"
 HANDED, ROUTES = "weir.handed:", "weir.routes:"
+BACK_AFTER = 10  # batches one at a time after a fallback, before the direct path again (doubled per fallback)
 MARKS_EVERY_S = 5.0  # how often marks are noted anew: a replay reads back from them, at most this much more
 
 
@@ -104,11 +105,16 @@ class Direct:
             frame = frame.withColumn(routing.ENCODED, enc)
             names = tuple(frame.columns)
             self._encoded = True
+        if not self._routes_own and not self._encoded and len(q.proc.outputs) == 1 and routing.OUTPUT not in names:
+            # Every row goes out to the one output: its records directly, and a count of them is the routes' count
+            records = frame.select(*routing.out_records(names, q.proc, q.topics, q.headers))
+            if not routing.keeps_order(records, analyzed=True):
+                return None
+            self._combos = [(OUT, q.proc.outputs[0])]
+            rows = F.count(F.lit(1))
+            zero = [F.lit(0).alias(n) for n in ("absorbed", "expired", "_refused")]
+            return records.observe(f"{ROUTES}{q.name}", rows.alias("rows"), rows.alias("n0"), *zero)
         routed = frame.select(*routing.route_columns(names, q.proc, q.topics, q.writers))
-        if not self._routes_own and not self._encoded:
-            # Every row's route is "out": the other routes' counts would cost aggregates per row for nothing (a row
-            # routed elsewhere shows anyway, as rows counted under no route: a violation)
-            self._combos = [(r, d) for r, d in self._combos if r == OUT]
         refused = F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")
         routed = routed.observe(f"{ROUTES}{q.name}", *routing.by_route(self._combos), refused)
         if not routing.keeps_order(routed, analyzed=True):
@@ -129,6 +135,8 @@ class Direct:
         if self.replay is None or replay.newest_marks(q.checkpoint, self.replay) is None:
             first = self.replay if self.replay is not None else (planned + 1 if planned is not None else 0)
             replay.note_marks(q.checkpoint, q.proc.name, first, self._origin, q.pipeline.name, committed)
+        if self.replay is not None:  # what tasks of an earlier attempt skipped is not this attempt's
+            replay.forget_reports(self.cp.mark_reports(self.replay))
         # An earlier process's reports are no batch's of this one (a replay's commit writes its own)
         shutil.rmtree(self.reports, ignore_errors=True)
         Path(self.reports).mkdir(parents=True, exist_ok=True)
@@ -156,7 +164,7 @@ class Direct:
                  f"; batch {self.replay} is written again" if self.replay is not None else "")  # fmt: skip
         return query
 
-    def fall_back(self, why: str) -> None:
+    def fall_back(self, why: str) -> int | None:
         """The query failed: the processor runs one batch at a time from the batch that failed on. That batch's
         marks become its own (replay.adopt), so its foreachBatch attempt reads back what this one delivered."""
         planned, committed = self._logged()
@@ -164,6 +172,7 @@ class Direct:
             replay.adopt(self.q.checkpoint, self.q.proc.name, planned, self.q.pipeline.name)
         log.warning("weir: processor %s failed on the direct path (%s); it runs one batch at a time from batch %s "
                     "on", self.q.proc.name, why, planned)  # fmt: skip
+        return planned
 
     def running(self) -> int | None:
         """The batch running now or last run: the offset log's last (None before the first)."""
@@ -240,8 +249,11 @@ class Direct:
         counts.has_sources = True
         counts.handed = int(handed["n"])
         counts.refused = int(got["_refused"]) if self._routes_own or self._encoded else 0
-        if batch == self.replay:
-            counts.replayed = replay.skipped(self.cp.mark_reports(batch))
+        # Rows the batch's tasks found delivered before, and did not write again: every task of a replayed batch,
+        # and a retried task of any batch, reports what it skipped (read once: the batch has committed)
+        skips = self.cp.mark_reports(batch)
+        counts.replayed = replay.skipped(skips)
+        replay.forget_reports(skips)
         if report is None:
             log.error("weir: processor %s batch %s: its writer's commit report is missing", self.q.proc.name, batch)
             counts.violations += 1

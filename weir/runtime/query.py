@@ -169,6 +169,8 @@ class ProcessorQuery:
         self.bounds: Bounds | None = None  # a stateful backfill's: the offsets its sources replay
         self.direct: direct.Direct | None = None  # the running query's direct path (weir.runtime.direct), if any
         self.fell_back: str | None = None  # why the direct path failed: the processor runs one batch at a time
+        self._fallbacks = 0  # fallbacks from the direct path in this process (see failed)
+        self._back_at: int | None = None  # the batch after which a fallback returns to the direct path
 
     @property
     def guard(self) -> replay.Guard | None:
@@ -950,8 +952,18 @@ class ProcessorQuery:
         """The query failed (the runner restarts it): a direct query falls back to one batch at a time."""
         if self.direct is not None:
             self.fell_back = _brief(exc)
-            self.direct.fall_back(self.fell_back)
+            failed_at = self.direct.fall_back(self.fell_back)
             self.direct = None
+            # Back to the direct path after the failed batch and a few more one at a time; each fallback in a row
+            # doubles how many, so that a stream of bad records settles on foreachBatch
+            self._fallbacks += 1
+            stay = direct.BACK_AFTER * 2 ** (self._fallbacks - 1)
+            self._back_at = None if failed_at is None else failed_at + stay
+
+    @property
+    def back_to_direct(self) -> bool:
+        """Whether the runner should restart this query on the direct path (its fallback has run its course)."""
+        return self._back_at is not None and self.ran is not None and self.ran >= self._back_at
 
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
         if self.proc.sink is not None:
@@ -965,6 +977,8 @@ class ProcessorQuery:
             stream, handler = self._streaming_result(), self._streaming_batch
         else:
             self.direct = None
+            if self.back_to_direct:  # the fallback ran its course: the direct path again
+                self.fell_back, self._back_at = None, None
             if on_batch is None and direct.refusal(self) is None:
                 path = direct.Direct(self)
                 try:

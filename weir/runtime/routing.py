@@ -226,6 +226,29 @@ def _record(names: Sequence[str], topic: Topic, encoded: bool = False) -> tuple[
     return key, value.cast("binary")
 
 
+def out_records(
+    names: Sequence[str], proc: Processor, topics: dict[str, Topic], headers: dict[str, str]
+) -> list[Column]:
+    """The Kafka records (topic, key, value, headers, timestamp) of a result whose every row goes "out" to the
+    processor's one output in JSON (no `_route`, no `_output`, no format of its own), with `headers` stamped: what
+    `route` then `stamped` give such rows, without the route's cases and the headers' filter, which Spark plans
+    and evaluates for every row (a higher-order function runs uncompiled)."""
+    out = topics[proc.outputs[0]]
+    key, value = _record(names, out)
+    stamp = [_header(k, F.lit(v)) for k, v in headers.items()]
+    mine = _header(PROCESSOR_HEADER, F.lit(proc.name))
+    src = origin(names)
+    if src is None:
+        hs = F.array(mine, *stamp)
+    else:
+        source = _header(SOURCE_HEADER, F.concat_ws("/", src["topic"], src["partition"].cast("string"),
+                                                    src["offset"].cast("string")))  # fmt: skip
+        hs = F.when(src["offset"].isNotNull(), F.array(mine, source, *stamp)).otherwise(F.array(mine, *stamp))
+    stamp_col = col("timestamp").cast("timestamp") if "timestamp" in names else F.lit(None).cast("timestamp")
+    return [F.lit(out.name).alias("topic"), key.alias("key"), value.alias("value"), hs.alias("headers"),
+            stamp_col.alias("timestamp")]  # fmt: skip
+
+
 def route(
     df: DataFrame, proc: Processor, topics: dict[str, Topic], encoders: dict[str, RecordWriter] | None = None
 ) -> DataFrame:

@@ -424,6 +424,8 @@ class Runner:
                         self._launch(proc.name)
                 for name, q in list(self._queries.items()):
                     if q.isActive:
+                        if self._builders[name].back_to_direct:
+                            self._return_to_direct(name, q)
                         continue
                     exc = q.exception()
                     del self._queries[name]
@@ -453,6 +455,19 @@ class Runner:
             guard.tick()
             self._stop.wait(0.25)
         self._write_state()
+
+    def _return_to_direct(self, name: str, query: Any) -> None:
+        """A processor that fell back from the direct path ran its batches one at a time: it is stopped after its
+        running batch and started again, on the direct path (weir.runtime.direct)."""
+        log.info("weir: processor %s returns to the direct path after batch %s", name, self._builders[name].ran)
+        self._finish_batch(name, query)
+        try:
+            query.stop()
+        except Exception as exc:  # stopped or failed meanwhile: the start below says what it finds
+            log.warning("weir: stopping %s: %s", name, exc)
+        del self._queries[name]
+        self._await_listener(name)
+        self._launch(name)
 
     def _mark_waiting(self) -> None:
         """Running processors are "waiting" while the broker is unreachable, "running" again when it answers:
