@@ -109,3 +109,24 @@ def test_records_acknowledged_but_not_in_the_topic_are_a_published_gap_on_the_di
     kept = sum(2 if n % 5 == 1 else 1 for n in range(20) if n % 5 in (1, 3, 4))
     assert [(g["kind"], g["topic"], g["records"]) for g in gaps] == [("unappended", f"{prefix}.out", kept)], gaps
     assert runner.snapshot()["spread"].totals.violations == 1
+
+
+def test_a_direct_path_that_cannot_start_leaves_the_processor_one_batch_at_a_time(
+    spark, bootstrap, tmp_path, monkeypatch, caplog
+):
+    from weir.runtime import direct
+
+    def refuse(self, records):
+        raise RuntimeError("no streaming writer here")
+
+    monkeypatch.setattr(direct.Direct, "start", refuse)
+    prefix = uuid.uuid4().hex[:8]
+    records = [Rec(n % 2, None, json.dumps({"n": n}).encode()) for n in range(200)]
+    with caplog.at_level("WARNING", logger="weir"):
+        p, s, runner = _run(spark, bootstrap, tmp_path, records, prefix)
+    assert "cannot start on the direct path (no streaming writer here)" in caplog.text, caplog.text[-2000:]
+    builder = runner._builders["spread"]
+    assert builder.direct is None and runner.snapshot()["spread"].restarts == 0
+    out = Counter(json.loads(r["value"])["n"] for r in read_topic(spark, bootstrap, f"{prefix}.out"))
+    assert out == Counter({n: 2 if n % 5 == 1 else 1 for n in range(200) if n % 5 in (1, 3, 4)})
+    assert all(r["accounting"]["balanced"] for r in progress_records(s, p.name))

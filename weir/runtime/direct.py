@@ -14,7 +14,6 @@ from that batch on. The commit order and failure cases: docs/delivery.md, "The d
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -29,6 +28,7 @@ from pyspark.sql.functions import col
 
 from weir import units
 from weir.kafka import replay
+from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import DLQ, EMIT, EXPIRED, OUT, ROUTE
 from weir.runtime import completeness, routing
@@ -227,7 +227,7 @@ class Direct:
         observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
         got = observed.get(f"{ROUTES}{self.q.name}")
         handed = observed.get(f"{HANDED}{self.q.name}")
-        report = _take(os.path.join(self.reports, f"{batch}.json"))
+        report = kafka_sink.take_report(os.path.join(self.reports, f"{batch}.json"))
         counts = Counts()
         if got is None or handed is None:
             # A batch whose plan dropped the Observations, or an empty one Spark ran without its job
@@ -277,16 +277,6 @@ class Direct:
             counts.violations += 1
         self._after(batch, written, counts)
         return counts
-
-
-def _take(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            report = json.load(f)
-    except FileNotFoundError:
-        return None
-    os.unlink(path)
-    return report
 
 
 def _tally(sources: dict[str, list[list[int]]], spans: dict[str, dict[int, tuple[int | None, int]]]) -> tuple[int, int]:

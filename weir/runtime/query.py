@@ -989,7 +989,6 @@ class ProcessorQuery:
                 except Exception as exc:  # the path's own failure: one batch at a time says what is wrong, if anything
                     self.direct = None
                     self.fell_back = _brief(exc)
-                    path.stop()
                     log.warning("weir: processor %s cannot start on the direct path (%s); it runs one batch at a "
                                 "time", self.proc.name, self.fell_back)  # fmt: skip
             stream, handler = self.inputs(), self._stateless_batch
