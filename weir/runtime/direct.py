@@ -30,7 +30,7 @@ from weir import units
 from weir.kafka import replay
 from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
-from weir.pipeline.routes import DLQ, EMIT, EXPIRED, OUT, ROUTE
+from weir.pipeline.routes import DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, routing
 from weir.runtime.accounting import Counts, from_routes
 from weir.storage import checkpoint as cp_store
@@ -237,15 +237,7 @@ class Direct:
                 counts.violations += 1
             counts.passed, counts.has_sources = 0, True
             return counts
-        groups = []
-        for i, (r, d) in enumerate(self._combos):
-            n = int(got[f"n{i}"])
-            if n:
-                groups.append((r, d, n, int(got["expired"]) if r == EXPIRED else 0))
-        stray = int(got["rows"]) - sum(g[2] for g in groups)
-        if stray:
-            groups.append((None, None, stray, 0))
-        counts = from_routes(groups)
+        counts = from_routes(routing.observed_groups(got, self._combos))
         counts.has_sources = True
         counts.handed = int(handed["n"])
         counts.refused = int(got["_refused"]) if self._routes_own or self._encoded else 0

@@ -39,7 +39,7 @@ from weir.kafka.offsets import Positions
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
-from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, OUT, REASON, ROUTE
+from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, REASON, ROUTE
 from weir.runtime import completeness, direct, provenance, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
@@ -816,16 +816,7 @@ class ProcessorQuery:
         seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
         self.write_topics(routed.observe(seen, *metrics, *(extra or [])))
         got = seen.get
-        groups = []
-        for i, (r, d) in enumerate(combos):
-            n = int(got[f"n{i}"])
-            if n:
-                groups.append(
-                    (r, d, n, int(got["absorbed"]) if r == ABSORB else int(got["expired"]) if r == EXPIRED else 0)
-                )
-        stray = int(got["rows"]) - sum(n for _, _, n, _ in groups)
-        if stray:
-            groups.append((None, None, stray, 0))  # counted as violations by from_routes
+        groups = routing.observed_groups(got, combos)
         counts = from_routes(groups)
         counts.has_sources = self._has_sources
         counts.poison = self._poisoned

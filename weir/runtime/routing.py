@@ -394,6 +394,21 @@ def by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
     return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
 
 
+def observed_groups(got: dict, combos: list[tuple[str, str | None]]) -> list[tuple[str | None, str | None, int, int]]:
+    """(route, destination, rows, absorbed) groups from an observed row of `by_route(combos)`: those with rows, and
+    the rows under no combo as one group of no route (a violation for `from_routes`)."""
+    groups = []
+    for i, (r, d) in enumerate(combos):
+        n = int(got[f"n{i}"])
+        if n:
+            absorbed = int(got["absorbed"]) if r == ABSORB else int(got["expired"]) if r == EXPIRED else 0
+            groups.append((r, d, n, absorbed))
+    stray = int(got["rows"]) - sum(n for _, _, n, _ in groups)
+    if stray:
+        groups.append((None, None, stray, 0))
+    return groups
+
+
 # Logical operators after which a partition's rows no longer come in the order its input records were read
 _REORDERING = frozenset((
     "Join", "Aggregate", "Window", "Sort", "Repartition", "RepartitionByExpression", "RebalancePartitions",
