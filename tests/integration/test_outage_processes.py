@@ -185,7 +185,7 @@ def test_run_serve_and_the_monitor_heal_after_a_20s_cut(tmp_path):
     # offsets within 10 s of the restore (its client healed; how long the batch then runs is Spark's batch cost, seconds
     # more under load, and is printed as `done_s`). serve's SQL counted them, the monitor read new progress and a
     # one-shot `weir sql` started then counted them: each within 10 s too. Before librdkafka's reconnect backoff
-    # was capped at 1 s (weir.kafka.options), the sink took 11-15 s here.
+    # was capped at 1 s (weir.kafka.heal.RECONNECT), the sink took 11-15 s here.
     done_s = {}
     for proc in ("double", "store", archiver_name("heal.orders")):
         batches = [r for r in progress if r["type"] == "progress" and r["processor"] == proc]

@@ -319,3 +319,18 @@ def test_the_publisher_publishes_rebuilds_carried_back_to_it(tmp_path):
         assert heal.merged({"a": 1}, {"a": 2, "b": 1}, {}) == {"a": 3, "b": 1}
     finally:
         publisher.close(0.1)
+
+
+def test_every_long_lived_client_reconnects_within_a_second_unless_told_otherwise():
+    """librdkafka's default reconnect backoff (10 s, jittered to 15 s) kept the HTTP ingest's producer away from
+    a broker that was back for 11 s; each client weir keeps takes heal.RECONNECT, and a user's own value wins."""
+    from weir.kafka.options import client_settings
+
+    assert heal.reconnecting({"bootstrap.servers": "b:1"})["reconnect.backoff.max.ms"] == "1000"
+    assert heal.reconnecting({"reconnect.backoff.max.ms": "5000"})["reconnect.backoff.max.ms"] == "5000"
+    assert client_settings({"kafka.bootstrap.servers": "b:1"})["reconnect.backoff.max.ms"] == "1000"
+    producer = IngestProducer({"bootstrap.servers": "127.0.0.1:1"})
+    try:
+        assert producer.settings["reconnect.backoff.max.ms"] == "1000"
+    finally:
+        producer.close()

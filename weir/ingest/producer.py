@@ -104,7 +104,7 @@ class IngestProducer:
         # not left to land behind the answer. An outage longer than it makes librdkafka bump the idempotent
         # epoch by itself (KIP-360); a broker that refuses the bump fences the producer, and it is rebuilt.
         self.settings = {
-            **client, "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+            **heal.reconnecting(client), "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "message.timeout.ms": int(ack_timeout_s * 1000), "queue.buffering.max.messages": max_in_flight * 2,
             "error_cb": self._on_error, "logger": client_log,
         }  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from weir.kafka import heal
 from weir.kafka.log import BrokerUnavailable, LogView, client_log
 
 log = logging.getLogger("weir.kafka")
@@ -44,7 +45,7 @@ class Admin:
     def __init__(self, bootstrap_servers: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
         self.settings = {"bootstrap.servers": bootstrap_servers, **(client or {})}
         self.timeout = timeout
-        self.client = AdminClient({**self.settings, "logger": client_log})
+        self.client = AdminClient({**heal.reconnecting(self.settings), "logger": client_log})
 
     @contextmanager
     def _view(self) -> Iterator[LogView]:

@@ -23,6 +23,10 @@ REBUILD_CODES = frozenset({
     KafkaError.UNKNOWN_PRODUCER_ID, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.INVALID_PRODUCER_ID_MAPPING,
 })  # fmt: skip
 FIRST_DELAY_S, MAX_DELAY_S = 0.5, 30.0
+# librdkafka waits up to 10 s between reconnects by default, jittered up to +50%: after an outage a client sat
+# up to 15 s beside a broker that was back (the HTTP ingest's first 201 came 11 s after a restore). 1 s keeps
+# the retries cheap and every client's heal within seconds; a setting given by the user wins.
+RECONNECT = {"reconnect.backoff.max.ms": "1000"}
 SETTLED_S = 60.0  # a client that lasted this long was healthy: its next rebuild starts the backoff again
 
 _counts: dict[str, int] = {}
@@ -47,6 +51,11 @@ def raised_cannot_go_on(exc: BaseException | None) -> KafkaError | None:
             return err
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
+
+
+def reconnecting(settings: dict) -> dict:
+    """`settings` for a client that must come back within seconds of its broker (RECONNECT under them)."""
+    return {**RECONNECT, **settings}
 
 
 def counted(kind: str) -> int:

@@ -76,7 +76,7 @@ def admin_client(client: dict) -> AdminClient:
     consumer_only = ("enable.", "auto.", "isolation.", "fetch.", "group.", "queued.", "max.partition.")
     admin_keys = {k: v for k, v in client.items() if not k.startswith(consumer_only)}
     # librdkafka's own log lines go to Python logging, not straight to stderr.
-    return AdminClient({**admin_keys, "logger": client_log})
+    return AdminClient({**heal.reconnecting(admin_keys), "logger": client_log})
 
 
 class LogView:
@@ -98,7 +98,7 @@ class LogView:
             **client,
         }
         self.admin = admin if admin is not None else admin_client(client)
-        self.consumer = Consumer({**self.settings, "logger": client_log})
+        self.consumer = Consumer({**heal.reconnecting(self.settings), "logger": client_log})
         self._record_bytes: float | None = None
         self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view
         self._contradicted: set[TP] = set()  # partitions whose listing contradicted itself (warned once)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from weir.config import redact
+from weir.kafka import heal
 from weir.kafka.admission import FlowOptions
 from weir.kafka.formats import KINDS, FormatError, FormatSpec
 from weir.kafka.formats import value_format as value_format_of
@@ -124,10 +125,7 @@ def client_settings(opts: dict[str, str]) -> dict[str, str]:
         raise OptionError(
             "option kafka.bootstrap.servers is required, e.g. .option('kafka.bootstrap.servers', 'host:9092')"
         )
-    # librdkafka waits up to 10 s between reconnects by default: after an outage a client would sit that long
-    # beside a broker that is back. 1 s keeps the retries cheap and the heal within seconds (issue 26).
-    settings.setdefault("reconnect.backoff.max.ms", "1000")
-    return settings
+    return heal.reconnecting(settings)
 
 
 def _positive_int(opts: dict[str, str], name: str) -> int | None:

@@ -76,9 +76,9 @@ class ProgressReader:
     def _consumer(self) -> Consumer:
         if self.consumer is None:
             self.consumer = Consumer({
-                **self.client, "group.id": f"weir-monitor-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
-                "auto.offset.reset": "earliest", "enable.partition.eof": False, "logger": client_log,
-                "error_cb": self._error, "fetch.wait.max.ms": 100,
+                **heal.reconnecting(self.client), "group.id": f"weir-monitor-{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False,
+                "logger": client_log, "error_cb": self._error, "fetch.wait.max.ms": 100,
             })  # fmt: skip
         return self.consumer
 

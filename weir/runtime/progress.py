@@ -49,8 +49,8 @@ class ProgressPublisher:
         self.path = path / f"{log_name or pipeline}.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
         self._settings = {
-            **client_config, "linger.ms": 50, "acks": "all", "logger": client_log, "message.timeout.ms": 30_000,
-            "error_cb": self._on_error,
+            **heal.reconnecting(client_config), "linger.ms": 50, "acks": "all", "logger": client_log,
+            "message.timeout.ms": 30_000, "error_cb": self._on_error,
         }  # fmt: skip
         self._producer = Producer(self._settings)
         self._broken: str | None = None  # why the producer cannot go on: a new one before the next record
