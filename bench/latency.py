@@ -3,6 +3,7 @@ input's produce time.
 
     .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20] [--only loop,plain,weir,bytewax,quix]
                                       [--weir-variant 'LABEL:KEY=VALUE[;KEY=VALUE...]' ...] [--drain 120]
+                                      [--window]
 
 The job (issue 27): parse an event's JSON, keep amount > 10 (about 90% of events), write {id, user, amount, ts} to
 a topic keyed by user. Each system gets its own 4-partition input and output topic on the same broker, and runs
@@ -14,6 +15,13 @@ in turn:
   weir      `weir run bench/latency/weir_latency.py:latency` with default settings (local[2])
   bytewax   Bytewax 0.21.1, 1 worker; quix: Quix Streams 3.28.1, 1 process; each in a throwaway virtual
             environment made as bench/peers.py does (~/.cache/weir-bench/venvs)
+
+--window runs the window case instead (plain and weir only): a 10 s tumbling window per user (count, sum of
+amount) over every event, watermark 2 s; `plain` is Spark's own withWatermark -> groupBy(window, user) over
+weir-kafka, `weir` is `weir run bench/latency/weir_latency.py:windows` (weir.blocks.window.tumbling_window).
+Each closed window is timed from its end to its output record (the 2 s watermark is in both systems' figures);
+during the drain a tick event every 0.25 s (user "~tick") moves event time on, so every paced window closes.
+The exactly-once check: every window of the paced events out once, with its exact count.
 
 --weir-variant runs `weir run` again with settings changed, e.g. 'trigger 0:WEIR_TRIGGER=0 seconds' (LAT_NO_MONITOR=1:
 without `weir monitor` beside it).
@@ -48,6 +56,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +80,10 @@ KEEP_ABOVE = 10.0
 LAUNCH_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 PLAIN = "plain Structured Streaming"
+SIZE_MS = 10_000  # --window's window (bench/latency/common.py)
+# the weir pipeline and its processor (the monitor's freshness) per mode
+WEIR_JOB = {False: ("bench/latency/weir_latency.py:latency", "keep"),
+            True: ("bench/latency/weir_latency.py:windows", "window")}  # fmt: skip
 
 
 @dataclass
@@ -136,11 +149,12 @@ class FreshnessSampler(threading.Thread):
     the processor (`/api/processors/keep`, seconds) is sampled twice a second (issue 27: it should agree with
     the measured p50 within 20%)."""
 
-    def __init__(self, env: dict[str, str], bootstrap: str, log: Path) -> None:
+    def __init__(self, env: dict[str, str], bootstrap: str, log: Path, window: bool) -> None:
         super().__init__(daemon=True)
         self.port = free_port()
         self.out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "weir.cli", "monitor", "bench/latency/weir_latency.py:latency", "--port",
+        spec, self.processor = WEIR_JOB[window]
+        cmd = [sys.executable, "-m", "weir.cli", "monitor", spec, "--port",
                str(self.port), "--interval", "1", "--bootstrap", bootstrap]  # fmt: skip
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
                                      start_new_session=True)  # fmt: skip
@@ -148,7 +162,7 @@ class FreshnessSampler(threading.Thread):
         self.samples: list[float] = []
 
     def run(self) -> None:
-        url = f"http://127.0.0.1:{self.port}/api/processors/keep"
+        url = f"http://127.0.0.1:{self.port}/api/processors/{self.processor}"
         while not self.done.wait(0.5):
             if not self.on.is_set():
                 continue
@@ -171,7 +185,8 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
     topic_in, topic_out = f"latency.in.{name}", f"latency.out.{name}"
     for t in (topic_in, topic_out):
         peers.create_topic(bootstrap, t)
-    base = {"LAT_BOOTSTRAP": bootstrap, "LAT_INPUT": topic_in, "LAT_OUTPUT": topic_out}
+    base = {"LAT_BOOTSTRAP": bootstrap, "LAT_INPUT": topic_in, "LAT_OUTPUT": topic_out,
+            "LAT_MODE": "window" if args.window else "stateless"}  # fmt: skip
     status, result_file = scratch / f"{name}.status", scratch / f"{name}.result"
     cenv = {**os.environ, **base, "LAT_STATUS": str(status), "LAT_RESULT": str(result_file), "PYTHONPATH": str(HERE)}
     res = Result(label)
@@ -186,13 +201,13 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         sampler.start()
         # A variant with LAT_NO_MONITOR=1 runs without the monitor beside it: its polls load the broker too
         weir_run = progress is not None and label != PLAIN and not env.get("LAT_NO_MONITOR")
-        monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log") if weir_run else None
+        monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log", args.window) if weir_run else None
         if monitor is not None:
             monitor.start()
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
         rng = random.Random(7)
         try:
-            res.launch_s = _quiet_start(producer, rng, status, proc, topic_in, launched)
+            res.launch_s = _quiet_start(producer, rng, status, proc, topic_in, launched, args.window)
             if res.launch_s is None:
                 res.note = (
                     f"no output {LAUNCH_TIMEOUT_S:.0f} s after launch"
@@ -204,15 +219,20 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                           f"{args.seconds:.0f} s ...", highlight=False)  # fmt: skip
             if monitor is not None:
                 monitor.on.set()
-            kept = _paced(producer, rng, topic_in, args.rate, args.seconds)
+            kept = _paced(producer, rng, topic_in, args.rate, args.seconds, args.window)
             if monitor is not None:
                 monitor.on.clear()
                 res.freshness = monitor.samples
             res.expected = len(kept)
-            deadline = time.monotonic() + args.drain
+            deadline, tick = time.monotonic() + args.drain, 0
             while time.monotonic() < deadline and proc.poll() is None:
                 if read_json(status).get("paced", 0) >= len(kept):
                     break
+                if args.window:  # event time moves on, so the watermark closes the last paced windows
+                    tick += 1
+                    ev = event(-1_000_000 - tick, rng) | {"user": "~tick"}
+                    producer.produce(topic_in, json.dumps(ev).encode(), ev["user"].encode())
+                    producer.poll(0)
                 time.sleep(0.25)
             if args.idle and proc.poll() is None:
                 time.sleep(2.0)  # the last batch's commit and progress
@@ -232,10 +252,16 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
             if monitor is not None:
                 monitor.stop()
     got = read_json(result_file)
-    seen = {int(k): v for k, v in got.get("latency", {}).items() if int(k) >= 0}
+    if args.window:  # `kept`: each paced window's count
+        seen = {k: v for k, v in got.get("latency", {}).items() if not k.startswith("~")}
+        counts = got.get("counts", {})
+        wrong = sum(1 for k in kept.keys() & seen.keys() if counts.get(k) != kept[k])
+    else:
+        seen = {int(k): v for k, v in got.get("latency", {}).items() if int(k) >= 0}
+        wrong = 0
     res.latencies = [seen[i] for i in kept if i in seen]
-    res.missing = len(kept - seen.keys())
-    res.unexpected = len(seen.keys() - kept) + got.get("unknown", 0)
+    res.missing = len(kept.keys() - seen.keys())
+    res.unexpected = len(seen.keys() - kept.keys()) + got.get("unknown", 0) + wrong
     res.duplicates = got.get("duplicates", 0)
     if progress is not None:
         res.batches = _batches(progress)
@@ -243,15 +269,16 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
 
 
 def _quiet_start(producer: Producer, rng: random.Random, status: Path, proc: subprocess.Popen, topic: str,
-                 launched: float) -> float | None:  # fmt: skip
-    """One probe event a second (id < 0, always kept) until the first output: seconds from launch, or None."""
+                 launched: float, window: bool) -> float | None:  # fmt: skip
+    """One probe event a second (id < 0, always kept; user "~probe" for --window, whose first output is the
+    probes' first closed window) until the first output: seconds from launch, or None."""
     probe = 0
     while time.time() - launched < LAUNCH_TIMEOUT_S and proc.poll() is None:
         first = read_json(status).get("first_ms")
         if first:
             return first / 1000 - launched
         probe += 1
-        ev = event(-probe, rng) | {"amount": 50.0}
+        ev = event(-probe, rng) | {"amount": 50.0, **({"user": "~probe"} if window else {})}
         producer.produce(topic, json.dumps(ev).encode(), ev["user"].encode())
         producer.poll(0)
         for _ in range(4):
@@ -261,9 +288,11 @@ def _quiet_start(producer: Producer, rng: random.Random, status: Path, proc: sub
     return None
 
 
-def _paced(producer: Producer, rng: random.Random, topic: str, rate: float, seconds: float) -> set[int]:
-    """`rate` events a second for `seconds`, each stamped with its produce time: the ids the job keeps."""
-    kept: set[int] = set()
+def _paced(producer: Producer, rng: random.Random, topic: str, rate: float, seconds: float,
+           window: bool) -> Counter:  # fmt: skip
+    """`rate` events a second for `seconds`, each stamped with its produce time: the ids the job keeps (each
+    once), or for --window each window's "user@start" and its count."""
+    kept: Counter = Counter()
     total, sent, start = int(rate * seconds), 0, time.monotonic()
     while sent < total:
         due = min(total, int((time.monotonic() - start) * rate) + 1)
@@ -274,8 +303,10 @@ def _paced(producer: Producer, rng: random.Random, topic: str, rate: float, seco
             except BufferError:
                 producer.poll(0.01)
                 continue
-            if ev["amount"] > KEEP_ABOVE:
-                kept.add(sent)
+            if window:
+                kept[f"{ev['user']}@{ev['ts'] - ev['ts'] % SIZE_MS}"] += 1
+            elif ev["amount"] > KEEP_ABOVE:
+                kept[sent] = 1
             sent += 1
         producer.poll(0)
         time.sleep(0.002)
@@ -322,7 +353,7 @@ def jobs_per_batch(scratch: Path, label: str) -> str:
     return f"{counts[len(counts) // 2]} Spark jobs per batch (median), {spent[len(spent) // 2]:.1f} s in them"
 
 
-def weir_env(scratch: Path, label: str, extra: dict[str, str]) -> tuple[dict[str, str], Path]:
+def weir_env(scratch: Path, label: str, extra: dict[str, str], window: bool) -> tuple[dict[str, str], Path]:
     name = "".join(c if c.isalnum() else "-" for c in label)
     home = scratch / f"weir-{name}"
     home.mkdir(parents=True, exist_ok=True)
@@ -332,12 +363,13 @@ def weir_env(scratch: Path, label: str, extra: dict[str, str]) -> tuple[dict[str
                # A progress topic per system: the monitor beside a later one must not track an earlier one's
                # processor of the same name (the same pipeline file), whose inputs it would find never read
                WEIR_PROGRESS_TOPIC=f"_weir.progress.{name}", **extra)  # fmt: skip
-    return env, home / "progress" / "latency.jsonl"
+    return env, home / "progress" / ("latency_windows.jsonl" if window else "latency.jsonl")
 
 
 def table(results: list[Result], args: argparse.Namespace) -> Table:
-    t = Table(title=f"live latency: {args.rate:,.0f} events/s for {args.seconds:.0f} s, 4 partitions, stateless "
-                    f"(keep amount > 10), each output against its input's produce time")  # fmt: skip
+    job = ("a 10 s tumbling window per user, watermark 2 s, each closed window against its end" if args.window else
+           "stateless (keep amount > 10), each output against its input's produce time")  # fmt: skip
+    t = Table(title=f"live latency: {args.rate:,.0f} events/s for {args.seconds:.0f} s, 4 partitions, {job}")
     for h in (
         "system",
         "p50 ms",
@@ -366,7 +398,10 @@ def table(results: list[Result], args: argparse.Namespace) -> Table:
             if not r.expected
             else "yes"
             if r.exactly_once
-            else (f"NO: {r.missing:,} not out within the drain, {r.duplicates:,} twice, {r.unexpected:,} unexpected")
+            else (
+                f"NO: {r.missing:,} not out within the drain, {r.duplicates:,} twice, {r.unexpected:,} unexpected "
+                "or with a wrong count"
+            )
         )
         t.add_row(
             r.label, *(f"{v:,}" if v is not None else "-" for v in (r.pct(0.5), r.pct(0.95), r.pct(0.99), r.pct(1.0))),
@@ -397,14 +432,17 @@ def main() -> int:
     parser.add_argument("--event-log", action="store_true",
                         help="Spark's event log for the Spark systems: Spark jobs per batch with input")  # fmt: skip
     parser.add_argument("--idle", type=float, default=20.0, help="then seconds with no input, measuring CPU (0: none)")
-    parser.add_argument("--only", default="loop,plain,weir", help=f"systems among {','.join(SYSTEMS)}, in order")
+    parser.add_argument("--only", default=None, help=f"systems among {','.join(SYSTEMS)}, in order "
+                        "(default loop,plain,weir; plain,weir with --window)")  # fmt: skip
+    parser.add_argument("--window", action="store_true", help="the tumbling-window case (the module docstring)")
     parser.add_argument("--weir-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[;KEY=VALUE]",
                         help="`weir run` again with these settings")  # fmt: skip
     args = parser.parse_args()
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(only) - set(SYSTEMS))
+    only = [s.strip() for s in (args.only or ("plain,weir" if args.window else "loop,plain,weir")).split(",")]
+    systems = ("plain", "weir") if args.window else SYSTEMS
+    unknown = sorted(set(only) - set(systems))
     if unknown:
-        parser.error(f"--only: unknown system(s) {', '.join(unknown)}; choose among {','.join(SYSTEMS)}")
+        parser.error(f"--only: unknown system(s) {', '.join(unknown)}; choose among {','.join(systems)}")
     variants = []
     for v in args.weir_variant:
         label, _, pairs = v.partition(":")
@@ -436,8 +474,8 @@ def main() -> int:
                 for label, extra in [("weir run, defaults", {}), *variants]:
                     if args.event_log:
                         extra = {"WEIR_SPARK_CONF": json.dumps(event_log(scratch, label)), **extra}
-                    env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra})
-                    cmd = [py, "-m", "weir.cli", "run", "bench/latency/weir_latency.py:latency"]
+                    env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra}, args.window)
+                    cmd = [py, "-m", "weir.cli", "run", WEIR_JOB[args.window][0]]
                     runs.append((label, cmd, env, progress))
             else:
                 python, why = peers.peer_python(system)

@@ -1,5 +1,6 @@
 """The plain Structured Streaming query over weir-kafka: readStream (valueFormat=json) -> filter amount > 10 ->
-to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch. Runs until SIGTERM.
+to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch. Runs until SIGTERM. With
+LAT_MODE=window: withWatermark(2 s) -> groupBy(window(10 s), user) -> count, sum -> writeStream weir-kafka.
 
 Each batch's progress (input rows, addBatch and triggerExecution ms) is appended to LAT_STATS as a JSON line.
 """
@@ -11,7 +12,7 @@ import os
 import signal
 import time
 
-from common import BOOTSTRAP, INPUT, KEEP_ABOVE, OUTPUT
+from common import BOOTSTRAP, DELAY_MS, INPUT, KEEP_ABOVE, OUTPUT, SIZE_MS, WINDOW
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
@@ -56,9 +57,26 @@ def main() -> None:
         .option("valueSchema", SCHEMA)
         .load()
     )
-    out = events.where(F.col("amount") > KEEP_ABOVE).select(
-        F.col("key"), F.to_json(F.struct("id", "user", "amount", "ts")).alias("value")
-    )
+    if WINDOW:  # Spark's own groupBy(window): the floor of --window
+        out = (
+            events.withColumn("event_time", F.timestamp_millis("ts"))
+            .withWatermark("event_time", f"{DELAY_MS // 1000} seconds")
+            .groupBy(F.window("event_time", f"{SIZE_MS // 1000} seconds"), F.col("user"))
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum"))
+            .select(
+                F.col("user").cast("binary").alias("key"),
+                F.to_json(
+                    F.struct(
+                        "user", F.unix_millis("window.start").alias("start"), F.unix_millis("window.end").alias("end"),
+                        "count", "sum",
+                    )
+                ).alias("value"),
+            )
+        )  # fmt: skip
+    else:
+        out = events.where(F.col("amount") > KEEP_ABOVE).select(
+            F.col("key"), F.to_json(F.struct("id", "user", "amount", "ts")).alias("value")
+        )
     query = (
         out.writeStream.format("weir-kafka")
         .option("kafka.bootstrap.servers", BOOTSTRAP)

@@ -1,5 +1,6 @@
 """bench/latency.py's stateless processor as a weir pipeline, for `weir run bench/latency/weir_latency.py:latency`:
-parse, keep amount > 10, write {id, user, amount, ts} to LAT_OUTPUT. LAT_INPUT and LAT_OUTPUT name the topics."""
+parse, keep amount > 10, write {id, user, amount, ts} to LAT_OUTPUT. LAT_INPUT and LAT_OUTPUT name the topics.
+`windows` is --window's job: a 10 s tumbling window per user (count, sum of amount), watermark 2 s."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from weir.blocks.window import tumbling_window
 from weir.pipeline import Pipeline
 
 INPUT = os.environ.get("LAT_INPUT", "latency.in")
@@ -24,3 +26,20 @@ _out = latency.topic(OUTPUT, "id BIGINT, user STRING, amount DOUBLE, ts BIGINT",
 @latency.processor(inputs=[_events], outputs=[_out], name="keep")
 def keep(events: DataFrame) -> DataFrame:
     return events.where(F.col("amount") > KEEP_ABOVE)
+
+
+windows = Pipeline("latency_windows")
+_w_events = windows.topic(
+    INPUT, "id BIGINT, user STRING NOT NULL, amount DOUBLE, ts BIGINT, note STRING", key="user", partitions=4
+)
+_w_out = windows.topic(
+    OUTPUT, "user STRING, window_start TIMESTAMP, window_end TIMESTAMP, count BIGINT, sum DOUBLE", key="user",
+    partitions=4,
+)  # fmt: skip
+
+
+@windows.processor(inputs=[_w_events], outputs=[_w_out], stateful=True, name="window")
+def window(events: DataFrame) -> DataFrame:
+    timed = events.withColumn("event_time", F.timestamp_millis("ts"))
+    return tumbling_window(timed, "user", "event_time", "10 seconds", "2 seconds",
+                           {"count": ("count", "*"), "sum": ("sum", "amount")})  # fmt: skip
