@@ -153,10 +153,11 @@ class Settings(BaseSettings):
     )
     trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
     direct: bool = Field(
-        False,
+        True,
         description=(
-            "A stateless processor of one input topic runs as one streaming query with one streaming writer"
-            " (docs/delivery.md, 'The direct path'); off: one foreachBatch batch at a time."
+            "A processor without a sink (a stateless one of one input topic, or a stateful one) runs as one"
+            " streaming query with one streaming writer (docs/delivery.md, 'The direct path'); off: one"
+            " foreachBatch batch at a time."
         ),
     )
     max_offsets_per_trigger: int | None = Field(

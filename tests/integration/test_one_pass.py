@@ -48,7 +48,8 @@ def test_a_stateless_batch_runs_in_one_job_and_its_books_are_exact(spark, bootst
     records += [Rec(1, None, json.dumps({"n": n}).encode()) for n in range(N, N + 500)]
     records += [Rec(1, b"bad", b"not json"), Rec(0, b"bad", b"{}")]  # no JSON; no n (NOT NULL)
     produce(bootstrap, f"{prefix}.in", records)
-    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=100_000)
+    # The foreachBatch path, whose one job this tests (direct is the default)
+    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=100_000, direct=False)
 
     runner = Runner(p, s, spark=spark, available_now=True).start()
     assert runner.wait(300)
@@ -95,7 +96,7 @@ def test_a_function_whose_plan_drops_its_input_is_counted_the_three_job_way(spar
 
     Admin(bootstrap).create_topic(f"{prefix}.in", 2)
     produce(bootstrap, f"{prefix}.in", [Rec(n % 2, None, json.dumps({"n": n}).encode()) for n in range(10)])
-    s = settings(tmp_path, bootstrap)
+    s = settings(tmp_path, bootstrap, direct=False)  # the foreachBatch path (direct is the default)
     runner = Runner(p, s, spark=spark, available_now=True).start()
     assert runner.wait(120), "the batch waited on Observations the optimizer had removed"
     runner.stop()

@@ -91,6 +91,8 @@ SINK_OPTIONS = {
     "commitreports": "set by weir's runner: a directory on the driver where a streaming write's commit of batch N "
     "writes N.json (what its tasks reported, with the input records behind the rows of `sourceTally` topics)",
     "sourcetally": "set by weir's runner: topics (comma-separated) whose rows' weir.source the tasks report, distinct",
+    "oldestfirst": "true: each task writes its rows in the order of their timestamp column (a stateful result comes "
+    "grouped by key, and a streaming query cannot sort); the task holds its rows in memory to sort them",
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
@@ -444,6 +446,7 @@ class SinkOptions:
     commit_reports: str | None = None  # a driver-side directory: a streaming commit writes <batch>.json there
     source_tally: frozenset[str] = frozenset()  # topics whose rows' weir.source are reported, distinct
     fenced: bool = False  # testing hook: each write finds its pooled producer fenced, and rebuilds it
+    oldest_first: bool = False  # each task sorts its rows by timestamp before writing them
 
     def producer_settings(self) -> dict[str, str | bool | int]:
         return {
@@ -482,6 +485,7 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         commit_reports=opts.get("commitreports") or None,
         source_tally=frozenset(t.strip() for t in opts.get("sourcetally", "").split(",") if t.strip()),
         fenced=opts.get("weir.simulatedfencing", "false").lower() == "true",
+        oldest_first=_bool(opts, "oldestfirst", False),
     )
 
 

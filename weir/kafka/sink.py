@@ -240,6 +240,8 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
     on an executor's Python worker, with that worker's pooled producer."""
     rewrite = _rewrite(opts)
+    if opts.oldest_first and lay.has_timestamp:
+        batches = _oldest_first(batches)
     if opts.fenced:  # testing hook: as librdkafka's error callback says of a producer whose epoch was fenced
         _pooled(opts.producer_settings())._on_error(KafkaError(KafkaError.PRODUCER_FENCED))
     pooled = _pooled(opts.producer_settings())
@@ -266,6 +268,18 @@ def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBat
     # Rebuilds of this worker's producers, by this write or an earlier one that failed, go back with this one.
     commit.rebuilds = heal.take_unreported("sink producer")
     return commit
+
+
+def _oldest_first(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task's rows by their timestamp, oldest first (stable: rows of one time keep their order). A reader that
+    cuts through the write (its own batch limit, or reading while it is written) then sees the older records
+    first, not a scatter whose newest event times would push its watermark past the rest."""
+    held = [b for b in batches if b.num_rows]
+    if not held:
+        return iter(())
+    table = pa.Table.from_batches(held)
+    name = next(n for n in table.schema.names if n.lower() == "timestamp")
+    return iter(table.sort_by([(name, "ascending")]).to_batches())
 
 
 def _rewrite(opts: SinkOptions) -> Rewrite | None:

@@ -1,4 +1,4 @@
-"""The direct path: a stateless processor of one input topic as one streaming query with one streaming writer.
+"""The direct path: a processor without a sink as one streaming query with one streaming writer.
 
 A foreachBatch batch builds and analyzes its DataFrames and makes a writer anew each time, about half a second of
 every batch on 2 cores (README, "Live latency"). Here the function, its routes and its counts are planned once,
@@ -9,7 +9,9 @@ wrote per topic and which input records are behind the output rows (only a succe
 committed, so a retried task counts once). Replay marks are noted beside the query, never in a batch's path
 (weir.kafka.replay, "a processor's streaming write"). A record that does not decode, or on which the function
 raises, fails its batch: the processor then runs one batch at a time (foreachBatch), which dead-letters it,
-from that batch on. The commit order and failure cases: docs/delivery.md, "The direct path".
+from that batch on. A stateful processor's rows are its blocks' routes (no input record behind a window's row):
+those are its books, against what the writer wrote. The commit order and failure cases: docs/delivery.md, "The
+direct path".
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from weir.kafka import replay
 from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import DLQ, EMIT, OUT, ROUTE
-from weir.runtime import completeness, routing
+from weir.runtime import completeness, rebuild, routing
 from weir.runtime.accounting import Counts, from_routes
 from weir.storage import checkpoint as cp_store
 from weir.storage.checkpoint import Checkpoint
@@ -55,13 +57,15 @@ def refusal(q: ProcessorQuery) -> str | None:
     proc = q.proc
     reasons = [
         (not q.settings.direct, "direct is off"),
-        (proc.stateful or proc.kind == "source", "not a stateless processor of topics"),
-        (len(proc.inputs) != 1, "more than one input"),
+        (proc.kind == "source", "a source of its own"),
+        (not proc.stateful and len(proc.inputs) != 1, "a stateless processor of more than one input"),
         (proc.sink is not None, "a sink"),
         (not q.checkpoint, "no checkpoint"),
         (proc.shadow is not None, "a shadow run"),
         (q.bounds is not None or q.archive or q.view is not None, "a replay, an archiver or a view"),
-        (q.delivered is not None, "a rebuild after a reset"),
+        # A rebuild's skips of what was delivered before the reset happen in foreachBatch's write (see
+        # ProcessorQuery._start_rebuild), which notes it at its first write: the marker is read here
+        (q.delivered is not None or (q.checkpoint and rebuild.pending(q.checkpoint)), "a rebuild after a reset"),
         (q.fell_back is not None, f"it fell back: {q.fell_back}"),
     ]
     return next((why for bad, why in reasons if bad), None)
@@ -77,6 +81,7 @@ class Direct:
         self.replay: int | None = None  # the batch planned and not committed at the start: written again
         self._routes_own = False
         self._encoded = False
+        self._stateful_rows = False  # a stateful result: no input record behind a row, the routes are the books
         self._combos = routing.destinations(q.proc)
         self._origin: replay.Marks = {}  # the marks taken at the start
         self._written: dict[str, int] = {}  # records the batches since the start wrote, per topic
@@ -87,6 +92,8 @@ class Direct:
     def build(self) -> DataFrame | None:
         """The routed records of the stream, or None when the function's result cannot be counted this way
         (it keeps no input record, or reorders rows)."""
+        if self.q.proc.stateful:
+            return self._stateful()
         q = self.q
         topic = q.topics[q.proc.inputs[0]]
         stream = q.source(topic)
@@ -124,6 +131,22 @@ class Direct:
             routing.stamped_headers(q.headers).alias("headers"), col("timestamp"),
         )  # fmt: skip
 
+    def _stateful(self) -> DataFrame:
+        """A stateful result's routed records: the function applied once to the streams, as foreachBatch's path
+        does (weir's blocks route the records that do not decode, and late ones, themselves). The routes are the
+        books: an Observation counts them, as one foreachBatch batch does, and the writer's commit what went out."""
+        q = self.q
+        self._stateful_rows = True
+        frame = q._streaming_result()
+        if ROUTE not in frame.columns:
+            frame = frame.withColumn(ROUTE, F.lit(OUT))
+        routed = routing.route(frame, q.proc, q.topics, q.writers)
+        routed = routed.observe(f"{ROUTES}{q.name}", *routing.by_route(self._combos))
+        return routed.where(col(routing.DEST).isNotNull()).select(
+            col(routing.DEST).alias("topic"), col("key"), col("value"),
+            routing.stamped_headers(q.headers).alias("headers"), col("timestamp"),
+        )  # fmt: skip
+
     def start(self, records: DataFrame) -> StreamingQuery:
         q = self.q
         planned, committed = self._logged()
@@ -149,7 +172,9 @@ class Direct:
             .options(**q._kafka_options())
             .option("streamGuard", guard.to_option())
             .option("commitReports", self.reports)
-            .option("sourceTally", ",".join(passing))
+            .option("sourceTally", "" if self._stateful_rows else ",".join(passing))
+            # A stateful result comes grouped by key: each task writes oldest first (a streaming query cannot sort)
+            .option("oldestFirst", str(self._stateful_rows).lower())
             .options(**q.write_hooks)
         )
         if q.available_now:
@@ -226,20 +251,20 @@ class Direct:
         batch = figures["batch_id"]
         observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
         got = observed.get(f"{ROUTES}{self.q.name}")
-        handed = observed.get(f"{HANDED}{self.q.name}")
+        handed = observed.get(f"{HANDED}{self.q.name}")  # a stateful query's books have none
         report = kafka_sink.take_report(os.path.join(self.reports, f"{batch}.json"))
         counts = Counts()
-        if got is None or handed is None:
+        if got is None or (handed is None and not self._stateful_rows):
             # A batch whose plan dropped the Observations, or an empty one Spark ran without its job
             rows = int(figures.get("input_rows") or 0)
-            if rows:
+            if rows or (report or {}).get("records"):
                 log.error("weir: processor %s batch %s: its counts were not observed", self.q.proc.name, batch)
                 counts.violations += 1
-            counts.passed, counts.has_sources = 0, True
+            counts.passed, counts.has_sources = (None if self._stateful_rows else 0), True
             return counts
         counts = from_routes(routing.observed_groups(got, self._combos))
         counts.has_sources = True
-        counts.handed = int(handed["n"])
+        counts.handed = 0 if handed is None else int(handed["n"])
         counts.refused = int(got["_refused"]) if self._routes_own or self._encoded else 0
         # Rows the batch's tasks found delivered before, and did not write again: every task of a replayed batch,
         # and a retried task of any batch, reports what it skipped (read once: the batch has committed)
@@ -262,7 +287,10 @@ class Direct:
             log.error("weir: processor %s batch %s: rows routed %s, records written %s (%d found delivered before)",
                       self.q.proc.name, batch, routed, written, counts.replayed)  # fmt: skip
             counts.violations += 1
-        counts.passed, outside = _tally(report.get("sources", {}), completeness.planned_spans(figures["sources"]))
+        if self._stateful_rows:  # the blocks' routes are the accounting: nothing to settle (as foreachBatch's)
+            counts.passed, counts.refused, outside = None, 0, 0
+        else:
+            counts.passed, outside = _tally(report.get("sources", {}), completeness.planned_spans(figures["sources"]))
         if outside:
             log.error("weir: processor %s batch %s: %d output rows name input records outside the batch's offsets",
                       self.q.proc.name, batch, outside)  # fmt: skip

@@ -964,8 +964,6 @@ class ProcessorQuery:
             stream, handler = self.inputs(), self._archive_batch
         elif self.view is not None:
             stream, handler = self.inputs(), self._view_batch
-        elif self.proc.stateful or self.proc.kind == "source":
-            stream, handler = self._streaming_result(), self._streaming_batch
         else:
             self.direct = None
             if self.back_to_direct:  # the fallback ran its course: the direct path again
@@ -982,7 +980,10 @@ class ProcessorQuery:
                     self.fell_back = _brief(exc)
                     log.warning("weir: processor %s cannot start on the direct path (%s); it runs one batch at a "
                                 "time", self.proc.name, self.fell_back)  # fmt: skip
-            stream, handler = self.inputs(), self._stateless_batch
+            if self.proc.stateful or self.proc.kind == "source":
+                stream, handler = self._streaming_result(), self._streaming_batch
+            else:
+                stream, handler = self.inputs(), self._stateless_batch
 
         def each(batch: DataFrame, batch_id: int) -> None:
             if self.stopping.is_set():

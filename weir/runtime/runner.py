@@ -431,7 +431,9 @@ class Runner:
                     del self._queries[name]
                     if self._builders[name].direct is not None:  # no foreachBatch noted the batches it ran
                         last = q.lastProgress or {}
-                        if last.get("numInputRows"):
+                        # A batch that ran: it read records, or it ran without (a stateful query's batch that moves
+                        # the watermark on, whose closed windows it writes); not the next batch a start reports
+                        if last.get("numInputRows") or "addBatch" in (last.get("durationMs") or {}):
                             self._builders[name].ran = last.get("batchId")
                     self._await_listener(name)
                     if exc is not None and not self._builders[name].stopping.is_set():
