@@ -89,7 +89,14 @@ def test_the_fast_path_matches_a_run_without_a_broker(pipeline_test, weir_spark,
         bytes(r.value) for r in run.dead_letters("orders")
     )
     assert sorted(r.error for r in t.dead_letters("orders")) == sorted(r.error for r in run.dead_letters("orders"))
-    assert counts.to_json() == run.accounting("big_orders").to_json() == t.accounting("big_orders").to_json()
+    fast, ran = counts.to_json(), run.accounting("big_orders").to_json()
+    assert fast == t.accounting("big_orders").to_json()
+    # The run's direct query fails on the record that does not decode, and its batch runs again one batch at a time
+    # (docs/delivery.md, "The direct path"): what the failed attempt's other task delivered is `replayed` there,
+    # found and not written again (the outputs above are each once)
+    replayed = ran.pop("replayed")
+    assert fast.pop("replayed") == 0 and 0 <= replayed <= fast["out"]
+    assert fast == ran
     # A second batch continues: offsets go on, and the books add up.
     t.run_batch("big_orders", [{"id": "x", "amount": 50.0}])
     assert t.accounting("big_orders").in_ == 13 and len(t.read("orders.big")) == 5
