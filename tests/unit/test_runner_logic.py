@@ -7,7 +7,7 @@ import pytest
 from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.progress import in_records, offset_span, recount
-from weir.runtime.runner import stages
+from weir.runtime.runner import _ran, stages
 from weir.runtime.versions import IncompatibleChange, check, read
 
 
@@ -331,3 +331,12 @@ def test_keys_a_time_to_live_cleared_are_counted_apart_from_the_books() -> None:
     c.settle(7)
     assert (c.expired, c.absorbed, c.balanced, c.outputs) == (7, 5, True, {"o": 2})
     assert c.to_json()["expired"] == 7
+
+
+def test_a_progress_names_the_batch_it_ran_and_none_for_an_idle_query_or_a_start():
+    # a batch that read records; a stateful one that only moved the watermark on (closed windows out)
+    assert _ran({"batchId": 4, "numInputRows": 10, "durationMs": {"addBatch": 120}}) == 4
+    assert _ran({"batchId": 5, "numInputRows": 0, "durationMs": {"addBatch": 80, "triggerExecution": 90}}) == 5
+    # an idle query, or a start with nothing to read: the next batch id, which has not run
+    assert _ran({"batchId": 6, "numInputRows": 0, "durationMs": {"latestOffset": 3, "triggerExecution": 4}}) is None
+    assert _ran(None) is None and _ran({}) is None

@@ -430,11 +430,9 @@ class Runner:
                     exc = q.exception()
                     del self._queries[name]
                     if self._builders[name].direct is not None:  # no foreachBatch noted the batches it ran
-                        last = q.lastProgress or {}
-                        # A batch that ran: it read records, or it ran without (a stateful query's batch that moves
-                        # the watermark on, whose closed windows it writes); not the next batch a start reports
-                        if last.get("numInputRows") or "addBatch" in (last.get("durationMs") or {}):
-                            self._builders[name].ran = last.get("batchId")
+                        ran = _ran(q.lastProgress)
+                        if ran is not None:
+                            self._builders[name].ran = ran
                     self._await_listener(name)
                     if exc is not None and not self._builders[name].stopping.is_set():
                         self._builders[name].failed(exc)
@@ -511,8 +509,8 @@ class Runner:
         if builder.direct is not None:  # one streaming query: the batch in the offset log is the one running
             running = builder.direct.running()
             while query.isActive and running is not None and time.monotonic() < deadline:
-                done = (query.lastProgress or {}).get("batchId", -1)
-                if done >= running:
+                done = _ran(query.lastProgress)
+                if done is not None and done >= running:
                     builder.ran = running  # its progress event is on its way to the listener
                     return
                 time.sleep(0.05)
@@ -777,3 +775,13 @@ def _creating_sources(query: Any) -> bool:
         return query.status.get("message") == "Initializing sources"
     except Exception:  # a query stopping under the call: it holds nothing back
         return False
+
+
+def _ran(progress: dict | None) -> int | None:
+    """The batch a query's progress says it ran: one that read records, or one that ran without (a stateful query's
+    batch that moves the watermark on and writes the windows it closed). None for a progress of no batch: an idle
+    query's, or the one a start reports, which names the next batch id, not yet run."""
+    last = progress or {}
+    if last.get("numInputRows") or "addBatch" in (last.get("durationMs") or {}):
+        return last.get("batchId")
+    return None
