@@ -81,7 +81,7 @@ class Direct:
         self.replay: int | None = None  # the batch planned and not committed at the start: written again
         self._routes_own = False
         self._encoded = False
-        self._stateful_rows = False  # a stateful result: no input record behind a row, the routes are the books
+        self._stateful_rows = q.proc.stateful  # no input record behind a row: the routes are the books
         self._combos = routing.destinations(q.proc)
         self._origin: replay.Marks = {}  # the marks taken at the start
         self._written: dict[str, int] = {}  # records the batches since the start wrote, per topic
@@ -126,31 +126,31 @@ class Direct:
         routed = routed.observe(f"{ROUTES}{q.name}", *routing.by_route(self._combos), refused)
         if not routing.keeps_order(routed, analyzed=True):
             return None
-        return routed.where(col(routing.DEST).isNotNull()).select(
-            col(routing.DEST).alias("topic"), col("key"), col("value"),
-            routing.stamped_headers(q.headers).alias("headers"), col("timestamp"),
-        )  # fmt: skip
+        return self._to_write(routed)
 
     def _stateful(self) -> DataFrame:
         """A stateful result's routed records: the function applied once to the streams, as foreachBatch's path
         does (weir's blocks route the records that do not decode, and late ones, themselves). The routes are the
         books: an Observation counts them, as one foreachBatch batch does, and the writer's commit what went out."""
         q = self.q
-        self._stateful_rows = True
         frame = q._streaming_result()
         if ROUTE not in frame.columns:
             frame = frame.withColumn(ROUTE, F.lit(OUT))
         routed = routing.route(frame, q.proc, q.topics, q.writers)
         routed = routed.observe(f"{ROUTES}{q.name}", *routing.by_route(self._combos))
+        return self._to_write(routed)
+
+    def _to_write(self, routed: DataFrame) -> DataFrame:
+        """The routed rows that have a destination topic, as the writer's records."""
         return routed.where(col(routing.DEST).isNotNull()).select(
             col(routing.DEST).alias("topic"), col("key"), col("value"),
-            routing.stamped_headers(q.headers).alias("headers"), col("timestamp"),
+            routing.stamped_headers(self.q.headers).alias("headers"), col("timestamp"),
         )  # fmt: skip
 
     def start(self, records: DataFrame) -> StreamingQuery:
         q = self.q
         planned, committed = self._logged()
-        self.replay = planned if planned is not None and (committed is None or planned > committed) else None
+        self.replay = _uncommitted(planned, committed)
         # Nothing runs yet: these marks lie below everything the query will write. They serve a replay that has no
         # marks of its own (its attempt wrote nothing: a streaming attempt always has marks at or below it), and
         # every later batch; they are where the check of what the query's writes appended starts.
@@ -193,15 +193,21 @@ class Direct:
         """The query failed: the processor runs one batch at a time from the batch that failed on. That batch's
         marks become its own (replay.adopt), so its foreachBatch attempt reads back what this one delivered."""
         planned, committed = self._logged()
-        if planned is not None and (committed is None or planned > committed):
+        if _uncommitted(planned, committed) is not None:
             replay.adopt(self.q.checkpoint, self.q.proc.name, planned, self.q.pipeline.name)
         log.warning("weir: processor %s failed on the direct path (%s); it runs one batch at a time from batch %s "
                     "on", self.q.proc.name, why, planned)  # fmt: skip
         return planned
 
     def running(self) -> int | None:
-        """The batch running now or last run: the offset log's last (None before the first)."""
-        return self._logged()[0]
+        """The batch running now: the offset log's last when the commit log does not hold it yet (None when every
+        planned batch has committed, or before the first)."""
+        return _uncommitted(*self._logged())
+
+    def committed(self, batch: int) -> bool:
+        """Whether Spark's commit log holds `batch` (and so every batch before it)."""
+        done = self._logged()[1]
+        return done is not None and done >= batch
 
     # -- marks ----------------------------------------------------------------------------------------------
     def _logged(self) -> tuple[int | None, int | None]:
@@ -288,7 +294,7 @@ class Direct:
                       self.q.proc.name, batch, routed, written, counts.replayed)  # fmt: skip
             counts.violations += 1
         if self._stateful_rows:  # the blocks' routes are the accounting: nothing to settle (as foreachBatch's)
-            counts.passed, counts.refused, outside = None, 0, 0
+            counts.passed, outside = None, 0
         else:
             counts.passed, outside = _tally(report.get("sources", {}), completeness.planned_spans(figures["sources"]))
         if outside:
@@ -297,6 +303,11 @@ class Direct:
             counts.violations += 1
         self._after(batch, written, counts)
         return counts
+
+
+def _uncommitted(planned: int | None, committed: int | None) -> int | None:
+    """The offset log's last batch when the commit log does not hold it yet, else None."""
+    return planned if planned is not None and (committed is None or planned > committed) else None
 
 
 def _tally(sources: dict[str, list[list[int]]], spans: dict[str, dict[int, tuple[int | None, int]]]) -> tuple[int, int]:

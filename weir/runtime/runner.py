@@ -506,11 +506,10 @@ class Runner:
         builder = self._builders[name]
         running = builder.in_batch
         deadline = time.monotonic() + self.settings.stop_timeout
-        if builder.direct is not None:  # one streaming query: the batch in the offset log is the one running
+        if builder.direct is not None:  # one streaming query: a batch planned and not committed is running
             running = builder.direct.running()
             while query.isActive and running is not None and time.monotonic() < deadline:
-                done = _ran(query.lastProgress)
-                if done is not None and done >= running:
+                if builder.direct.committed(running):
                     builder.ran = running  # its progress event is on its way to the listener
                     return
                 time.sleep(0.05)
