@@ -329,28 +329,78 @@ def event_log(scratch: Path, label: str) -> dict[str, str]:
 
 
 def jobs_per_batch(scratch: Path, label: str) -> str:
-    """From Spark's event log: Spark jobs per streaming batch (median), and the median of their summed time."""
+    """From Spark's event log, medians over the streaming batches that ran a job: Spark jobs, the wall time of the
+    batch's SQL executions (its plan run: the jobs and the writer's commit), the time its jobs ran, and the
+    tasks' executor run, CPU and deserialize times summed (on 2 cores, run time above twice the job time waits)."""
     where = scratch / "events" / "".join(c if c.isalnum() else "-" for c in label)
-    jobs: dict[str, list[float]] = {}
-    started: dict[int, tuple[str, float]] = {}
+    per: dict[str, dict[str, float]] = {}
+    job_batch: dict[int, tuple[str, float, str | None]] = {}
+    stage_batch: dict[int, str] = {}
+    executions: dict[str, float] = {}  # execution id -> its start (ms)
+    exec_batch: dict[str, str] = {}
     for path in sorted(p for p in where.rglob("*") if p.is_file()):  # Spark 4 writes a directory per application
         for line in path.read_text(errors="replace").splitlines():
             try:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if ev.get("Event") == "SparkListenerJobStart":
-                batch = (ev.get("Properties") or {}).get("streaming.sql.batchId")
+            kind = ev.get("Event", "")
+            if kind == "SparkListenerJobStart":
+                props = ev.get("Properties") or {}
+                batch = props.get("streaming.sql.batchId")
                 if batch is not None:
-                    started[ev["Job ID"]] = (batch, ev["Submission Time"])
-            elif ev.get("Event") == "SparkListenerJobEnd" and ev.get("Job ID") in started:
-                batch, t0 = started.pop(ev["Job ID"])
-                jobs.setdefault(batch, []).append((ev["Completion Time"] - t0) / 1000)
-    if not jobs:
+                    job_batch[ev["Job ID"]] = (batch, ev["Submission Time"], props.get("spark.sql.execution.id"))
+                    for stage in ev.get("Stage IDs", []):
+                        stage_batch[stage] = batch
+                    if props.get("spark.sql.execution.id") is not None:
+                        exec_batch[props["spark.sql.execution.id"]] = batch
+            elif kind == "SparkListenerJobEnd" and ev.get("Job ID") in job_batch:
+                batch, t0, _ = job_batch.pop(ev["Job ID"])
+                b = per.setdefault(batch, {})
+                b["jobs"] = b.get("jobs", 0) + 1
+                b["job s"] = b.get("job s", 0) + (ev["Completion Time"] - t0) / 1000
+            elif kind == "SparkListenerTaskEnd" and ev.get("Stage ID") in stage_batch:
+                m = ev.get("Task Metrics") or {}
+                b = per.setdefault(stage_batch[ev["Stage ID"]], {})
+                b["tasks"] = b.get("tasks", 0) + 1
+                b["task run s"] = b.get("task run s", 0) + m.get("Executor Run Time", 0) / 1000
+                b["task cpu s"] = b.get("task cpu s", 0) + m.get("Executor CPU Time", 0) / 1e9
+                b["task deser s"] = b.get("task deser s", 0) + m.get("Executor Deserialize Time", 0) / 1000
+            elif kind.endswith("SparkListenerSQLExecutionStart"):
+                executions[str(ev.get("executionId"))] = ev.get("time", 0)
+            elif kind.endswith("SparkListenerSQLExecutionEnd"):
+                key = str(ev.get("executionId"))
+                if key in executions and key in exec_batch:
+                    b = per.setdefault(exec_batch[key], {})
+                    b["execution s"] = b.get("execution s", 0) + (ev.get("time", 0) - executions[key]) / 1000
+    ran = [b for b in per.values() if b.get("jobs")]
+    if not ran:
         return "no event log"
-    counts = sorted(len(v) for v in jobs.values())
-    spent = sorted(sum(v) for v in jobs.values())
-    return f"{counts[len(counts) // 2]} Spark jobs per batch (median), {spent[len(spent) // 2]:.1f} s in them"
+
+    def median(key: str) -> float:
+        values = sorted(b.get(key, 0) for b in ran)
+        return values[len(values) // 2]
+
+    return (f"{median('jobs'):.0f} Spark jobs per batch; medians per batch: execution {median('execution s'):.2f} s, "
+            f"jobs {median('job s'):.2f} s, {median('tasks'):.0f} tasks running {median('task run s'):.2f} s "
+            f"(CPU {median('task cpu s'):.2f} s, deserialize {median('task deser s'):.2f} s)")  # fmt: skip
+
+
+def durations(progress: Path | None) -> str:
+    """Medians of each step of Spark's progress (durationMs) over the batches that read records."""
+    if progress is None:
+        return ""
+    try:
+        lines = [json.loads(x) for x in progress.read_text().splitlines() if x.strip()]
+    except OSError:
+        return ""
+    steps = [
+        x.get("duration_ms") or {} for x in lines if x.get("type", "progress") == "progress" and x.get("input_rows")
+    ]
+    if not steps:
+        return ""
+    keys = sorted({k for d in steps for k in d}, key=lambda k: -sorted(d.get(k, 0) for d in steps)[len(steps) // 2])
+    return ", ".join(f"{k} {sorted(d.get(k, 0) for d in steps)[len(steps) // 2]}" for k in keys)
 
 
 def weir_env(scratch: Path, label: str, extra: dict[str, str], window: bool) -> tuple[dict[str, str], Path]:
@@ -486,6 +536,7 @@ def main() -> int:
                 program = {"bytewax": ["-m", "bytewax.run", "bytewax_flow:flow", "-w1"],
                            "quix": [str(HERE / "quix_app.py")]}[system]  # fmt: skip
                 runs.append((label, [str(python), *program], {**base, "PYTHONPATH": str(HERE)}, None))
+        where = {label: progress for label, _, _, progress in runs}
         for label, cmd, env, progress in runs:
             console.print(f"[bold]{label}[/]", highlight=False)
             r = run_system(args, bs, scratch, label, cmd, env, progress)
@@ -501,6 +552,7 @@ def main() -> int:
         for r in results:
             if r.batches:
                 console.print(f"{r.label}: {jobs_per_batch(scratch, r.label)}", highlight=False)
+                console.print(f"  progress medians (ms): {durations(where.get(r.label))}", highlight=False)
     console.print(f"load average {os.getloadavg()} at end; logs kept in {scratch}")
     return 0 if all(r.exactly_once for r in results if r.expected) else 1
 

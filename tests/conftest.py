@@ -38,6 +38,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 SPARK_FIXTURES = frozenset({"spark", "weir_spark", "pipeline_test"})
 
 
+# Seconds of test time per xdist worker (setup, call and teardown): CI's time is the busier worker's, so the end
+# of a run says which one that is and how far apart they are (the Spark group runs on one worker only).
+_SPENT: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # the worker that ran it, on xdist's controller
+    worker = node.gateway.id if node is not None else os.environ.get("PYTEST_XDIST_WORKER", "main")
+    spent = _SPENT.setdefault(worker, [0.0, 0])
+    spent[0] += report.duration
+    spent[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SPENT:
+        each = ", ".join(f"{w} {s / 60:.1f} min in {n} tests" for w, (s, n) in sorted(_SPENT.items()))
+        terminalreporter.write_line(f"test time per worker: {each}")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A whole module goes to the Spark worker when any of its tests uses Spark: module-scoped fixtures (the

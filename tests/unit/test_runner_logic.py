@@ -340,3 +340,20 @@ def test_a_progress_names_the_batch_it_ran_and_none_for_an_idle_query_or_a_start
     # an idle query, or a start with nothing to read: the next batch id, which has not run
     assert _ran({"batchId": 6, "numInputRows": 0, "durationMs": {"latestOffset": 3, "triggerExecution": 4}}) is None
     assert _ran(None) is None and _ran({}) is None
+
+
+def test_fallbacks_double_in_a_row_and_a_clean_stretch_begins_a_new_row():
+    from weir.runtime.direct import BACK_AFTER, Fallbacks
+
+    f = Fallbacks()
+    assert f.fell(None) is None  # failed before any batch was planned: back at the next start
+    assert f.fell(5) == 5 + 2 * BACK_AFTER  # a second fallback in a row stays twice as long
+    f.resumed = back = 5 + 2 * BACK_AFTER
+    # It failed again soon after coming back: still the same row, four times as long
+    assert f.fell(back + 3) == back + 3 + 4 * BACK_AFTER
+    f.resumed = 100
+    # The direct path ran clean as many batches as the last stay (40): a new row, the first stay again
+    assert f.fell(100 + 4 * BACK_AFTER) == 100 + 4 * BACK_AFTER + BACK_AFTER
+    assert f.row == 1
+    f.resumed = 200
+    assert f.fell(200 + BACK_AFTER - 1) == 200 + BACK_AFTER - 1 + 2 * BACK_AFTER  # one short of the stay: in a row

@@ -469,13 +469,13 @@ class _Run:
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
         self._files = LakeFiles(spark, lake, self.schemas, report)
         effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
-        self.query = ProcessorQuery(spark, effective, target.proc, settings, Ledger(), checkpoint="")
-        self.query.name = f"backfill.{p.name}.{target.proc.name}"
-        self.query.headers[BACKFILL_HEADER] = report.id
         # What the processor already delivered to the topics this backfill writes (streaming's output, an earlier
         # run's): written again, it would reach every downstream consumer twice (docs/backfill.md, "Identities").
         written = [*target.output_topics, *(f"{t}.dlq" for t in target.proc.inputs)]
-        self.query.delivered = self.query.read_delivered(written).persist()
+        self.query = ProcessorQuery(
+            spark, effective, target.proc, settings, Ledger(), checkpoint="",
+            name=f"backfill.{p.name}.{target.proc.name}", stamp={BACKFILL_HEADER: report.id}, delivered=written,
+        )  # fmt: skip
         # The function traced on an empty batch first: a result that does not fit the target fails here,
         # with the runner's message, before any chunk is written.
         self.query.trace_batch(union([spark.createDataFrame([], s) for s in self.schemas.values()]).schema)

@@ -142,19 +142,23 @@ class StatefulRun:
         rows; the replay's books (every record it read, by route) with the delivered rows per destination."""
         proc = self.target.proc
         effective = replace(self.p, topics=self.target.topics, processors={**self.p.processors, proc.name: proc})
-        query = ProcessorQuery(self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint)
-        query.name = f"backfill.{self.p.name}.{proc.name}"
-        query.headers[BACKFILL_HEADER] = self.report.id
+        name = f"backfill.{self.p.name}.{proc.name}"
+        traced = ProcessorQuery(
+            self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint, name=name
+        )
         with settings_noted() as blocks:
-            names = query.trace()
+            names = traced.trace()
         names = names.columns if not isinstance(names, dict) else next(iter(names.values())).columns
         h = horizon(list(blocks))
         self.report.notes.extend(n for n in h.notes if n not in self.report.notes)
         rescan(h)
         replay = self.offsets(h)
-        query.bounds = replay.bounds
         written = [*self.target.output_topics, *(f"{t}.dlq" for t in proc.inputs), *(f"{t}.late" for t in proc.inputs)]
-        query.delivered = query.read_delivered(written).persist()
+        # The replay's query: its sources bounded by the offsets the trace's horizon gave
+        query = ProcessorQuery(
+            self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint, name=name,
+            stamp={BACKFILL_HEADER: self.report.id}, bounds=replay.bounds, delivered=written,
+        )  # fmt: skip
         windows = self.delivered_windows(h, names)
         belongs = self.belongs(replay, names)
         total = Counts()

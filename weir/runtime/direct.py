@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,18 +38,37 @@ from weir.runtime.accounting import Counts, from_routes
 from weir.storage import checkpoint as cp_store
 from weir.storage.checkpoint import Checkpoint
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # query.py imports this module: its type only, for the checker (no import at run time)
     from pyspark.sql.streaming import StreamingQuery
 
-# `q` below is a weir.runtime.query.ProcessorQuery: that module imports this one, which reads its settings,
-# inputs and helpers (typed Any here: an import back would be a cycle)
-ProcessorQuery = Any
+    from weir.runtime.query import ProcessorQuery
 
 log = logging.getLogger("weir")
 UNDECODABLE = "weir: a record that does not decode"
 HANDED, ROUTES = "weir.handed:", "weir.routes:"
-BACK_AFTER = 10  # batches one at a time after a fallback, before the direct path again (doubled per fallback)
+BACK_AFTER = 10  # batches one at a time after a fallback, before the direct path again (see Fallbacks)
 MARKS_EVERY_S = 5.0  # how often marks are noted anew: a replay reads back from them, at most this much more
+
+
+@dataclass
+class Fallbacks:
+    """When a processor that fell back from the direct path returns to it: after the batch it failed on and
+    BACK_AFTER more one at a time. Each fallback in a row doubles the stay, so that a stream of bad records settles
+    on foreachBatch; a fallback after the direct path ran, clean, at least as many batches as the last stay begins
+    a new row, so that a trickle of them keeps most batches direct."""
+
+    row: int = 0  # fallbacks in a row
+    stay: int = 0  # the last fallback's batches one at a time
+    resumed: int | None = None  # the batch from which the direct path ran again, after the last fallback
+
+    def fell(self, failed_at: int | None) -> int | None:
+        """A fallback on batch `failed_at` (None: before any batch was planned); the batch after which the
+        processor returns to the direct path (None: the next start)."""
+        if self.resumed is not None and failed_at is not None and failed_at - self.resumed >= self.stay:
+            self.row = 0
+        self.row += 1
+        self.stay, self.resumed = BACK_AFTER * 2 ** (self.row - 1), None
+        return None if failed_at is None else failed_at + self.stay
 
 
 def refusal(q: ProcessorQuery) -> str | None:

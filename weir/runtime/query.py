@@ -106,8 +106,33 @@ def query_name(pipeline: Pipeline, proc: Processor) -> str:
     return f"{pipeline.name}.{proc.name}"
 
 
+class Output:
+    """Where a batch's records for topics go: rows of (topic, key, value, headers, timestamp), every one already
+    routed, stamped and cleared by the replay guard. `write` runs on the driver, once per write of a batch; the
+    rows are written by the executors that hold them. The default writes them to Kafka with the weir-kafka sink,
+    whose options (the client's, the replay guard's, the commit report's) the query gives; the testing kit's
+    (weir.testing) keeps them in memory instead. A subclass overrides `write`.
+    """
+
+    def write(self, records: DataFrame, options: dict[str, str], oldest_first: bool) -> None:
+        """Write `records` in one Spark job. `oldest_first`: each task writes its rows oldest first, so that a
+        reader cutting through the batch (its own batch limit, or reading while it is written) sees the older
+        records and not a scatter whose newest event times would push its watermark past the rest (a stateful
+        result comes grouped by key). Raises what the write raised: the batch fails and runs again."""
+        if oldest_first:
+            records = records.sortWithinPartitions("timestamp")
+        records.write.format("weir-kafka").options(**options).mode("append").save()
+
+
 class ProcessorQuery:
-    """Builds and starts the streaming query of one processor."""
+    """Builds and starts the streaming query of one processor.
+
+    Everything that differs between a streaming run, a backfill and the testing kit comes in here, never set from
+    outside afterwards: `name` (the query's, and its Observations'), `stamp` (headers stamped on every record
+    beside `weir.pipeline`: a backfill's id), `bounds` (the offsets a stateful backfill's sources replay),
+    `delivered` (topics whose rows this writer delivered before, never written again: a backfill's outputs) and
+    `output` (where records for topics go).
+    """
 
     # Extra options of every topic write: the weir-kafka sink's testing hooks (tests set them), never settings.
     write_hooks: dict[str, str] = {}  # noqa: RUF012 - read-only unless a test replaces it
@@ -123,11 +148,17 @@ class ProcessorQuery:
         *,
         available_now: bool = False,
         max_poison: int = 10,
+        name: str | None = None,
+        stamp: dict[str, str] | None = None,
+        bounds: Bounds | None = None,
+        delivered: list[str] | None = None,
+        output: Output | None = None,
     ) -> None:
         self.spark, self.pipeline, self.proc, self.settings = spark, pipeline, proc, settings
         self.ledger, self.checkpoint = ledger, checkpoint
         self.available_now, self.max_poison = available_now, max_poison
-        self.name = query_name(pipeline, proc)
+        self.name = name or query_name(pipeline, proc)
+        self.output = output or Output()
         self.topics = pipeline.topics
         # Avro, Protobuf and JSON Schema outputs: their schemas registered now, before anything is written
         self.writers = routing.writers(proc, self.topics, settings.registry_conf())
@@ -148,7 +179,7 @@ class ProcessorQuery:
         self.view = views.view_of(pipeline, proc)  # a view's processor: the lean path (`_view_batch`)
         # Stamped on every record written to Kafka: the writer's pipeline (weir.processor is in the routed
         # headers), and a backfill's id (weir.backfill).
-        self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name}
+        self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name, **(stamp or {})}
         # The running batch's replay guard (a streaming batch's write; see `guard`), or its marks being taken
         self._guard: replay.Guard | None = None
         self._marks: Future[replay.Guard] | None = None
@@ -166,11 +197,13 @@ class ProcessorQuery:
         # write's are booked with the next batch that succeeds).
         self.client_rebuilds = 0
         self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
-        self.bounds: Bounds | None = None  # a stateful backfill's: the offsets its sources replay
+        self.bounds = bounds
         self.direct: direct.Direct | None = None  # the running query's direct path (weir.runtime.direct), if any
         self.fell_back: str | None = None  # why the direct path failed: the processor runs one batch at a time
-        self._fallbacks = 0  # fallbacks from the direct path in this process (see failed)
+        self._fallbacks = direct.Fallbacks()  # when a fallback from the direct path returns to it
         self._back_at: int | None = None  # the batch after which a fallback returns to the direct path
+        if delivered is not None:  # read by one job at its first use, and kept
+            self.delivered = self.read_delivered(delivered).persist()
 
     @property
     def guard(self) -> replay.Guard | None:
@@ -642,7 +675,7 @@ class ProcessorQuery:
 
     def write_topics(self, routed: DataFrame) -> None:
         """Write the routed rows that have a destination topic to it (one Spark job). The one place routed records
-        leave for Kafka: the testing kit's fast path (weir.testing) collects them in memory here instead."""
+        leave for their topics, through `output`."""
         rows = routed.where(col(routing.DEST).isNotNull())
         seen = None
         if not self._rebuild_checked:
@@ -655,22 +688,15 @@ class ProcessorQuery:
                 record = self._memo(("record", tuple(self.headers.items())), lambda: [
                     col(routing.DEST).alias("topic"), col("key"), col("value"),
                     routing.stamped_headers(self.headers).alias("headers"), col("timestamp")])  # fmt: skip
-                records = rows.select(*record)
-                if not self._in_order or seen is not None:
-                    # Each task writes oldest first: a reader that cuts through this batch (its own batch limit, or
-                    # reading while it is written) sees the older records, not a scatter whose newest event times
-                    # would push its watermark past the rest (a stateful result comes grouped by key). Rows that
-                    # come in their input records' order are so already; sorting them would make each task read
-                    # all of its records before writing the first (no reading while the writer produces).
-                    records = records.sortWithinPartitions("timestamp")
-                (
-                    records.write.format("weir-kafka")
-                    .options(**self._kafka_options(), **({"replayGuard": self.guard.to_option()} if self.guard else {}))
-                    .option("commitReport", report)
-                    .options(**self.write_hooks)
-                    .mode("append")
-                    .save()
-                )
+                options = {
+                    **self._kafka_options(),
+                    **({"replayGuard": self.guard.to_option()} if self.guard else {}),
+                    "commitReport": report,
+                    **self.write_hooks,
+                }
+                # Rows that come in their input records' order are oldest first already; sorting them would make
+                # each task read all of its records before writing the first (no reading while the writer produces)
+                self.output.write(rows.select(*record), options, oldest_first=not self._in_order or seen is not None)
         finally:
             self._take_report(report)
         if self.guard is not None and self.guard.reports is not None:
@@ -945,11 +971,7 @@ class ProcessorQuery:
             self.fell_back = _brief(exc)
             failed_at = self.direct.fall_back(self.fell_back)
             self.direct = None
-            # Back to the direct path after the failed batch and a few more one at a time; each fallback in a row
-            # doubles how many, so that a stream of bad records settles on foreachBatch
-            self._fallbacks += 1
-            stay = direct.BACK_AFTER * 2 ** (self._fallbacks - 1)
-            self._back_at = None if failed_at is None else failed_at + stay
+            self._back_at = self._fallbacks.fell(failed_at)
 
     @property
     def back_to_direct(self) -> bool:
@@ -967,6 +989,7 @@ class ProcessorQuery:
         else:
             self.direct = None
             if self.back_to_direct:  # the fallback ran its course: the direct path again
+                self._fallbacks.resumed = self._back_at
                 self.fell_back, self._back_at = None, None
             if on_batch is None and direct.refusal(self) is None:
                 path = direct.Direct(self)

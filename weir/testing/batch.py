@@ -3,7 +3,7 @@
 The rows become one batch with the weir-kafka source's columns (its own conversion and JSON decoding),
 and `ProcessorQuery.run_batch` (the code of every streaming micro-batch and of `weir backfill`) applies
 the processor: dead letters, poison records, routing and accounting as in `weir run`. Only the last step
-differs: the routed records are collected in memory where `write_topics` would send them to Kafka, and a
+differs: the routed records are collected in memory (`Collected`, the query's output) instead of Kafka, and a
 sink processor's rows go to a `MemorySink`.
 """
 
@@ -15,12 +15,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from weir.blocks.common import col
 from weir.config import Settings
 from weir.pipeline.model import Pipeline, Processor, Topic
-from weir.runtime import routing
 from weir.runtime.accounting import Counts
-from weir.runtime.query import Ledger, ProcessorQuery, union
+from weir.runtime.query import Ledger, Output, ProcessorQuery, union
 from weir.sinks.base import Delivery, Sink, Written
 from weir.testing.records import Message, Record, records, table
 
@@ -68,16 +66,15 @@ def _ms(t: Any) -> int:
     return 0 if t is None else round(t.timestamp() * 1000)
 
 
-class CollectingQuery(ProcessorQuery):
-    """A processor's batch path whose routed records stay in memory (`routed`, one Arrow table per write)."""
+class Collected(Output):
+    """Records a batch routed to topics, kept in memory as one Arrow table per write (topic, key, value, headers,
+    timestamp), in the order the function's result gave them."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.routed: list[pa.Table] = []
+    def __init__(self) -> None:
+        self.tables: list[pa.Table] = []
 
-    def write_topics(self, routed: DataFrame) -> None:
-        rows = routing.stamped(routed.where(col(routing.DEST).isNotNull()), self.headers)
-        self.routed.append(rows.select(routing.DEST, "key", "value", "headers", "timestamp").toArrow())
+    def write(self, records: DataFrame, options: dict[str, str], oldest_first: bool) -> None:
+        self.tables.append(records.toArrow())
 
 
 @dataclass
@@ -104,8 +101,11 @@ class FastBatch:
 
     def run(self, inputs: dict[str, pa.Table]) -> tuple[Counts, list[pa.Table]]:
         """The batch's counts, settled with the number of rows given, and the routed records' tables."""
-        query = CollectingQuery(self.spark, self.pipeline, self.proc, self.settings, Ledger(), checkpoint="")
-        query.name = f"test.{self.pipeline.name}.{self.proc.name}"
+        collected = Collected()
+        query = ProcessorQuery(
+            self.spark, self.pipeline, self.proc, self.settings, Ledger(), checkpoint="",
+            name=f"test.{self.pipeline.name}.{self.proc.name}", output=collected,
+        )  # fmt: skip
         frames = [self.spark.createDataFrame(t) for t in inputs.values()]
         query.trace_batch(union(frames).schema)  # a result that does not fit its topics fails as at `weir run`
         if self.sink is not None:
@@ -118,4 +118,4 @@ class FastBatch:
         counts.settle(sum(t.num_rows for t in inputs.values()))
         if not counts.balanced:
             counts.violations += 1
-        return counts, query.routed
+        return counts, collected.tables

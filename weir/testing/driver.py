@@ -30,7 +30,6 @@ from weir.lake.archive import ARCHIVER_PREFIX
 from weir.pipeline.model import Pipeline, Topic
 from weir.pipeline.validate import validate
 from weir.runtime.accounting import Counts
-from weir.runtime.routing import DEST
 from weir.runtime.runner import ProcessorStatus, Runner
 from weir.storage.views import ViewError, reader_for
 from weir.testing import records as rec
@@ -236,9 +235,9 @@ class PipelineTest:
         counts, routed = fast.run(tables)
         counts = self._named(counts)
         for part in routed:
-            for dest in sorted(set(part.column(DEST).to_pylist())):
+            for dest in sorted(set(part.column("topic").to_pylist())):
                 logical, topic = self._logical(dest)
-                self._outbox.add(dest, part.filter(pc.equal(part.column(DEST), dest)), topic, logical)
+                self._outbox.add(dest, part.filter(pc.equal(part.column("topic"), dest)), topic, logical)
         self._totals.setdefault(processor, Counts()).add(counts)
         return counts
 
