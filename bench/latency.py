@@ -1,7 +1,8 @@
 """Live latency at a steady rate: every system in one run on one embedded broker, each output timed against its
 input's produce time.
 
-    .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20] [--only loop,plain,weir,bytewax,quix]
+    .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20]
+                                      [--only loop,plain,plain+headers,weir,bytewax,quix]
                                       [--weir-variant 'LABEL:KEY=VALUE[;KEY=VALUE...]' ...] [--drain 120]
                                       [--window]
 
@@ -75,7 +76,7 @@ _spec.loader.exec_module(peers)
 from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
-SYSTEMS = ("loop", "plain", "weir", "bytewax", "quix")
+SYSTEMS = ("loop", "plain", "plain+headers", "weir", "bytewax", "quix")
 KEEP_ABOVE = 10.0
 LAUNCH_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
@@ -200,7 +201,7 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         sampler = peers.TreeSampler(proc.pid)
         sampler.start()
         # A variant with LAT_NO_MONITOR=1 runs without the monitor beside it: its polls load the broker too
-        weir_run = progress is not None and label != PLAIN and not env.get("LAT_NO_MONITOR")
+        weir_run = progress is not None and not label.startswith(PLAIN) and not env.get("LAT_NO_MONITOR")
         monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log", args.window) if weir_run else None
         if monitor is not None:
             monitor.start()
@@ -514,12 +515,16 @@ def main() -> int:
         for system in only:
             if system == "loop":
                 runs.append(("hand loop", [py, str(HERE / "loop.py")], {**base, "PYTHONPATH": str(HERE)}, None))
-            elif system == "plain":
-                stats = scratch / "plain.progress"
+            elif system in ("plain", "plain+headers"):
+                # plain+headers: the plain query writing weir's headers and timestamp with each record
+                label = PLAIN if system == "plain" else f"{PLAIN}, weir's headers"
+                name = system.replace("+", "-")
+                stats = scratch / f"{name}.progress"
                 env = {**base, "PYTHONPATH": os.pathsep.join((str(HERE), str(ROOT))), "LAT_STATS": str(stats),
-                       "LAT_CHECKPOINT": str(scratch / "plain-checkpoint"),
-                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, PLAIN) if args.event_log else {})}  # fmt: skip
-                runs.append((PLAIN, [py, str(HERE / "spark_query.py")], env, stats))
+                       "LAT_CHECKPOINT": str(scratch / f"{name}-checkpoint"),
+                       "LAT_HEADERS": "1" if system == "plain+headers" else "0",
+                       "LAT_SPARK_CONF": json.dumps(event_log(scratch, label) if args.event_log else {})}  # fmt: skip
+                runs.append((label, [py, str(HERE / "spark_query.py")], env, stats))
             elif system == "weir":
                 for label, extra in [("weir run, defaults", {}), *variants]:
                     if args.event_log:

@@ -1,5 +1,6 @@
 """The plain Structured Streaming query over weir-kafka: readStream (valueFormat=json) -> filter amount > 10 ->
-to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch. Runs until SIGTERM. With
+to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch (LAT_HEADERS=1: each record
+with the headers and timestamp weir writes, the `plain+headers` system). Runs until SIGTERM. With
 LAT_MODE=window: withWatermark(2 s) -> groupBy(window(10 s), user) -> count, sum -> writeStream weir-kafka.
 
 Each batch's progress (input rows, addBatch and triggerExecution ms) is appended to LAT_STATS as a JSON line.
@@ -42,6 +43,17 @@ class Progress(StreamingQueryListener):
         pass
 
 
+def _weir_like(columns: list[str]) -> list:
+    """With LAT_HEADERS=1, the headers and timestamp weir's direct path writes with each record (its processor,
+    the input record behind it, its pipeline), so that a run tells the records' size apart from weir's path."""
+    if os.environ.get("LAT_HEADERS") != "1":
+        return []
+    source = F.concat_ws("/", "topic", F.col("partition").cast("string"), F.col("offset").cast("string"))
+    pairs = [("weir.processor", F.lit("keep")), ("weir.source", source), ("weir.pipeline", F.lit("latency"))]
+    headers = F.array(*[F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value")) for k, v in pairs])
+    return [headers.alias("headers"), F.col("timestamp")]
+
+
 def main() -> None:
     conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
     conf.update(json.loads(os.environ.get("LAT_SPARK_CONF") or "{}"))
@@ -75,8 +87,9 @@ def main() -> None:
         )  # fmt: skip
     else:
         out = events.where(F.col("amount") > KEEP_ABOVE).select(
-            F.col("key"), F.to_json(F.struct("id", "user", "amount", "ts")).alias("value")
-        )
+            F.col("key"), F.to_json(F.struct("id", "user", "amount", "ts")).alias("value"),
+            *_weir_like(events.columns),
+        )  # fmt: skip
     query = (
         out.writeStream.format("weir-kafka")
         .option("kafka.bootstrap.servers", BOOTSTRAP)
