@@ -357,3 +357,20 @@ def test_fallbacks_double_in_a_row_and_a_clean_stretch_begins_a_new_row():
     assert f.row == 1
     f.resumed = 200
     assert f.fell(200 + BACK_AFTER - 1) == 200 + BACK_AFTER - 1 + 2 * BACK_AFTER  # one short of the stay: in a row
+
+
+def test_a_stop_waits_for_the_termination_events_of_its_queries_and_is_bounded():
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from weir.runtime.runner import _Listener
+
+    listener = _Listener(None)
+    threading.Timer(0.2, listener.onQueryTerminated, [SimpleNamespace(id="a")]).start()
+    began = time.monotonic()
+    assert listener.await_ended({"a"}, 5.0) == set()  # delivered late: waited for, not for the whole bound
+    assert time.monotonic() - began < 4.0
+    began = time.monotonic()
+    assert listener.await_ended({"a", "b"}, 0.3) == {"b"}  # never delivered: the bound ends the wait
+    assert 0.25 <= time.monotonic() - began < 3.0

@@ -114,8 +114,10 @@ def stages(p: Pipeline) -> list[list[Processor]]:
 
 
 class _Listener(StreamingQueryListener):
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner | None) -> None:
         self.runner = runner
+        self.ended: set[str] = set()  # the queries whose termination event has been delivered here
+        self._ended = threading.Condition()
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -136,7 +138,20 @@ class _Listener(StreamingQueryListener):
             log.exception("weir: idle record failed")
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        with self._ended:
+            self.ended.add(str(event.id))
+            self._ended.notify_all()
+
+    def await_ended(self, ids: set[str], timeout: float) -> set[str]:
+        """Wait until the termination event of every query in `ids` has been delivered, at most `timeout`
+        seconds; the ids still undelivered. Spark's listener bus delivers its events on a thread of its own, late on
+        a loaded machine: a listener removed while one is on its way into Python, and the process then ending,
+        makes the JVM print a py4j traceback ("Error while sending a command")."""
+        deadline = time.monotonic() + timeout
+        with self._ended:
+            while not ids <= self.ended and (left := deadline - time.monotonic()) > 0:
+                self._ended.wait(left)
+            return ids - self.ended
 
 
 class Runner:
@@ -565,6 +580,7 @@ class Runner:
             for b in self._builders.values():
                 b.stopping.set()  # no new batch starts from here
             queries = list(self._queries.items())
+            ids = {str(q.id): name for name, q in queries}
             for name in self._launches:  # never started: stopped as they are
                 self._set_state(name, "stopped")
             self._launches.clear()
@@ -582,6 +598,10 @@ class Runner:
         with self._lock:
             self._queries.clear()
         if getattr(self, "_listener", None) is not None:
+            late = self._listener.await_ended(set(ids), LISTENER_WAIT_S)
+            if late:
+                log.warning("weir: the end of processor(s) %s did not reach weir's listener within %.0fs",
+                            ", ".join(sorted(ids[i] for i in late)), LISTENER_WAIT_S)  # fmt: skip
             self.spark.streams.removeListener(self._listener)
             self._listener = None
         if getattr(self, "_folder", None) is not None:
@@ -766,6 +786,7 @@ class Runner:
 
 
 LAUNCH_WAIT_S = 60.0  # at most this long a query creating its sources holds back the next one (Runner._launch_next)
+LISTENER_WAIT_S = 10.0  # at most this long a stop waits for its queries' termination events (_Listener.await_ended)
 
 
 def _creating_sources(query: Any) -> bool:
