@@ -400,8 +400,8 @@ def durations(progress: Path | None) -> str:
     ]
     if not steps:
         return ""
-    keys = sorted({k for d in steps for k in d}, key=lambda k: -sorted(d.get(k, 0) for d in steps)[len(steps) // 2])
-    return ", ".join(f"{k} {sorted(d.get(k, 0) for d in steps)[len(steps) // 2]}" for k in keys)
+    medians = {k: sorted(d.get(k, 0) for d in steps)[len(steps) // 2] for k in {k for d in steps for k in d}}
+    return ", ".join(f"{k} {v}" for k, v in sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
 def weir_env(scratch: Path, label: str, extra: dict[str, str], window: bool) -> tuple[dict[str, str], Path]:

@@ -35,14 +35,14 @@ from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 PIPELINE = "examples/shop/pipeline.py"
 
 
-def processors(env: dict) -> list[str]:
+def processors() -> list[str]:
     """Every processor `weir run` starts for the shop pipeline: its own, its archivers and its views'."""
     from weir.config import load as settings
     from weir.lake.archive import with_archivers
     from weir.pipeline.load import load
     from weir.runtime.views import with_views
 
-    s = settings(home=env.get("WEIR_HOME", "."))
+    s = settings()
     return sorted(with_views(with_archivers(load(str(ROOT / PIPELINE)), s.lake), s).processors)
 
 
@@ -104,7 +104,7 @@ def main() -> None:
     env.pop("SPARK_HOME", None)
     import pyspark
 
-    expected = processors(env)
+    expected = processors()
     console.print(f"{len(expected)} processors: {', '.join(expected)}")
     modes = {"weir": env}
     if args.pip_spark_home:

@@ -580,7 +580,7 @@ class Runner:
             for b in self._builders.values():
                 b.stopping.set()  # no new batch starts from here
             queries = list(self._queries.items())
-            ids = {str(q.id): name for name, q in queries}
+            ids = {str(q.id) for _, q in queries}
             for name in self._launches:  # never started: stopped as they are
                 self._set_state(name, "stopped")
             self._launches.clear()
@@ -598,10 +598,10 @@ class Runner:
         with self._lock:
             self._queries.clear()
         if getattr(self, "_listener", None) is not None:
-            late = self._listener.await_ended(set(ids), LISTENER_WAIT_S)
+            late = self._listener.await_ended(ids, LISTENER_WAIT_S)
             if late:
                 log.warning("weir: the end of processor(s) %s did not reach weir's listener within %.0fs",
-                            ", ".join(sorted(ids[i] for i in late)), LISTENER_WAIT_S)  # fmt: skip
+                            ", ".join(sorted(self._by_id.get(i, i) for i in late)), LISTENER_WAIT_S)  # fmt: skip
             self.spark.streams.removeListener(self._listener)
             self._listener = None
         if getattr(self, "_folder", None) is not None:
