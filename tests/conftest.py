@@ -41,6 +41,8 @@ SPARK_FIXTURES = frozenset({"spark", "weir_spark", "pipeline_test"})
 # Seconds of test time per xdist worker (setup, call and teardown): CI's time is the busier worker's, so the end
 # of a run says which one that is and how far apart they are (the Spark group runs on one worker only).
 _SPENT: dict[str, list[float]] = {}
+# Seconds per test module and the worker that ran it: where to look first when CI's time grows.
+_MODULES: dict[tuple[str, str], float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -49,12 +51,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     spent = _SPENT.setdefault(worker, [0.0, 0])
     spent[0] += report.duration
     spent[1] += report.when == "call"
+    module = (worker, report.nodeid.split("::")[0].rsplit("/", 1)[-1])
+    _MODULES[module] = _MODULES.get(module, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _SPENT:
         each = ", ".join(f"{w} {s / 60:.1f} min in {n} tests" for w, (s, n) in sorted(_SPENT.items()))
         terminalreporter.write_line(f"test time per worker: {each}")
+        heaviest = sorted(_MODULES.items(), key=lambda kv: -kv[1])[:20]
+        terminalreporter.write_line("heaviest modules: " + ", ".join(f"{m} {s:.0f} s ({w})" for (w, m), s in heaviest))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids

@@ -56,9 +56,13 @@ def test_sigkill_at_any_moment_neither_resends_nor_skips(bootstrap, tmp_path, to
     fault.stop()
     kills = []
     for threshold in (6000, 9000, 12000):
-        child = Child(args(inbox, topic_name, "json", "--chunk", "100"), env, tmp_path / f"run-{threshold}.log")
+        # Chunks of 10 records, each acknowledged before the next: on a loaded machine a poll of the topic took
+        # seconds, and a child producing chunks of 100 ingested every file in between (all three kills at the end).
+        # Each child is killed past its threshold, or at the first record it adds, if the one before overshot.
+        child = Child(args(inbox, topic_name, "json", "--chunk", "10"), env, tmp_path / f"run-{threshold}.log")
+        target = max(threshold, produced(bootstrap, topic_name) + 1)
         deadline = time.monotonic() + 60
-        while produced(bootstrap, topic_name) < threshold and time.monotonic() < deadline:
+        while produced(bootstrap, topic_name) < target and time.monotonic() < deadline:
             assert child.proc.poll() is None, child.text()[-2000:]
             time.sleep(0.01)
         child.kill()

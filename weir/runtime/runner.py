@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 
 from weir import units
 from weir.blocks.common import settings_noted
@@ -38,6 +37,7 @@ from weir.pipeline.validate import validate
 from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
 from weir.runtime.folding import Folder
+from weir.runtime.listener import QueryListener
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
@@ -111,47 +111,6 @@ def stages(p: Pipeline) -> list[list[Processor]]:
     for name, proc in p.processors.items():
         out.setdefault(level(name), []).append(proc)
     return [out[k] for k in sorted(out)]
-
-
-class _Listener(StreamingQueryListener):
-    def __init__(self, runner: Runner | None) -> None:
-        self.runner = runner
-        self.ended: set[str] = set()  # the queries whose termination event has been delivered here
-        self._ended = threading.Condition()
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        try:
-            self.runner._on_progress(event.progress)
-        except Exception:  # a listener that raises is removed by Spark; keep it, log loudly
-            log.exception("weir: progress record failed")
-
-    def onQueryIdle(self, event: Any) -> None:
-        # Spark 3.5+ reports an idle query (no new input) by this event every noDataProgressEventInterval
-        # (10 s), not by a progress event: without a record of it, an idle processor falls silent and the
-        # monitor would call it dead after dead_after.
-        try:
-            self.runner._on_idle(str(event.id))
-        except Exception:
-            log.exception("weir: idle record failed")
-
-    def onQueryTerminated(self, event: Any) -> None:
-        with self._ended:
-            self.ended.add(str(event.id))
-            self._ended.notify_all()
-
-    def await_ended(self, ids: set[str], timeout: float) -> set[str]:
-        """Wait until the termination event of every query in `ids` has been delivered, at most `timeout`
-        seconds; the ids still undelivered. Spark's listener bus delivers its events on a thread of its own, late on
-        a loaded machine: a listener removed while one is on its way into Python, and the process then ending,
-        makes the JVM print a py4j traceback ("Error while sending a command")."""
-        deadline = time.monotonic() + timeout
-        with self._ended:
-            while not ids <= self.ended and (left := deadline - time.monotonic()) > 0:
-                self._ended.wait(left)
-            return ids - self.ended
 
 
 class Runner:
@@ -296,7 +255,7 @@ class Runner:
         self._groups.resume({p.name: self.checkpoint(p) for p in self.selected})
         retained = self.spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100") or "100"
         self._folder = Folder(int(retained))
-        self._listener = _Listener(self)
+        self._listener = QueryListener(self)
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():  # changed code, or a state resumed across a change (versions.check)
             self.publisher.publish("state", name, state=note.kind, note=str(note))
@@ -786,7 +745,7 @@ class Runner:
 
 
 LAUNCH_WAIT_S = 60.0  # at most this long a query creating its sources holds back the next one (Runner._launch_next)
-LISTENER_WAIT_S = 10.0  # at most this long a stop waits for its queries' termination events (_Listener.await_ended)
+LISTENER_WAIT_S = 10.0  # at most this long a stop waits for its queries' termination events (QueryListener.await_ended)
 
 
 def _creating_sources(query: Any) -> bool:
