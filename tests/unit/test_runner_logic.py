@@ -374,3 +374,32 @@ def test_a_stop_waits_for_the_termination_events_of_its_queries_and_is_bounded()
     began = time.monotonic()
     assert listener.await_ended({"a", "b"}, 0.3) == {"b"}  # never delivered: the bound ends the wait
     assert 0.25 <= time.monotonic() - began < 3.0
+
+
+def test_a_progress_event_built_from_spark_json_gives_the_books_their_figures_and_observed_rows():
+    import json
+    import math
+
+    from weir.runtime.listener import progress_event
+    from weir.runtime.progress import spark_figures
+
+    raw = {
+        "id": "6f1c2a8e-0000-4000-8000-000000000001", "runId": "6f1c2a8e-0000-4000-8000-000000000002",
+        "name": "p.keep", "timestamp": "2026-12-03T16:00:00.000Z", "batchId": 7, "batchDuration": 412,
+        "numInputRows": 3, "inputRowsPerSecond": 1.5, "processedRowsPerSecond": 7.2,
+        "durationMs": {"addBatch": 300, "triggerExecution": 412},
+        "eventTime": {"watermark": "2026-12-03T15:59:58.000Z"},
+        "stateOperators": [], "sink": {"description": "weir-kafka", "numOutputRows": -1},
+        "sources": [{"description": "weir-kafka[t]", "startOffset": {"t": {"0": 4}}, "endOffset": {"t": {"0": 7}},
+                     "latestOffset": {"t": {"0": 7}}, "numInputRows": 3}],  # rates left out: not numbers
+        "observedMetrics": {"weir.read.t": {"c0": 3, "lo0": 4, "hi0": 6, "other": 0}, "empty": {"lo0": None}},
+    }  # fmt: skip
+    progress = progress_event(json.dumps(raw)).progress
+    assert progress.name == "p.keep" and progress.batchId == 7 and progress.numInputRows == 3
+    assert progress.observedMetrics["weir.read.t"].asDict() == {"c0": 3, "lo0": 4, "hi0": 6, "other": 0}
+    assert progress.observedMetrics["empty"].asDict() == {"lo0": None}
+    figures = spark_figures(progress)
+    assert figures["batch_id"] == 7 and figures["input_rows"] == 3
+    assert figures["watermark"] == "2026-12-03T15:59:58.000Z"
+    assert figures["sources"][0]["end_offset"] == {"t": {"0": 7}}
+    assert math.isnan(progress.sources[0].inputRowsPerSecond)  # as PySpark's conversion of the Java object gives it

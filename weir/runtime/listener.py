@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -86,8 +87,13 @@ class QueryListener(StreamingQueryListener):
 
 def progress_event(progress_json: str) -> QueryProgressEvent:
     """A progress event as PySpark's public type, from the JSON of Spark's StreamingQueryProgress: the same fields
-    as PySpark's own conversion, observed metrics as flat Rows (weir observes numbers only)."""
-    return QueryProgressEvent.fromJson({"progress": json.loads(progress_json)})
+    as PySpark's own conversion, observed metrics as flat Rows (weir observes numbers only). Spark leaves a source's
+    rate out of the JSON when it is not a number (no time elapsed), and PySpark's fromJson requires it: it becomes
+    NaN, as the Java object gives it."""
+    progress = json.loads(progress_json)
+    rates = {"inputRowsPerSecond": math.nan, "processedRowsPerSecond": math.nan}
+    progress["sources"] = [rates | source for source in progress.get("sources") or []]
+    return QueryProgressEvent.fromJson({"progress": progress})
 
 
 class _JsonEvents:
