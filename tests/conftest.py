@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgserver import ENV_DSN, ENV_ERROR, PostgresUnavailable, PrivatePostgres
 
-from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import BrokerProcess, KafkaBroker, free_port
 
 # The S3 settings are in the environment before anything starts: Spark's JVM and its Python workers, and the
 # jobs tests start, inherit them at launch (the usual AWS variables; fake credentials for the local server).
@@ -33,6 +34,32 @@ os.environ.update({
 # xdist's workers set COLUMNS=80, which rich's consoles fix at import; the CLI tests set their own width later.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
+
+
+# One private PostgreSQL (wal_level=logical) per test run, started by the controller before xdist starts its workers,
+# which inherit its DSN from the environment (tests/pgserver.py). Without one, every test that asks for it fails,
+# naming why: the machine kind CI runs on starts no PostgreSQL service.
+_POSTGRES: PrivatePostgres | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _POSTGRES
+    if hasattr(config, "workerinput") or os.environ.get(ENV_DSN):
+        return  # an xdist worker, or a run inside a run: the server is the controller's
+    server = PrivatePostgres("logical")
+    try:
+        os.environ[ENV_DSN] = server.start()
+        _POSTGRES = server
+    except PostgresUnavailable as exc:
+        os.environ[ENV_ERROR] = str(exc)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _POSTGRES
+    if _POSTGRES is not None:
+        _POSTGRES.stop()
+        _POSTGRES = None
+        os.environ.pop(ENV_DSN, None)
 
 
 SPARK_FIXTURES = frozenset({"spark", "weir_spark", "pipeline_test"})
@@ -95,14 +122,27 @@ def weir_home(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def broker(weir_broker: EmbeddedBroker) -> EmbeddedBroker:
+def broker(weir_broker: BrokerProcess) -> BrokerProcess:
     """The same code as `weir broker start`, on a free port, stopped at the end of the run."""
     return weir_broker
 
 
 @pytest.fixture(scope="session")
-def bootstrap(broker: EmbeddedBroker) -> str:
+def bootstrap(broker: BrokerProcess) -> str:
     return broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Apache Kafka (KRaft, one node, from the jars of `weir jars fetch`), for the tests about the broker: the run's
+    broker when it is Apache Kafka already, else one of its own, stopped at the end of the run."""
+    if broker.kind == "kafka":
+        yield broker
+        return
+    own = KafkaBroker(tmp_path_factory.mktemp("kafka"), free_port())
+    own.start()
+    yield own
+    own.stop()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import signal
 import socket
@@ -50,11 +51,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-# The machine's server, trust auth: as postgres where that role exists, else as root.
-DEFAULT_DSNS = (
-    "host=127.0.0.1 port=5432 dbname=test user=postgres",
-    "host=127.0.0.1 port=5432 dbname=test user=root",
-)
 START_TIMEOUT = 30.0
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 JSON_TYPES = frozenset({CONTENT_TYPE, "application/vnd.schemaregistry+json", "application/json"})
@@ -329,16 +325,17 @@ def schema_body(schema_type: str, schema: str, references: list[dict[str, Any]])
 
 
 def reachable_dsn(dsn: str | None = None) -> str:
-    """`dsn`, or the first of the machine's defaults (as postgres, then as root) PostgreSQL accepts; a RuntimeError
-    naming each failure otherwise."""
-    failures = []
-    for candidate_dsn in (dsn,) if dsn else DEFAULT_DSNS:
-        try:
-            psycopg.connect(candidate_dsn, connect_timeout=10).close()
-            return candidate_dsn
-        except psycopg.Error as exc:
-            failures.append(f"{candidate_dsn!r}: {exc}")
-    raise RuntimeError("the schema registry test server cannot use PostgreSQL: " + "; ".join(failures))
+    """`dsn`, or the test run's private PostgreSQL (WEIR_TEST_POSTGRES_DSN: tests/pgserver.py), once it accepts a
+    connection; a RuntimeError naming why otherwise."""
+    candidate = dsn or os.environ.get("WEIR_TEST_POSTGRES_DSN")
+    if not candidate:
+        raise RuntimeError("the schema registry test server has no PostgreSQL: no DSN given, and "
+                           "WEIR_TEST_POSTGRES_DSN (the test run's server, tests/pgserver.py) is not set")  # fmt: skip
+    try:
+        psycopg.connect(candidate, connect_timeout=10).close()
+        return candidate
+    except psycopg.Error as exc:
+        raise RuntimeError(f"the schema registry test server cannot use PostgreSQL: {exc}") from None
 
 
 ROWS = """SELECT v.version, v.deleted, s.id, s.schema_type, s.schema, s.refs

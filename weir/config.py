@@ -120,6 +120,11 @@ class Settings(BaseSettings):
         description="Extra librdkafka settings passed to every client (security.protocol, sasl.*, ssl.*).",
     )
     broker_port: int = Field(9092, description="Port of the embedded broker (`weir broker start`).")
+    broker_kind: Literal["kafka", "tansu"] = Field(
+        "kafka",
+        description="The embedded broker `weir broker start` runs: Apache Kafka (KRaft, from the jars `weir jars fetch`"
+        " puts in the cache; its log on disk under <home>/broker) or Tansu (in memory; docs/brokers.md).",
+    )
     spark_master: str = Field("local[*]", description="Spark master URL: local[*], spark://host:7077, ...")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark confs.")
     spark_log_level: Literal["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = Field(

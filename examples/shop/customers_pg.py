@@ -6,8 +6,8 @@ deletes for its tombstones), which `weir ingest postgres` streams into the `cust
     table.apply(end)                # customer records 0..end-1 of the stream, in order
 
 Malformed customer records are not applied: a table has no place for them (the generator's own query sends
-them to the topic, where the join dead-letters them). Used by the demo when a server allows logical
-decoding: the machine's own PostgreSQL runs wal_level=replica, so the demo usually keeps the generator's.
+them to the topic, where the join dead-letters them). Used by the demo with the PostgreSQL it starts for itself
+(wal_level=logical; tests/pgserver.py); when none can start, the generator's customers stay.
 """
 
 from __future__ import annotations

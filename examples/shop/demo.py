@@ -51,6 +51,7 @@ from examples.shop.orders_http import OrderClient, stats
 from examples.shop.pipeline import SPEND_LATENESS, build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
+from weir.ingest.postgres import where
 from weir.kafka import Admin, EmbeddedBroker
 from weir.kafka.broker import free_port
 from weir.kafka.decode import parse_fields
@@ -222,14 +223,30 @@ def upserted(path: str) -> str:
             f"{keys:,} windows, {updated:,} of them updated in place to a later revision")  # fmt: skip
 
 
-def start_registry() -> tuple[contextlib.AbstractContextManager | None, str]:
+def start_postgres() -> tuple[contextlib.AbstractContextManager | None, str]:
+    """The demo's own PostgreSQL (wal_level=logical), started from Debian's binaries in a temp dir on a free port, as
+    the tests start theirs (tests/pgserver.py): the customers table and the schema registry's state live in it.
+    (None, why) when it cannot start: customers then come from the generator, and alerts are JSON."""
+    try:
+        from tests.pgserver import PrivatePostgres
+
+        server = PrivatePostgres("logical")
+        server.start()
+    except Exception as exc:
+        return None, f"no PostgreSQL for the demo ({' '.join(str(exc).split())[:200]})"
+    return server, f"PostgreSQL (wal_level=logical) for the demo at {where(server.dsn)}"
+
+
+def start_registry(dsn: str | None) -> tuple[contextlib.AbstractContextManager | None, str]:
     """The schema registry the Avro alerts are registered in: weir's test double of the Confluent registry REST
-    API (tests/registry_server.py, state in the machine's PostgreSQL; weir ships no registry). (None, why) when
-    it cannot start: alerts are JSON then."""
+    API (tests/registry_server.py, state in the demo's PostgreSQL at `dsn`; weir ships no registry). (None, why)
+    when it cannot start: alerts are JSON then."""
+    if dsn is None:
+        return None, "alerts are JSON: no schema registry (it keeps its state in PostgreSQL, and there is none)"
     try:
         from tests.registry_server import RegistryServer
 
-        server = RegistryServer()
+        server = RegistryServer(dsn)
         server.__enter__()
     except Exception as exc:
         return None, f"alerts are JSON: no schema registry ({' '.join(str(exc).split())[:200]})"
@@ -629,11 +646,14 @@ def main(
     customers_job = None
     server = None
     registry = None
+    postgres = None
     orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
         broker.start()
-        registry, why_registry = start_registry()
+        postgres, why_postgres = start_postgres()
+        console.print(why_postgres)
+        registry, why_registry = start_registry(postgres.dsn if postgres is not None else None)
         console.print(why_registry)
         settings = Settings(
             home=str(run_dir), bootstrap_servers=broker.bootstrap, checkpoint_root=str(run_dir / "checkpoints"),
@@ -656,7 +676,7 @@ def main(
         signal.signal(signal.SIGINT, on_signal)
         from weir.runtime.runner import Runner
 
-        dsn, why = logical_dsn() if http else (None, "")
+        dsn, why = logical_dsn(postgres.dsn if postgres is not None else None) if http else (None, "")
         if why:
             console.print(why)
         outside = ("orders", "customers") if dsn else ("orders",) if http else ()
@@ -758,6 +778,8 @@ def main(
         broker.stop()
         if registry is not None:
             registry.__exit__(None, None, None)
+        if postgres is not None:
+            postgres.stop()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 import signal
@@ -16,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from pgserver import PostgresUnavailable, run_database
 
 from weir.kafka import Admin
 from weir.testing.environment import TEST_SPARK_CONF
@@ -286,12 +285,9 @@ def finish_once(spec: Path, env: dict[str, str], tmp: Path, timeout: float = 300
 
 
 def postgres_dsn() -> str:
-    """The machine's PostgreSQL, trust auth on loopback: the `postgres` role, else one named after the user."""
-    for user in ("postgres", getpass.getuser()):
-        candidate = f"host=127.0.0.1 port=5432 dbname=test user={user}"
-        try:
-            psycopg.connect(candidate, connect_timeout=5).close()
-            return candidate
-        except psycopg.OperationalError:
-            continue
-    pytest.skip("no PostgreSQL at 127.0.0.1:5432 (database test) for user postgres or the current user")
+    """A new database of the caller's own on the test run's PostgreSQL (tests/pgserver.py); the test fails, naming
+    why, when the run has none."""
+    try:
+        return run_database("sink")
+    except PostgresUnavailable as exc:
+        pytest.fail(str(exc))

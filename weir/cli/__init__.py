@@ -9,6 +9,7 @@ from weir.cli.audit import audit_command
 from weir.cli.backfill import backfill_command
 from weir.cli.broker import broker_app
 from weir.cli.ingest import ingest_app
+from weir.cli.jars import jars_app
 from weir.cli.lake import lake_app
 from weir.cli.monitor import monitor_command
 from weir.cli.pipelines import archive, graph, run
@@ -24,6 +25,7 @@ app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(lake_app, name="lake")
 app.add_typer(ingest_app, name="ingest")
+app.add_typer(jars_app, name="jars")
 app.command("offsets")(offsets)
 app.command("graph")(graph)
 app.command("run")(run)

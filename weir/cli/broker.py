@@ -1,4 +1,4 @@
-"""`weir broker start|stop|status`: the embedded broker (Tansu) for development and tests."""
+"""`weir broker start|stop|status`: the embedded broker for development and tests (Apache Kafka or Tansu)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,21 @@ import typer
 
 from weir.cli.common import AsJson, clean_errors, out
 from weir.config import load
-from weir.kafka import EmbeddedBroker
+from weir.kafka import KafkaBroker, TansuBroker, embedded_broker
+from weir.kafka.broker import KINDS, BrokerProcess
 
-broker_app = typer.Typer(help="The embedded broker (Tansu) for development and tests.", no_args_is_help=True)
+broker_app = typer.Typer(
+    help="The embedded broker for development and tests: Apache Kafka (default) or Tansu.", no_args_is_help=True
+)
 Port = Annotated[int | None, typer.Option("--port", "-p", help="Broker port (default: config broker_port, 9092).")]
+Kind = Annotated[
+    str | None,
+    typer.Option(
+        "--kind",
+        help=f"Which broker: {' or '.join(KINDS)} (default: config broker_kind, kafka). Apache Kafka keeps its log on "
+        "disk under <home>/broker and needs the jars of `weir jars fetch`; Tansu holds topics in memory.",
+    ),
+]
 
 
 Durable = Annotated[
@@ -20,45 +31,66 @@ Durable = Annotated[
     typer.Option(
         "--durable",
         metavar="URL",
-        help="Keep topics across restarts: s3://<bucket>/ on any S3-compatible store (endpoint and credentials "
-        "from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; AWS_ALLOW_HTTP=true for http) or postgres://... "
+        help="Tansu only: keep topics across restarts: s3://<bucket>/ on any S3-compatible store (endpoint and "
+        "credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; AWS_ALLOW_HTTP=true for http) or postgres://... "
         "Default: in memory, lost when the broker stops.",
     ),
 ]
 
 
-def _broker(port: int | None, storage: str | None = None):
+def _broker(port: int | None, kind: str | None = None, storage: str | None = None) -> BrokerProcess:
     settings = load()
-    return EmbeddedBroker(settings.home, port or settings.broker_port, storage=storage)
+    port = port or settings.broker_port
+    kind = kind or settings.broker_kind
+    if storage is not None:
+        if kind != "tansu":
+            raise typer.BadParameter("--durable is Tansu's storage: Apache Kafka keeps its log on disk anyway")
+        return TansuBroker(settings.home, port, storage=storage)
+    if kind is None or kind in KINDS:
+        return embedded_broker(settings.home, port, kind)
+    raise typer.BadParameter(f"--kind {kind!r}: use one of {', '.join(KINDS)}")
+
+
+def _running(port: int | None, kind: str | None) -> BrokerProcess:
+    """The broker on that port: of `kind` when given, else whichever kind's pid file names a live process."""
+    if kind is not None:
+        return _broker(port, kind)
+    settings = load()
+    port = port or settings.broker_port
+    kinds = [KafkaBroker(settings.home, port), TansuBroker(settings.home, port)]
+    return next((b for b in kinds if b.status().running), _broker(port))
 
 
 @broker_app.command("start")
 @clean_errors
-def broker_start(port: Port = None, durable: Durable = None) -> None:
+def broker_start(port: Port = None, kind: Kind = None, durable: Durable = None) -> None:
     """Start the embedded broker on 127.0.0.1 and wait until it answers (a no-op if it runs)."""
-    s = _broker(port, durable).start()
-    kept = "durable" if durable else "in memory"
-    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, topics {kept}, log {s.log_file}")
+    broker = _broker(port, kind, durable)
+    s = broker.start()
+    kept = "on disk" if s.kind == "kafka" else "durable" if durable else "in memory"
+    out.print(f"broker running: {s.kind}, pid {s.pid}, bootstrap {s.bootstrap}, topics {kept}, log {s.log_file}")
 
 
 @broker_app.command("stop")
 @clean_errors
-def broker_stop(port: Port = None) -> None:
-    """Stop the embedded broker. Topics in memory are lost; a --durable broker finds them at its next start."""
-    stopped = _broker(port).stop()
+def broker_stop(port: Port = None, kind: Kind = None) -> None:
+    """Stop the embedded broker. Apache Kafka's topics stay on disk; Tansu's in memory are lost (a --durable one
+    finds them at its next start)."""
+    stopped = _running(port, kind).stop()
     out.print("broker stopped" if stopped else "broker was not running")
 
 
 @broker_app.command("status")
 @clean_errors
-def broker_status(port: Port = None, as_json: AsJson = False) -> None:
+def broker_status(port: Port = None, kind: Kind = None, as_json: AsJson = False) -> None:
     """Show whether the embedded broker runs; exit code 1 when it does not."""
-    s = _broker(port).status()
+    s = _running(port, kind).status()
     if as_json:
-        body = {"running": s.running, "pid": s.pid, "port": s.port, "bootstrap": s.bootstrap, "log": str(s.log_file)}
+        body = {"running": s.running, "kind": s.kind, "pid": s.pid, "port": s.port, "bootstrap": s.bootstrap,
+                "log": str(s.log_file)}  # fmt: skip
         typer.echo(json.dumps(body, indent=2))
         raise typer.Exit(0 if s.running else 1)
     if not s.running:
         out.print(f"broker not running on port {s.port}")
         raise typer.Exit(1)
-    out.print(f"broker running: pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")
+    out.print(f"broker running: {s.kind}, pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")

