@@ -5,17 +5,31 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.weir-installed
 DURATION ?= 90
 
-.PHONY: venv browser test unit lint demo bench clean
+.PHONY: venv system browser test unit lint demo bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard weir/jvm/*/pom.xml) | system
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@# The SPARK_HOME whose local Python workers start from PySpark's bytecode (weir/sparkhome.py), built once
 	$(BIN)/python -c 'from weir.sparkhome import worker_home; print("SPARK_HOME for local workers:", worker_home())'
+	@# The JVM jars of weir/jvm/*/pom.xml (the Apache Kafka broker, Kafka's tools), resolved by Maven into the cache
+	$(BIN)/weir jars fetch
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# What weir runs beside Python, from Debian's packages when missing: Java 17 (Spark, the Apache Kafka broker),
+# Maven (the jars), and PostgreSQL's server binaries (the tests and the demo start a private server of their own).
+system:
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing from Debian:$$missing"; \
+		apt-get -q update && apt-get -q install -y -o DPkg::Lock::Timeout=600 --no-install-recommends $$missing; \
+	fi
 
 # The dashboard's browser test drives Debian's Chromium through Playwright (never a browser download of its own).
 browser:

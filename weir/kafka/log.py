@@ -98,6 +98,10 @@ class LogView:
             **client,
         }
         self.admin = admin if admin is not None else admin_client(client)
+        # A read_committed reader's log ends at the last stable offset (the first offset of the oldest open
+        # transaction), which ListOffsets answers at that isolation level; a Fetch response's high-water mark lies
+        # beyond it while a transaction is open, and records up to it would never come.
+        self.committed = str(self.settings["isolation.level"]).lower() == "read_committed"
         self.consumer = Consumer({**heal.reconnecting(self.settings), "logger": client_log})
         self._record_bytes: float | None = None
         self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view
@@ -182,6 +186,8 @@ class LogView:
             # that never come, and a listed earliest above the log start (the embedded broker answered 5 for a log
             # starting at 0, loaded) would skip records without a word.
             start, mark = marks.get(tp, (lo, hi))
+            if self.committed:
+                mark = min(mark, hi)  # the last stable offset, never above the high-water mark
             found[tp] = (start if 0 <= start <= mark else lo, mark)
         for tp, (_, hi) in found.items():
             seen = self._seen_high.get(tp)

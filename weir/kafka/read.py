@@ -7,7 +7,8 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import methodcaller
+from itertools import repeat
+from operator import is_not, methodcaller
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -160,7 +161,10 @@ def _chunk(
     if not msgs:
         return None, pos, False, None
     records = msgs
-    if list(map(_ERROR, msgs)).count(None) != len(msgs):
+    # Identity with None, in C: `list.count(None)` compares by ==, and confluent-kafka's KafkaError compared with
+    # None sets a TypeError behind a result (a SystemError): every error message (a gap's end of partition under
+    # read_committed or compaction) failed the read.
+    if any(map(is_not, map(_ERROR, msgs), repeat(None))):
         records = []
         for m in msgs:
             err = m.error()
