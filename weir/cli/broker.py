@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Annotated
 
 import typer
 
+from weir import jvm
 from weir.cli.common import AsJson, clean_errors, out
 from weir.config import load
 from weir.kafka import KafkaBroker, TansuBroker, embedded_broker
@@ -94,3 +96,18 @@ def broker_status(port: Port = None, kind: Kind = None, as_json: AsJson = False)
         out.print(f"broker not running on port {s.port}")
         raise typer.Exit(1)
     out.print(f"broker running: {s.kind}, pid {s.pid}, bootstrap {s.bootstrap}, log {s.log_file}")
+
+
+TOOL_HELP = (
+    "Run one of Apache Kafka's own tools (kafka-NAME.sh) from the fetched jars, with the arguments after NAME, e.g. "
+    "`weir broker tool consumer-groups --bootstrap-server 127.0.0.1:9092 --describe --group weir.shop.enrich`. "
+    f"Tools: {', '.join(sorted(jvm.KAFKA_TOOLS))}."
+)
+
+
+@broker_app.command("tool", help=TOOL_HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@clean_errors
+def broker_tool(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="The tool: consumer-groups, ...")]
+) -> None:
+    raise typer.Exit(subprocess.run(jvm.kafka_tool(name, list(ctx.args))).returncode)

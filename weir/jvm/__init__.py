@@ -119,6 +119,29 @@ def fetch(name: str) -> Path:
     return s.directory
 
 
+# Kafka's own command-line tools weir runs from the broker set's jars, by their script names without `kafka-`
+KAFKA_TOOLS = {
+    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "configs": "kafka.admin.ConfigCommand",
+    "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+}
+
+
+def kafka_tool(name: str, args: list[str]) -> list[str]:
+    """The command line of Kafka's tool `name` (`kafka-<name>.sh` in Kafka's bin/) with `args`, on the broker
+    set's jars: what Kafka's scripts run, without a Kafka installation."""
+    if name not in KAFKA_TOOLS:
+        raise ValueError(f"no Kafka tool {name!r}: the tools are {', '.join(sorted(KAFKA_TOOLS))}")
+    # The tools log through log4j2 too: warnings only, on standard error, so that their tables stay readable
+    log4j = f"-Dlog4j2.configurationFile={(HERE / 'broker' / 'log4j2.properties').as_uri()}"
+    quiet = "-Dlog4j2.level=warn"
+    return [java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", quiet, log4j, "-cp", classpath("broker"),
+            KAFKA_TOOLS[name], *args]  # fmt: skip
+
+
 def java() -> str:
     """The `java` to run: $JAVA_HOME/bin/java, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
