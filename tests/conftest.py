@@ -145,6 +145,20 @@ def kafka(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> It
     own.stop()
 
 
+# A broker that deletes by retention within seconds, as Kafka does every 5 minutes: for the tests of retention only
+RETENTION_EVERY_SECOND = {"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "1000"}
+
+
+@pytest.fixture(scope="session")
+def kafka_retention(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka checking retention every second (the run's broker checks it once a day: tests write records with
+    timestamps from the past), for the tests of retention with real deletion."""
+    own = KafkaBroker(tmp_path_factory.mktemp("kafka-retention"), free_port(), config=RETENTION_EVERY_SECOND)
+    own.start()
+    yield own
+    own.stop()
+
+
 @pytest.fixture(scope="session")
 def spark(weir_home: str, weir_spark):
     """local[2], two shuffle partitions, no UI (weir.testing.environment); stopped at the end of the run."""

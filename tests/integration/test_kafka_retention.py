@@ -65,8 +65,8 @@ def deleted_by_retention(kafka_bootstrap: str, topic: str, archived: int) -> Non
              about=lambda: admin.offsets(topic))  # fmt: skip
 
 
-def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the_lake(spark, kafka, tmp_path):
-    bootstrap = kafka.bootstrap
+def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the_lake(spark, kafka_retention, tmp_path):
+    bootstrap = kafka_retention.bootstrap
     prefix = uuid.uuid4().hex[:8]
     topic, out = f"{prefix}.events", f"{prefix}.doubled"
     # Segments roll by record time: a record half an hour younger than a segment's first closes it. Retention is an
@@ -92,8 +92,8 @@ def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the
     assert sorted(rows) == [(i, i / 2) for i in range(2 * (OLD + NEW))]  # each input once, the deleted ones too
 
 
-def test_a_range_the_broker_deleted_and_the_lake_lacks_fails_loudly(spark, kafka, tmp_path):
-    bootstrap = kafka.bootstrap
+def test_a_range_the_broker_deleted_and_the_lake_lacks_fails_loudly(spark, kafka_retention, tmp_path):
+    bootstrap = kafka_retention.bootstrap
     prefix = uuid.uuid4().hex[:8]
     topic, out = f"{prefix}.events", f"{prefix}.doubled"
     Admin(bootstrap).create_topic(topic, 2, config={"segment.ms": "1000", "retention.ms": str(HOUR_MS)})

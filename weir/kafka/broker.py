@@ -229,8 +229,8 @@ class KafkaBroker(BrokerProcess):
     """One Apache Kafka node in KRaft combined mode (broker and controller), its log under
     `<home>/broker/kafka-<port>/`: a restart finds its topics, offsets and groups again.
 
-    `config`: broker properties over weir's (retention is checked every second, so a topic's `retention.ms`
-    deletes within seconds; a consumer group forms at once). For a cluster, `node_id`, `controller_port` and
+    `config`: broker properties over weir's (a consumer group forms at once; retention is Kafka's own, checked
+    every 5 minutes: `log.retention.check.interval.ms` makes it sooner). For a cluster, `node_id`, `controller_port` and
     `voters` (`id@host:port,...`) name this node and the quorum; `kafka_cluster` sets them."""
 
     kind = "kafka"
@@ -280,10 +280,6 @@ class KafkaBroker(BrokerProcess):
             "share.coordinator.state.topic.replication.factor": replicas,
             "share.coordinator.state.topic.min.isr": str(min(size, 2)),
             "group.initial.rebalance.delay.ms": "0",
-            # Retention is enforced within seconds of a segment's expiry, not Kafka's 5 minutes: a development
-            # broker's topics are small, and the tests of retention need the broker itself to delete.
-            "log.retention.check.interval.ms": "1000",
-            "log.initial.task.delay.ms": "1000",
         }
         return {**props, **self.config}
 
@@ -364,12 +360,17 @@ EmbeddedBroker = TansuBroker
 
 
 def embedded_broker(
-    home: str | Path, port: int = 9092, kind: str | None = None, advertised_port: int | None = None
+    home: str | Path,
+    port: int = 9092,
+    kind: str | None = None,
+    advertised_port: int | None = None,
+    config: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
-    """The embedded broker of `kind` (default: the settings' `broker_kind`) on `port`."""
+    """The embedded broker of `kind` (default: the settings' `broker_kind`) on `port`; `config`: Apache Kafka's
+    broker properties (Tansu takes none)."""
     kind = kind or load().broker_kind
     if kind == "kafka":
-        return KafkaBroker(home, port, advertised_port)
+        return KafkaBroker(home, port, advertised_port, config=config)
     if kind == "tansu":
         return TansuBroker(home, port, advertised_port)
     raise BrokerError(f"broker kind {kind!r}: use one of {', '.join(KINDS)}")

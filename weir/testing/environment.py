@@ -33,6 +33,12 @@ TEST_SPARK_CONF = {
 }
 
 
+# Tests write records with fixed timestamps, days or years old (event time that spans midnight, windows of a known
+# day): Apache Kafka deletes such records by retention.ms (7 days on weir's topics) at its next retention check, which
+# a run's shared broker puts off for a day. The tests of retention run a broker of their own that checks every second.
+TEST_BROKER_CONFIG = {"log.retention.check.interval.ms": str(86_400_000)}
+
+
 class Environment:
     """The Spark session and the embedded broker of one test process, started lazily and stopped together."""
 
@@ -79,7 +85,7 @@ class Environment:
     @property
     def broker(self) -> BrokerProcess:
         if self._broker is None:
-            broker = embedded_broker(self.root / "broker", free_port(), self.broker_kind)
+            broker = embedded_broker(self.root / "broker", free_port(), self.broker_kind, config=TEST_BROKER_CONFIG)
             broker.start()
             self._broker = broker
         return self._broker
