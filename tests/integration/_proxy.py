@@ -12,7 +12,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import free_port
+from weir.testing.environment import test_broker
 
 
 class Proxy:
@@ -99,7 +100,7 @@ def proxied_broker(path: Path) -> Iterator[tuple[str, str, Proxy]]:
     advertises the proxy's port, so every client comes back through it after bootstrapping."""
     real, front = free_port(), free_port()
     proxy = Proxy(front, real)
-    broker = EmbeddedBroker(path, real, advertised_port=front)
+    broker = test_broker(path, real, advertised_port=front)
     broker.start()
     try:
         yield f"127.0.0.1:{front}", broker.bootstrap, proxy

@@ -12,7 +12,6 @@ the run's shared broker."""
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import subprocess
 import sys
@@ -23,8 +22,8 @@ from _docs import COMMANDS, REPO, Block, argv, blocks, commands, pages, parsed
 from typer.testing import CliRunner
 
 from weir.cli import app
-from weir.kafka.broker import embedded_broker, free_port
-from weir.testing.environment import TEST_BROKER_CONFIG
+from weir.kafka.broker import free_port
+from weir.testing.environment import test_broker
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +95,7 @@ def test_page_runs_as_a_reader_would(page, spark, pipeline_test, tmp_path, monke
     (root / "examples").symlink_to(REPO / "examples")
     port = free_port()
     home = tmp_path / "home"
-    broker = embedded_broker(home, port, os.environ.get("WEIR_TEST_BROKER"), config=TEST_BROKER_CONFIG)
+    broker = test_broker(home, port)
     broker.start()
     for key, value in {
         "WEIR_HOME": home, "WEIR_BROKER_PORT": port, "WEIR_BOOTSTRAP_SERVERS": broker.bootstrap,

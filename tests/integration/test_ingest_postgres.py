@@ -90,14 +90,14 @@ def test_snapshot_and_changes_exactly_once_across_sigkill(logical_pg, bootstrap,
 
 def test_shop_customers_from_postgres(logical_pg, tmp_path, monkeypatch):
     """The demo's path: the generator's customer records applied to a table, streamed into the shop pipeline's
-    declared `customers` table topic; the machine's own server (wal_level=replica) is not taken for it."""
+    declared `customers` table topic."""
     from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
     from examples.shop.records import Shape
-    from weir.kafka.broker import EmbeddedBroker, free_port
+    from weir.testing.environment import test_broker
 
     assert logical_dsn(logical_pg) == (logical_pg, "")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    broker = EmbeddedBroker(tmp_path / "broker", free_port())  # the shop's topic names, away from test_shop's
+    broker = test_broker(tmp_path / "broker")  # the shop's topic names, away from test_shop's
     broker.start()
     try:
         table = CustomerTable(logical_pg, Shape(seed=5, customers=200))

@@ -39,6 +39,13 @@ TEST_SPARK_CONF = {
 TEST_BROKER_CONFIG = {"log.retention.check.interval.ms": str(86_400_000)}
 
 
+def test_broker(home: str | Path, port: int | None = None, advertised_port: int | None = None) -> BrokerProcess:
+    """A broker for tests, not started: the kind WEIR_TEST_BROKER names (kafka: Apache Kafka; tansu), else the
+    settings' broker_kind; Apache Kafka with TEST_BROKER_CONFIG. The run's shared one, and a test's own."""
+    kind = os.environ.get("WEIR_TEST_BROKER") or None
+    return embedded_broker(home, port or free_port(), kind, advertised_port, config=TEST_BROKER_CONFIG)
+
+
 class Environment:
     """The Spark session and the embedded broker of one test process, started lazily and stopped together."""
 
@@ -51,9 +58,6 @@ class Environment:
         self.master = master or os.environ.get("WEIR_TEST_SPARK_MASTER", "local[2]")
         self._spark: SparkSession | None = None
         self._own_spark = False
-        # Which embedded broker the run's tests share: WEIR_TEST_BROKER (kafka: Apache Kafka; tansu), else the
-        # settings' broker_kind (docs/testing.md, which tests run on which)
-        self.broker_kind = os.environ.get("WEIR_TEST_BROKER") or None
         self._broker: BrokerProcess | None = None
 
     @classmethod
@@ -85,7 +89,7 @@ class Environment:
     @property
     def broker(self) -> BrokerProcess:
         if self._broker is None:
-            broker = embedded_broker(self.root / "broker", free_port(), self.broker_kind, config=TEST_BROKER_CONFIG)
+            broker = test_broker(self.root / "broker")
             broker.start()
             self._broker = broker
         return self._broker
