@@ -15,11 +15,13 @@ from typing import Any
 from py4j.java_gateway import java_import
 from pyspark.sql import SparkSession
 
+from weir import jvm
 from weir.config import Settings, load
 from weir.kafka.source import KafkaDataSource
 from weir.kafka.tolake import KafkaArchiveSource
 from weir.process import children
 from weir.sparkhome import worker_home
+from weir.storage.paths import on_s3
 
 log = logging.getLogger("weir")
 
@@ -167,7 +169,7 @@ def spark_session(
             "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         }
     confs = {**defaults, **settings.spark_conf, **(conf or {})}
-    confs |= redaction_confs(confs) | log_confs(confs, settings.spark_log_level)
+    confs |= redaction_confs(confs) | log_confs(confs, settings.spark_log_level) | s3_confs(settings, confs, master)
     for key, value in confs.items():
         builder = builder.config(key, value)
     _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
@@ -175,6 +177,37 @@ def spark_session(
     if master.startswith("local"):
         _workers_output(spark, Path(settings.home) / "logs" / WORKERS_LOG, app_name)
     return register(spark)
+
+
+def s3_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str, str]:
+    """Hadoop's S3A filesystem for checkpoints (or a lake) on S3 (`s3://` or `s3a://`, both served by S3A): the
+    jars of weir's `spark` set (`weir jars fetch`; MissingJars naming them when absent) on the driver's class path
+    in local mode, in spark.jars on a cluster; the endpoint and region from the usual AWS_* variables (path-style
+    requests for an endpoint of one's own). The credentials stay in the environment, where S3A's default chain
+    reads them: never in a conf, which plans and the UI show."""
+    if not any(on_s3(where) for where in (settings.checkpoint_root, settings.lake)):
+        return {}
+    jars = jvm.check("spark")
+    # s3:// as well as s3a://: the paths weir hands Spark are the settings' URLs (weir.storage.paths.spark_url maps
+    # its own), and Hadoop has no filesystem of its own for s3://
+    out: dict[str, str] = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+    }
+    if master.startswith("local"):
+        given = confs.get("spark.driver.extraClassPath")
+        out["spark.driver.extraClassPath"] = os.pathsep.join([*([given] if given else []), *map(str, jars)])
+    else:
+        given = confs.get("spark.jars")
+        out["spark.jars"] = ",".join([*([given] if given else []), *map(str, jars)])
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        out |= {"spark.hadoop.fs.s3a.endpoint": endpoint, "spark.hadoop.fs.s3a.path.style.access": "true"}
+        if endpoint.startswith("http://"):
+            out["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
+    if region := os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
+        out["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return {k: v for k, v in out.items() if k not in confs or k in ("spark.driver.extraClassPath", "spark.jars")}
 
 
 WORKERS_LOG = "python-workers.log"

@@ -31,15 +31,25 @@ def resolve(path_or_url: str) -> tuple[pafs.FileSystem, str]:
     OSError (pyarrow's) when no filesystem opens it."""
     from pyarrow import fs as pafs
 
-    filesystem, path = pafs.FileSystem.from_uri(url(path_or_url))
+    location = url(path_or_url)
+    if location.startswith("s3a://"):  # Hadoop's name for S3 (Spark's URL of it): pyarrow knows it as s3://
+        location = "s3://" + location.removeprefix("s3a://")
+    filesystem, path = pafs.FileSystem.from_uri(location)
     return filesystem, path.rstrip("/")
 
 
 def spark_url(path_or_url: str) -> str:
     """The URL Spark should use for the same location: `file:///abs` for a local path (a bare path would
-    resolve against Hadoop's fs.defaultFS, which can differ from what pyarrow reads), else the URL as given."""
+    resolve against Hadoop's fs.defaultFS, which can differ from what pyarrow reads), `s3a://` for `s3://` (Hadoop's
+    S3 filesystem, whose jars weir's Spark session adds: weir.spark), else the URL as given."""
     text = url(path_or_url)
+    if text.startswith("s3://"):
+        return "s3a://" + text.removeprefix("s3://")
     return text if is_url(text) else f"file://{text}"
+
+
+def on_s3(path_or_url: str) -> bool:
+    return path_or_url.startswith(("s3://", "s3a://"))
 
 
 def join(base: str, *parts: str) -> str:
