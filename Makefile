@@ -49,7 +49,7 @@ test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q -ra --durations=50 -n 2 --dist loadgroup tests
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	WEIR_TEST_BROKER=kafka $(BIN)/python -m pytest -q tests/unit
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.shop.demo --duration $(DURATION)

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from pgserver import ENV_DSN, ENV_ERROR, PostgresUnavailable, PrivatePostgres
 
+from weir.config import load
+from weir.jvm import kafka_version
 from weir.kafka.broker import BrokerProcess, KafkaBroker, free_port
 
 # The S3 settings are in the environment before anything starts: Spark's JVM and its Python workers, and the
@@ -83,6 +85,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    kind = os.environ.get("WEIR_TEST_BROKER") or load().broker_kind
+    shared = f"Apache Kafka {kafka_version()}" if kind == "kafka" else "Tansu (in memory)"
+    terminalreporter.write_line(
+        f"brokers: each worker's shared broker and the brokers tests start of their own: {shared} (WEIR_TEST_BROKER="
+        f"{kind}); of their own besides: Apache Kafka checking retention every second (test_kafka_retention), three "
+        "Apache Kafka brokers (test_kafka_broker_death), Tansu (test_outage's durable restart, test_config_and_cli); "
+        "PostgreSQL: one private server for the run (tests/pgserver.py)"
+    )
     if _SPENT:
         each = ", ".join(f"{w} {s / 60:.1f} min in {n} tests" for w, (s, n) in sorted(_SPENT.items()))
         terminalreporter.write_line(f"test time per worker: {each}")

@@ -143,6 +143,12 @@ def kafka_tool(name: str, args: list[str]) -> list[str]:
             KAFKA_TOOLS[name], *args]  # fmt: skip
 
 
+def kafka_version() -> str:
+    """The Apache Kafka version the broker set pins (its pom's kafka.version)."""
+    text = jar_set("broker").pom.read_text()
+    return text.split("<kafka.version>", 1)[1].split("</kafka.version>", 1)[0]
+
+
 def java() -> str:
     """The `java` to run: $JAVA_HOME/bin/java, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")

@@ -1,0 +1,55 @@
+"""The JVM jars' cache (weir.jvm): a set that is not there, or a jar that is not the one its manifest names, fails
+naming it and the command that fetches it; nothing is fetched by a reader of the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from weir import jvm
+from weir.kafka.broker import KafkaBroker, free_port
+
+
+def test_a_set_never_fetched_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_JARS", str(tmp_path / "jars"))
+    with pytest.raises(jvm.MissingJars, match=r"the broker jars .* are not in .*weir jars fetch"):
+        jvm.classpath("broker")
+    assert not (tmp_path / "jars").exists()  # a reader fetched nothing
+
+
+def test_a_jar_gone_or_changed_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_JARS", str(tmp_path / "jars"))
+    where = jvm.jar_set("broker").directory
+    where.mkdir(parents=True)
+    (where / "a.jar").write_bytes(b"a")
+    (where / "b.jar").write_bytes(b"bb")
+    (where / jvm.MANIFEST).write_text(f"{'0' * 64} 1 a.jar\n{'0' * 64} 2 b.jar\n")
+    assert [p.name for p in jvm.check("broker")] == ["a.jar", "b.jar"]  # sizes match; hashes not asked
+    with pytest.raises(jvm.MissingJars, match=r"a\.jar is missing or not the jar"):
+        jvm.check("broker", hashes=True)
+    (where / "b.jar").unlink()
+    with pytest.raises(jvm.MissingJars, match=r"b\.jar is missing or not the jar .*weir jars fetch"):
+        jvm.classpath("broker")
+
+
+def test_an_unknown_set_or_tool_is_refused():
+    with pytest.raises(ValueError, match="no jar set 'flink'"):
+        jvm.jar_set("flink")
+    with pytest.raises(ValueError, match="no Kafka tool 'nope'"):
+        jvm.kafka_tool("nope", [])
+
+
+def test_the_apache_kafka_broker_without_its_jars_fails_naming_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIR_JARS", str(tmp_path / "jars"))
+    with pytest.raises(jvm.MissingJars, match="weir jars fetch"):
+        KafkaBroker(tmp_path, free_port()).start()
+
+
+def test_a_clusters_nodes_share_one_quorum():
+    from weir.kafka.broker import kafka_cluster
+
+    nodes = kafka_cluster("/nonexistent", 3, config={"min.insync.replicas": "2"})
+    props = [n.properties(3) for n in nodes]
+    assert {p["controller.quorum.voters"] for p in props} == {props[0]["controller.quorum.voters"]}
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    assert all(p["offsets.topic.replication.factor"] == "3" and p["min.insync.replicas"] == "2" for p in props)
+    assert len({p["listeners"] for p in props}) == 3
