@@ -24,7 +24,7 @@ from rich.live import Live
 from rich.table import Table
 
 import weir
-from weir.kafka import Admin, EmbeddedBroker
+from weir.kafka import Admin, embedded_broker
 from weir.kafka.broker import free_port
 
 SCHEMA = "user STRING NOT NULL, amount DOUBLE NOT NULL, category STRING, event_time TIMESTAMP NOT NULL"
@@ -85,7 +85,7 @@ def main(
     seed: int = typer.Option(7, help="Random seed of the generator."),
 ) -> None:
     home = tempfile.mkdtemp(prefix="weir-demo-")
-    broker = EmbeddedBroker(home, free_port())
+    broker = embedded_broker(home, free_port())
     console.print(f"starting the embedded broker on {broker.bootstrap} ...")
     broker.start()
     stop = threading.Event()

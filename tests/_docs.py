@@ -207,6 +207,8 @@ def cli_problems(command: str) -> list[str]:
         cmd = cmd.commands[rest.pop(0)]
     if hasattr(cmd, "commands"):
         return [f"{command!r}: {' '.join(words)}: no such weir command"]
+    if cmd.context_settings.get("ignore_unknown_options"):  # `weir broker tool`: the options are Kafka's tool's
+        return []
     options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
     return [
         f"{command!r}: weir {cmd.name} has no option {w.split('=')[0]}"

@@ -52,7 +52,7 @@ from examples.shop.pipeline import SPEND_LATENESS, build
 from examples.shop.records import ORDERS, Shape, records
 from weir.config import Settings
 from weir.ingest.postgres import where
-from weir.kafka import Admin, EmbeddedBroker
+from weir.kafka import Admin, embedded_broker
 from weir.kafka.broker import free_port
 from weir.kafka.decode import parse_fields
 from weir.kafka.formats import value_format
@@ -628,7 +628,7 @@ def main(
     import weir  # after the CLI parsed: --help should not wait for pyspark
 
     run_dir = _run_dir()
-    broker = EmbeddedBroker(run_dir, free_port())
+    broker = embedded_broker(run_dir, free_port())
     stop = threading.Event()
 
     def on_signal(*_: object) -> None:
