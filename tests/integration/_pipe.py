@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pgserver import PostgresUnavailable, run_database
 
 from weir.kafka import Admin
@@ -282,6 +283,19 @@ def finish_once(spec: Path, env: dict[str, str], tmp: Path, timeout: float = 300
     assert code == 0, logs_of(tmp)
     # A batch whose progress event never came lost its accounting (and cost a 10 s wait)
     assert "did not arrive within" not in (tmp / "run-final.log").read_text(), logs_of(tmp)
+
+
+def delete_records(bootstrap: str, below: dict[str, dict[int, int]]) -> None:
+    """Delete every record below the given offset of each partition (Kafka's DeleteRecords, as retention would):
+    the broker's log start moves there. Apache Kafka does it; Tansu panics (docs/brokers.md)."""
+    client = AdminClient({"bootstrap.servers": bootstrap})  # held until the answers: its end cancels the calls
+    asked = [TopicPartition(t, p, o) for t, parts in below.items() for p, o in parts.items()]
+    for future in client.delete_records(asked, request_timeout=30).values():
+        future.result(30)
+    admin = Admin(bootstrap)
+    for t, parts in below.items():
+        starts = {p: lo for p, (lo, _) in admin.offsets(t).items()}
+        assert all(starts[p] == o for p, o in parts.items()), f"{t}: log starts {starts} after deleting below {parts}"
 
 
 def postgres_dsn() -> str:

@@ -1,5 +1,5 @@
-"""Data loss under a checkpoint: a deleted and recreated topic, and offsets removed by retention (simulated
-with the `weir.simulatedLogStartOffsets` hook). Fail loudly by default; skip and count with
+"""Data loss under a checkpoint: a deleted and recreated topic, and offsets the broker removed (Apache Kafka's
+DeleteRecords, which moves the log start as retention does). Fail loudly by default; skip and count with
 failOnDataLoss=false.
 
 Topics are deleted only here, and only while no query runs: a client that outlives the deletion of a topic
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _pipe import Rec, end_offsets, produce, run_available_now, source, wait_for
+from _pipe import Rec, delete_records, end_offsets, produce, run_available_now, source, wait_for
 from pyspark.errors import StreamingQueryException
 
 from weir.kafka import Admin, TopicError
@@ -103,14 +103,16 @@ def test_recreated_topic_skipped_with_fail_on_data_loss_false(spark, bootstrap, 
 
 
 def retention_scenario(spark, bootstrap: str, topic: str, checkpoint: str) -> dict[str, str]:
-    """A checkpoint at offset 20 of 100, and the hook pretending retention deleted offsets below 50."""
+    """A checkpoint at offset 20 of 100, and the broker's log start moved to 50 (no options for the source:
+    the broker itself says where its log begins)."""
     Admin(bootstrap).create_topic(topic, partitions=1)
     fill(bootstrap, topic, {0: 20}, "r")
     first = run_available_now(source(spark, bootstrap, topic, stream=True, startingOffsets="earliest"), checkpoint)
     assert len(first.rows) == 20
     assert end_offsets(first.progress)[-1] == {topic: {"0": 20}}
     fill(bootstrap, topic, {0: 80}, "r", first=20)
-    return {"weir.simulatedLogStartOffsets": json.dumps({topic: {"0": 50}})}
+    delete_records(bootstrap, {topic: {0: 50}})
+    return {}
 
 
 def test_retention_past_checkpoint_fails_the_query(spark, bootstrap, topic_name, tmp_path) -> None:
@@ -146,11 +148,12 @@ def test_retention_past_checkpoint_skipped_and_counted(spark, bootstrap, topic_n
     assert end_offsets(later.progress)[-1] == {topic_name: {"0": 110}, "@dataLoss": {"skippedOffsets": 30, "events": 1}}
 
 
-def test_retention_hook_in_batch_reads(spark, bootstrap, topic_name) -> None:
-    """The same hook in spark.read: earliest starts at 50, an explicit start below it is data loss."""
+def test_deleted_records_in_batch_reads(spark, bootstrap, topic_name) -> None:
+    """The same deletion in spark.read: earliest starts at 50, an explicit start below it is data loss."""
     Admin(bootstrap).create_topic(topic_name, partitions=1)
     fill(bootstrap, topic_name, {0: 100}, "b")
-    hook = {"weir.simulatedLogStartOffsets": json.dumps({topic_name: {"0": 50}})}
+    delete_records(bootstrap, {topic_name: {0: 50}})
+    hook: dict[str, str] = {}
 
     earliest = source(spark, bootstrap, topic_name, stream=False, **hook).select("offset").collect()
     assert sorted(r["offset"] for r in earliest) == list(range(50, 100))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _pipe import Rec, produce, unique
+from _pipe import Rec, delete_records, produce, unique
 
 from weir.kafka import Admin
 from weir.kafka.offsets import from_json, starts_from_json
@@ -92,9 +92,9 @@ def test_a_log_start_moving_between_the_calls_fails_loudly_not_silently(bootstra
     _, end = plan_batch_0(r)
     assert starts_from_json(end) == {topic: {0: 0, 1: 0}}
     r.stop()
-    # Retention deleted offsets [0, 8) of partition 0 before batch 0 ran (a restart replays it).
-    moved = reader(bootstrap, topic, startingOffsets="earliest",
-                   **{"weir.simulatedLogStartOffsets": json.dumps({topic: {"0": 8}})})  # fmt: skip
+    # The broker deleted offsets [0, 8) of partition 0 before batch 0 ran (a restart replays it).
+    delete_records(bootstrap, {topic: {0: 8}})
+    moved = reader(bootstrap, topic, startingOffsets="earliest")
     with pytest.raises(DataLossError, match=r"offsets \[0, 8\) are gone"):
         moved.partitions(moved.initialOffset(), end)
     moved.stop()
