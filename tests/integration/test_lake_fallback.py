@@ -4,8 +4,8 @@ offset, hence the checkpoint and every progress event) and in the pipeline's pro
 lake lacks fails loudly, naming it and what the lake holds, or with failOnDataLoss=false is skipped and
 counted in `@dataLoss`.
 
-Retention is simulated with the `weir.simulatedLogStartOffsets` hook (the embedded broker neither enforces
-retention nor supports DeleteRecords); the hook changes nothing but the earliest offset the source sees.
+The broker deletes the records itself: Apache Kafka's DeleteRecords moves a partition's log start as retention
+does (test_kafka_retention.py has retention.ms do it); nothing but the broker tells the source where its log begins.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _pipe import Rec, end_offsets, produce, run_available_now, source, wait_for
+from _pipe import Rec, delete_records, end_offsets, produce, run_available_now, source, wait_for
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
@@ -28,7 +28,6 @@ from weir.kafka.offsets import OffsetRange
 from weir.lake.archive import archiver_name
 from weir.pipeline import Pipeline
 from weir.runtime.progress import lake_fallback
-from weir.runtime.query import ProcessorQuery
 from weir.runtime.runner import Runner
 from weir.storage.lake import Lake
 
@@ -73,10 +72,10 @@ def run(p: Pipeline, s, spark, processors: list[str]) -> Runner:
     return r
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def archived(spark, bootstrap, tmp_path_factory):
-    """A 2-partition topic of TOTAL records per partition whose first ARCHIVED per partition are in the lake.
-    One archive for the module (an archive run is most of a test's time): tests only read it."""
+    """A 2-partition topic of TOTAL records per partition whose first ARCHIVED per partition are in the lake. One
+    per test: each deletes records of its own from the broker, which no test can undo."""
     tmp_path = tmp_path_factory.mktemp("archived")
     topic = f"{uuid.uuid4().hex[:8]}.events"
     Admin(bootstrap).create_topic(topic, 2)
@@ -89,11 +88,8 @@ def archived(spark, bootstrap, tmp_path_factory):
     return topic, s
 
 
-def options(topic: str, s, hidden: dict[int, int], **extra) -> dict:
-    return {
-        "valueFormat": "json", "valueSchema": SCHEMA, "lake": s.lake,
-        "weir.simulatedLogStartOffsets": json.dumps({topic: {str(p): o for p, o in hidden.items()}}), **extra,
-    }  # fmt: skip
+def options(s, **extra) -> dict:
+    return {"valueFormat": "json", "valueSchema": SCHEMA, "lake": s.lake, **extra}
 
 
 def as_tuples(rows) -> list[tuple]:
@@ -128,10 +124,8 @@ def test_stream_reads_retention_deleted_offsets_from_the_lake(spark, bootstrap, 
     truth = broker_truth(spark, bootstrap, topic)
     assert len(truth) == 2 * TOTAL
     start = json.dumps({topic: {"0": 0, "1": 0}})  # a checkpoint-like position below the earliest offset
-    stream = source(
-        spark, bootstrap, topic, stream=True, startingOffsets=start, maxOffsetsPerTrigger=25,
-        **options(topic, s, {0: 30, 1: ARCHIVED}),
-    )  # fmt: skip
+    delete_records(bootstrap, {topic: {0: 30, 1: ARCHIVED}})
+    stream = source(spark, bootstrap, topic, stream=True, startingOffsets=start, maxOffsetsPerTrigger=25, **options(s))
     got = run_available_now(stream, str(tmp_path / "ckpt"))
     rows = as_tuples(got.rows)
     assert in_order_per_partition(rows)  # each batch, and batch after batch
@@ -191,13 +185,13 @@ def test_replayed_batch_reads_from_the_lake_and_counts_it_in_the_next_offset(spa
     produce(bootstrap, topic, (record(i) for i in range(80, 2 * TOTAL)))
     log_uncommitted_batch(checkpoint, topic, {"0": TOTAL, "1": TOTAL})  # planned [20, 60), then a crash
 
-    stream = source(
-        spark, bootstrap, topic, stream=True, startingOffsets="earliest", **options(topic, s, {0: 35, 1: ARCHIVED})
-    )
+    truth = [r for r in broker_truth(spark, bootstrap, topic) if r[1] >= 20]
+    delete_records(bootstrap, {topic: {0: 35, 1: ARCHIVED}})
+    stream = source(spark, bootstrap, topic, stream=True, startingOffsets="earliest", **options(s))
     got = run_available_now(stream, str(checkpoint))
     rows = as_tuples(got.rows)
     assert in_order_per_partition(rows)
-    assert sorted(rows) == [r for r in broker_truth(spark, bootstrap, topic) if r[1] >= 20]
+    assert sorted(rows) == truth
     last = end_offsets(got.progress)[-1]
     assert last[topic] == {"0": TOTAL, "1": TOTAL}
     assert last["@lakeFallback"]["offsets"] == 15 + 20
@@ -208,9 +202,9 @@ def test_partial_lake_coverage_fails_loudly_or_skips_and_counts(spark, bootstrap
     topic, s = archived
     truth = broker_truth(spark, bootstrap, topic)
     start = json.dumps({topic: {"0": 0, "1": 0}})
-    hidden = {0: ARCHIVED + 10}  # retention went 10 offsets past what the lake holds of partition 0
+    delete_records(bootstrap, {topic: {0: ARCHIVED + 10}})  # 10 offsets past what the lake holds of partition 0
 
-    strict = source(spark, bootstrap, topic, stream=True, startingOffsets=start, **options(topic, s, hidden))
+    strict = source(spark, bootstrap, topic, stream=True, startingOffsets=start, **options(s))
     with pytest.raises(StreamingQueryException) as info:
         run_available_now(strict, str(tmp_path / "strict"))
     message = str(info.value).split("=== Streaming Query ===")[0]
@@ -219,10 +213,7 @@ def test_partial_lake_coverage_fails_loudly_or_skips_and_counts(spark, bootstrap
     assert f"does not hold [{ARCHIVED}, {ARCHIVED + 10})" in message
     assert f"covers {topic} partition 0 offsets [0, {ARCHIVED})" in message
 
-    lenient = source(
-        spark, bootstrap, topic, stream=True, startingOffsets=start, failOnDataLoss="false",
-        **options(topic, s, hidden),
-    )  # fmt: skip
+    lenient = source(spark, bootstrap, topic, stream=True, startingOffsets=start, failOnDataLoss="false", **options(s))
     got = run_available_now(lenient, str(tmp_path / "lenient"))
     rows = as_tuples(got.rows)
     assert in_order_per_partition(rows)
@@ -237,7 +228,8 @@ def test_without_archive_the_gap_is_data_loss_as_before(spark, bootstrap, tmp_pa
     Admin(bootstrap).create_topic(topic, 1)
     produce(bootstrap, topic, (Rec(0, None, f"v{i}".encode()) for i in range(50)))
     lake = str(tmp_path / "empty-lake")
-    opts = {"weir.simulatedLogStartOffsets": json.dumps({topic: {"0": 20}}), "lake": lake}
+    delete_records(bootstrap, {topic: {0: 20}})
+    opts = {"lake": lake}
     start = json.dumps({topic: {"0": 5}})
 
     strict = source(spark, bootstrap, topic, stream=True, startingOffsets=start, **opts)
@@ -258,11 +250,12 @@ def test_batch_read_below_the_earliest_offset(spark, bootstrap, archived):
     topic, s = archived
     truth = broker_truth(spark, bootstrap, topic)
     start = json.dumps({topic: {"0": 10, "1": 0}})
-    df = source(spark, bootstrap, topic, stream=False, startingOffsets=start, **options(topic, s, {0: 30, 1: 35}))
+    delete_records(bootstrap, {topic: {0: 30, 1: 35}})
+    df = source(spark, bootstrap, topic, stream=False, startingOffsets=start, **options(s))
     rows = as_tuples(df.collect())
     assert in_order_per_partition(rows)
     assert sorted(rows) == [r for r in truth if r[0] == 1 or r[1] >= 10]
-    plan = planned(spark, bootstrap, topic, startingOffsets=start, **options(topic, s, {0: 30, 1: 35}))
+    plan = planned(spark, bootstrap, topic, startingOffsets=start, **options(s))
     assert plan == [("lake", 0, 10, 30), ("lake", 1, 0, 35), ("kafka", 0, 30, TOTAL), ("kafka", 1, 35, TOTAL)]
 
 
@@ -286,7 +279,8 @@ def test_a_lake_missing_a_file_is_an_error_not_a_gap_and_a_stray_copy_is_ignored
     s = shared.model_copy(update={"lake": str(tmp_path / "lake")})  # a copy of the module's lake to damage
     shutil.copytree(shared.lake, s.lake)
     start = json.dumps({topic: {"0": 0, "1": 0}})
-    opts = options(topic, s, {0: 30, 1: 0}, startingOffsets=start)
+    delete_records(bootstrap, {topic: {0: 30}})
+    opts = options(s, startingOffsets=start)
     files = sorted(Path(s.lake, topic).rglob("*.parquet"))
     victim = next(f for f in files if f.stat().st_size and _holds(f, 0, 30))
     copy = victim.with_name("part-copy.parquet")
@@ -318,19 +312,8 @@ def test_pipeline_processor_reads_from_the_lake_and_publishes_it(spark, bootstra
     run(p, s, spark, [archiver_name(topic)])  # the lake: at 40; the processor still at 20
     produce(bootstrap, topic, (record(i) for i in range(80, 120)))
 
-    # Retention deletes offsets below 35 and 40: [20, 35) and [20, 40) come from the lake.
-    hook = {"weir.simulatedLogStartOffsets": json.dumps({topic: {"0": 35, "1": 40}})}
-    plain = ProcessorQuery.source
-
-    def hooked(self, t):
-        kafka = self._kafka_options
-        self._kafka_options = lambda: kafka() | hook  # the source only: the sink refuses the hook
-        try:
-            return plain(self, t)
-        finally:
-            del self._kafka_options
-
-    monkeypatch.setattr(ProcessorQuery, "source", hooked)
+    # The broker deletes offsets below 35 and 40: [20, 35) and [20, 40) come from the lake.
+    delete_records(bootstrap, {topic: {0: 35, 1: 40}})
     r = run(p, s, spark, ["double"])
     assert r.snapshot()["double"].state == "finished"
 

@@ -104,15 +104,14 @@ def test_lake_until_raises_the_earliest_offset_within_the_latest(tmp_path):
     }
 
 
-def test_lake_until_and_the_simulated_log_start_the_higher_wins(tmp_path):
-    hidden = {"weir.simulatedLogStartOffsets": '{"orders": {"0": 40, "1": 50}}'}
+def test_lake_until_raises_the_earliest_offset(tmp_path):
     opts = parse_source(
-        {**BASE, **hidden, "lake": str(tmp_path), "startingOffsets": '{"orders": {"0": 0, "1": 0}}',
+        {**BASE, "lake": str(tmp_path), "startingOffsets": '{"orders": {"0": 0, "1": 0}}',
          "lakeUntil": '{"orders": {"0": 60, "1": 30}}'},
         streaming=True,
     )  # fmt: skip
-    assert opts.simulated_log_start == {"orders": {0: 40, 1: 50}} and opts.lake_until == {"orders": {0: 60, 1: 30}}
-    assert _bounds(opts, View(TWO), sorted(TWO)) == {("orders", 0): (60, 100), ("orders", 1): (50, 100)}
+    assert opts.lake_until == {"orders": {0: 60, 1: 30}}
+    assert _bounds(opts, View(TWO), sorted(TWO)) == {("orders", 0): (60, 100), ("orders", 1): (30, 100)}
 
 
 # -- lakeUntil in a stream ------------------------------------------------------------------------------------------

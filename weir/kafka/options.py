@@ -71,10 +71,6 @@ SOURCE_OPTIONS = {
     "schemaRegistry.basic.auth.user.info, schemaRegistry.ssl.ca.location, ... (passed through)",
     "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
     "includeheaders": "accepted for compatibility with Spark's source; headers are always included",
-    "weir.simulatedlogstartoffsets": (
-        "testing only: JSON {topic: {partition: offset}} hiding earlier offsets, exactly as a log-start "
-        "advance by retention would (the earliest offset the source sees; reads below it are refused)"
-    ),
 }
 
 SINK_OPTIONS = {
@@ -196,7 +192,6 @@ class SourceOptions:
     value_spec: FormatSpec | None = None  # avro, protobuf, json-schema: what the values are (weir.kafka.formats)
     key_spec: FormatSpec | None = None  # keys in a format of their own (keyFormat), else raw bytes
     registry: dict[str, str] = field(default_factory=dict, repr=False)  # its client's settings, credentials too
-    simulated_log_start: dict[str, dict[int, int]] = field(default_factory=dict)
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
     lake_until: dict[str, dict[int, int]] = field(default_factory=dict)  # below these, read the lake, not the broker
     flow: FlowOptions | None = None  # adaptive admission (flow=auto), else static limits
@@ -297,7 +292,6 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
     if value_format in ("raw", "json") and "valueformatspec" in opts:
         raise OptionError("option valueFormatSpec needs valueFormat avro, protobuf or json-schema")
     key_spec = _key_spec(opts, value_format)
-    simulated = parse_offsets("weir.simulatedLogStartOffsets", opts.get("weir.simulatedlogstartoffsets"), "earliest")
     lake_until = _lake_until(opts, starting)
     poll = _positive_int(opts, "polltimeoutms")
     return SourceOptions(
@@ -317,7 +311,6 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         value_spec=spec,
         key_spec=key_spec,
         registry={k[len("schemaregistry.") :]: v for k, v in opts.items() if k.startswith("schemaregistry.")},
-        simulated_log_start=simulated if isinstance(simulated, dict) else {},
         lake=_lake(opts.get("lake")),
         lake_until=lake_until,
         flow=_flow(opts),

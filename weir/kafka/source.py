@@ -118,11 +118,10 @@ def _subscribed(opts: SourceOptions, view: LogView, *, must_exist: bool) -> list
 
 def _bounds(opts: SourceOptions, view: LogView, tps: list[TP]) -> dict[TP, tuple[int, int]]:
     """Earliest and latest per partition. The earliest is raised to lakeUntil (offsets below it are read from the
-    lake, as offsets below a log start are), and to the test hook's offset that hides the ones below it."""
+    lake, as offsets below a log start are)."""
     bounds = view.bounds(tps)
     for (t, p), (lo, hi) in bounds.items():
-        floors = (opts.simulated_log_start.get(t, {}).get(p), opts.lake_until.get(t, {}).get(p))
-        floor = max((f for f in floors if f is not None), default=lo)
+        floor = opts.lake_until.get(t, {}).get(p, lo)
         if floor > lo:
             # Identical to a real log-start advance for everything downstream of this function.
             bounds[(t, p)] = (min(floor, hi), hi)

@@ -34,9 +34,12 @@ TEST_SPARK_CONF = {
 
 
 # Tests write records with fixed timestamps, days or years old (event time that spans midnight, windows of a known
-# day): Apache Kafka deletes such records by retention.ms (7 days on weir's topics) at its next retention check, which
-# a run's shared broker puts off for a day. The tests of retention run a broker of their own that checks every second.
-TEST_BROKER_CONFIG = {"log.retention.check.interval.ms": str(86_400_000)}
+# day): Apache Kafka deletes such records by retention.ms (7 days on weir's topics) at its retention checks, the
+# first 30 s after its start, then every 5 minutes; a test broker puts both off for a day (a check at 30 s took a
+# test's partition from offset 0 to 40 between two of its reads). The tests of retention run a broker of their own
+# that checks every second.
+DAY_MS = str(86_400_000)
+TEST_BROKER_CONFIG = {"log.retention.check.interval.ms": DAY_MS, "log.initial.task.delay.ms": DAY_MS}
 
 
 def test_broker(home: str | Path, port: int | None = None, advertised_port: int | None = None) -> BrokerProcess:
