@@ -66,9 +66,12 @@ class PrivatePostgres:
 
     def start(self) -> str:
         bin_dir = binaries()
-        self.root = root = Path(tempfile.mkdtemp(prefix="weir-pg-"))
+        as_root = os.geteuid() == 0
+        # As root, under /tmp whatever TMPDIR says: the postgres user must reach the directory, and a TMPDIR inside a
+        # root-only one (pytest's tmp_path, which the demo's test hands the demo) would refuse it
+        self.root = root = Path(tempfile.mkdtemp(prefix="weir-pg-", dir="/tmp" if as_root else None))
         as_user: list[str] = []
-        if os.geteuid() == 0:  # initdb and postgres refuse to run as root: run them as the postgres user
+        if as_root:  # initdb and postgres refuse to run as root: run them as the postgres user
             try:
                 user = pwd.getpwnam("postgres")
             except KeyError:

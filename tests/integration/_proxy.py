@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from weir.kafka.broker import free_port
-from weir.testing.environment import test_broker
+from weir.testing.environment import private_broker
 
 
 class Proxy:
@@ -100,7 +100,7 @@ def proxied_broker(path: Path) -> Iterator[tuple[str, str, Proxy]]:
     advertises the proxy's port, so every client comes back through it after bootstrapping."""
     real, front = free_port(), free_port()
     proxy = Proxy(front, real)
-    broker = test_broker(path, real, advertised_port=front)
+    broker = private_broker(path, real, advertised_port=front)
     broker.start()
     try:
         yield f"127.0.0.1:{front}", broker.bootstrap, proxy

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from weir.cli import app
 from weir.kafka.broker import free_port
-from weir.testing.environment import test_broker
+from weir.testing.environment import private_broker
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +95,7 @@ def test_page_runs_as_a_reader_would(page, spark, pipeline_test, tmp_path, monke
     (root / "examples").symlink_to(REPO / "examples")
     port = free_port()
     home = tmp_path / "home"
-    broker = test_broker(home, port)
+    broker = private_broker(home, port)
     broker.start()
     for key, value in {
         "WEIR_HOME": home, "WEIR_BROKER_PORT": port, "WEIR_BOOTSTRAP_SERVERS": broker.bootstrap,

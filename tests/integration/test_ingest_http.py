@@ -19,7 +19,7 @@ from weir.monitor import records
 from weir.monitor.config import MonitorConfig
 from weir.monitor.state import Monitor
 from weir.monitor.track import BrokerSnapshot
-from weir.testing.environment import test_broker
+from weir.testing.environment import private_broker
 
 pytestmark = pytest.mark.integration
 SCHEMA = "order_id STRING NOT NULL, amount DOUBLE, ts_ms BIGINT, at TIMESTAMP"
@@ -112,7 +112,7 @@ def test_body_limit_and_buffer_full(bootstrap, env, tmp_path, topic_name):
 
 
 def test_unreachable_broker_is_503_within_the_ack_timeout(tmp_path, topic_name):
-    own = test_broker(tmp_path / "broker-home")
+    own = private_broker(tmp_path / "broker-home")
     own.start()
     env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": own.bootstrap}
     try:

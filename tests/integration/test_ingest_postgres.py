@@ -93,11 +93,11 @@ def test_shop_customers_from_postgres(logical_pg, tmp_path, monkeypatch):
     declared `customers` table topic."""
     from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
     from examples.shop.records import Shape
-    from weir.testing.environment import test_broker
+    from weir.testing.environment import private_broker
 
     assert logical_dsn(logical_pg) == (logical_pg, "")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    broker = test_broker(tmp_path / "broker")  # the shop's topic names, away from test_shop's
+    broker = private_broker(tmp_path / "broker")  # the shop's topic names, away from test_shop's
     broker.start()
     try:
         table = CustomerTable(logical_pg, Shape(seed=5, customers=200))

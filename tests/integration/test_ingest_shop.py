@@ -13,7 +13,7 @@ from _ingest import http_server, read_topic
 
 from examples.shop.orders_http import OrderClient, stats
 from examples.shop.records import ORDERS, Shape, record
-from weir.testing.environment import test_broker
+from weir.testing.environment import private_broker
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[str]:
     """A broker of this test's own: the shop's topic names must not meet test_shop's on the session broker."""
-    broker = test_broker(tmp_path / "broker")
+    broker = private_broker(tmp_path / "broker")
     broker.start()
     yield broker.bootstrap
     broker.stop()

@@ -25,7 +25,7 @@ from weir.kafka.broker import EmbeddedBroker, free_port
 from weir.pipeline import Pipeline
 from weir.runtime.runner import Runner
 from weir.sinks import PostgresSink
-from weir.testing.environment import test_broker
+from weir.testing.environment import private_broker
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def proxied(tmp_path: Path):
     that advertises the proxy's port, so every client of weir comes back through it after bootstrapping."""
     real, front = free_port(), free_port()
     proxy = Proxy(front, real)
-    broker = test_broker(tmp_path / "broker", real, advertised_port=front)
+    broker = private_broker(tmp_path / "broker", real, advertised_port=front)
     broker.start()
     try:
         yield f"127.0.0.1:{front}", broker.bootstrap, proxy

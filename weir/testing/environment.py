@@ -42,7 +42,7 @@ DAY_MS = str(86_400_000)
 TEST_BROKER_CONFIG = {"log.retention.check.interval.ms": DAY_MS, "log.initial.task.delay.ms": DAY_MS}
 
 
-def test_broker(home: str | Path, port: int | None = None, advertised_port: int | None = None) -> BrokerProcess:
+def private_broker(home: str | Path, port: int | None = None, advertised_port: int | None = None) -> BrokerProcess:
     """A broker for tests, not started: the kind WEIR_TEST_BROKER names (kafka: Apache Kafka; tansu), else the
     settings' broker_kind; Apache Kafka with TEST_BROKER_CONFIG. The run's shared one, and a test's own."""
     kind = os.environ.get("WEIR_TEST_BROKER") or None
@@ -92,7 +92,7 @@ class Environment:
     @property
     def broker(self) -> BrokerProcess:
         if self._broker is None:
-            broker = test_broker(self.root / "broker")
+            broker = private_broker(self.root / "broker")
             broker.start()
             self._broker = broker
         return self._broker
