@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from _pipe import Rec, produce, source, wait_for
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from pyspark.sql import functions as F
 
-from weir.config import load
+from weir.config import Settings, load
 from weir.kafka import Admin
 from weir.lake.archive import archiver_name
 from weir.pipeline import Pipeline
@@ -65,16 +66,21 @@ def deleted_by_retention(kafka_bootstrap: str, topic: str, archived: int) -> Non
              about=lambda: admin.offsets(topic))  # fmt: skip
 
 
-def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the_lake(spark, kafka_retention, tmp_path):
-    bootstrap = kafka_retention.bootstrap
+def scenario(bootstrap: str, tmp_path: Path) -> tuple[str, str, Settings, Pipeline]:
+    """(input topic, output topic, settings, pipeline) of one test. Segments roll by record time: a record half an
+    hour younger than a segment's first closes it. Retention is an hour, until deleted_by_retention cuts it: the
+    broker deletes even its active segment once all of it expired."""
     prefix = uuid.uuid4().hex[:8]
     topic, out = f"{prefix}.events", f"{prefix}.doubled"
-    # Segments roll by record time: a record half an hour younger than a segment's first closes it. Retention is an
-    # hour, until deleted_by_retention cuts it: the broker deletes even its active segment once all of it expired.
     Admin(bootstrap).create_topic(topic, 2, config={"segment.ms": "1000", "retention.ms": str(HOUR_MS)})
     s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "ckpt"),
              lake=str(tmp_path / "lake"), restart_backoff=0.2, max_offsets_per_trigger=25)  # fmt: skip
-    p = pipeline(topic, out)
+    return topic, out, s, pipeline(topic, out)
+
+
+def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the_lake(spark, kafka_retention, tmp_path):
+    bootstrap = kafka_retention.bootstrap
+    topic, out, s, p = scenario(bootstrap, tmp_path)
     now = int(time.time() * 1000)
     produce(bootstrap, topic, records(0, 2 * READ, now - HOUR_MS // 2))
     run(p, s, spark, ["double", archiver_name(topic)])  # `double` read [0, READ) of each partition, then stopped
@@ -94,12 +100,7 @@ def test_the_broker_deletes_unread_records_and_the_processor_reads_them_from_the
 
 def test_a_range_the_broker_deleted_and_the_lake_lacks_fails_loudly(spark, kafka_retention, tmp_path):
     bootstrap = kafka_retention.bootstrap
-    prefix = uuid.uuid4().hex[:8]
-    topic, out = f"{prefix}.events", f"{prefix}.doubled"
-    Admin(bootstrap).create_topic(topic, 2, config={"segment.ms": "1000", "retention.ms": str(HOUR_MS)})
-    s = load(home=str(tmp_path / "home"), bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "ckpt"),
-             lake=str(tmp_path / "lake"), restart_backoff=0.2, max_offsets_per_trigger=25)  # fmt: skip
-    p = pipeline(topic, out)
+    topic, _, s, p = scenario(bootstrap, tmp_path)
     now = int(time.time() * 1000)
     produce(bootstrap, topic, records(0, 2 * READ, now - HOUR_MS // 2))
     run(p, s, spark, ["double"])  # read [0, READ) of each partition; no archiver ever runs: the lake lacks the rest
