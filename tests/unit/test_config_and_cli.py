@@ -154,7 +154,7 @@ def test_a_commands_own_exit_code_passes_through_the_error_handler(tmp_path, mon
     assert "error" not in result.output
     as_json = runner.invoke(app, ["broker", "status", "--port", str(port), "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.output) == {
-        "running": False, "pid": None, "port": port, "bootstrap": f"127.0.0.1:{port}",
+        "running": False, "kind": "kafka", "pid": None, "port": port, "bootstrap": f"127.0.0.1:{port}",
         "log": json.loads(as_json.output)["log"],
     }  # fmt: skip
 
