@@ -9,6 +9,7 @@ admin.offsets("orders")   # {0: (earliest, latest), ...}, latest correct even wh
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,16 +73,32 @@ class Admin:
         topic = NewTopic(name, partitions, replication_factor, config={**DEFAULT_TOPIC_CONFIG, **(config or {})})
         try:
             self.client.create_topics([topic], request_timeout=self.timeout)[name].result()
+            self._visible(name)
             return True
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 if exist_ok:
+                    self._visible(name)  # created a moment ago by another client, perhaps
                     return False
                 raise TopicError(f"topic {name!r} already exists") from None
             if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
                 raise BrokerUnavailable(f"cannot create topic {name!r}: {err.str()}") from None
             raise TopicError(f"cannot create topic {name!r}: {err.str()}") from None
+
+    def _visible(self, name: str) -> None:
+        """Wait, at most the client's timeout, until the broker's metadata lists the topic with partitions: Apache
+        Kafka answers CreateTopics once its controller has the topic, and a broker's metadata may lag behind it for
+        a moment (a job that created its topic, then asked for its offsets, was told it did not exist)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            with self._view() as view:
+                if view.partitions().get(name):
+                    return
+            if time.monotonic() > deadline:
+                raise TopicError(f"topic {name!r} was created but the broker's metadata did not list it within "
+                                 f"{self.timeout:.0f} s")  # fmt: skip
+            time.sleep(0.1)
 
     def delete_topic(self, name: str) -> None:
         try:

@@ -294,7 +294,9 @@ class KafkaBroker(BrokerProcess):
             cluster = self._cluster_id or new_cluster_id()
             fmt = subprocess.run(
                 [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster, "-c", str(self.properties_file), "--ignore-formatted"],
+                 # --cluster-id=ID, not "-t ID": an id is base64 and may begin with "-", which argparse takes for
+                 # an option ("expected one argument": one start in 64 failed)
+                 f"--cluster-id={cluster}", "-c", str(self.properties_file), "--ignore-formatted"],
                 capture_output=True, text=True, timeout=120,
             )  # fmt: skip
             if fmt.returncode != 0:
