@@ -180,12 +180,13 @@ def spark_session(
 
 
 def s3_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str, str]:
-    """Hadoop's S3A filesystem for checkpoints (or a lake) on S3 (`s3://` or `s3a://`, both served by S3A): the
-    jars of weir's `spark` set (`weir jars fetch`; MissingJars naming them when absent) on the driver's class path
-    in local mode, in spark.jars on a cluster; the endpoint and region from the usual AWS_* variables (path-style
-    requests for an endpoint of one's own). The credentials stay in the environment, where S3A's default chain
-    reads them: never in a conf, which plans and the UI show."""
-    if not any(on_s3(where) for where in (settings.checkpoint_root, settings.lake)):
+    """Hadoop's S3A filesystem for checkpoints on S3 (`s3://` or `s3a://`, both served by S3A; the lake needs none:
+    delta-rs and pyarrow write and read it, not Hadoop): the jars of weir's `spark` set (`weir jars fetch`;
+    MissingJars naming them when absent) on the driver's class path in local mode, in spark.jars on a cluster; the
+    endpoint and region from the usual AWS_* variables (path-style requests for an endpoint of one's own). The
+    credentials stay in the environment, where S3A's default chain reads them: never in a conf, which plans and
+    the UI show."""
+    if not on_s3(settings.checkpoint_root):
         return {}
     jars = jvm.check("spark")
     # s3:// as well as s3a://: the paths weir hands Spark are the settings' URLs (weir.storage.paths.spark_url maps
