@@ -50,7 +50,7 @@ class BrokerStatus:
     port: int
     bootstrap: str
     log_file: Path
-    kind: str = "tansu"
+    kind: str  # "kafka" or "tansu"
 
 
 def binary() -> str:
