@@ -46,7 +46,7 @@ lint: $(STAMP)
 
 test: $(STAMP) browser lint
 	@# Two workers: the tests of the one in-process Spark session on one, the rest beside it (tests/conftest.py)
-	$(BIN)/python -m pytest -q -ra --durations=50 -n 2 --dist loadgroup tests
+	WEIR_TEST_BROKER=kafka $(BIN)/python -m pytest -q -ra --durations=50 -n 2 --dist loadgroup tests
 
 unit: $(STAMP)
 	WEIR_TEST_BROKER=kafka $(BIN)/python -m pytest -q tests/unit

@@ -58,6 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _POSTGRES
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(config, "workerinput"):
+        # After pytest's own closing line: the run's last line counts the skips and names the brokers (issue 55).
+        reporter.write_line(closing_line(reporter.stats))
     if _POSTGRES is not None:
         _POSTGRES.stop()
         _POSTGRES = None
@@ -84,15 +88,25 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _MODULES[module] = _MODULES.get(module, 0.0) + report.duration
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+# The modules that start a broker of another kind than the run's, besides it (docs/testing.md, "Which broker")
+OTHER_BROKERS = (
+    "Apache Kafka checking retention every second (test_kafka_retention), three Apache Kafka brokers "
+    "(test_kafka_broker_death), Tansu (test_outage's durable restart, test_config_and_cli, test_kafka_broker_quirks)"
+)
+
+
+def closing_line(stats: dict[str, list]) -> str:
+    """The run's last line: its counts, skips included, and the broker each group of tests ran on."""
+    counts = {k: sum(getattr(r, "when", "call") == "call" or k == "error" for r in stats.get(k, []))
+              for k in ("passed", "failed", "error", "skipped")}  # fmt: skip
     kind = os.environ.get("WEIR_TEST_BROKER") or load().broker_kind
     shared = f"Apache Kafka {kafka_version()}" if kind == "kafka" else "Tansu (in memory)"
-    terminalreporter.write_line(
-        f"brokers: each worker's shared broker and the brokers tests start of their own: {shared} (WEIR_TEST_BROKER="
-        f"{kind}); of their own besides: Apache Kafka checking retention every second (test_kafka_retention), three "
-        "Apache Kafka brokers (test_kafka_broker_death), Tansu (test_outage's durable restart, test_config_and_cli); "
-        "PostgreSQL: one private server for the run (tests/pgserver.py)"
-    )
+    told = ", ".join(f"{n} {k}" for k, n in counts.items())
+    return (f"weir: {told}; brokers: {shared} for every test that needs a broker (WEIR_TEST_BROKER={kind}), and "
+            f"of their own besides: {OTHER_BROKERS}; PostgreSQL: one private server for the run")  # fmt: skip
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _SPENT:
         each = ", ".join(f"{w} {s / 60:.1f} min in {n} tests" for w, (s, n) in sorted(_SPENT.items()))
         terminalreporter.write_line(f"test time per worker: {each}")

@@ -1,13 +1,16 @@
 """LogView.bounds returns only what its own call observed: impossible listings and probes answered without a fetch
-are asked again, and refused loudly when they stay impossible. A fake cluster stands in for the broker (the
-anomalies are ones the embedded broker does not produce on demand)."""
+are asked again, and refused loudly when they stay impossible. On a broker that follows the protocol the listing is
+the answer and nothing is fetched; on one that lists short (Tansu: weir.kafka.quirks) a Fetch probe corrects it. A
+fake cluster stands in for the broker (the anomalies are ones no broker produces on demand)."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError
 
+from weir.kafka import log as kafka_log
 from weir.kafka.log import BrokerUnavailable, LogView
+from weir.kafka.quirks import PROTOCOL, TANSU, quirks_of
 
 TP0 = ("t", 0)
 
@@ -41,11 +44,13 @@ class FakeConsumer:
 
     def __init__(self, script: list, cached: int, low: int = 0) -> None:
         self.script, self.cached, self.low, self.assigned = script, cached, low, []
+        self.fetches = 0
 
     def assign(self, tps):
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def consume(self, num_messages, timeout):
+        self.fetches += 1
         t, p, o = self.assigned[0]
         step = self.script.pop(0)
         if step[0] == "reset":
@@ -66,8 +71,8 @@ class FakeConsumer:
         pass
 
 
-def view(listings: list[tuple[int, int]], probes: list, cached: int = 999, low: int = 0) -> LogView:
-    v = LogView({"bootstrap.servers": "127.0.0.1:1"})
+def view(listings: list[tuple[int, int]], probes: list, cached: int = 999, low: int = 0, quirks=TANSU) -> LogView:
+    v = LogView({"bootstrap.servers": "127.0.0.1:1"}, quirks=quirks)
     answers = list(listings)
     state: dict = {"calls": 0}
 
@@ -149,3 +154,48 @@ def test_a_partition_listed_empty_is_probed_at_its_end_and_its_fetched_bounds_wi
     assert v.consumer.assigned == [] and not v.consumer.script
     empty = view([(0, 0)], [("eof", 0)], low=0)
     assert empty.bounds([TP0]) == {TP0: (0, 0)}
+
+
+def test_the_broker_is_known_by_its_cluster_id():
+    assert quirks_of("tansu_cluster") is TANSU and not TANSU.lists_exact_offsets
+    assert quirks_of("zhj5D7i1QVeolgz1LoKbTg") is PROTOCOL and PROTOCOL.lists_exact_offsets
+    assert quirks_of(None) is PROTOCOL
+
+
+def test_on_a_protocol_broker_the_listing_is_the_answer_and_nothing_is_fetched():
+    v = view([(3, 40)], [], quirks=PROTOCOL)
+    assert v.bounds([TP0]) == {TP0: (3, 40)}
+    assert v.consumer.fetches == 0
+
+
+def test_on_a_protocol_broker_an_impossible_listing_is_asked_again_then_refused():
+    assert view([(5, -1), (5, 40)], [], quirks=PROTOCOL).bounds([TP0]) == {TP0: (5, 40)}
+    with pytest.raises(BrokerUnavailable, match=r"t partition 0.*latest 1"):
+        view([(31, 1), (31, 1)], [], quirks=PROTOCOL).bounds([TP0])
+
+
+def test_on_a_protocol_broker_a_lower_mark_is_asked_again_and_a_confirmed_one_accepted(caplog):
+    v = view([(0, 40), (0, 30), (0, 30)], [], quirks=PROTOCOL)
+    assert v.bounds([TP0]) == {TP0: (0, 40)}
+    assert v.bounds([TP0]) == {TP0: (0, 30)}
+    assert "lower high-water mark 30 after 40, confirmed" in caplog.text
+    v2 = view([(0, 40), (0, 30), (0, 41)], [], quirks=PROTOCOL)  # a new leader's mark trailing for a moment
+    v2.bounds([TP0])
+    assert v2.bounds([TP0]) == {TP0: (0, 41)}
+
+
+def test_record_sizes_are_sampled_from_the_last_records_at_most_once_a_minute(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(kafka_log.time, "monotonic", lambda: now[0])
+    v = view([(0, 40), (0, 40)], [("record", 40), ("record", 40)], quirks=PROTOCOL)
+    v._sampled_at = now[0] - kafka_log.SAMPLE_EVERY_S
+    assert v.average_record_bytes() == 1024  # nothing bounded yet: no partition to sample
+    v.bounds([TP0])
+    assert v.average_record_bytes() == 2  # key b"k" + value b"v", fetched at offset 39
+    assert v.consumer.fetches == 1
+    now[0] += kafka_log.SAMPLE_EVERY_S / 2
+    v.average_record_bytes()
+    assert v.consumer.fetches == 1  # within the minute: no fetch
+    now[0] += kafka_log.SAMPLE_EVERY_S
+    v.average_record_bytes()
+    assert v.consumer.fetches == 2

@@ -1,9 +1,8 @@
 """What a Kafka cluster holds: topics, partitions, and each partition's earliest and latest offsets.
 
-Latest offsets come from the high-water mark of a Fetch response, not from ListOffsets alone. The Kafka
-protocol says both agree; some brokers (the embedded Tansu among them) answer ListOffsets(latest) with the
-base offset of the last record batch + 1, which would end every read short. Fetching one record just below
-the listed latest returns the true high-water mark on any broker, for one round trip per trigger.
+Bounds come from ListOffsets, as the Kafka protocol says: the log start and the high-water mark (the last stable
+offset to a `read_committed` reader), one round trip per trigger. A broker known to answer otherwise (the
+embedded Tansu: weir.kafka.quirks) is asked with a Fetch instead, whose response carries both by the protocol.
 """
 
 from __future__ import annotations
@@ -17,10 +16,11 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from weir.config import redact, redact_text
 from weir.kafka import heal
+from weir.kafka.quirks import Quirks, quirks_of
 
 TP = tuple[str, int]
 EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps for a partition's log start and end, by the protocol
@@ -82,10 +82,14 @@ def admin_client(client: dict) -> AdminClient:
 class LogView:
     """A driver-side view of the cluster: one admin client and one probe consumer, reused across triggers."""
 
-    def __init__(self, client: dict, timeout: float = 30.0, admin: AdminClient | None = None) -> None:
+    def __init__(
+        self, client: dict, timeout: float = 30.0, admin: AdminClient | None = None, quirks: Quirks | None = None
+    ) -> None:
         """`client`: bootstrap servers and pass-through settings (security, isolation.level, ...); `admin`: an
-        admin client of the same settings that outlives this view (its owner closes it), else one of its own."""
+        admin client of the same settings that outlives this view (its owner closes it), else one of its own;
+        `quirks`: the broker's, when known (else asked of its metadata at the first use)."""
         self.timeout = timeout
+        self._quirks = quirks
         # The probe needs end-of-partition events and must never join a group or jump on a bad offset.
         self.settings = {
             "group.id": f"weir-probe-{uuid.uuid4().hex[:12]}",
@@ -104,11 +108,24 @@ class LogView:
         self.committed = str(self.settings["isolation.level"]).lower() == "read_committed"
         self.consumer = Consumer({**heal.reconnecting(self.settings), "logger": client_log})
         self._record_bytes: float | None = None
+        self._sampled_at = -SAMPLE_EVERY_S  # when record sizes were last sampled (time.monotonic)
+        self._nonempty: dict[TP, int] = {}  # the last bounds' partitions with records: where sizes are sampled
         self._seen_high: dict[TP, int] = {}  # the highest mark each partition showed this view
         self._contradicted: set[TP] = set()  # partitions whose listing contradicted itself (warned once)
 
+    @property
+    def quirks(self) -> Quirks:
+        """The broker's departures from the Kafka protocol, from the cluster id of its metadata (once per view)."""
+        if self._quirks is None:
+            self._quirks = quirks_of(self._metadata().cluster_id)
+        return self._quirks
+
     def average_record_bytes(self) -> int:
-        """Key+value bytes per record, averaged over the records sampled by `bounds` (1 KiB until then)."""
+        """Key+value bytes per record, averaged over the last records of partitions `bounds` found holding some,
+        sampled at most every SAMPLE_EVERY_S by a fetch of one record each (1 KiB until a sample)."""
+        if time.monotonic() - self._sampled_at >= SAMPLE_EVERY_S and self._nonempty:
+            self._sampled_at = time.monotonic()
+            self._probe(dict(sorted(self._nonempty.items())[:SAMPLED_PARTITIONS]))
         return max(1, round(self._record_bytes or 1024))
 
     def _sample(self, size: int) -> None:
@@ -120,10 +137,7 @@ class LogView:
     def partitions(self) -> dict[str, list[int]]:
         """Partitions of every topic. All-topic metadata on purpose: a request naming one topic makes
         brokers with auto.create.topics.enable create it."""
-        try:
-            meta = self.consumer.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise _unreachable(self.settings, "read metadata", exc, self.timeout) from None
+        meta = self._metadata()
         out: dict[str, list[int]] = {}
         for name, t in meta.topics.items():
             if t.error is not None:
@@ -131,6 +145,15 @@ class LogView:
             if not name.startswith("__"):
                 out[name] = sorted(t.partitions)
         return out
+
+    def _metadata(self) -> ClusterMetadata:
+        try:
+            meta = self.consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise _unreachable(self.settings, "read metadata", exc, self.timeout) from None
+        if self._quirks is None:
+            self._quirks = quirks_of(meta.cluster_id)
+        return meta
 
     def bounds(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """(earliest, latest) offset of each topic-partition; latest is the high-water mark, as observed by this
@@ -153,12 +176,17 @@ class LogView:
                     )
                 client_log.logger.warning("weir-kafka: %s partition %d: %s, confirmed by a fresh probe", *tp, why)
             found.update(again)
-        for tp, (_, hi) in found.items():
+        for tp, (lo, hi) in found.items():
             self._seen_high[tp] = hi
+            if hi > lo:
+                self._nonempty[tp] = hi - 1
+            else:
+                self._nonempty.pop(tp, None)
         return found
 
     def _observe(self, tps: list[TP]) -> tuple[dict[TP, tuple[int, int]], dict[TP, str]]:
-        """One listing and one probe: the bounds that make sense, and why the others do not."""
+        """One listing (and on a broker that lists short, one probe): the bounds that make sense, and why the
+        others do not."""
         low = self._list(tps, EARLIEST)
         listed = self._list(tps, LATEST)
         doubts: dict[TP, str] = {}
@@ -166,6 +194,24 @@ class LogView:
             if low[tp] < 0 or listed[tp] < low[tp]:
                 doubts[tp] = f"listed earliest {low[tp]} and latest {listed[tp]}"
         sane = {tp: (low[tp], listed[tp]) for tp in tps if tp not in doubts}
+        if self.quirks.lists_exact_offsets:
+            return sane, self._lowered(sane, doubts)
+        return self._fetched(sane, doubts, low, listed)
+
+    def _lowered(self, found: dict[TP, tuple[int, int]], doubts: dict[TP, str]) -> dict[TP, str]:
+        """`doubts` with the partitions whose mark fell below one this view saw (asked again by `bounds`: a new
+        leader's mark may trail the old one's for a moment; a confirmed fall is a truncated or recreated log)."""
+        for tp, (_, hi) in found.items():
+            seen = self._seen_high.get(tp)
+            if seen is not None and hi < seen:
+                doubts[tp] = f"lower high-water mark {hi} after {seen}"
+        return doubts
+
+    def _fetched(
+        self, sane: dict[TP, tuple[int, int]], doubts: dict[TP, str], low: dict[TP, int], listed: dict[TP, int]
+    ) -> tuple[dict[TP, tuple[int, int]], dict[TP, str]]:
+        """Bounds from a Fetch response, for a broker whose ListOffsets answers are not the log's bounds
+        (weir.kafka.quirks): the listing only says where to probe."""
         found = self._fetched_bounds({tp: max(low[tp], listed[tp]) for tp in doubts if listed[tp] >= 0 <= low[tp]})
         for tp, (lo, hi) in found.items():
             del doubts[tp]
@@ -189,11 +235,7 @@ class LogView:
             if self.committed:
                 mark = min(mark, hi)  # the last stable offset, never above the high-water mark
             found[tp] = (start if 0 <= start <= mark else lo, mark)
-        for tp, (_, hi) in found.items():
-            seen = self._seen_high.get(tp)
-            if seen is not None and hi < seen:
-                doubts[tp] = f"lower high-water mark {hi} after {seen}"
-        return found, doubts
+        return found, self._lowered(found, doubts)
 
     def listed(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """(earliest, latest) as ListOffsets answers, without the fetch that corrects latest: for a reader that
@@ -252,7 +294,9 @@ class LogView:
             while pending:
                 if time.monotonic() > deadline:
                     raise _unreachable(self.settings, f"fetch {sorted(pending)[:3]}", None, self.timeout)
-                for msg in self.consumer.consume(num_messages=1000, timeout=0.2):
+                # At most one message per pending partition: consume returns as soon as it has them, not at its
+                # timeout (a probe waited the whole 0.2 s every trigger before).
+                for msg in self.consumer.consume(num_messages=len(pending), timeout=0.2):
                     err, tp = msg.error(), (msg.topic(), msg.partition())
                     if err is not None and err.code() not in (KafkaError._PARTITION_EOF,):
                         if err.code() == KafkaError._AUTO_OFFSET_RESET:
@@ -271,6 +315,11 @@ class LogView:
             return {tp: m for tp, m in marks.items() if tp not in reset}, reset
         finally:
             self.consumer.unassign()
+
+
+# Record sizes (for admission's memory cap) are sampled this often, from this many partitions' last records.
+SAMPLE_EVERY_S = 60.0
+SAMPLED_PARTITIONS = 8
 
 
 def _probe_at(lo: int, hi: int) -> int:
