@@ -169,7 +169,12 @@ def spark_session(
             "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         }
     confs = {**defaults, **settings.spark_conf, **(conf or {})}
-    confs |= redaction_confs(confs) | log_confs(confs, settings.spark_log_level) | s3_confs(settings, confs, master)
+    confs |= (
+        redaction_confs(confs)
+        | log_confs(confs, settings.spark_log_level)
+        | s3_confs(settings, confs)
+        | jar_confs(settings, confs, master)
+    )
     for key, value in confs.items():
         builder = builder.config(key, value)
     _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
@@ -179,28 +184,33 @@ def spark_session(
     return register(spark)
 
 
-def s3_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str, str]:
+def jar_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str, str]:
+    """The jars weir adds to Spark's own (`weir jars fetch`; MissingJars naming them when absent): Spark's Kafka
+    connector in every session (the `connector` set), Hadoop's S3A when checkpoints are on S3 (the `s3` set); on the
+    driver's class path in local mode (one JVM: no copy to make), in spark.jars on a cluster (Spark ships them to
+    each executor). Jars the confs name already come first."""
+    sets = ["connector", *(["s3"] if on_s3(settings.checkpoint_root) else [])]
+    jars = [str(jar) for name in sets for jar in jvm.check(name)]
+    if master.startswith("local"):
+        given = confs.get("spark.driver.extraClassPath")
+        return {"spark.driver.extraClassPath": os.pathsep.join([*([given] if given else []), *jars])}
+    given = confs.get("spark.jars")
+    return {"spark.jars": ",".join([*([given] if given else []), *jars])}
+
+
+def s3_confs(settings: Settings, confs: dict[str, str]) -> dict[str, str]:
     """Hadoop's S3A filesystem for checkpoints on S3 (`s3://` or `s3a://`, both served by S3A; the lake needs none:
-    delta-rs and pyarrow write and read it, not Hadoop): the jars of weir's `spark` set (`weir jars fetch`;
-    MissingJars naming them when absent) on the driver's class path in local mode, in spark.jars on a cluster; the
-    endpoint and region from the usual AWS_* variables (path-style requests for an endpoint of one's own). The
-    credentials stay in the environment, where S3A's default chain reads them: never in a conf, which plans and
-    the UI show."""
+    delta-rs and pyarrow write and read it, not Hadoop; its jars: `jar_confs`): the endpoint and region from the
+    usual AWS_* variables (path-style requests for an endpoint of one's own). The credentials stay in the
+    environment, where S3A's default chain reads them: never in a conf, which plans and the UI show."""
     if not on_s3(settings.checkpoint_root):
         return {}
-    jars = jvm.check("spark")
     # s3:// as well as s3a://: the paths weir hands Spark are the settings' URLs (weir.storage.paths.spark_url maps
     # its own), and Hadoop has no filesystem of its own for s3://
     out: dict[str, str] = {
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
     }
-    if master.startswith("local"):
-        given = confs.get("spark.driver.extraClassPath")
-        out["spark.driver.extraClassPath"] = os.pathsep.join([*([given] if given else []), *map(str, jars)])
-    else:
-        given = confs.get("spark.jars")
-        out["spark.jars"] = ",".join([*([given] if given else []), *map(str, jars)])
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         out |= {"spark.hadoop.fs.s3a.endpoint": endpoint, "spark.hadoop.fs.s3a.path.style.access": "true"}
@@ -208,7 +218,7 @@ def s3_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str
             out["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
     if region := os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
         out["spark.hadoop.fs.s3a.endpoint.region"] = region
-    return {k: v for k, v in out.items() if k not in confs or k in ("spark.driver.extraClassPath", "spark.jars")}
+    return {k: v for k, v in out.items() if k not in confs}
 
 
 WORKERS_LOG = "python-workers.log"

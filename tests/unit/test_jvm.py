@@ -53,3 +53,24 @@ def test_a_clusters_nodes_share_one_quorum():
     assert [p["node.id"] for p in props] == ["1", "2", "3"]
     assert all(p["offsets.topic.replication.factor"] == "3" and p["min.insync.replicas"] == "2" for p in props)
     assert len({p["listeners"] for p in props}) == 3
+
+
+def test_every_session_gets_the_connector_and_a_session_on_s3_gets_s3a_too(tmp_path, monkeypatch):
+    from weir.config import load
+    from weir.spark import jar_confs
+
+    monkeypatch.setenv("WEIR_JARS", str(tmp_path / "jars"))
+    for name, jar in (("connector", "spark-sql-kafka.jar"), ("s3", "hadoop-aws.jar")):
+        where = jvm.jar_set(name).directory
+        where.mkdir(parents=True)
+        (where / jar).write_bytes(b"j")
+        (where / jvm.MANIFEST).write_text(f"{'0' * 64} 1 {jar}\n")
+    local = load(home=str(tmp_path), checkpoint_root=str(tmp_path / "ckpt"))
+    on_s3 = load(home=str(tmp_path), checkpoint_root="s3://bucket/ckpt")
+    path = jar_confs(local, {"spark.driver.extraClassPath": "/mine.jar"}, "local[2]")["spark.driver.extraClassPath"]
+    assert path.split(":")[0] == "/mine.jar" and path.endswith("spark-sql-kafka.jar") and "hadoop-aws" not in path
+    jars = jar_confs(on_s3, {}, "spark://10.0.0.1:7077")["spark.jars"].split(",")
+    assert [j.rsplit("/", 1)[-1] for j in jars] == ["spark-sql-kafka.jar", "hadoop-aws.jar"]
+    (jvm.jar_set("connector").directory / "spark-sql-kafka.jar").unlink()
+    with pytest.raises(jvm.MissingJars, match=r"spark-sql-kafka\.jar is missing.*weir jars fetch"):
+        jar_confs(local, {}, "local[2]")

@@ -1,6 +1,7 @@
 """The JVM jars weir runs with, pinned in the Maven project files that ship beside this module: one set per
-directory (`broker/pom.xml`: the Apache Kafka broker and Kafka's own tools; `spark/pom.xml`: what weir adds to
-Spark's own jars, Hadoop's S3A filesystem for checkpoints on object storage).
+directory (`broker/pom.xml`: the Apache Kafka broker and Kafka's own tools; `connector/pom.xml`: Spark's own Kafka
+connector, in every Spark session weir starts; `s3/pom.xml`: Hadoop's S3A filesystem, for sessions whose
+checkpoints are on object storage).
 
 `weir jars fetch` (and so `make venv`) resolves each set once with Maven into weir's jar cache
 (`$WEIR_JARS`, default `~/.cache/weir/jars`), in a directory named after the set and its pom's hash, with a
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SETS = ("broker", "spark")
+SETS = ("broker", "connector", "s3")
 MANIFEST = "jars.sha256"
 FETCH_HINT = "fetch them with `weir jars fetch` (make venv runs it; it needs Maven, `mvn`)"
 FETCH_TIMEOUT_S = 1800.0  # Maven's downloads of a set, on a slow day; a hang ends loudly
