@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/pipe.py [--records 1000000] [--partitions 4] [-o KEY=VALUE] [-c KEY=VALUE]
 
-Stages, all against one embedded broker started here and stopped at the end:
+Stages, all against one embedded broker (--broker: kafka, the default, or tansu) started here and stopped at the end:
   1. produce N JSON records of about 150 bytes with confluent-kafka (the input of every later stage);
   2. raw baseline: one confluent-kafka consumer reads the whole topic, touching each value, no parsing;
      once with librdkafka's defaults (the baseline), once with weir's own consumer settings;
-  3. weir source -> noop sink (availableNow), a cold run then a warm run of the same query;
+  3. weir source -> noop sink (availableNow), a cold run then a warm run of the same query; then Spark's own
+     Kafka source (format "kafka", the connector of weir/jvm/connector) -> noop, warm, the engine's baseline;
   4. weir source with valueFormat=json -> Parquet file sink, several micro-batches, with a correctness check;
   5. weir sink: a batch read of the topic written back to a second topic, checked by its offsets.
 
@@ -36,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from weir.kafka import Admin
-from weir.kafka.broker import EmbeddedBroker, free_port
+from weir.kafka.broker import KINDS, embedded_broker, free_port
 from weir.kafka.options import parse_source
 
 # Wide enough for the table even when piped to a file (rich falls back to 80 columns there).
@@ -309,6 +310,19 @@ def noop(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> 
     note = f"{len(warm_p)} batch(es): rows / triggerExecution"
     run.add(Result("3. source -> noop, warm (trigger)", rows, ms / 1000, note, target, ok))
 
+    # The engine's own source over the same records, as warm as the row above (its cold run first)
+    def spark_once(label: str) -> tuple[float, list, dict[str, float]]:
+        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+        reader = reader.option("subscribe", topic).option("startingOffsets", "earliest")
+        writer = reader.load().writeStream.format("noop").trigger(availableNow=True)
+        return run_query(run, writer.option("checkpointLocation", str(scratch / f"noop-spark-{label}")))
+
+    spark_once("cold")
+    warm_s, warm_p, warm_cpu = spark_once("warm")
+    rows, ms = rows_and_ms(warm_p)
+    run.check("spark kafka noop row count", rows == n, f"{rows:,} of {n:,}")
+    run.add(Result("3s. Spark's kafka source -> noop, warm", rows, warm_s, "start to end", cpu=warm_cpu))
+
 
 def parquet(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> None:
     path = scratch / "parquet"
@@ -410,10 +424,11 @@ def main() -> int:
     more = {"action": "append", "default": [], "metavar": "KEY=VALUE"}
     parser.add_argument("-o", "--source-option", **more, help="extra option on every weir-kafka read")
     parser.add_argument("-c", "--conf", **more, help="extra Spark conf for the session")
+    parser.add_argument("--broker", choices=KINDS, default="kafka", help="the embedded broker's kind")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-"))
-    broker = EmbeddedBroker(scratch / "home", free_port())
+    broker = embedded_broker(scratch / "home", free_port(), kind=args.broker)
     run = Run(CpuMeter(), source_options=pairs(args.source_option))
     spark = None
     try:
