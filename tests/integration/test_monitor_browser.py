@@ -113,6 +113,10 @@ CHART_POINTS = """id => {
     const name = p.getAttribute("data-series");
     out[name] = (out[name] || 0) + p.getAttribute("points").trim().split(/\\s+/).length;
   });
+  document.querySelectorAll("#" + id + " circle[data-series]").forEach(c => {  // a point alone is a dot
+    const name = c.getAttribute("data-series");
+    out[name] = (out[name] || 0) + 1;
+  });
   return out;
 }"""
 
@@ -221,7 +225,8 @@ def check_the_page(page, api, key: dict[str, str], tag: str, feed: Feed) -> None
 
 def test_the_dashboard_shows_a_release_that_drifts_and_its_alert(browser, tmp_path):
     """A processor's progress records fed by hand: version v1 dead-letters 0.1% of 20,000 records, v2 3% of
-    3,000. The page shows both versions' shares in the processor's detail and the release drift alert firing."""
+    3,000. The page shows both versions' shares in the processor's detail and the release drift alert firing. A
+    second processor's only batch is drawn in the batch chart, as a dot."""
     from weir.monitor.state import Monitor
 
     now = [1_800_000_000.0]
@@ -234,12 +239,22 @@ def test_the_dashboard_shows_a_release_that_drifts_and_its_alert(browser, tmp_pa
             "sources": [{"end_offset": {"orders": {"0": i}}, "latest_offset": {"orders": {"0": i}}}],
             "accounting": {"in": 1000, "out": 1000 - dlq, "dlq": dlq, "balanced": True}, "restarts": 0,
         }).encode())  # fmt: skip
+    # A processor that ran one batch only (it read all there was at once): its point alone is drawn, as a dot
+    m.ingest(json.dumps({
+        "type": "progress", "pipeline": "shop", "processor": "audit", "at_ms": int(now[0] * 1000), "batch_id": 0,
+        "run_id": "r1", "input_rows": 500, "batch_duration_ms": 200, "version": "v1",
+        "sources": [{"end_offset": {"orders": {"0": 500}}, "latest_offset": {"orders": {"0": 500}}}],
+        "accounting": {"in": 500, "out": 500, "dlq": 0, "balanced": True}, "restarts": 0,
+    }).encode())  # fmt: skip
     m.refresh()
     problems: list[str] = []
     with serving(create_app(m, token=TOKEN)) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.goto(f"{url}/?token={TOKEN}")
+        drawn = wait_for(lambda: page.evaluate(CHART_POINTS, "chart-batch").get("audit batch"), 10,
+                         "the one batch of audit in the batch chart", 0.2)  # fmt: skip
+        assert drawn == 1 and page.locator('#chart-batch circle[data-series="audit batch"]').count() == 1
         page.locator('#processors .proc-row[data-name="shop/enrich"]').click()
         detail = page.locator("#detail")
         detail.filter(has_text="release drift").wait_for(timeout=10_000)

@@ -267,6 +267,11 @@ function drawChart(id, lines, unit) {
     const flush = () => {
       if (seg.length > 1) svg.appendChild(el("svg:polyline", {points: seg.join(" "), stroke: l.color,
                                              "stroke-dasharray": l.dash || "", "data-series": l.name}));
+      // A point alone (a processor's only batch, one between gaps) is a dot: a line needs two, and it would vanish
+      if (seg.length === 1) {
+        const [cx, cy] = seg[0].split(",");
+        svg.appendChild(el("svg:circle", {cx, cy, r: 2.5, fill: l.color, "data-series": l.name}));
+      }
       seg = [];
     };
     l.points.forEach(p => {
