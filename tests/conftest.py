@@ -97,7 +97,8 @@ OTHER_BROKERS = (
 
 def closing_line(stats: dict[str, list]) -> str:
     """The run's last line: its counts, skips included, and the broker each group of tests ran on."""
-    counts = {k: sum(getattr(r, "when", "call") == "call" or k == "error" for r in stats.get(k, []))
+    # A pass is counted at its call; a skip, a failure or an error where it happened (a skip mark skips at setup)
+    counts = {k: sum(k != "passed" or getattr(r, "when", "call") == "call" for r in stats.get(k, []))
               for k in ("passed", "failed", "error", "skipped")}  # fmt: skip
     kind = os.environ.get("WEIR_TEST_BROKER") or load().broker_kind
     shared = f"Apache Kafka {kafka_version()}" if kind == "kafka" else "Tansu (in memory)"
