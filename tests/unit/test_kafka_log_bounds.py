@@ -199,3 +199,17 @@ def test_record_sizes_are_sampled_from_the_last_records_at_most_once_a_minute(mo
     now[0] += kafka_log.SAMPLE_EVERY_S
     v.average_record_bytes()
     assert v.consumer.fetches == 2
+
+
+def test_a_record_size_sample_the_broker_does_not_answer_keeps_the_last_estimate(monkeypatch, caplog):
+    v = view([(0, 40)], [("record", 40)], quirks=PROTOCOL)
+    v.bounds([TP0])
+    assert v.average_record_bytes() == 2
+
+    def unreachable(probe):
+        raise BrokerUnavailable("cannot fetch from Kafka at 127.0.0.1:1 within 30s")
+
+    v._probe = unreachable  # type: ignore[method-assign]
+    v._sampled_at -= kafka_log.SAMPLE_EVERY_S
+    assert v.average_record_bytes() == 2
+    assert "record sizes not sampled, the last estimate kept" in caplog.text

@@ -125,7 +125,10 @@ class LogView:
         sampled at most every SAMPLE_EVERY_S by a fetch of one record each (1 KiB until a sample)."""
         if time.monotonic() - self._sampled_at >= SAMPLE_EVERY_S and self._nonempty:
             self._sampled_at = time.monotonic()
-            self._probe(dict(sorted(self._nonempty.items())[:SAMPLED_PARTITIONS]))
+            try:
+                self._probe(dict(sorted(self._nonempty.items())[:SAMPLED_PARTITIONS]))
+            except (BrokerUnavailable, KafkaException) as exc:  # an estimate: the last one serves until the next
+                client_log.logger.warning("weir-kafka: record sizes not sampled, the last estimate kept: %s", exc)
         return max(1, round(self._record_bytes or 1024))
 
     def _sample(self, size: int) -> None:
