@@ -4,9 +4,16 @@ the brokers the run used."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
-from conftest import closing_line
+# By its path: the name `conftest` is tests/integration's too, whichever pytest imported first
+_spec = importlib.util.spec_from_file_location("weir_tests_conftest", Path(__file__).parents[1] / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+closing_line = _conftest.closing_line
 
 
 def test_the_last_line_counts_setup_skips_and_names_the_brokers():
