@@ -85,7 +85,7 @@ def java_client(client: Mapping[str, str]) -> dict[str, str]:
         raise OptionError(
             f"kafka.{unknown[0]} is a librdkafka setting Spark's Kafka connector (Java's client) has no name for"
             f"{' (nor ' + ', '.join(unknown[1:]) + ')' if unknown[1:] else ''}: set Java's equivalent, or read "
-            "through weir-kafka (format \"weir-kafka\")"
+            'through weir-kafka (format "weir-kafka")'
         )
     if dropped:
         log.info("weir-kafka connector: librdkafka's %s tune weir's own reader only; not passed", ", ".join(dropped))
