@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 from pgserver import ENV_DSN, ENV_ERROR, PostgresUnavailable, PrivatePostgres
+from run_summary import closing_line
 
-from weir.config import load
-from weir.jvm import kafka_version
 from weir.kafka.broker import BrokerProcess, KafkaBroker, free_port
 
 # The S3 settings are in the environment before anything starts: Spark's JVM and its Python workers, and the
@@ -86,25 +85,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     spent[1] += report.when == "call"
     module = (worker, report.nodeid.split("::")[0].rsplit("/", 1)[-1])
     _MODULES[module] = _MODULES.get(module, 0.0) + report.duration
-
-
-# The modules that start a broker of another kind than the run's, besides it (docs/testing.md, "Which broker")
-OTHER_BROKERS = (
-    "Apache Kafka checking retention every second (test_kafka_retention), three Apache Kafka brokers "
-    "(test_kafka_broker_death), Tansu (test_outage's durable restart, test_config_and_cli, test_kafka_broker_quirks)"
-)
-
-
-def closing_line(stats: dict[str, list]) -> str:
-    """The run's last line: its counts, skips included, and the broker each group of tests ran on."""
-    # A pass is counted at its call; a skip, a failure or an error where it happened (a skip mark skips at setup)
-    counts = {k: sum(k != "passed" or getattr(r, "when", "call") == "call" for r in stats.get(k, []))
-              for k in ("passed", "failed", "error", "skipped")}  # fmt: skip
-    kind = os.environ.get("WEIR_TEST_BROKER") or load().broker_kind
-    shared = f"Apache Kafka {kafka_version()}" if kind == "kafka" else "Tansu (in memory)"
-    told = ", ".join(f"{n} {k}" for k, n in counts.items())
-    return (f"weir: {told}; brokers: {shared} for every test that needs a broker (WEIR_TEST_BROKER={kind}), and "
-            f"of their own besides: {OTHER_BROKERS}; PostgreSQL: one private server for the run")  # fmt: skip
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

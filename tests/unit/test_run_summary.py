@@ -1,19 +1,12 @@
-"""A test run's last line (tests/conftest.py closing_line): passes counted at their call, skips and failures where
+"""A test run's last line (tests/run_summary.py): passes counted at their call, skips and failures where
 they happened (a skip mark skips at setup, and a skip there must show: issue 55 counts skips in the last line), and
 the brokers the run used."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
-# By its path: the name `conftest` is tests/integration's too, whichever pytest imported first
-_spec = importlib.util.spec_from_file_location("weir_tests_conftest", Path(__file__).parents[1] / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-closing_line = _conftest.closing_line
+from run_summary import closing_line
 
 
 def test_the_last_line_counts_setup_skips_and_names_the_brokers():
