@@ -99,6 +99,7 @@ class ProcessorSettings(BaseModel):
     trigger: str | None = None
     max_offsets_per_trigger: int | None = None
     flow: Literal["auto", "static"] | None = None
+    kafka_reader: Literal["connector", "weir-kafka"] | None = None
 
 
 class Settings(BaseSettings):
@@ -163,6 +164,13 @@ class Settings(BaseSettings):
             "A processor without a sink (a stateless one of one input topic, or a stateful one) runs as one"
             " streaming query with one streaming writer (docs/delivery.md, 'The direct path'); off: one"
             " foreachBatch batch at a time."
+        ),
+    )
+    kafka_reader: Literal["connector", "weir-kafka"] = Field(
+        "connector",
+        description=(
+            "What reads processors' input topics: Spark's Kafka connector, or weir-kafka (weir's own source), which"
+            " reads anyway where only it can: archivers, lake fallbacks, shadows (docs/delivery.md, 'Readers')."
         ),
     )
     max_offsets_per_trigger: int | None = Field(

@@ -55,6 +55,7 @@ def test_a_direct_query_writes_every_output_once_and_its_books_balance(spark, bo
 
     progress = progress_records(s, p.name)
     assert len(progress) > 1  # several batches, each with its own books
+    assert {r["reader"]["kind"] for r in progress} == {"connector"}  # Spark's Kafka connector reads its input
     assert all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in progress), progress
     assert _totals(progress) == {
         "in": N,

@@ -328,7 +328,20 @@ def test_pipeline_processor_reads_from_the_lake_and_publishes_it(spark, bootstra
     assert fallbacks, "no progress record shows the lake fallback"
     assert fallbacks[-1]["offsets"] == 15 + 20
     assert sum(f["batch_offsets"] for f in fallbacks) == 15 + 20
-    assert all(x["accounting"]["balanced"] for x in progress)
+    assert all(x["accounting"]["balanced"] and not x["accounting"]["violations"] for x in progress)
+    # The first run read through Spark's connector; the fallback through weir-kafka, saying why
+    readers = [x["reader"] for x in progress]
+    assert readers[0]["kind"] == "connector" and readers[-1]["kind"] == "weir-kafka"
+    assert "lake fallback" in readers[-1]["why"] and f"{topic}/0 [20, 35)" in readers[-1]["why"]
+
+    # Past the fallback, the same checkpoint goes on through the connector (kafka/handover.py): each record once
+    produce(bootstrap, topic, (record(i) for i in range(120, 160)))
+    run(p, s, spark, ["double"])
+    got = source(spark, bootstrap, out, stream=False, valueFormat="json", valueSchema="id BIGINT, amount DOUBLE")
+    assert sorted(row["id"] for row in got.collect()) == [i for i in range(160) if i % 25 != 7 and i != 12]
+    lines = (Path(s.home) / "progress" / f"{p.name}.jsonl").read_text().splitlines()
+    last = [x for x in map(json.loads, lines) if x["type"] == "progress" and x["processor"] == "double"][-1]
+    assert last["reader"]["kind"] == "connector" and not last["accounting"]["violations"]
 
 
 def test_lake_index_split_and_describe(tmp_path):

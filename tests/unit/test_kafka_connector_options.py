@@ -41,13 +41,20 @@ def test_a_librdkafka_only_setting_is_refused_by_name_and_tuning_is_dropped():
 
 def test_spark_options_of_a_stream():
     opts = parse_source({"kafka.bootstrap.servers": "b:1", "subscribe": "orders", "startingOffsets":
-                         '{"orders": {"0": 5}}', "maxOffsetsPerTrigger": "100", "failOnDataLoss": "false"},
-                        streaming=True)  # fmt: skip
+                         '{"orders": {"0": 5}}', "maxOffsetsPerTrigger": "100", "failOnDataLoss": "false",
+                         "brokerUnavailableTimeoutMs": "10000"}, streaming=True)  # fmt: skip
     assert spark_options(opts, streaming=True) == {
         "kafka.bootstrap.servers": "b:1", "kafka.reconnect.backoff.max.ms": "1000", "includeHeaders": "true",
+        # an unreachable broker is waited for as weir-kafka's reads wait (the API timeout never below a request's)
+        "kafka.request.timeout.ms": "10000", "kafka.default.api.timeout.ms": "10000",
+        "kafkaConsumer.pollTimeoutMs": "10000",
         "failOnDataLoss": "false", "subscribe": "orders", "startingOffsets": '{"orders": {"0": 5}}',
         "maxOffsetsPerTrigger": "100",
     }  # fmt: skip
+    longer = parse_source({"kafka.bootstrap.servers": "b:1", "subscribe": "orders", "kafka.request.timeout.ms":
+                           "40000", "brokerUnavailableTimeoutMs": "20000"}, streaming=True)  # fmt: skip
+    given = spark_options(longer, streaming=True)
+    assert given["kafka.request.timeout.ms"] == "40000" and given["kafka.default.api.timeout.ms"] == "40000"
 
 
 def test_what_only_weir_kafka_does_is_named():

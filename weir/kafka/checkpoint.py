@@ -3,8 +3,12 @@ pyarrow's filesystems open: file://, s3://, gs://, hdfs://).
 
 Spark writes `offsets/<batch>` when it plans a batch and `commits/<batch>` when the batch's output is
 committed (storage/checkpoint.py says where). The offsets file holds a version line, a metadata line, then one
-line per source; a weir-kafka source line is `{"topic": {"partition": next_offset}}` plus counts under keys
+line per source: `{"topic": {"partition": next_offset}}`, which weir-kafka follows with counts under keys
 starting with "@": "@start" (where the batch starts reading), "@dataLoss", "@lakeFallback" (kafka/offsets.py).
+Spark's own Kafka connector logs positions only: its batch starts where the batch before ended (batch 0 where the
+connector's initial offset, `sources/<source>/0`, says), and weir-kafka's cumulative counts carry over it. A batch
+handed over from weir-kafka to the connector is read in weir-kafka's form, kept at `weir/plans/<batch>`
+(kafka/handover.py).
 """
 
 from __future__ import annotations
@@ -87,8 +91,40 @@ def _open(checkpoint: str) -> tuple[Checkpoint, list[int], set[int]]:
     return cp, planned, committed
 
 
-def _lines(cp: Checkpoint, batch: int) -> list[SourceLine]:
-    return _source_lines(read_text(cp.offset_file(batch)) or "")
+def _lines(cp: Checkpoint, batch: int, handed: set[int] | None = None) -> list[SourceLine]:
+    """Batch `batch`'s source lines: weir-kafka's plan of it when it was handed over to the connector (`handed`:
+    those batches, listed once by a caller that reads many; None: look for this one)."""
+    text = read_text(cp.plan(batch)) if handed is None or batch in handed else None
+    return _source_lines(text or read_text(cp.offset_file(batch)) or "")
+
+
+def initial_offsets(cp: Checkpoint, source: int) -> Positions | None:
+    """The initial offset Spark's Kafka connector logged for the query's source `source` (where batch 0 starts), or
+    None when it logged none: `sources/<source>/0`, a zero byte, a version line, then the positions."""
+    text = read_text(cp.initial_offset(source))
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text.lstrip("\x00").partition("\n")[2])
+    except ValueError:
+        return None
+    return from_json(raw)[0] if isinstance(raw, dict) else None
+
+
+def _carried(line: SourceLine, before: SourceLine | None, start: Positions | None) -> SourceLine:
+    """`line` with what the connector's offsets do not say: its start (`start`, batch 0's initial offset; else where
+    the batch before ended) and weir-kafka's cumulative counts, which never fall back (the batch before's, when
+    larger)."""
+    if before is None and start is None:
+        return line
+    loss, fallback = line.loss, line.fallback
+    if before is not None and before.loss.events > loss.events:
+        loss = before.loss
+    if before is not None and before.fallback.events > fallback.events:
+        fallback = before.fallback
+    if line.start is None and start is None and before is not None:
+        start = before.end
+    return SourceLine(line.end, line.start if line.start is not None else start, loss, fallback)
 
 
 def _merged(lines: list[SourceLine]) -> tuple[Positions, DataLoss]:
@@ -105,22 +141,31 @@ def read_offsets(checkpoint: str) -> CheckpointOffsets:
     cp, planned, committed = _open(checkpoint)
     done = max(committed) if committed else None
     committed_pos, loss = _merged(_lines(cp, done)) if done is not None else ({}, DataLoss())
+    handed = [b for b in batches(cp.plans) if done is not None and b <= done]
+    if handed and not loss.events:  # the connector's batches since carry weir-kafka's counts without saying them
+        loss = _merged(_lines(cp, handed[-1]))[1]
     planned_pos, _ = _merged(_lines(cp, planned[-1])) if planned else ({}, DataLoss())
     return CheckpointOffsets(done, planned[-1] if planned else None, committed_pos, planned_pos, loss)
 
 
 def read_log(checkpoint: str, cache: dict[int, tuple[SourceLine, ...]] | None = None) -> OffsetLog:
     """Every batch of the offset log, with whether it is committed: what `weir audit` checks. `cache` keeps the
-    batches read, for a caller that reads the log again (Spark never rewrites a batch's offsets file; a reset
-    deletes the checkpoint, and a caller's cache with it: the monitor keys it by the run id)."""
+    batches read, for a caller that reads the log again (Spark never rewrites a batch's offsets file, and a handover
+    keeps the form read here; a reset deletes the checkpoint, and a caller's cache with it: the monitor keys it by
+    the run id)."""
     cp, planned, committed = _open(checkpoint)
     cache = {} if cache is None else cache
     for b in [b for b in cache if b not in planned]:
         del cache[b]
     out = OffsetLog(checkpoint)
+    handed = set(batches(cp.plans)) if any(b not in cache for b in planned) else set()
     for b in planned:
         if b not in cache:
-            cache[b] = tuple(_lines(cp, b))
+            lines, prior = _lines(cp, b, handed), cache.get(b - 1, ())
+            cache[b] = tuple(
+                _carried(s, prior[i] if i < len(prior) else None, initial_offsets(cp, i) if b == 0 else None)
+                for i, s in enumerate(lines)
+            )
         out.batches.append(LoggedBatch(b, b in committed, cache[b]))
     return out
 
@@ -142,10 +187,15 @@ def planned_span(checkpoint: str, batch: int, topic: str) -> dict[int, tuple[int
     None when the log has no such batch or topic, or the plan does not say where a partition starts."""
     if batch < 0:
         return None
-    for line in _source_lines(read_text(Checkpoint(checkpoint).offset_file(batch)) or ""):
+    cp = Checkpoint(checkpoint)
+    for i, line in enumerate(_lines(cp, batch)):
         if topic in line.end:
             end = line.end[topic]
             start = (line.start or {}).get(topic, {})
+            if line.start is None:  # the connector's: where the batch before ended, or its initial offset
+                earlier = _lines(cp, batch - 1) if batch > 0 else []
+                before = earlier[i].end if i < len(earlier) else initial_offsets(cp, i) if batch == 0 else None
+                start = (before or {}).get(topic, {})
             if set(start) < set(end):
                 return None
             return {p: (start[p], e) for p, e in end.items()}

@@ -110,6 +110,13 @@ def spark_options(opts: SourceOptions, streaming: bool) -> dict[str, str]:
     """The connector's options for a read of `opts`."""
     out = {f"kafka.{k}": v for k, v in java_client(opts.client).items()}
     out["includeHeaders"] = "true"
+    # An unreachable broker: the driver's offset requests and the tasks' polls wait as long as weir-kafka's reads
+    # would (brokerUnavailableTimeoutMs), then fail; weir's runner bounds the outage itself (docs/delivery.md)
+    # (Java's client refuses an API timeout below its request timeout, 30 s unless set)
+    wait_ms = round(opts.broker_timeout_s * 1000)
+    request_ms = int(out.get("kafka.request.timeout.ms") or min(wait_ms, 30_000))
+    out |= {"kafka.request.timeout.ms": str(request_ms), "kafka.default.api.timeout.ms": str(max(wait_ms, request_ms)),
+            "kafkaConsumer.pollTimeoutMs": str(wait_ms)}  # fmt: skip
     out["failOnDataLoss"] = str(opts.fail_on_data_loss).lower()
     if opts.topics:
         out["subscribe"] = ",".join(opts.topics)

@@ -30,17 +30,18 @@ from pyspark.sql.types import StructType
 from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
-from weir.kafka import admission, replay
+from weir.kafka import admission, connector, replay
 from weir.kafka import checkpoint as checkpoint_log
 from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
+from weir.kafka.log import LogView
 from weir.kafka.offsets import Positions
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
 from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, REASON, ROUTE
-from weir.runtime import completeness, direct, provenance, rebuild, routing, views
+from weir.runtime import completeness, direct, provenance, reading, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
 
@@ -50,6 +51,8 @@ STATIC_LIMIT = 100_000  # records per input topic per batch with flow = static a
 # A batch with a backlog aims at the trigger interval, but at least this: each batch has a fixed cost of
 # planning and commits (about 0.5-1 s), which shorter catch-up batches would spend most of their time on.
 MIN_TARGET_MS = 10_000
+CATCH_UP_CHECK_S = 10.0  # how often a processor in a lake fallback asks whether it is over
+READER_CHOICE_TIMEOUT_S = 10.0  # how long the choice of a reader waits for the broker (then: weir-kafka)
 _INTERNAL = (ROUTE, ABSORBED, REASON, ERROR_COLUMN, routing.OUTPUT, provenance.PROVENANCE)
 
 
@@ -202,6 +205,8 @@ class ProcessorQuery:
         self.fell_back: str | None = None  # why the direct path failed: the processor runs one batch at a time
         self._fallbacks = direct.Fallbacks()  # when a fallback from the direct path returns to it
         self._back_at: int | None = None  # the batch after which a fallback returns to the direct path
+        self.reader: reading.Reader | None = None  # this run's Kafka reader, chosen at each start
+        self._checked_at = 0.0  # when a lake fallback last asked whether it is over (time.monotonic)
         if delivered is not None:  # read by one job at its first use, and kept
             self.delivered = self.read_delivered(delivered).persist()
 
@@ -249,38 +254,96 @@ class ProcessorQuery:
         return self.settings.kafka_options()
 
     def source(self, topic: Topic) -> DataFrame:
+        """`topic`'s decoded stream, read by this run's reader (weir.runtime.reading), observed per partition."""
         # A new checkpoint starts where the sink says (the archiver: after the lake), else at the earliest offset.
         wanted = self.proc.sink.starting_offsets() if self.proc.sink is not None else None
         starting = {topic.name: wanted[topic.name]} if wanted and wanted.get(topic.name) else None
-        # The archiver's read tasks write the lake's files themselves, so records never cross into the JVM: its
-        # source is weir-kafka's archive form, which hands Spark the files' descriptions (docs/lake.md).
-        archive = self.archive and isinstance(self.proc.sink, ArchiveSink)
-        reader = (
-            self.spark.readStream.format(ARCHIVE_FORMAT if archive else "weir-kafka")
-            .options(**(self.proc.sink.source_options() if archive else {}))
-            .options(**self._kafka_options())
-            .option("subscribe", topic.name)
-            .option("startingOffsets", json.dumps(starting) if starting else "earliest")
-        )
-        reader = reader.options(**topic.reader_options(self.settings.registry_conf()))
+        options = {
+            **self._kafka_options(), "subscribe": topic.name,
+            "startingOffsets": json.dumps(starting) if starting else "earliest",
+            **topic.reader_options(self.settings.registry_conf()),
+        }  # fmt: skip
         if self.bounds is not None:
             # A stateful backfill's replay (weir.backfill.stateful): these offsets, from the lake where it holds
             # them, in batches of a static size, to the end and no further.
             # A join's table comes whole in the first batch: each stream record then meets it as of its time.
             limit = None if isinstance(topic, Table) else (self.static_limit() or STATIC_LIMIT)
-            reader = reader.options(**self.bounds.options(topic.name, limit))
+            options |= self.bounds.options(topic.name, limit)
         elif self.proc.shadow is not None:
             # A shadow's batches are the live processor's, one for one (docs/releases.md, "Shadow runs"): the
             # same watermarks, so a window or a late record is decided alike by the same code.
-            reader = reader.option("followCheckpoint", self.proc.shadow.follow)
+            options["followCheckpoint"] = self.proc.shadow.follow
         else:
-            reader = reader.options(**self.admission_options())
+            options |= self.admission_options()
+        reader = self.reader or self.choose_reader()
+        if reader.connector:
+            return _observe_reads(connector.read(self.spark.readStream, self._on_connector(options, topic), True),
+                                  topic)  # fmt: skip
         if self.settings.lake and not self.archive:
             # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
             # passed: the source consults the lake only then, and the archiver may run in another pipeline.
             # Never for the archiver itself: it would copy the lake into the lake.
-            reader = reader.option("lake", self.settings.lake)
-        return reader.load() if archive else _observe_reads(reader.load(), topic)
+            options["lake"] = self.settings.lake
+        # The archiver's read tasks write the lake's files themselves, so records never cross into the JVM: its
+        # source is weir-kafka's archive form, which hands Spark the files' descriptions (docs/lake.md).
+        archive = self.archive and isinstance(self.proc.sink, ArchiveSink)
+        stream = self.spark.readStream.format(ARCHIVE_FORMAT if archive else "weir-kafka").options(**options)
+        if archive:
+            return stream.options(**self.proc.sink.source_options()).load()
+        return _observe_reads(stream.load(), topic)
+
+    def choose_reader(self) -> reading.Reader:
+        """This run's Kafka reader (weir.runtime.reading), chosen at each start; the checkpoint is handed to it."""
+        fixed = reading.fixed_reason(
+            setting=self._override.kafka_reader or self.settings.kafka_reader, archive=self.archive,
+            bounded=self.bounds is not None, shadow=self.proc.shadow is not None,
+        )  # fmt: skip
+        with self._log_view() as view:
+            self.reader = reading.choose(fixed, self.checkpoint, self.proc.inputs, view)
+        self._checked_at = time.monotonic()
+        if not self.reader.connector:
+            log.info("weir: processor %s reads through weir-kafka: %s", self.proc.name, self.reader.why)
+        return self.reader
+
+    @contextlib.contextmanager
+    def _log_view(self) -> Iterator[LogView]:
+        view = LogView(self.settings.client_config(), timeout=READER_CHOICE_TIMEOUT_S)
+        try:
+            yield view
+        finally:
+            view.close()
+
+    def _on_connector(self, options: dict[str, str], topic: Topic) -> dict[str, str]:
+        """weir-kafka's `options` as the connector takes them: flow = auto as the memory cap of a batch (fixed for
+        the query's run), never a lake (a lake fallback runs on weir-kafka), and data loss always failing the query
+        (the restart then finds it: weir.runtime.reading)."""
+        flow = {k: options.pop(k) for k in [k for k in options if k.startswith("flow")]}
+        if flow:
+            with self._log_view() as view:
+                options["maxOffsetsPerTrigger"] = str(reading.batch_limit(int(flow["flowMemoryBytes"]), view,
+                                                                          topic.name))  # fmt: skip
+        return options | {"failOnDataLoss": "true"}
+
+    def reader_figure(self) -> dict[str, str | None] | None:
+        """This run's reader in the progress records: `kind`, and why weir-kafka."""
+        return None if self.reader is None else {"kind": self.reader.kind, "why": self.reader.why}
+
+    @property
+    def back_to_connector(self) -> bool:
+        """Whether the runner should restart this query on the connector: its lake fallback on weir-kafka is over
+        (checked at most every CATCH_UP_CHECK_S, after a batch)."""
+        if self.reader is None or not self.reader.fallback or self.ran is None:
+            return False
+        if time.monotonic() - self._checked_at < CATCH_UP_CHECK_S:
+            return False
+        self._checked_at = time.monotonic()
+        try:
+            with self._log_view() as view:
+                return reading.caught_up(self.checkpoint, self.proc.inputs, view)
+        except Exception as exc:  # asked again at the next check: the fallback reads on meanwhile
+            log.warning("weir: processor %s: whether its lake fallback is over is not known (%s)", self.proc.name,
+                        _brief(exc))  # fmt: skip
+            return False
 
     def static_limit(self) -> int | None:
         """The static records-per-batch limit when admission is static (0: none), else None (flow = auto). A
@@ -982,6 +1045,7 @@ class ProcessorQuery:
         if self.proc.sink is not None:
             # A stable writer name: replays of a batch id are recognised.
             self.proc.sink.open(self.name, self.checkpoint)
+        self.reader = None if self.proc.kind == "source" else self.choose_reader()
         if self.archive:
             stream, handler = self.inputs(), self._archive_batch
         elif self.view is not None:

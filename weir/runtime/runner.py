@@ -28,8 +28,10 @@ from weir.blocks.common import settings_noted
 from weir.config import Settings, load
 from weir.kafka import heal
 from weir.kafka.admin import Admin
+from weir.kafka.checkpoint import initial_offsets
 from weir.kafka.groups import GroupCommitter
 from weir.kafka.log import servers_of
+from weir.kafka.offsets import to_json as offsets_json
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
@@ -399,7 +401,11 @@ class Runner:
                 for name, q in list(self._queries.items()):
                     if q.isActive:
                         if self._builders[name].back_to_direct:
-                            self._return_to_direct(name, q)
+                            self._restart_between_batches(name, q, "returns to the direct path")
+                        elif self._builders[name].back_to_connector:
+                            self._restart_between_batches(name, q, "returns to Spark's Kafka connector")
+                        elif (outlasted := self._outlasted(name)) is not None:
+                            self._give_up_waiting(name, q, outlasted)
                         continue
                     exc = q.exception()
                     del self._queries[name]
@@ -430,10 +436,39 @@ class Runner:
             self._stop.wait(0.25)
         self._write_state()
 
-    def _return_to_direct(self, name: str, query: Any) -> None:
-        """A processor that fell back from the direct path ran its batches one at a time: it is stopped after its
-        running batch and started again, on the direct path (weir.runtime.direct)."""
-        log.info("weir: processor %s returns to the direct path after batch %s", name, self._builders[name].ran)
+    def _outlasted(self, name: str) -> str | None:
+        """Why a processor reading through Spark's connector stops waiting for the broker: unreachable for longer
+        than broker_unavailable_timeout (None while it is not). weir-kafka's reads bound their own waits
+        (kafka/outage.py); the connector's client waits as long, and this watch ends it, naming the broker."""
+        reader, down = self._builders[name].reader, self._watch.down_since if self._watch is not None else None
+        if down is None or reader is None or not reader.connector:
+            return None
+        waited, limit = time.time() - down, self.settings.broker_wait.total_seconds()
+        if waited < limit:
+            return None
+        inputs = ", ".join(self.pipeline.processors[name].inputs)
+        return (f"gave up waiting to read {inputs} through Spark's Kafka connector: Kafka at {self._servers()} was "
+                f"unreachable for {waited:.0f} s (broker_unavailable_timeout {limit:.0f} s)")  # fmt: skip
+
+    def _give_up_waiting(self, name: str, query: Any, error: str) -> None:
+        """Stop a query whose broker outage outlasted the limit, and fail its processor with `error`."""
+        builder = self._builders[name]
+        builder.stopping.set()  # its batch, if one runs, is not the failure: the outage is
+        try:
+            query.stop()
+        except Exception as exc:  # failed meanwhile: the outage is still what it waited on
+            log.warning("weir: stopping %s: %s", name, exc)
+        finally:
+            builder.stopping.clear()
+        del self._queries[name]
+        self._await_listener(name)
+        self._failed(name, error)
+
+    def _restart_between_batches(self, name: str, query: Any, why: str) -> None:
+        """A processor that fell back from the direct path ran its batches one at a time, or one past its lake
+        fallback on weir-kafka: it is stopped after its running batch and started again, on the direct path
+        (weir.runtime.direct) or on the connector (weir.runtime.reading)."""
+        log.info("weir: processor %s %s after batch %s", name, why, self._builders[name].ran)
         self._finish_batch(name, query)
         try:
             query.stop()
@@ -633,7 +668,7 @@ class Runner:
         name = self._by_query.get(progress.name)
         if name is None or self.publisher is None:
             return
-        figures = spark_figures(progress)
+        figures = _initial_starts(spark_figures(progress), self.checkpoint(self.pipeline.processors[name]))
         counts = self.ledger.take(progress.name, figures["batch_id"])
         path = self._builders[name].direct
         if counts is None and path is not None:  # one streaming query: its books come from Spark and its writer
@@ -676,6 +711,7 @@ class Runner:
                 self._set_state(name, "running")
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
+            reader=self._builders[name].reader_figure(),
             version=next(p.version for p in self.selected if p.name == name),
             fold_failures=self._folder.failed(checkpoint), **self._groups.figures(name),
         )  # fmt: skip
@@ -764,3 +800,17 @@ def _ran(progress: dict | None) -> int | None:
     if last.get("numInputRows") or "addBatch" in (last.get("durationMs") or {}):
         return last.get("batchId")
     return None
+
+
+def _initial_starts(figures: dict, checkpoint: str) -> dict:
+    """`figures` with the start of batch 0 where Spark's Kafka connector logged it (its initial offset, in the
+    checkpoint) and Spark's progress does not say: the books check batch 0's reads as any other's."""
+    sources = figures["sources"]
+    if figures["batch_id"] != 0 or all(s["start_offset"] is not None for s in sources):
+        return figures
+    cp = Checkpoint(checkpoint)
+    starts = [s["start_offset"] if s["start_offset"] is not None else initial_offsets(cp, i)
+              for i, s in enumerate(sources)]  # fmt: skip
+    return figures | {"sources": [s | {"start_offset": offsets_json(o) if isinstance(o, dict) else o}
+                                  for s, o in zip(sources, starts, strict=True)]}  # fmt: skip
+

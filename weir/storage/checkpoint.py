@@ -3,8 +3,9 @@
 A processor's checkpoint is `<checkpoint_root>/<its checkpoint name>` (`<pipeline>/<processor>`, an
 archiver's `_archive/<topic>`). Spark owns `offsets/<batch>`, `commits/<batch>`, `state/`, `sources/` and
 `metadata` (the query's id, whose head is the run id). weir keeps `weir.json` (the code version,
-runtime/versions.py), `weir/marks/<batch>.json` (a batch's replay marks, kafka/replay.py) and `weir/folded.json`
-(the coverage of batches Spark purged, kafka/audit.py) inside it, and its
+runtime/versions.py), `weir/marks/<batch>.json` (a batch's replay marks, kafka/replay.py), `weir/folded.json`
+(the coverage of batches Spark purged, kafka/audit.py) and `weir/plans/<batch>` (weir-kafka's form of offsets handed
+over to Spark's connector, kafka/handover.py) inside it, and its
 history beside it, `<checkpoint>.weir-history/`: the coverage of every checkpoint a reset deleted
 (`resets/<n>.json`) and the input ranges of every backfill (`backfills/<id>.<ms>.json`), which `weir audit`
 reads, and its runner's lock, `<checkpoint>.weir-lock/` (storage/lock.py: one runner per checkpoint). A reset
@@ -71,6 +72,10 @@ class Checkpoint:
     def metadata(self) -> str:
         return paths.join(self.url, "metadata")
 
+    def initial_offset(self, source: int) -> str:
+        """Where Spark's Kafka connector logs the initial offset of the query's source `source` (batch 0's start)."""
+        return paths.join(self.sources, str(source), "0")
+
     # -- weir's, inside -----------------------------------------------------------------------------------
     @property
     def version_record(self) -> str:
@@ -87,6 +92,14 @@ class Checkpoint:
     def folded(self) -> str:
         """The coverage of the batches folded before Spark purged them (kafka/audit.py `fold`)."""
         return paths.join(self.url, "weir", "folded.json")
+
+    @property
+    def plans(self) -> str:
+        """weir-kafka's plans of batches whose offsets were handed over to Spark's connector (kafka/handover.py)."""
+        return paths.join(self.url, "weir", "plans")
+
+    def plan(self, batch: int) -> str:
+        return paths.join(self.plans, str(batch))
 
     def mark_reports(self, batch: int) -> str:
         """Where the tasks of a replayed batch's write say what they skipped."""
