@@ -27,6 +27,7 @@ from weir.kafka.fallback import LakeIndex
 from weir.kafka.offsets import OffsetRange
 from weir.lake.archive import archiver_name
 from weir.pipeline import Pipeline
+from weir.runtime import query as query_module
 from weir.runtime.progress import lake_fallback
 from weir.runtime.runner import Runner
 from weir.storage.lake import Lake
@@ -342,6 +343,46 @@ def test_pipeline_processor_reads_from_the_lake_and_publishes_it(spark, bootstra
     lines = (Path(s.home) / "progress" / f"{p.name}.jsonl").read_text().splitlines()
     last = [x for x in map(json.loads, lines) if x["type"] == "progress" and x["processor"] == "double"][-1]
     assert last["reader"]["kind"] == "connector" and not last["accounting"]["violations"]
+
+
+def test_a_running_processor_returns_to_the_connector_once_past_its_lake_fallback(
+    spark, bootstrap, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(query_module, "CATCH_UP_CHECK_S", 0.5)
+    prefix = uuid.uuid4().hex[:8]
+    topic, out = f"{prefix}.events", f"{prefix}.doubled"
+    p, s = pipeline(topic, out), settings(tmp_path, bootstrap)
+    Admin(bootstrap).create_topic(topic, 2)
+    produce(bootstrap, topic, (record(i) for i in range(40)))
+    run(p, s, spark, ["double", archiver_name(topic)])  # the processor and the lake at 20 per partition
+    produce(bootstrap, topic, (record(i) for i in range(40, 80)))
+    run(p, s, spark, [archiver_name(topic)])  # the lake at 40; the processor still at 20
+    delete_records(bootstrap, {topic: {0: 30, 1: 30}})
+
+    def progress() -> list[dict]:
+        lines = (Path(s.home) / "progress" / f"{p.name}.jsonl").read_text().splitlines()
+        return [x for x in map(json.loads, lines) if x["type"] == "progress" and x["processor"] == "double"]
+
+    valid = lambda n: [i for i in range(n) if i % 25 != 7 and i != 12]  # noqa: E731
+    runner = Runner(p, s, spark=spark, processors=["double"]).start()  # a live run: no end of input
+    try:
+        kinds = lambda: [x["reader"]["kind"] for x in progress()]  # noqa: E731
+        wait_for(lambda: "weir-kafka" in kinds() and runner._builders["double"].reader.connector, 240,
+                 "batches on weir-kafka (the fallback), then a start on the connector", about=kinds)  # fmt: skip
+        produce(bootstrap, topic, (record(i) for i in range(80, 120)))
+        read = lambda: source(spark, bootstrap, out, stream=False, valueFormat="json",  # noqa: E731
+                              valueSchema="id BIGINT, amount DOUBLE").collect()  # fmt: skip
+        wait_for(lambda: len(read()) >= len(valid(120)), 180, "every valid input in the output")
+    finally:
+        runner.stop()
+    assert sorted(r["id"] for r in read()) == valid(120)  # each once, across both readers and their handovers
+    records = progress()
+    assert all(x["accounting"]["balanced"] and not x["accounting"]["violations"] for x in records)
+    assert records[-1]["reader"]["kind"] == "connector"
+    # The return is between batches, not a failure: the only failures are the direct path's on undecodable records
+    lines = (Path(s.home) / "progress" / f"{p.name}.jsonl").read_text().splitlines()
+    failures = [x["error"] for x in map(json.loads, lines) if x["type"] == "failure"]
+    assert all("does not decode" in e for e in failures), failures
 
 
 def test_lake_index_split_and_describe(tmp_path):

@@ -330,9 +330,9 @@ class ProcessorQuery:
 
     @property
     def back_to_connector(self) -> bool:
-        """Whether the runner should restart this query on the connector: its lake fallback on weir-kafka is over
-        (checked at most every CATCH_UP_CHECK_S, after a batch)."""
-        if self.reader is None or not self.reader.fallback or self.ran is None:
+        """Whether the runner should restart this query on the connector: its lake fallback on weir-kafka is over,
+        by the checkpoint's committed offsets (checked at most every CATCH_UP_CHECK_S)."""
+        if self.reader is None or not self.reader.fallback:
             return False
         if time.monotonic() - self._checked_at < CATCH_UP_CHECK_S:
             return False

@@ -813,4 +813,3 @@ def _initial_starts(figures: dict, checkpoint: str) -> dict:
               for i, s in enumerate(sources)]  # fmt: skip
     return figures | {"sources": [s | {"start_offset": offsets_json(o) if isinstance(o, dict) else o}
                                   for s, o in zip(sources, starts, strict=True)]}  # fmt: skip
-
