@@ -11,15 +11,15 @@ a topic keyed by user. Each system gets its own 4-partition input and output top
 in turn:
 
   loop      the hand-written confluent-kafka loop (bench/latency/loop.py)
-  plain     the plain Structured Streaming query over weir-kafka, processingTime 0, no limit, local[2]
-            (bench/latency/spark_query.py): the floor weir is measured against
+  plain     the plain Structured Streaming query over Spark's Kafka source and sink, processingTime 0, no limit,
+            local[2] (bench/latency/spark_query.py): the floor weir is measured against
   weir      `weir run bench/latency/weir_latency.py:latency` with default settings (local[2])
   bytewax   Bytewax 0.21.1, 1 worker; quix: Quix Streams 3.28.1, 1 process; each in a throwaway virtual
             environment made as bench/peers.py does (~/.cache/weir-bench/venvs)
 
 --window runs the window case instead (plain and weir only): a 10 s tumbling window per user (count, sum of
 amount) over every event, watermark 2 s; `plain` is Spark's own withWatermark -> groupBy(window, user) over
-weir-kafka, `weir` is `weir run bench/latency/weir_latency.py:windows` (weir.blocks.window.tumbling_window).
+Spark's Kafka source, `weir` is `weir run bench/latency/weir_latency.py:windows` (weir.blocks.window.tumbling_window).
 Each closed window is timed from its end to its output record (the 2 s watermark is in both systems' figures);
 during the drain a tick event every 0.25 s (user "~tick") moves event time on, so every paced window closes.
 The exactly-once check: every window of the paced events out once, with its exact count.

@@ -1,7 +1,7 @@
-"""The plain Structured Streaming query over weir-kafka: readStream (valueFormat=json) -> filter amount > 10 ->
-to_json -> writeStream weir-kafka, processingTime 0, local[2], no limit per batch (LAT_HEADERS=1: each record
-with the headers and timestamp weir writes, the `plain+headers` system). Runs until SIGTERM. With
-LAT_MODE=window: withWatermark(2 s) -> groupBy(window(10 s), user) -> count, sum -> writeStream weir-kafka.
+"""The plain Structured Streaming query over Spark's own Kafka source and sink: readStream.format("kafka") ->
+from_json -> filter amount > 10 -> to_json -> writeStream.format("kafka"), processingTime 0, local[2], no limit per
+batch (LAT_HEADERS=1: each record with the headers weir writes, the `plain+headers` system). Runs until SIGTERM.
+With LAT_MODE=window: withWatermark(2 s) -> groupBy(window(10 s), user) -> count, sum -> writeStream kafka.
 
 Each batch's progress (input rows, addBatch and triggerExecution ms) is appended to LAT_STATS as a JSON line.
 """
@@ -44,14 +44,14 @@ class Progress(StreamingQueryListener):
 
 
 def _weir_like() -> list:
-    """With LAT_HEADERS=1, the headers and timestamp weir's direct path writes with each record (its processor,
+    """With LAT_HEADERS=1, the headers weir's direct path writes with each record (its processor,
     the input record behind it, its pipeline), so that a run tells the records' size apart from weir's path."""
     if os.environ.get("LAT_HEADERS") != "1":
         return []
     source = F.concat_ws("/", "topic", F.col("partition").cast("string"), F.col("offset").cast("string"))
     pairs = [("weir.processor", F.lit("keep")), ("weir.source", source), ("weir.pipeline", F.lit("latency"))]
     headers = F.array(*[F.struct(F.lit(k).alias("key"), v.cast("binary").alias("value")) for k, v in pairs])
-    return [headers.alias("headers"), F.col("timestamp")]
+    return [headers.alias("headers")]
 
 
 def main() -> None:
@@ -60,15 +60,14 @@ def main() -> None:
     spark = weir.spark_session("latency-plain", master="local[2]", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     spark.streams.addListener(Progress(os.environ["LAT_STATS"]))
-    events = (
-        spark.readStream.format("weir-kafka")
+    raw = (
+        spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", BOOTSTRAP)
         .option("subscribe", INPUT)
         .option("startingOffsets", "earliest")
-        .option("valueFormat", "json")
-        .option("valueSchema", SCHEMA)
         .load()
     )
+    events = raw.select("*", F.from_json(F.col("value").cast("string"), SCHEMA).alias("v")).select("*", "v.*")
     if WINDOW:  # Spark's own groupBy(window): the floor of --window
         out = (
             events.withColumn("event_time", F.timestamp_millis("ts"))
@@ -91,7 +90,7 @@ def main() -> None:
             *_weir_like(),
         )  # fmt: skip
     query = (
-        out.writeStream.format("weir-kafka")
+        out.writeStream.format("kafka")
         .option("kafka.bootstrap.servers", BOOTSTRAP)
         .option("topic", OUTPUT)
         .option("checkpointLocation", os.environ["LAT_CHECKPOINT"])
