@@ -46,7 +46,7 @@ peers = importlib.util.module_from_spec(_spec)
 sys.modules["bench_peers"] = peers  # its dataclasses look their module up while it loads
 _spec.loader.exec_module(peers)
 
-from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+from weir.kafka.broker import embedded_broker, free_port  # noqa: E402
 
 console = Console(width=160)
 GIB = 2**30
@@ -194,7 +194,7 @@ def main() -> int:
     load_start = os.getloadavg()
     console.print(f"load average {load_start} on {os.cpu_count()} cores")
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-backlog-"))
-    broker = EmbeddedBroker(scratch / "broker-home", free_port())
+    broker = embedded_broker(scratch / "broker-home", free_port(), kind="kafka")  # what users run (not Tansu)
     runs: list[Run] = []
     try:
         broker.start()

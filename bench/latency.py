@@ -73,7 +73,7 @@ peers = importlib.util.module_from_spec(_spec)
 sys.modules["bench_peers"] = peers
 _spec.loader.exec_module(peers)
 
-from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+from weir.kafka.broker import embedded_broker, free_port  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
 SYSTEMS = ("loop", "plain", "plain+headers", "weir", "bytewax", "quix")
@@ -503,7 +503,7 @@ def main() -> int:
             parser.error(f"--weir-variant {v!r}: expected LABEL:KEY=VALUE[;KEY=VALUE...]")
     console.print(f"load average {os.getloadavg()} on {os.cpu_count()} cores")
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-latency-"))
-    broker = EmbeddedBroker(scratch / "broker-home", free_port())
+    broker = embedded_broker(scratch / "broker-home", free_port(), kind="kafka")  # what users run (not Tansu)
     results: list[Result] = []
     py = sys.executable
     base = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "LAT_", "PYSPARK_"))}
