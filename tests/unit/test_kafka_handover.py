@@ -92,5 +92,7 @@ def test_weir_kafka_reads_where_only_it_can_and_says_why():
     assert "archiver" in fixed_reason(setting="connector", archive=True, bounded=False, shadow=False)
     assert "shadow" in fixed_reason(setting="connector", archive=False, bounded=False, shadow=True)
     assert "settings" in fixed_reason(setting="weir-kafka", archive=False, bounded=True, shadow=False)
+    by_partition = fixed_reason(setting="connector", archive=False, bounded=False, shadow=False, by_partition=True)
+    assert "commits by Spark partition" in by_partition
     behind = behind_log_start({"t": {0: 5, 1: 40}}, {("t", 0): (10, 50), ("t", 1): (10, 50), ("u", 0): (0, 1)})
     assert behind == ["t/0 [5, 10)"]

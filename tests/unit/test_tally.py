@@ -53,5 +53,7 @@ def test_the_planned_span_is_the_logged_start_and_end_of_the_batch(tmp_path):
     assert planned_span(str(tmp_path), 4, "t") is None  # not planned
     write_batch(tmp_path, 5, {"t": {"0": 60, "1": 12}, "@start": {"t": {"0": 50}}})
     assert planned_span(str(tmp_path), 5, "t") is None  # where partition 1 starts is not logged
-    write_batch(tmp_path, 6, {"t": {"0": 70}})  # logged before batches carried @start
-    assert planned_span(str(tmp_path), 6, "t") is None
+    write_batch(tmp_path, 6, {"t": {"0": 70}})  # Spark's connector (or weir-kafka before @start): no start logged
+    assert planned_span(str(tmp_path), 6, "t") == {0: (60, 70)}  # it starts where the batch before ended
+    write_batch(tmp_path, 8, {"t": {"0": 80}})
+    assert planned_span(str(tmp_path), 8, "t") is None  # the batch before is not in the log

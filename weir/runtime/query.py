@@ -297,6 +297,7 @@ class ProcessorQuery:
         fixed = reading.fixed_reason(
             setting=self._override.kafka_reader or self.settings.kafka_reader, archive=self.archive,
             bounded=self.bounds is not None, shadow=self.proc.shadow is not None,
+            by_partition=self.proc.sink is not None and self.proc.sink.commits_by_partition,
         )  # fmt: skip
         with self._log_view() as view:
             self.reader = reading.choose(fixed, self.checkpoint, self.proc.inputs, view)

@@ -81,6 +81,12 @@ class Sink(ABC):
     `_error`): no user function, no dead letters, no late topic; the runner creates no `.dlq`/`.late`
     topics for it and its reader never falls back to the lake. The lake's archiver sets it."""
 
+    commits_by_partition: ClassVar[bool] = False
+    """False (the default): a replayed batch may spread its rows over Spark partitions another way. True: the sink
+    recognises what a crashed attempt committed by (batch, Spark partition), so a replay must put the same rows in
+    the same partition: its processor reads through weir-kafka, which plans a batch's partitions from its offsets
+    alone; Spark's Kafka connector orders them differently when it replays a batch (docs/delivery.md, "Readers")."""
+
     writer: str | None = None
     """The writer name `open` was given; None before the first `open`."""
 

@@ -150,6 +150,9 @@ class _Job:
 class PostgresSink(Sink):
     """Exactly-once rows into `table`: per-partition transactions with a commit table, or upserts by `key`."""
 
+    # Append mode skips a replayed batch's partitions by (batch, Spark partition): see Sink.commits_by_partition
+    commits_by_partition = True
+
     guarantee = Delivery.EXACTLY_ONCE
 
     def __init__(self, dsn: str, table: str, key: list[str] | None = None) -> None:
