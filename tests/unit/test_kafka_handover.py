@@ -36,6 +36,16 @@ def weir_kafka_log(cp) -> None:
     batch(cp, 2, {"t": {"0": 30}, "@start": {"t": {"0": 20}}, "@dataLoss": loss}, committed=False)
 
 
+def on_the_connector(tmp_path):
+    """weir-kafka's log, its last batch committed, handed to the connector, which then logs batch 3."""
+    cp = tmp_path / "cp"
+    weir_kafka_log(cp)
+    (cp / "commits" / "2").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    handover.to_connector(str(cp))
+    batch(cp, 3, {"t": {"0": 42}})
+    return cp
+
+
 def test_handed_to_the_connector_the_last_batches_are_positions_only_and_their_plans_are_kept(tmp_path):
     cp = tmp_path / "cp"
     weir_kafka_log(cp)
@@ -51,11 +61,7 @@ def test_handed_to_the_connector_the_last_batches_are_positions_only_and_their_p
 
 
 def test_the_connectors_batches_start_where_the_batch_before_ended_and_carry_the_counts(tmp_path):
-    cp = tmp_path / "cp"
-    weir_kafka_log(cp)
-    (cp / "commits" / "2").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
-    handover.to_connector(str(cp))
-    batch(cp, 3, {"t": {"0": 42}})
+    cp = on_the_connector(tmp_path)
     log = read_log(str(cp))
     line = log.batches[-1].sources[0]
     assert line.start == {"t": {0: 30}} and line.loss.skipped_offsets == 5
@@ -66,11 +72,7 @@ def test_the_connectors_batches_start_where_the_batch_before_ended_and_carry_the
 
 
 def test_handed_back_to_weir_kafka_its_counts_go_on_where_they_were(tmp_path):
-    cp = tmp_path / "cp"
-    weir_kafka_log(cp)
-    (cp / "commits" / "2").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
-    handover.to_connector(str(cp))
-    batch(cp, 3, {"t": {"0": 42}})
+    cp = on_the_connector(tmp_path)
     batch(cp, 4, {"t": {"0": 50}}, committed=False)
     assert handover.to_weir_kafka(str(cp)) == [3, 4]
     assert logged(cp, 4) == {"t": {"0": 50}, "@dataLoss": {"skippedOffsets": 5, "events": 1}}
