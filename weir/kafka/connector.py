@@ -25,9 +25,11 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, DataFrameReader
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType
 
+from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.formats.base import Decoder
 from weir.kafka.formats.keys import KeyedDecoder, decode_records
 from weir.kafka.options import OptionError, SourceOptions, parse_source
@@ -133,9 +135,12 @@ def spark_options(opts: SourceOptions, streaming: bool) -> dict[str, str]:
     return out
 
 
-def read(reader: DataFrameReader | DataStreamReader, options: Mapping[str, str], streaming: bool) -> DataFrame:
-    """A read of weir-kafka `options` through the connector: weir-kafka's columns, decoded by weir's decoders.
-    OptionError naming what the connector cannot do (`needs_weir_kafka`)."""
+def read(
+    reader: DataFrameReader | DataStreamReader, options: Mapping[str, str], streaming: bool, *, in_jvm: bool = False
+) -> DataFrame:
+    """A read of weir-kafka `options` through the connector: weir-kafka's columns, decoded by weir's decoders
+    (`in_jvm`: JSON by Spark's own parser, `decoded_in_jvm`). OptionError naming what the connector cannot do
+    (`needs_weir_kafka`)."""
     opts = parse_source(options, streaming=streaming)
     why = needs_weir_kafka(opts)
     if why is None and streaming and isinstance(opts.ending, dict):
@@ -143,7 +148,7 @@ def read(reader: DataFrameReader | DataStreamReader, options: Mapping[str, str],
     if why is not None:
         raise OptionError(f"this read needs weir-kafka's own reader: {why}")
     raw = reader.format("kafka").options(**spark_options(opts, streaming)).load()
-    return decoded(raw, opts)
+    return decoded_in_jvm(raw, opts) if in_jvm else decoded(raw, opts)
 
 
 def decoded(raw: DataFrame, opts: SourceOptions) -> DataFrame:
@@ -155,6 +160,61 @@ def decoded(raw: DataFrame, opts: SourceOptions) -> DataFrame:
     dec = decoder(opts, schema)
     assert dec is not None  # a valueFormat other than raw has a decoder
     return raw.mapInArrow(_Decoding(dec, schema.names), schema)
+
+
+def read_spans(
+    reader: DataFrameReader, options: Mapping[str, str], topic: str, spans: Mapping[int, tuple[int, int]]
+) -> DataFrame:
+    """The records of `topic` within the (first, last) offsets of each partition of `spans`, read by a batch
+    read that is assigned those partitions alone (the connector wants every subscribed partition's bounds),
+    decoded in the JVM (`decoded_in_jvm`)."""
+    opts = parse_source({**options, "subscribe": topic}, streaming=False)
+    out = {k: v for k, v in spark_options(opts, False).items() if k not in ("subscribe", "subscribePattern")}
+    out |= {
+        "assign": json.dumps({topic: sorted(spans)}),
+        "startingOffsets": json.dumps({topic: {str(p): lo for p, (lo, _) in spans.items()}}),
+        "endingOffsets": json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}),
+    }
+    return decoded_in_jvm(reader.format("kafka").options(**out).load(), opts)
+
+
+def jvm_problem(opts: SourceOptions) -> str | None:
+    """Why `opts`' values cannot be decoded in the JVM (`decoded_in_jvm`), or None when they can."""
+    if opts.value_format not in ("raw", "json"):
+        return f"{opts.value_format} values are decoded by weir's own decoders, in Python; JSON and raw ones in the JVM"
+    if opts.key_spec is not None:
+        return "keys in a format of their own (keyFormat) are decoded by weir's own decoders, in Python"
+    return None
+
+
+def decoded_in_jvm(raw: DataFrame, opts: SourceOptions) -> DataFrame:
+    """`raw` with the value fields and `_error` of JSON values decoded by Spark's `from_json`, so that no record
+    crosses into Python: what a real-time processor needs (Spark's real-time mode streams records through
+    expressions, not through a Python worker's batches; docs/realtime.md). weir's rules around the parser hold:
+    a tombstone (null value) is no error and has null fields; a value that is no JSON object, or does not fit
+    the schema, is an error (Spark's parser, not weir's, decides what fits: a number for a STRING field is its
+    text here); a NOT NULL field missing or null is an error, named. An error row has null fields."""
+    problem = jvm_problem(opts)
+    if problem is not None:
+        raise OptionError(f"these values cannot be decoded in the JVM: {problem}")
+    if opts.value_format == "raw":
+        return raw
+    fields = parse_fields(opts.value_schema or "")
+    corrupt = "_weir_corrupt"
+    ddl = ", ".join([f"`{f.name.replace('`', '``')}` {f.type_ddl}" for f in fields] + [f"{corrupt} STRING"])
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, ddl, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
+    blank = F.trim(text) == ""
+    not_object = ~F.startswith(F.ltrim(text), F.lit("{"))
+    error = F.when(F.col("value").isNull(), F.lit(None).cast("string"))
+    error = error.when(blank, F.lit("the value is empty")).when(not_object, F.lit("the value is not a JSON object"))
+    error = error.when(parsed[corrupt].isNotNull(), F.lit("the value does not fit valueSchema (Spark's JSON parser)"))
+    for f in fields:
+        if f.required:
+            error = error.when(parsed[f.name].isNull(), F.lit(f"required field '{f.name}' is missing or null"))
+    ok = error.isNull()
+    values = [F.when(ok, parsed[f.name]).alias(opts.value_prefix + f.name) for f in fields]
+    return raw.select("*", *values, error.alias(ERROR_COLUMN))
 
 
 class _Decoding:

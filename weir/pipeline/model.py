@@ -17,6 +17,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from weir import units
 from weir.kafka.decode import SchemaError, parse_fields
@@ -128,6 +129,8 @@ class Processor:
     stateful: bool = False
     sink: Sink | None = None  # where a sink processor's rows go
     shadow: Shadow | None = None  # a candidate version run beside the live processor, writing topics of its own
+    # Spark's real-time mode, checkpointing this often (weir.runtime.realtime); None: micro-batches
+    realtime: timedelta | None = None
 
     @property
     def kind(self) -> str:
@@ -135,6 +138,25 @@ class Processor:
         if not self.inputs:
             return "source"
         return "sink" if self.sink is not None or not self.outputs else "internal"
+
+
+REALTIME_CHECKPOINT_EVERY = timedelta(seconds=30)
+REALTIME_MIN = timedelta(seconds=5)  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
+
+
+def _realtime(processor: str, given: bool | timedelta) -> timedelta | None:
+    """A processor's real-time checkpoint interval from its declaration (None: micro-batches)."""
+    if given is False:
+        return None
+    if given is True:
+        return REALTIME_CHECKPOINT_EVERY
+    if not isinstance(given, timedelta) or given < REALTIME_MIN:
+        least = f"{REALTIME_MIN.total_seconds():.0f} s"
+        raise DeclarationError(
+            f"processor {processor}: realtime is True or a timedelta of at least {least} (how often it "
+            f"checkpoints); got {given!r}"
+        )
+    return given
 
 
 def code_version(fn: Callable) -> str:
@@ -380,6 +402,7 @@ class Pipeline:
         max_offsets_per_trigger: int | None = None,
         stateful: bool = False,
         sink: Sink | None = None,
+        realtime: bool | timedelta = False,
     ) -> Callable[[Callable], Callable]:
         """Decorator declaring `fn` as a processor; the function itself is returned unchanged.
 
@@ -388,6 +411,10 @@ class Pipeline:
         DataFrames and must build its result with weir's stateful blocks, which route every record. A source
         processor (no inputs) is called with the Spark session and returns a streaming DataFrame. A sink
         processor names a `weir.sinks.Sink` as `sink` instead of output topics.
+
+        `realtime`: the processor runs in Spark's real-time mode, records streaming through in milliseconds
+        instead of micro-batches; True checkpoints every REALTIME_CHECKPOINT_EVERY, a timedelta (at least 5 s)
+        sets how often (docs/realtime.md: what it runs, what it guarantees).
         """
 
         def declare(fn: Callable) -> Callable:
@@ -408,6 +435,7 @@ class Pipeline:
                 max_offsets_per_trigger=max_offsets_per_trigger,
                 stateful=stateful,
                 sink=sink,
+                realtime=_realtime(proc_name, realtime),
             )
             if proc_name in self.processors:
                 self._duplicates.append(f"two processors are named {proc_name}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from weir.kafka.decode import SchemaError, parse_fields, type_problem
-from weir.pipeline.model import DeclarationError, Pipeline, Topic
+from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.sinks.base import Sink
 
 
@@ -31,6 +31,8 @@ def problems(p: Pipeline) -> list[str]:
             )
         if proc.stateful and not proc.inputs:
             found.append(f"processor {proc.name}: a source processor cannot be stateful")
+        if proc.realtime is not None:
+            found += [f"processor {proc.name}: real-time: {why}" for why in _realtime_problems(p, proc)]
     for source in p.http_sources:
         if not source.topics:
             found.append("an HTTP source names no topic")
@@ -49,6 +51,26 @@ def problems(p: Pipeline) -> list[str]:
     if cycle:
         found.append("cycle: " + " -> ".join(cycle))
     return found
+
+
+def _realtime_problems(p: Pipeline, proc: Processor) -> list[str]:
+    """Why a processor declared real-time cannot run in Spark's real-time mode as weir runs it
+    (docs/realtime.md): one input, stateless, topics out, JSON or raw values, no limit per batch."""
+    out = []
+    if proc.stateful:
+        out.append("Spark 4.2's real-time mode runs stateless queries only (dedup and aggregations come with 4.3)")
+    if len(proc.inputs) != 1:
+        out.append(f"it reads one input topic, not {len(proc.inputs)}")
+    if proc.sink is not None or not proc.outputs:
+        out.append("it writes Kafka topics (Spark's Kafka sink), not a sink")
+    if proc.trigger is not None or proc.max_offsets_per_trigger is not None:
+        out.append("a trigger or a limit per batch means micro-batches; leave them out")
+    for name in (*proc.inputs, *proc.outputs):
+        t = p.topics.get(name)
+        if t is not None and (t.format.kind != "json" or t.key_format is not None):
+            out.append(f"topic {name} is {t.format.kind}{' with a key format' if t.key_format else ''}: "
+                       "real-time records are decoded and encoded in the JVM, JSON only")  # fmt: skip
+    return out
 
 
 def _schema_problems(t: Topic) -> list[str]:

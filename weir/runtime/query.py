@@ -41,7 +41,7 @@ from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
 from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, REASON, ROUTE
-from weir.runtime import completeness, direct, provenance, reading, rebuild, routing, views
+from weir.runtime import completeness, direct, provenance, reading, realtime, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.tally import SourceTally
 
@@ -206,6 +206,7 @@ class ProcessorQuery:
         self._fallbacks = direct.Fallbacks()  # when a fallback from the direct path returns to it
         self._back_at: int | None = None  # the batch after which a fallback returns to the direct path
         self.reader: reading.Reader | None = None  # this run's Kafka reader, chosen at each start
+        self.in_realtime = False  # whether the query being built runs in Spark's real-time mode
         self._checked_at = 0.0  # when a lake fallback last asked whether it is over (time.monotonic)
         if delivered is not None:  # read by one job at its first use, and kept
             self.delivered = self.read_delivered(delivered).persist()
@@ -273,12 +274,15 @@ class ProcessorQuery:
             # A shadow's batches are the live processor's, one for one (docs/releases.md, "Shadow runs"): the
             # same watermarks, so a window or a late record is decided alike by the same code.
             options["followCheckpoint"] = self.proc.shadow.follow
-        else:
+        elif not self.in_realtime:  # a real-time query has no batches to size (weir.runtime.realtime)
             options |= self.admission_options()
         reader = self.reader or self.choose_reader()
         if reader.connector:
-            return _observe_reads(connector.read(self.spark.readStream, self._on_connector(options, topic), True),
-                                  topic)  # fmt: skip
+            # A real-time processor's records never cross into Python (weir.runtime.realtime): decoded by Spark's
+            # JSON parser on every path it runs, so that micro-batches and real time take the same records
+            read = connector.read(self.spark.readStream, self._on_connector(options, topic), True,
+                                  in_jvm=self.proc.realtime is not None)  # fmt: skip
+            return _observe_reads(read, topic)
         if self.settings.lake and not self.archive:
             # Offsets retention deleted are read from the lake if it archived them (docs/retention.md). Always
             # passed: the source consults the lake only then, and the archiver may run in another pipeline.
@@ -827,6 +831,30 @@ class ProcessorQuery:
             self.delivered.unpersist()
             self.delivered, self.rebuild = None, None
 
+    def read_since(self, topics: list[str], marks: dict[str, dict[int, int]]) -> DataFrame:
+        """What this writer delivered to `topics` from `marks` on, read from Kafka by one job when used: (topic,
+        source, key, value) per record, source null for rows without an input record. What a real-time
+        processor's next run must not write again (weir.runtime.realtime)."""
+        starting = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items() if ps}
+        if not starting:
+            return self.spark.createDataFrame([], "topic string, source string, key binary, value binary")
+        reader = (
+            self.spark.read.format("weir-kafka")
+            .options(**self._kafka_options())
+            .option("subscribe", ",".join(sorted(starting)))
+            .option("startingOffsets", json.dumps(starting))
+        )
+        return reader.load().where(self._ours()).select(
+            "topic", routing.header_value(SOURCE_HEADER).alias("source"), "key", "value")  # fmt: skip
+
+    def _ours(self) -> Column:
+        """Whether a record of a topic was written by this processor (a record without `weir.pipeline` was
+        written before writers had one)."""
+        pipeline = routing.header_value(PIPELINE_HEADER)
+        return (routing.header_value(PROCESSOR_HEADER) == F.lit(self.proc.name)) & (
+            pipeline.isNull() | (pipeline == F.lit(self.pipeline.name))
+        )
+
     def read_delivered(self, topics: list[str], marks: dict[str, dict[str, int]] | None = None) -> DataFrame:
         """What this writer (its pipeline and processor; a record without `weir.pipeline` was written before
         writers had one) delivered to `topics`, below `marks` if given, read from Kafka by one job when used:
@@ -841,11 +869,7 @@ class ProcessorQuery:
         )
         if marks is not None:
             reader = reader.option("endingOffsets", json.dumps(marks))
-        header = routing.header_value
-        pipeline = header(PIPELINE_HEADER)
-        ours = (header(PROCESSOR_HEADER) == F.lit(self.proc.name)) & (
-            pipeline.isNull() | (pipeline == F.lit(self.pipeline.name))
-        )
+        header, ours = routing.header_value, self._ours()
         sourced = col("source").isNotNull()
         known = [F.when(~sourced, col(c)).alias(c) for c in ("key", "value")]  # a row with a source: by it alone
         records = reader.load().where(ours).select("topic", header(SOURCE_HEADER).alias("source"), "key", "value")
@@ -959,6 +983,10 @@ class ProcessorQuery:
             .option("endingOffsets", json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}))
         )
         reader = reader.options(**self.topics[topic].reader_options(self.settings.registry_conf()))
+        if self.proc.realtime is not None and self.reader is not None and self.reader.connector:
+            # decoded as the stream decodes them: in the JVM (weir.runtime.realtime)
+            options = {**self._kafka_options(), **self.topics[topic].reader_options(self.settings.registry_conf())}
+            return connector.read_spans(self.spark.read, options, topic, spans)
         if self.settings.lake:  # offsets retention deleted meanwhile are read from the lake, as the stream would
             reader = reader.option("lake", self.settings.lake)
         return reader.load()
@@ -1029,6 +1057,39 @@ class ProcessorQuery:
             self._wrote = (batch_id, self.guard.marks, written)
 
     # -- start --------------------------------------------------------------------------------------------
+    def _start_realtime(self):
+        """A real-time processor's start (weir.runtime.realtime): what earlier real-time runs wrote past their last
+        commit is skipped on every path; then its real-time query, or None when it runs micro-batches now (one
+        batch at a time: the tail's rows are skipped by foreachBatch's write)."""
+        found, reach = realtime.settle(self)
+        if self.delivered is not None:
+            self.delivered.unpersist()
+        self.delivered = None if found is None else found.select(
+            "topic", "source", F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
+            F.lit(1).alias("n"))  # fmt: skip
+        why = realtime.refusal(self)
+        if why is not None:
+            log.info("weir: processor %s runs micro-batches for now: %s", self.proc.name, why)
+            return None
+        path = realtime.RealTime(self, found, reach)
+        self.in_realtime = True
+        try:
+            records = path.build()  # RealTimeError: the declaration cannot run in real time, said at once
+        finally:
+            self.in_realtime = False
+        try:
+            query = path.start(records)
+        except realtime.RealTimeError:
+            raise
+        except Exception as exc:  # Spark refused the query: micro-batches, saying why
+            self.fell_back = _brief(exc)
+            self._back_at = self._fallbacks.fell(None)
+            log.warning("weir: processor %s cannot start in real time (%s); it runs micro-batches",
+                        self.proc.name, self.fell_back)  # fmt: skip
+            return None
+        self.direct = path
+        return query
+
     def failed(self, exc: BaseException) -> None:
         """The query failed (the runner restarts it): a direct query falls back to one batch at a time."""
         if self.direct is not None:
@@ -1056,7 +1117,11 @@ class ProcessorQuery:
             if self.back_to_direct:  # the fallback ran its course: the direct path again
                 self._fallbacks.resumed = self._back_at
                 self.fell_back, self._back_at = None, None
-            if on_batch is None and direct.refusal(self) is None:
+            if self.proc.realtime is not None and on_batch is None and self.checkpoint:
+                query = self._start_realtime()
+                if query is not None:
+                    return query
+            elif on_batch is None and direct.refusal(self) is None:
                 path = direct.Direct(self)
                 try:
                     records = path.build()

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -198,7 +199,8 @@ class Runner:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = spark_session(f"weir-{self.pipeline.name}", settings=self.settings)
+            master = realtime_master(self.settings.spark_master, self.selected, self.pipeline)
+            self._spark = spark_session(f"weir-{self.pipeline.name}", master=master, settings=self.settings)
         return self._spark
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -790,6 +792,19 @@ def _creating_sources(query: Any) -> bool:
         return query.status.get("message") == "Initializing sources"
     except Exception:  # a query stopping under the call: it holds nothing back
         return False
+
+
+def realtime_master(master: str, selected: list[Processor], pipeline: Pipeline) -> str:
+    """`master`, with a local one's threads raised by the long-running tasks of the real-time processors among
+    `selected` (one per input partition, weir.runtime.realtime), so that micro-batch work keeps its cores; any
+    other master as it is (a real-time query that finds too few slots fails, naming them)."""
+    held = sum(pipeline.topics[p.inputs[0]].partitions for p in selected if p.realtime is not None and p.inputs
+               and p.inputs[0] in pipeline.topics)  # fmt: skip
+    found = re.fullmatch(r"local\[(\*|\d+)\](.*)", master) if held else None
+    if found is None:
+        return master
+    cores = (os.cpu_count() or 2) if found.group(1) == "*" else int(found.group(1))
+    return f"local[{cores + held}]{found.group(2)}"
 
 
 def _ran(progress: dict | None) -> int | None:

@@ -4,8 +4,9 @@ A processor's checkpoint is `<checkpoint_root>/<its checkpoint name>` (`<pipelin
 archiver's `_archive/<topic>`). Spark owns `offsets/<batch>`, `commits/<batch>`, `state/`, `sources/` and
 `metadata` (the query's id, whose head is the run id). weir keeps `weir.json` (the code version,
 runtime/versions.py), `weir/marks/<batch>.json` (a batch's replay marks, kafka/replay.py), `weir/folded.json`
-(the coverage of batches Spark purged, kafka/audit.py) and `weir/plans/<batch>` (weir-kafka's form of offsets handed
-over to Spark's connector, kafka/handover.py) inside it, and its
+(the coverage of batches Spark purged, kafka/audit.py), `weir/plans/<batch>` (weir-kafka's form of offsets handed
+over to Spark's connector, kafka/handover.py) and `weir/realtime.json` (where a real-time processor's writes that
+no commit covers may begin, runtime/realtime.py) inside it, and its
 history beside it, `<checkpoint>.weir-history/`: the coverage of every checkpoint a reset deleted
 (`resets/<n>.json`) and the input ranges of every backfill (`backfills/<id>.<ms>.json`), which `weir audit`
 reads, and its runner's lock, `<checkpoint>.weir-lock/` (storage/lock.py: one runner per checkpoint). A reset
@@ -100,6 +101,10 @@ class Checkpoint:
 
     def plan(self, batch: int) -> str:
         return paths.join(self.plans, str(batch))
+
+    @property
+    def realtime_tail(self) -> str:
+        return paths.join(self.url, "weir", "realtime.json")
 
     def mark_reports(self, batch: int) -> str:
         """Where the tasks of a replayed batch's write say what they skipped."""

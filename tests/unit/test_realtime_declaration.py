@@ -1,0 +1,72 @@
+"""A real-time processor's declaration (weir.pipeline.model, validate) and the local master its run gets
+(weir.runtime.runner.realtime_master): pure logic, no Spark."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pytest
+
+import weir
+from weir.pipeline import Pipeline
+from weir.pipeline.model import REALTIME_CHECKPOINT_EVERY, DeclarationError
+from weir.pipeline.validate import problems
+from weir.runtime.runner import realtime_master
+
+
+def _pipeline(**declared) -> Pipeline:
+    p = Pipeline("rt")
+    p.topic("orders", "id BIGINT, amount DOUBLE", key="id", partitions=3)
+    p.topic("more", "id BIGINT, amount DOUBLE", key="id", partitions=1)
+    p.topic("big", "id BIGINT, amount DOUBLE", key="id", partitions=2)
+
+    @p.processor(inputs=declared.pop("inputs", ["orders"]), outputs=["big"], **declared)
+    def alerts(df):
+        return df
+
+    return p
+
+
+def test_realtime_true_checkpoints_every_default_interval_and_a_timedelta_sets_it():
+    assert _pipeline(realtime=True).processors["alerts"].realtime == REALTIME_CHECKPOINT_EVERY
+    assert _pipeline(realtime=timedelta(seconds=7)).processors["alerts"].realtime == timedelta(seconds=7)
+    assert _pipeline().processors["alerts"].realtime is None
+
+
+@pytest.mark.parametrize("given", [timedelta(seconds=2), "5 seconds", 5])
+def test_realtime_below_sparks_minimum_or_not_a_duration_is_refused_naming_the_processor(given):
+    with pytest.raises(DeclarationError, match=r"processor alerts: realtime is True or a timedelta of at least 5 s"):
+        _pipeline(realtime=given)
+
+
+def test_a_realtime_processor_that_real_time_mode_cannot_run_is_refused_with_each_reason():
+    found = problems(_pipeline(realtime=True, stateful=True, inputs=["orders", "more"], trigger="1 second"))
+    text = "\n".join(found)
+    assert "processor alerts: real-time: Spark 4.2's real-time mode runs stateless queries only" in text
+    assert "it reads one input topic, not 2" in text
+    assert "a trigger or a limit per batch means micro-batches" in text
+    assert not problems(_pipeline(realtime=True))
+
+
+def test_a_realtime_processor_over_avro_values_is_refused():
+    p = Pipeline("rt")
+    p.topic("orders", format=weir.avro(registry=True), key="id")
+    p.topic("big", "id BIGINT", key="id")
+
+    @p.processor(inputs=["orders"], outputs=["big"], realtime=True)
+    def alerts(df):
+        return df
+
+    assert any("topic orders is avro: real-time records are decoded and encoded in the JVM" in f for f in problems(p))
+
+
+def test_a_local_master_gets_a_thread_per_partition_a_realtime_processor_holds():
+    p = _pipeline(realtime=True)
+    selected = list(p.processors.values())
+    assert realtime_master("local[2]", selected, p) == "local[5]"
+    assert realtime_master("local[*]", selected, p) == f"local[{(os.cpu_count() or 2) + 3}]"
+    assert realtime_master("local[2, 3]", selected, p) == "local[2, 3]"  # local-with-retries: as it is
+    assert realtime_master("spark://host:7077", selected, p) == "spark://host:7077"
+    plain = _pipeline()
+    assert realtime_master("local[2]", list(plain.processors.values()), plain) == "local[2]"

@@ -1,0 +1,267 @@
+"""Real-time processors: a stateless processor as one query in Spark's real-time mode (docs/realtime.md).
+
+Records stream through long-running tasks, one per input partition, from Spark's Kafka source to Spark's Kafka
+sink, decoded and encoded in the JVM (weir.kafka.connector.decoded_in_jvm), in milliseconds rather than
+micro-batches. The query is the direct path's (weir.runtime.direct): the function, its routes and its counts are
+planned once; what differs is the writer, the trigger, and how a run that ends mid-batch is settled.
+
+The tail. Spark logs a real-time batch's offsets and its commit only when the batch ends, after its records were
+written, and its Kafka sink knows nothing of what it wrote before: a run that ends mid-batch (a crash, a SIGKILL,
+a failure, a stop) leaves records written past the last commit, which the next run reads again. weir notes, in
+`<checkpoint>/weir/realtime.json`, marks of the written topics below every write no commit covers yet (the
+tail's marks). Every start of the processor, on any path, first reads what it delivered past those marks, and
+skips rows found there, by (destination, input record): a real-time run by a broadcast anti-join in its plan, a
+micro-batch run by its write (ProcessorQuery.delivered). The marks move on only once the commits have passed
+every input record found in the tail. Marks taken when batch j's progress arrives lie below every write of
+batch j + 2 when batch j + 1 had not committed yet; they become the tail's marks after batch j + 1 commits.
+
+A record that does not decode fails the query (a real-time query has no second branch to dead-letter it): the
+processor runs micro-batches for a while (the direct path's fallback), which dead-letter it, then real time
+again. What holds and what does not: docs/realtime.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.functions import col
+
+from weir.kafka import connector, replay
+from weir.kafka.checkpoint import read_offsets
+from weir.kafka.headers import SOURCE_HEADER
+from weir.runtime import completeness, routing
+from weir.runtime.accounting import Counts, from_routes
+from weir.runtime.direct import HANDED, ROUTES, Direct
+from weir.storage import checkpoint as cp_store
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from weir.runtime.query import ProcessorQuery
+
+log = logging.getLogger("weir")
+SKIPPED = "weir.skipped:"  # the Observation of rows found in the tail, per destination
+
+
+class RealTimeError(RuntimeError):
+    """A processor declared real-time that cannot run as one: the reason names what to change."""
+
+
+def refusal(q: ProcessorQuery) -> str | None:
+    """Why `q`, declared real-time, runs micro-batches now (None: it runs in real time)."""
+    reasons = [
+        (q.proc.realtime is None, "not declared real-time"),
+        (q.available_now, "a run to the end of its input (--once)"),
+        (q.reader is not None and not q.reader.connector, f"it reads through weir-kafka: {q.reader and q.reader.why}"),
+        (q.bounds is not None or q.proc.shadow is not None, "a replay or a shadow"),
+        (q.fell_back is not None, f"it fell back: {q.fell_back}"),
+    ]
+    return next((why for bad, why in reasons if bad), None)
+
+
+def slots_needed(partitions: int) -> int:
+    """Task slots a real-time processor holds for as long as it runs: one long-running task per input partition."""
+    return partitions
+
+
+# -- the tail ----------------------------------------------------------------------------------------------
+def tail_marks(checkpoint: str) -> replay.Marks | None:
+    """The tail's marks (None: no real-time run left writes that no commit covers)."""
+    found = cp_store.read_text(cp_store.Checkpoint(checkpoint).realtime_tail)
+    if found is None:
+        return None
+    raw = json.loads(found)["marks"]
+    return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in raw.items()}
+
+
+def note_tail(checkpoint: str, marks: replay.Marks) -> None:
+    cp_store.write_json(cp_store.Checkpoint(checkpoint).realtime_tail,
+                        {"marks": {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}})  # fmt: skip
+
+
+def reach(delivered: DataFrame, topic: str) -> dict[int, int]:
+    """Per partition of input `topic`, the offset after the newest input record behind a row of `delivered`
+    (one small aggregate: a row per partition)."""
+    parts = F.split(col("source"), "/")
+    rows = (
+        delivered.where(col("source").startswith(topic + "/"))
+        .select(F.element_at(parts, -2).cast("int").alias("p"), F.element_at(parts, -1).cast("long").alias("o"))
+        .groupBy("p").agg(F.max("o").alias("o")).collect()
+    )  # fmt: skip
+    return {int(r["p"]): int(r["o"]) + 1 for r in rows}
+
+
+def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
+    """At a start of real-time processor `q` (any path): what earlier runs delivered past the tail's marks, of
+    input records the commits have not passed ((topic, source) rows, cached; None: nothing), and its reach per
+    input partition. With nothing to skip, the tail's marks move up to now: nothing of this run is written yet."""
+    topics, topic = q._written_topics(), q.proc.inputs[0]
+    marks = tail_marks(q.checkpoint)
+    done = cp_store.batches(cp_store.Checkpoint(q.checkpoint).commits)
+    committed = read_offsets(q.checkpoint).committed.get(topic, {}) if done else {}
+    if marks:
+        rows = q.read_since(sorted(marks), marks)
+        parts = F.split(col("source"), "/")
+        pending = F.lit(False)
+        for p, o in committed.items():
+            pending = pending | (
+                (F.element_at(parts, -2).cast("int") == p) & (F.element_at(parts, -1).cast("long") >= o)
+            )
+        if not committed:  # no commit yet: every record of the input may be read again
+            pending = F.lit(True)
+        rows = rows.where(col("source").startswith(topic + "/") & pending).select("topic", "source").distinct()
+        rows = rows.persist()
+        found = rows.count()
+        if found:
+            log.info("weir: processor %s: %d rows an earlier real-time run wrote past its last commit are not "
+                     "written again", q.proc.name, found)  # fmt: skip
+            return rows, reach(rows, topic)
+        rows.unpersist()
+    note_tail(q.checkpoint, replay.take_marks(q.settings.client_config(), topics, timeout=30.0))
+    return None, {}
+
+
+class RealTime(Direct):
+    """One real-time processor's query: built by `build`, started by `start`, its batches' books by `counts`."""
+
+    def __init__(self, q: ProcessorQuery, delivered: DataFrame | None, reach: dict[int, int]) -> None:
+        super().__init__(q)
+        self.delivered, self.reach = delivered, reach
+        self._dests = sorted({d for r, d in self._combos if d is not None})
+        self._taken: tuple[int, replay.Marks] | None = None  # marks taken at a progress: (valid from batch, marks)
+
+    def build(self) -> DataFrame:
+        q = self.q
+        records = super().build()
+        if records is None or not q._has_sources:
+            raise RealTimeError(
+                f"processor {q.proc.name}: its result keeps no input record behind each row, or reorders rows: a "
+                "real-time query could not tell what it wrote before; keep the function a projection or filter"
+            )
+        self._dests = sorted({d for r, d in self._combos if d is not None})
+        if self.delivered is None:
+            return records
+        seen = self.delivered.select(col("topic").alias("_t_topic"), col("source").alias("_t_source"),
+                                     F.lit(True).alias("_t_seen"))  # fmt: skip
+        source = routing.header_value(SOURCE_HEADER)
+        marked = records.join(F.broadcast(seen), (col("topic") == col("_t_topic")) & (source == col("_t_source")),
+                              "left")  # fmt: skip
+        skipped = [F.count_if(col("_t_seen").isNotNull() & (col("topic") == d)).alias(d) for d in self._dests]
+        marked = marked.observe(f"{SKIPPED}{q.name}", F.lit(0).alias("_none"), *skipped)
+        return marked.where(col("_t_seen").isNull()).drop("_t_topic", "_t_source", "_t_seen")
+
+    def start(self, records: DataFrame) -> StreamingQuery:
+        q = self.q
+        topic = q.topics[q.proc.inputs[0]]
+        needed, slots = slots_needed(topic.partitions), q.spark.sparkContext.defaultParallelism
+        if slots <= needed:
+            raise RealTimeError(
+                f"processor {q.proc.name} runs in real time: one long-running task for each of {topic.name}'s "
+                f"{needed} partitions, and a slot for the rest; Spark has {slots} task slots (spark_master "
+                f"{q.settings.spark_master}): give it more (local[{needed + 2}], or more executor cores)"
+            )
+        _, committed = self._logged()
+        first = (committed + 1) if committed is not None else 0
+        self._origin = self._take()
+        if replay.newest_marks(q.checkpoint, first) is None:  # a micro-batch fallback's replay reads back from them
+            replay.note_marks(q.checkpoint, q.proc.name, first, self._origin, q.pipeline.name, committed)
+        client = {f"kafka.{k}": v for k, v in connector.java_client(q.settings.client_config()).items()}
+        every = q.proc.realtime
+        assert every is not None
+        writer = (
+            records.writeStream.format("kafka")
+            .queryName(q.name)
+            .option("checkpointLocation", q.checkpoint)
+            .options(**client)
+            # Spark's producer waits 5 ms to fill a batch by default (Kafka 4's linger.ms): not here
+            .option("kafka.linger.ms", "0")
+            .outputMode("update")
+            .trigger(realTime=f"{int(every.total_seconds() * 1000)} milliseconds")
+        )
+        query = writer.start()
+        log.info("weir: processor %s runs in real time (checkpoint every %s)%s", q.proc.name, every,
+                 "; rows an earlier run wrote are skipped" if self.delivered is not None else "")  # fmt: skip
+        return query
+
+    def fall_back(self, why: str) -> int | None:
+        """The query failed: the processor runs micro-batches from the first batch no commit covers; the tail
+        keeps what this run wrote from being written again."""
+        _, committed = self._logged()
+        log.warning("weir: processor %s failed in real time (%s); it runs micro-batches for a while",
+                    self.q.proc.name, why)  # fmt: skip
+        return (committed + 1) if committed is not None else 0
+
+    def running(self) -> int | None:
+        """No batch waits for its commit to end: a real-time batch's writes past a commit are the tail's."""
+        return None
+
+    # -- the books --------------------------------------------------------------------------------------
+    def counts(self, figures: dict, progress: Any) -> Counts:
+        """Batch `figures["batch_id"]`'s books: the rows routed and the records the input handed the function
+        (Observations) against what Spark's Kafka sink wrote (its numOutputRows) and the rows found in the tail."""
+        batch = figures["batch_id"]
+        observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
+        got, handed = observed.get(f"{ROUTES}{self.q.name}"), observed.get(f"{HANDED}{self.q.name}")
+        skipped = {d: int(n) for d, n in observed.get(f"{SKIPPED}{self.q.name}", {}).items() if d != "_none"}
+        counts = Counts()
+        if got is None or handed is None:
+            if int(figures.get("input_rows") or 0):
+                log.error("weir: processor %s batch %s: its counts were not observed", self.q.proc.name, batch)
+                counts.violations += 1
+            counts.passed, counts.has_sources = 0, False
+            return counts
+        counts = from_routes(routing.observed_groups(got, self._combos))
+        # Each output row stands for one input record: a fan-out counts as out (Counts.settle)
+        counts.has_sources, counts.passed = False, 0
+        counts.handed = int(handed["n"])
+        counts.refused = int(got.get("_refused", 0)) if self._routes_own else 0
+        counts.replayed = sum(skipped.values())
+        sink = getattr(progress, "sink", None)
+        written = int(getattr(sink, "numOutputRows", -1)) if sink is not None else -1
+        routed = {d: n for d, n in counts.outputs.items() if n}
+        if written != sum(routed.values()) - counts.replayed:
+            log.error("weir: processor %s batch %s: rows routed %s, records written %d (%d found in the tail)",
+                      self.q.proc.name, batch, routed, written, counts.replayed)  # fmt: skip
+            counts.violations += 1
+        for d, n in skipped.items():
+            counts.outputs[d] = counts.outputs.get(d, 0) - n
+        counts.passed = min(counts.out, counts.handed - counts.refused)
+        self._after(batch, {d: n for d, n in counts.outputs.items() if n}, counts, figures)
+        return counts
+
+    def _after(self, batch: int, written_now: dict[str, int], counts: Counts, figures: dict | None = None) -> None:
+        """After batch `batch` committed: the completeness check of the direct path, and the tail's marks moved
+        up (module docstring) once the commits passed every input record found in the tail."""
+        q = self.q
+        for t, n in written_now.items():
+            self._written[t] = self._written.get(t, 0) + n
+        if self.reach and figures is not None:
+            ends = completeness.planned_spans(figures["sources"]).get(q.proc.inputs[0], {})
+            if all(p in ends and ends[p][1] >= o for p, o in self.reach.items()):
+                self.reach = {}
+        if self._taken is not None and self._taken[0] <= batch + 1 and not self.reach:
+            note_tail(q.checkpoint, self._taken[1])
+            self._taken = None
+        if time.monotonic() - self._checked_at < 1.0:
+            return
+        self._checked_at = time.monotonic()
+        try:
+            marks = self._take()
+            _, committed = self._logged()
+        except Exception as exc:
+            log.warning("weir: processor %s: marks not taken after batch %d (%s)", q.proc.name, batch, exc)
+            return
+        if committed is not None and committed <= batch and self._taken is None:
+            self._taken = (batch + 2, marks)
+        for gap in completeness.check_writes(self._origin, marks, self._written):
+            short = gap.records - self._short.get(gap.topic, 0)
+            if short > 0:
+                self._short[gap.topic] = gap.records
+                log.error("weir: processor %s batch %d: %s", q.proc.name, batch, gap.describe())
+                counts.gaps.append(gap.to_json() | {"batch": batch})
+                counts.violations += 1
