@@ -2,7 +2,7 @@
 input's produce time.
 
     .venv/bin/python bench/latency.py [--rate 5000] [--seconds 60] [--idle 20]
-                                      [--only loop,plain,plain+headers,weir,bytewax,quix]
+                                      [--only loop,plain,plain+headers,weir,weir-rt,bytewax,quix]
                                       [--weir-variant 'LABEL:KEY=VALUE[;KEY=VALUE...]' ...] [--drain 120]
                                       [--window]
 
@@ -14,6 +14,11 @@ in turn:
   plain     the plain Structured Streaming query over Spark's Kafka source and sink, processingTime 0, no limit,
             local[2] (bench/latency/spark_query.py): the floor weir is measured against
   weir      `weir run bench/latency/weir_latency.py:latency` with default settings (local[2])
+  weir-rt   `weir run bench/latency/weir_latency.py:latency_realtime` with default settings: the same job declared
+            `realtime=True`, so it runs in Spark's real-time mode (checkpoint every 30 s, weir.runtime.realtime),
+            read and written through Spark's Kafka source and sink, decoded in the JVM; weir raises local[2] to
+            local[6] for its 4 long-running tasks. Not in the default set; its "batches" are real-time batches,
+            one per checkpoint interval
   bytewax   Bytewax 0.21.1, 1 worker; quix: Quix Streams 3.28.1, 1 process; each in a throwaway virtual
             environment made as bench/peers.py does (~/.cache/weir-bench/venvs)
 
@@ -25,7 +30,8 @@ during the drain a tick event every 0.25 s (user "~tick") moves event time on, s
 The exactly-once check: every window of the paced events out once, with its exact count.
 
 --weir-variant runs `weir run` again with settings changed, e.g. 'trigger 0:WEIR_TRIGGER=0 seconds' (LAT_NO_MONITOR=1:
-without `weir monitor` beside it).
+without `weir monitor` beside it), after each of weir and weir-rt that --only names (weir-rt's labelled "real time,
+LABEL"; LAT_REALTIME_S=N declares its processor `realtime=timedelta(seconds=N)`, N >= 5).
 
 Per system, in order:
   1. the latency consumer starts in its own process (bench/latency/consumer.py), then the system is launched;
@@ -37,8 +43,10 @@ the exactly-once check (every kept event once, nothing else); the load average o
 its process tree, and its CPU share over --idle s with no input after the drain (what polling for input costs);
 for the Spark systems, the first batches with input (records / addBatch s); for weir, `weir monitor`'s
 freshness of the processor, run beside it and sampled twice a second over the paced traffic (median, and its
-ratio to p50). Ratios are against the plain query: the machine's speed varies from day to day and with other load,
-so compare rows of one run.
+ratio to p50); per weir-rt run, the records over 100 ms, the slowest seconds of sending (the p99 of the records
+sent in each second) and when the real-time batches' progress came, so that a tail at a batch boundary shows.
+Ratios are against the plain query: the machine's speed varies from day to day and with other load, so compare
+rows of one run.
 """
 
 from __future__ import annotations
@@ -76,15 +84,16 @@ _spec.loader.exec_module(peers)
 from weir.kafka.broker import embedded_broker, free_port  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
-SYSTEMS = ("loop", "plain", "plain+headers", "weir", "bytewax", "quix")
+SYSTEMS = ("loop", "plain", "plain+headers", "weir", "weir-rt", "bytewax", "quix")
 KEEP_ABOVE = 10.0
 LAUNCH_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 PLAIN = "plain Structured Streaming"
 SIZE_MS = 10_000  # --window's window (bench/latency/common.py)
-# the weir pipeline and its processor (the monitor's freshness) per mode
-WEIR_JOB = {False: ("bench/latency/weir_latency.py:latency", "keep"),
-            True: ("bench/latency/weir_latency.py:windows", "window")}  # fmt: skip
+# per weir system (--window: "window"), its pipeline, its processor (the monitor's freshness) and its progress log
+WEIR_JOB = {"weir": ("bench/latency/weir_latency.py:latency", "keep", "latency.jsonl"),
+            "weir-rt": ("bench/latency/weir_latency.py:latency_realtime", "keep", "latency_realtime.jsonl"),
+            "window": ("bench/latency/weir_latency.py:windows", "window", "latency_windows.jsonl")}  # fmt: skip
 
 
 @dataclass
@@ -103,6 +112,11 @@ class Result:
     note: str = ""
     # `weir monitor`'s freshness of the processor (seconds), sampled twice a second over the paced traffic
     freshness: list[float] = field(default_factory=list)
+    # weir-rt: (paced id, ms) of each kept event out, when the paced traffic began (epoch s), and when each
+    # real-time batch's progress was published (epoch ms): the tail against the batch boundaries
+    sent_at: float | None = None
+    by_id: list[tuple[int, int]] = field(default_factory=list)
+    ends_ms: list[int] = field(default_factory=list)
 
     def pct(self, q: float) -> int | None:
         if not self.latencies:
@@ -150,11 +164,11 @@ class FreshnessSampler(threading.Thread):
     the processor (`/api/processors/keep`, seconds) is sampled twice a second (issue 27: it should agree with
     the measured p50 within 20%)."""
 
-    def __init__(self, env: dict[str, str], bootstrap: str, log: Path, window: bool) -> None:
+    def __init__(self, env: dict[str, str], bootstrap: str, log: Path, system: str) -> None:
         super().__init__(daemon=True)
         self.port = free_port()
         self.out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        spec, self.processor = WEIR_JOB[window]
+        spec, self.processor, _ = WEIR_JOB[system]
         cmd = [sys.executable, "-m", "weir.cli", "monitor", spec, "--port",
                str(self.port), "--interval", "1", "--bootstrap", bootstrap]  # fmt: skip
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
@@ -180,7 +194,7 @@ class FreshnessSampler(threading.Thread):
 
 
 def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: str, cmd: list[str],
-               env: dict[str, str], progress: Path | None) -> Result:  # fmt: skip
+               env: dict[str, str], progress: Path | None, system: str) -> Result:  # fmt: skip
     """One system through the quiet start, the paced traffic and the drain (the module docstring)."""
     name = "".join(c if c.isalnum() else "-" for c in label)
     topic_in, topic_out = f"latency.in.{name}", f"latency.out.{name}"
@@ -202,7 +216,7 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         sampler.start()
         # A variant with LAT_NO_MONITOR=1 runs without the monitor beside it: its polls load the broker too
         weir_run = progress is not None and not label.startswith(PLAIN) and not env.get("LAT_NO_MONITOR")
-        monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log", args.window) if weir_run else None
+        monitor = FreshnessSampler(env, bootstrap, scratch / f"{name}.monitor.log", system) if weir_run else None
         if monitor is not None:
             monitor.start()
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
@@ -220,6 +234,7 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
                           f"{args.seconds:.0f} s ...", highlight=False)  # fmt: skip
             if monitor is not None:
                 monitor.on.set()
+            res.sent_at = time.time()
             kept = _paced(producer, rng, topic_in, args.rate, args.seconds, args.window)
             if monitor is not None:
                 monitor.on.clear()
@@ -261,6 +276,9 @@ def run_system(args: argparse.Namespace, bootstrap: str, scratch: Path, label: s
         seen = {int(k): v for k, v in got.get("latency", {}).items() if int(k) >= 0}
         wrong = 0
     res.latencies = [seen[i] for i in kept if i in seen]
+    if system == "weir-rt":
+        res.by_id = [(i, seen[i]) for i in kept if i in seen]
+        res.ends_ms = _ends(progress) if progress is not None else []
     res.missing = len(kept.keys() - seen.keys())
     res.unexpected = len(seen.keys() - kept.keys()) + got.get("unknown", 0) + wrong
     res.duplicates = got.get("duplicates", 0)
@@ -321,6 +339,34 @@ def _batches(progress: Path) -> list[tuple[int, float]]:
         return []
     lines = [x for x in lines if x.get("type", "progress") == "progress" and x.get("input_rows")]
     return [(x["input_rows"], (x.get("duration_ms") or {}).get("addBatch", 0) / 1000) for x in lines]
+
+
+def _ends(progress: Path) -> list[int]:
+    """When each batch's progress was published (epoch ms): for a real-time query, about when its batch ended."""
+    try:
+        lines = [json.loads(x) for x in progress.read_text().splitlines() if x.strip()]
+    except OSError:
+        return []
+    return [int(x["at_ms"]) for x in lines if x.get("type", "progress") == "progress" and x.get("at_ms")]
+
+
+def boundaries(results: list[Result], rate: float) -> None:
+    """Per weir-rt run: the p99 of the records sent in each second of the paced traffic, its slowest seconds, and
+    the real-time batches' ends in the same seconds (since the paced traffic began), so that a tail gathered at a
+    batch boundary shows."""
+    for r in results:
+        if not r.by_id or r.sent_at is None:
+            continue
+        per: dict[int, list[int]] = {}
+        for i, ms in r.by_id:
+            per.setdefault(int(i / rate), []).append(ms)
+        p99 = {s: sorted(v)[min(len(v) - 1, int(0.99 * len(v)))] for s, v in per.items()}
+        worst = sorted(p99, key=lambda s: -p99[s])[:8]
+        ends = [round(e / 1000 - r.sent_at, 1) for e in r.ends_ms if r.sent_at - 5 <= e / 1000 <= r.sent_at + 200]
+        over = sum(1 for _, ms in r.by_id if ms > 100)
+        console.print(f"{r.label}: {over:,} of {len(r.by_id):,} records over 100 ms; slowest seconds of sending "
+                      f"(s since the paced start: p99 ms): {', '.join(f'{s}: {p99[s]:,}' for s in sorted(worst))}; "
+                      f"batches' progress at s {ends}", highlight=False)  # fmt: skip
 
 
 def event_log(scratch: Path, label: str) -> dict[str, str]:
@@ -404,7 +450,7 @@ def durations(progress: Path | None) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
-def weir_env(scratch: Path, label: str, extra: dict[str, str], window: bool) -> tuple[dict[str, str], Path]:
+def weir_env(scratch: Path, label: str, extra: dict[str, str], system: str) -> tuple[dict[str, str], Path]:
     name = "".join(c if c.isalnum() else "-" for c in label)
     home = scratch / f"weir-{name}"
     home.mkdir(parents=True, exist_ok=True)
@@ -414,7 +460,7 @@ def weir_env(scratch: Path, label: str, extra: dict[str, str], window: bool) -> 
                # A progress topic per system: the monitor beside a later one must not track an earlier one's
                # processor of the same name (the same pipeline file), whose inputs it would find never read
                WEIR_PROGRESS_TOPIC=f"_weir.progress.{name}", **extra)  # fmt: skip
-    return env, home / "progress" / ("latency_windows.jsonl" if window else "latency.jsonl")
+    return env, home / "progress" / WEIR_JOB[system][2]
 
 
 def table(results: list[Result], args: argparse.Namespace) -> Table:
@@ -511,10 +557,10 @@ def main() -> int:
         broker.start()
         bs = broker.bootstrap
         console.print(f"broker on {bs}, scratch {scratch}")
-        runs: list[tuple[str, list[str], dict[str, str], Path | None]] = []
+        runs: list[tuple[str, list[str], dict[str, str], Path | None, str]] = []
         for system in only:
             if system == "loop":
-                runs.append(("hand loop", [py, str(HERE / "loop.py")], {**base, "PYTHONPATH": str(HERE)}, None))
+                runs.append(("hand loop", [py, str(HERE / "loop.py")], {**base, "PYTHONPATH": str(HERE)}, None, system))
             elif system in ("plain", "plain+headers"):
                 # plain+headers: the plain query writing weir's headers and timestamp with each record
                 label = PLAIN if system == "plain" else f"{PLAIN}, weir's headers"
@@ -524,14 +570,17 @@ def main() -> int:
                        "LAT_CHECKPOINT": str(scratch / f"{name}-checkpoint"),
                        "LAT_HEADERS": "1" if system == "plain+headers" else "0",
                        "LAT_SPARK_CONF": json.dumps(event_log(scratch, label) if args.event_log else {})}  # fmt: skip
-                runs.append((label, [py, str(HERE / "spark_query.py")], env, stats))
-            elif system == "weir":
+                runs.append((label, [py, str(HERE / "spark_query.py")], env, stats, system))
+            elif system in ("weir", "weir-rt"):
+                job = "window" if args.window else system
+                rt = system == "weir-rt"
                 for label, extra in [("weir run, defaults", {}), *variants]:
+                    label = f"real time, {label}" if rt else label
                     if args.event_log:
                         extra = {"WEIR_SPARK_CONF": json.dumps(event_log(scratch, label)), **extra}
-                    env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra}, args.window)
-                    cmd = [py, "-m", "weir.cli", "run", WEIR_JOB[args.window][0]]
-                    runs.append((label, cmd, env, progress))
+                    env, progress = weir_env(scratch, label, {"WEIR_BOOTSTRAP_SERVERS": bs, **extra}, job)
+                    cmd = [py, "-m", "weir.cli", "run", WEIR_JOB[job][0]]
+                    runs.append((label, cmd, env, progress, job))
             else:
                 python, why = peers.peer_python(system)
                 label = {"bytewax": "Bytewax 0.21.1, 1 worker", "quix": "Quix Streams 3.28.1"}[system]
@@ -540,11 +589,11 @@ def main() -> int:
                     continue
                 program = {"bytewax": ["-m", "bytewax.run", "bytewax_flow:flow", "-w1"],
                            "quix": [str(HERE / "quix_app.py")]}[system]  # fmt: skip
-                runs.append((label, [str(python), *program], {**base, "PYTHONPATH": str(HERE)}, None))
-        where = {label: progress for label, _, _, progress in runs}
-        for label, cmd, env, progress in runs:
+                runs.append((label, [str(python), *program], {**base, "PYTHONPATH": str(HERE)}, None, system))
+        where = {label: progress for label, _, _, progress, _ in runs}
+        for label, cmd, env, progress, system in runs:
             console.print(f"[bold]{label}[/]", highlight=False)
-            r = run_system(args, bs, scratch, label, cmd, env, progress)
+            r = run_system(args, bs, scratch, label, cmd, env, progress, system)
             console.print(f"  p50 {r.pct(0.5)} ms, p99 {r.pct(0.99)} ms, exactly once: {r.exactly_once}; {r.note}",
                           highlight=False)  # fmt: skip
             results.append(r)
@@ -553,6 +602,7 @@ def main() -> int:
         shutil.rmtree(scratch / "broker-home", ignore_errors=True)
     console.print(table(results, args))
     batches(results)
+    boundaries(results, args.rate)
     if args.event_log:
         for r in results:
             if r.batches:

@@ -5,8 +5,8 @@
                                     [--weir-env KEY=VALUE ...]
 
 Workload (shared/FACTS.md, "Peers on the same work"): N JSON events of about 140 B, keyed by user (997 users),
-on 4 partitions of one embedded broker that this script starts on a free port and stops at the end, produced
-with confluent-kafka before any system runs:
+on 4 partitions of one embedded Apache Kafka broker that this script starts on a free port and stops at the end,
+produced with confluent-kafka before any system runs:
 
     {"id": 17, "user": "u0042", "amount": 12.25, "ts": <event time ms>, "item": ..., "country": ..., "note": ...}
 
@@ -124,7 +124,7 @@ PEERS = ROOT / "bench" / "peers"
 sys.path.insert(0, str(ROOT))
 
 from weir.kafka import Admin  # noqa: E402
-from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
+from weir.kafka.broker import embedded_broker, free_port  # noqa: E402
 from weir.kafka.offsets import from_json, parsed  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
@@ -995,7 +995,8 @@ def main() -> int:
     load_start = os.getloadavg()
     console.print(f"[bold]load average[/] {load_start} on {os.cpu_count()} cores")
     scratch = Path(tempfile.mkdtemp(prefix="weir-bench-peers-"))
-    broker = EmbeddedBroker(scratch / "broker-home", free_port())
+    # Apache Kafka, as users run it (on Tansu weir would read through weir-kafka: docs/brokers.md)
+    broker = embedded_broker(scratch / "broker-home", free_port(), kind="kafka")
     bench = None
     try:
         broker.start()

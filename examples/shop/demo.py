@@ -74,8 +74,10 @@ def _n(v: float) -> str:
     return f"{v:,.0f}"
 
 
-def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = True) -> Table:
-    """One row per processor, then the totals. The counts cover finished batches only."""
+def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = True,
+               realtime: frozenset[str] = frozenset()) -> Table:  # fmt: skip
+    """One row per processor, then the totals. The counts cover finished batches only (a real-time processor's,
+    named in `realtime`, at its checkpoints: "real time" in the admission column)."""
     hint = " (Ctrl-C stops)" if live else ""
     table = Table(title=f"weir shop demo: {elapsed:.0f}s of {duration:.0f}s{hint}")
     for h in ("processor", "state", "in/s", "admission", *HEADERS, "violations", "restarts"):
@@ -89,7 +91,8 @@ def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = Tru
         state = st.state if st.state in ("running", "finished") else f"[yellow]{st.state}[/]"
         violations = f"[red]{t.violations}[/]" if t.violations else "0"
         table.add_row(
-            name, state, _n(st.input_rate), _admission(st.admission), *[_n(getattr(t, f)) for f in FIGURES],
+            name, state, _n(st.input_rate), "real time" if name in realtime else _admission(st.admission),
+            *[_n(getattr(t, f)) for f in FIGURES],
             violations, str(st.restarts),
         )  # fmt: skip
     table.add_section()
@@ -666,15 +669,7 @@ def main(
         os.environ["SHOP_SPEND_TABLE"] = spend_table
         console.print("starting weir monitor (a separate process) ...")
         monitor = start_monitor(settings, run_dir)  # it comes up while Spark starts
-        console.print("starting Spark (about 10 s) ...")
-        conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
-        with jvm_output_to(run_dir / "spark.log"):
-            spark = weir.spark_session("weir-shop-demo", master="local[2]", conf=conf, settings=settings)
-        spark.sparkContext.setLogLevel("ERROR")
-        # After Spark: PySpark's own SIGINT handler cancels every job and raises KeyboardInterrupt wherever the
-        # main thread is, in the middle of a py4j call; an orderly stop of the runner is what Ctrl-C should do.
-        signal.signal(signal.SIGINT, on_signal)
-        from weir.runtime.runner import Runner
+        from weir.runtime.runner import Runner, realtime_master
 
         dsn, why = logical_dsn(postgres.dsn if postgres is not None else None) if http else (None, "")
         if why:
@@ -684,6 +679,16 @@ def main(
                       "from_outside": outside, "avro_alerts": registry is not None,
                       "spend_table": spend_table}  # fmt: skip
         pipeline = build(**build_args)
+        console.print("starting Spark (about 10 s) ...")
+        conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+        # big_order runs in real time: a long-running task per partition of its input, beside the 2 cores' work
+        master = realtime_master("local[2]", list(pipeline.processors.values()), pipeline)
+        with jvm_output_to(run_dir / "spark.log"):
+            spark = weir.spark_session("weir-shop-demo", master=master, conf=conf, settings=settings)
+        spark.sparkContext.setLogLevel("ERROR")
+        # After Spark: PySpark's own SIGINT handler cancels every job and raises KeyboardInterrupt wherever the
+        # main thread is, in the middle of a py4j call; an orderly stop of the runner is what Ctrl-C should do.
+        signal.signal(signal.SIGINT, on_signal)
         runner = Runner(pipeline, settings, spark=spark)
         if http:
             shape = Shape(seed, int(time.time() * 1000), rate / speedup)
@@ -704,13 +709,18 @@ def main(
         console.print(f"starting the shop pipeline: {queries} queries (one archives orders, one keeps a view, one "
                       "upserts spend windows into a Delta table); the first batches take a while ...")  # fmt: skip
         runner.start()
+        fast = frozenset(p.name for p in pipeline.processors.values() if p.realtime is not None)
         started = time.monotonic()
+
+        def shown_live() -> Table:
+            return live_table(runner.snapshot(), time.monotonic() - started, duration, realtime=fast)
+
         with live_display(console) as live:
             while not stop.is_set() and time.monotonic() - started < duration:
                 if release and shadow is None:
                     shadow = shadow_begun(spark, pipeline, settings)  # once the live enrich query started
                 line = view_line(base if server.poll() is None else None)
-                live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
+                live.update(Group(shown_live(), line))
                 stop.wait(1.0)
             if release and not stop.is_set() and runner.snapshot()["enrich"].batches == 0:
                 # The release story compares a new version's books with the live enrich's: it needs one batch of
@@ -718,7 +728,7 @@ def main(
                 console.print("waiting for the live enrich's first batch: the release story compares with its books")
                 deadline = time.monotonic() + FIRST_BATCH_S
                 while not stop.is_set() and time.monotonic() < deadline and runner.snapshot()["enrich"].batches == 0:
-                    live.update(Group(live_table(runner.snapshot(), time.monotonic() - started, duration), line))
+                    live.update(Group(shown_live(), line))
                     stop.wait(1.0)
         elapsed = time.monotonic() - started
         if not release:
@@ -733,11 +743,12 @@ def main(
         # The finally below stops a runner only while it runs; the summaries below read the stopped one's books
         stopped, runner = runner, None
         snapshot = stopped.snapshot()
-        console.print(live_table(snapshot, elapsed, duration, live=False))
+        console.print(live_table(snapshot, elapsed, duration, live=False, realtime=fast))
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
         console.print(topic_table(Admin(broker.bootstrap), topics))
-        shown = ("revenue.by_category_1m", "customers.lifetime", "customers.signals", "orders.attributed", "alerts")
+        shown = ("revenue.by_category_1m", "customers.lifetime", "customers.signals", "orders.attributed", "alerts",
+                 "alerts.big_orders")  # fmt: skip
         for topic in shown:
             console.print(f"latest records of {topic}:")
             for doc in decoded(tail(broker.bootstrap, topic), pipeline.topics[topic], settings.registry_conf()):

@@ -68,6 +68,8 @@ VIEWED_BEFORE = "10 seconds"  # of event time before an order: the page views it
 SIGNALS = "customer_id STRING NOT NULL, rule STRING, amount DOUBLE, at TIMESTAMP"
 QUIET_AFTER = timedelta(minutes=2)  # of event time without an order: the customer has gone quiet
 ALERTS = "customer_id STRING NOT NULL, window_start TIMESTAMP, window_end TIMESTAMP, spend DOUBLE, threshold DOUBLE"
+BIG_ORDERS = "order_id STRING NOT NULL, customer_id STRING NOT NULL, name STRING, segment STRING, amount DOUBLE"
+BIG_ORDER = 190.0  # an order amount at or above which a big spender's order is alerted at once (about 2.6%)
 WATERMARK = "30 seconds"
 KAFKA_KEEP = ("key", "value", "topic", "partition", "offset", "timestamp")
 
@@ -185,6 +187,12 @@ def over_threshold(spend: DataFrame, threshold: float) -> DataFrame:
     return spend.where(F.col("spend") > threshold).withColumn("threshold", F.lit(float(threshold)))
 
 
+def big_orders(orders: DataFrame) -> DataFrame:
+    """Enriched orders of BIG_ORDER or more, with who placed them: a projection and a filter, which Spark's
+    real-time mode streams through in milliseconds (docs/realtime.md)."""
+    return orders.where(F.col("amount") >= BIG_ORDER).select("order_id", "customer_id", "name", "segment", "amount")
+
+
 def build(
     rate: float = 1000.0,
     seed: int = 7,
@@ -234,6 +242,7 @@ def build(
     spend_5m = shop.topic("spend.by_customer_5m", SPEND, key="customer_id", partitions=2)
     lifetime_totals_topic = shop.topic("customers.lifetime", LIFETIME, key="customer_id", partitions=2)
     signals_topic = shop.topic("customers.signals", SIGNALS, key="customer_id", partitions=2)
+    big_orders_topic = shop.topic("alerts.big_orders", BIG_ORDERS, key="customer_id", partitions=1)
     if avro_alerts:
         avro = weir.avro(Path(__file__).with_name("alerts.avsc"), registry=True)
         avro_key = weir.avro(Path(__file__).with_name("alert_key.avsc"), registry=True)  # keys as Avro records too
@@ -285,6 +294,12 @@ def build(
     @shop.processor(inputs=[spend_5m], outputs=[alerts])
     def alert(spend: DataFrame) -> DataFrame:
         return over_threshold(spend, limit)
+
+    # Big spenders' orders, alerted as they are enriched: Spark's real-time mode, checkpointing (and publishing its
+    # books) every 10 s, so that a short demo shows several
+    @shop.processor(inputs=[enriched_orders], outputs=[big_orders_topic], realtime=timedelta(seconds=10))
+    def big_order(orders: DataFrame) -> DataFrame:
+        return big_orders(orders)
 
     if spend_table is not None:
 

@@ -37,11 +37,14 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-4000:]
     assert "Traceback" not in said, said[-4000:]
-    audit = next((line for line in said.splitlines() if line.startswith("weir audit: 11 processors")), None)
+    audit = next((line for line in said.splitlines() if line.startswith("weir audit: 12 processors")), None)
     assert audit is not None and "0 more than once, 0 silent gap(s)" in audit, said[-4000:]
     assert "lag of each processor's consumer group, as kafka-consumer-groups reads it: weir.shop.enrich" in said
     assert "latest records of customers.signals:" in said, said[-4000:]  # @stateful: a rule and a timer
     assert "latest records of orders.attributed:" in said, said[-4000:]  # a stream-stream join
+    # big_order runs in Spark's real-time mode (docs/realtime.md): the live table says so, its alerts are out
+    assert re.search(r"│ big_or\S* +│[^\n]*│ real", said), said[-4000:]  # names and "real time" wrap in narrow columns
+    assert re.search(r"latest records of alerts.big_orders:\n  \{'order_id'", said), said[-4000:]
     assert re.search(r"spend.by_customer_5m: [\d,]+ window records, [\d,]+ of them updates for late orders", said)
     # spend_lake upserts: as many rows as windows, each once, however many revisions the topic holds (in 30 s few or
     # no 5-minute windows close; test_shop checks the table's rows against the topic's last revisions).

@@ -79,3 +79,36 @@ def test_what_the_connector_cannot_do_is_refused_naming_it(spark, kafka):
     options = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "t", "lake": "/tmp/lake"}
     with pytest.raises(OptionError, match="needs weir-kafka's own reader: the lake fallback"):
         connector.read(spark.readStream, options, True)
+
+
+def test_json_decoded_in_the_jvm_keeps_weirs_rules_around_sparks_parser(spark, kafka):
+    """A real-time processor's decoding (connector.decoded_in_jvm, docs/realtime.md): weir-kafka's columns, weir's
+    rules for tombstones, non-objects and NOT NULL fields, Spark's parser for what fits the schema."""
+    topic = unique("jvm")
+    Admin(kafka.bootstrap).create_topic(topic, 1)
+    values = {
+        b"good": b'{"id": 1, "sku": "a", "extra": [1, 2]}', b"gone": None, b"empty": b"  ", b"array": b"[1, 2]",
+        b"text": b"not json", b"cut": b'{"id": 2, "sku"', b"wrong": b'{"id": "two", "sku": "b"}',
+        b"missing": b'{"sku": "c"}', b"number": b'{"id": 3, "sku": 7}',
+    }  # fmt: skip
+    produce(kafka.bootstrap, topic, [Rec(0, k, v) for k, v in values.items()])
+    options = {"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+               "valueFormat": "json", "valueSchema": "id BIGINT NOT NULL, sku STRING"}  # fmt: skip
+    jvm = connector.read(spark.read, options, False, in_jvm=True)
+    assert jvm.schema == connector.read(spark.read, options, False).schema
+    got = {r["key"]: (r["id"], r["sku"], r["_error"]) for r in jvm.collect()}
+    assert got == {
+        b"good": (1, "a", None),
+        b"gone": (None, None, None),  # a tombstone: a delete, not a bad record
+        b"empty": (None, None, "the value is empty"),
+        b"array": (None, None, "the value is not a JSON object"),
+        b"text": (None, None, "the value is not a JSON object"),
+        b"cut": (None, None, "the value does not fit valueSchema (Spark's JSON parser)"),
+        b"wrong": (None, None, "the value does not fit valueSchema (Spark's JSON parser)"),
+        b"missing": (None, None, "required field 'id' is missing or null"),
+        b"number": (3, "7", None),  # Spark's parser takes a number for a STRING field as its text
+    }
+    avro = {**options, "valueFormat": "avro", "valueFormatSpec": FormatSpec("avro", json.dumps(ORDER)).to_option()}
+    del avro["valueSchema"]
+    with pytest.raises(OptionError, match="avro values are decoded by weir's own decoders"):
+        connector.read(spark.read, avro, False, in_jvm=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -115,3 +117,10 @@ def test_a_real_time_processor_writes_every_record_once_through_sigkill_and_a_ba
     books = [r for r in progress(home) if r["input_rows"]]
     assert all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in books), books[-3:]
     assert sum(r["accounting"]["dlq"] for r in books) == 1
+    assert any(r["realtime"] == 5.0 for r in books) and any(r["realtime"] is None for r in books)
+    # weir audit over the checkpoint that real time and micro-batches shared: every offset once, no gap
+    audit = subprocess.run([sys.executable, "-m", "weir.cli", "audit", str(spec), "--json"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-2000:]
+    found = json.loads(audit.stdout)["processors"][0]
+    assert found["silent_gaps"] == 0 and found["more_than_once_offsets"] == 0 and found["lost_offsets"] == 0, found

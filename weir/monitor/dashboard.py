@@ -129,7 +129,8 @@ function dur(s) {
   if (a < 172800) return sign + (a / 3600).toFixed(1) + "h";
   return sign + (a / 86400).toFixed(1) + "d";
 }
-function admission(b) {  // flow = auto: the last batch's limit and why (docs/flow.md)
+function admission(b) {  // flow = auto: the last batch's limit and why (docs/flow.md); or real time
+  if (b && b.realtime_s) return `real time: records stream through, checkpointed every ${fmt(b.realtime_s)} s`;
   const a = b && b.admission;
   if (!a) return "";
   return `admission: ${fmt(a.limit)} records per batch (${a.reason}); ${fmt(a.waiting)} waiting; ` +

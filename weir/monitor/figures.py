@@ -140,7 +140,7 @@ def figures(
         last_batch=None if lp is None else LastBatch(
             batch_id=lp.batch_id, at_ms=lp.at_ms, input_rows=lp.input_rows, batch_ms=lp.batch_ms,
             watermark_ms=lp.watermark_ms, event_max_ms=lp.event_max_ms, state_rows=lp.state_rows,
-            version=lp.version, lake_fallback=lp.lake_fallback, admission=lp.admission,
+            version=lp.version, lake_fallback=lp.lake_fallback, admission=lp.admission, realtime_s=lp.realtime_s,
         ),
         batch_ms=Distribution.of(t.batch_hist), scheduling_delay_ms=Distribution.of(t.delay_hist),
         completeness=t.completeness, drift=t.releases.drift(),

@@ -150,12 +150,14 @@ class LastBatch:
     version: str | None = None
     lake_fallback: dict | None = None
     admission: dict | None = None
+    realtime_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "batch_id": self.batch_id, "at_ms": self.at_ms, "input_rows": self.input_rows, "batch_ms": self.batch_ms,
             "watermark_ms": self.watermark_ms, "event_max_ms": self.event_max_ms, "state_rows": self.state_rows,
             "version": self.version, "lake_fallback": self.lake_fallback, "admission": self.admission,
+            "realtime_s": self.realtime_s,
         }  # fmt: skip
 
 

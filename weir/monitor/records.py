@@ -68,6 +68,7 @@ class Progress(Record):
     version: str | None
     lake_fallback: dict | None = None
     admission: dict | None = None  # flow = auto: the batch's limit and why (docs/flow.md)
+    realtime_s: float | None = None  # a batch in Spark's real-time mode: its checkpoint interval (docs/realtime.md)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,7 @@ def _progress(d: dict, base: dict) -> Progress:
         version=_get(d, "version", str, "", required=False),
         lake_fallback=_get(d, "lake_fallback", dict, "", required=False),
         admission=_get(d, "admission", dict, "", required=False),
+        realtime_s=_get(d, "realtime", (int, float), "", required=False),
     )
 
 

@@ -140,7 +140,8 @@ class Processor:
         return "sink" if self.sink is not None or not self.outputs else "internal"
 
 
-REALTIME_CHECKPOINT_EVERY = timedelta(seconds=30)
+# Spark's own default: each checkpoint stalls the records for 1-2.5 s (the next batch's tasks start, docs/realtime.md)
+REALTIME_CHECKPOINT_EVERY = timedelta(minutes=5)
 REALTIME_MIN = timedelta(seconds=5)  # Spark's spark.sql.streaming.realTimeMode.minBatchDuration
 
 

@@ -329,6 +329,12 @@ class ProcessorQuery:
                                                                           topic.name))  # fmt: skip
         return options | {"failOnDataLoss": "true"}
 
+    def realtime_figure(self) -> float | None:
+        """In the progress records: the checkpoint interval (seconds) of a batch that ran in Spark's real-time mode,
+        None for a micro-batch (weir.runtime.realtime)."""
+        every = self.proc.realtime
+        return every.total_seconds() if every is not None and isinstance(self.direct, realtime.RealTime) else None
+
     def reader_figure(self) -> dict[str, str | None] | None:
         """This run's reader in the progress records: `kind`, and why weir-kafka."""
         return None if self.reader is None else {"kind": self.reader.kind, "why": self.reader.why}

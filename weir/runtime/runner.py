@@ -713,7 +713,7 @@ class Runner:
                 self._set_state(name, "running")
         self.publisher.publish(
             "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
-            reader=self._builders[name].reader_figure(),
+            reader=self._builders[name].reader_figure(), realtime=self._builders[name].realtime_figure(),
             version=next(p.version for p in self.selected if p.name == name),
             fold_failures=self._folder.failed(checkpoint), **self._groups.figures(name),
         )  # fmt: skip
