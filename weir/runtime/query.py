@@ -207,6 +207,7 @@ class ProcessorQuery:
         self._back_at: int | None = None  # the batch after which a fallback returns to the direct path
         self.reader: reading.Reader | None = None  # this run's Kafka reader, chosen at each start
         self.in_realtime = False  # whether the query being built runs in Spark's real-time mode
+        self._tail: DataFrame | None = None  # a real-time processor's rows written past its last commit (cached)
         self._checked_at = 0.0  # when a lake fallback last asked whether it is over (time.monotonic)
         if delivered is not None:  # read by one job at its first use, and kept
             self.delivered = self.read_delivered(delivered).persist()
@@ -1067,9 +1068,10 @@ class ProcessorQuery:
         """A real-time processor's start (weir.runtime.realtime): what earlier real-time runs wrote past their last
         commit is skipped on every path; then its real-time query, or None when it runs micro-batches now (one
         batch at a time: the tail's rows are skipped by foreachBatch's write)."""
+        if self._tail is not None:  # the last start's: read anew
+            self._tail.unpersist()
         found, reach = realtime.settle(self)
-        if self.delivered is not None:
-            self.delivered.unpersist()
+        self._tail = found
         self.delivered = None if found is None else found.select(
             "topic", "source", F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
             F.lit(1).alias("n"))  # fmt: skip

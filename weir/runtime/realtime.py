@@ -107,13 +107,11 @@ def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
     if marks:
         rows = q.read_since(sorted(marks), marks)
         parts = F.split(col("source"), "/")
-        pending = F.lit(False)
+        partition, offset = F.element_at(parts, -2).cast("int"), F.element_at(parts, -1).cast("long")
+        # A partition no commit covers (none yet, or one added since) may be read again from its start
+        pending = ~partition.isin(list(committed)) if committed else F.lit(True)
         for p, o in committed.items():
-            pending = pending | (
-                (F.element_at(parts, -2).cast("int") == p) & (F.element_at(parts, -1).cast("long") >= o)
-            )
-        if not committed:  # no commit yet: every record of the input may be read again
-            pending = F.lit(True)
+            pending = pending | ((partition == p) & (offset >= o))
         rows = rows.where(col("source").startswith(topic + "/") & pending).select("topic", "source").distinct()
         rows = rows.persist()
         found = rows.count()
