@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
@@ -62,11 +61,6 @@ def refusal(q: ProcessorQuery) -> str | None:
         (q.fell_back is not None, f"it fell back: {q.fell_back}"),
     ]
     return next((why for bad, why in reasons if bad), None)
-
-
-def slots_needed(partitions: int) -> int:
-    """Task slots a real-time processor holds for as long as it runs: one long-running task per input partition."""
-    return partitions
 
 
 # -- the tail ----------------------------------------------------------------------------------------------
@@ -156,7 +150,8 @@ class RealTime(Direct):
     def start(self, records: DataFrame) -> StreamingQuery:
         q = self.q
         topic = q.topics[q.proc.inputs[0]]
-        needed, slots = slots_needed(topic.partitions), q.spark.sparkContext.defaultParallelism
+        # one long-running task per input partition for as long as it runs (runner.realtime_master counts them too)
+        needed, slots = topic.partitions, q.spark.sparkContext.defaultParallelism
         if slots <= needed:
             raise RealTimeError(
                 f"processor {q.proc.name} runs in real time: one long-running task for each of {topic.name}'s "
@@ -228,7 +223,6 @@ class RealTime(Direct):
             counts.violations += 1
         for d, n in skipped.items():
             counts.outputs[d] = counts.outputs.get(d, 0) - n
-        counts.passed = min(counts.out, counts.handed - counts.refused)
         self._after(batch, {d: n for d, n in counts.outputs.items() if n}, counts, figures)
         return counts
 
@@ -245,9 +239,6 @@ class RealTime(Direct):
         if self._taken is not None and self._taken[0] <= batch + 1 and not self.reach:
             note_tail(q.checkpoint, self._taken[1])
             self._taken = None
-        if time.monotonic() - self._checked_at < 1.0:
-            return
-        self._checked_at = time.monotonic()
         try:
             marks = self._take()
             _, committed = self._logged()
