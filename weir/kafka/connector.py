@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 from weir.kafka.decode import ERROR_COLUMN, parse_fields
 from weir.kafka.formats.base import Decoder
 from weir.kafka.formats.keys import KeyedDecoder, decode_records
+from weir.kafka.offsets import span_bounds
 from weir.kafka.options import OptionError, SourceOptions, parse_source
 from weir.kafka.source import KAFKA_COLUMNS, decoder, value_ddl
 
@@ -170,11 +171,7 @@ def read_spans(
     decoded in the JVM (`decoded_in_jvm`)."""
     opts = parse_source({**options, "subscribe": topic}, streaming=False)
     out = {k: v for k, v in spark_options(opts, False).items() if k not in ("subscribe", "subscribePattern")}
-    out |= {
-        "assign": json.dumps({topic: sorted(spans)}),
-        "startingOffsets": json.dumps({topic: {str(p): lo for p, (lo, _) in spans.items()}}),
-        "endingOffsets": json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}),
-    }
+    out |= {"assign": json.dumps({topic: sorted(spans)}), **span_bounds(topic, dict(spans))}
     return decoded_in_jvm(reader.format("kafka").options(**out).load(), opts)
 
 

@@ -198,3 +198,11 @@ def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetR
             out.append(OffsetRange(r.topic, r.partition, at, at + n))
             at += n
     return out
+
+
+def span_bounds(topic: str, spans: dict[int, tuple[int, int]]) -> dict[str, str]:
+    """startingOffsets and endingOffsets of a bounded read of `topic`'s (first, last) offsets per partition."""
+    return {
+        "startingOffsets": json.dumps({topic: {str(p): lo for p, (lo, _) in spans.items()}}),
+        "endingOffsets": json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}),
+    }

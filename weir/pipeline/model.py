@@ -413,7 +413,7 @@ class Pipeline:
         processor (no inputs) is called with the Spark session and returns a streaming DataFrame. A sink
         processor names a `weir.sinks.Sink` as `sink` instead of output topics.
 
-        `realtime`: the processor runs in Spark's real-time mode, records streaming through in milliseconds
+        `realtime`: the processor runs in Spark's real-time mode, records streaming through long-running tasks
         instead of micro-batches; True checkpoints every REALTIME_CHECKPOINT_EVERY, a timedelta (at least 5 s)
         sets how often (docs/realtime.md: what it runs, what it guarantees).
         """

@@ -36,7 +36,7 @@ from weir.kafka import sink as kafka_sink
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import LogView
-from weir.kafka.offsets import Positions
+from weir.kafka.offsets import Positions, span_bounds
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
@@ -982,18 +982,17 @@ class ProcessorQuery:
         read, decoded as the stream decodes them. Not from the micro-batch: Spark would count a second read of
         it in `in` (measured: 88 in for 62 records); not from a cache of it either, which costs every batch
         about 0.2 s to build, for the few that have dead letters."""
+        decoding = self.topics[topic].reader_options(self.settings.registry_conf())
+        if self.proc.realtime is not None and self.reader is not None and self.reader.connector:
+            # decoded as the stream decodes them: in the JVM (weir.runtime.realtime)
+            return connector.read_spans(self.spark.read, {**self._kafka_options(), **decoding}, topic, spans)
         reader = (
             self.spark.read.format("weir-kafka")
             .options(**self._kafka_options())
             .option("subscribe", topic)
-            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in spans.items()}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): hi + 1 for p, (_, hi) in spans.items()}}))
+            .options(**span_bounds(topic, spans))
+            .options(**decoding)
         )
-        reader = reader.options(**self.topics[topic].reader_options(self.settings.registry_conf()))
-        if self.proc.realtime is not None and self.reader is not None and self.reader.connector:
-            # decoded as the stream decodes them: in the JVM (weir.runtime.realtime)
-            options = {**self._kafka_options(), **self.topics[topic].reader_options(self.settings.registry_conf())}
-            return connector.read_spans(self.spark.read, options, topic, spans)
         if self.settings.lake:  # offsets retention deleted meanwhile are read from the lake, as the stream would
             reader = reader.option("lake", self.settings.lake)
         return reader.load()

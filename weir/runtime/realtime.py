@@ -26,7 +26,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
@@ -78,15 +78,17 @@ def note_tail(checkpoint: str, marks: replay.Marks) -> None:
                         {"marks": {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}})  # fmt: skip
 
 
-def reach(delivered: DataFrame, topic: str) -> dict[int, int]:
-    """Per partition of input `topic`, the offset after the newest input record behind a row of `delivered`
-    (one small aggregate: a row per partition)."""
+def _position() -> tuple[Column, Column]:
+    """(partition, offset) of the input record a row's `source` (`weir.source`: topic/partition/offset) names."""
     parts = F.split(col("source"), "/")
-    rows = (
-        delivered.where(col("source").startswith(topic + "/"))
-        .select(F.element_at(parts, -2).cast("int").alias("p"), F.element_at(parts, -1).cast("long").alias("o"))
-        .groupBy("p").agg(F.max("o").alias("o")).collect()
-    )  # fmt: skip
+    return F.element_at(parts, -2).cast("int"), F.element_at(parts, -1).cast("long")
+
+
+def reach(delivered: DataFrame) -> dict[int, int]:
+    """Per input partition, the offset after the newest input record behind a row of `delivered` (rows of one
+    input topic; one small aggregate: a row per partition)."""
+    partition, offset = _position()
+    rows = delivered.groupBy(partition.alias("p")).agg(F.max(offset).alias("o")).collect()
     return {int(r["p"]): int(r["o"]) + 1 for r in rows}
 
 
@@ -100,8 +102,7 @@ def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
     committed = read_offsets(q.checkpoint).committed.get(topic, {}) if done else {}
     if marks:
         rows = q.read_since(sorted(marks), marks)
-        parts = F.split(col("source"), "/")
-        partition, offset = F.element_at(parts, -2).cast("int"), F.element_at(parts, -1).cast("long")
+        partition, offset = _position()
         # A partition no commit covers (none yet, or one added since) may be read again from its start
         pending = ~partition.isin(list(committed)) if committed else F.lit(True)
         for p, o in committed.items():
@@ -112,7 +113,7 @@ def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
         if found:
             log.info("weir: processor %s: %d rows an earlier real-time run wrote past its last commit are not "
                      "written again", q.proc.name, found)  # fmt: skip
-            return rows, reach(rows, topic)
+            return rows, reach(rows)
         rows.unpersist()
     note_tail(q.checkpoint, replay.take_marks(q.settings.client_config(), topics, timeout=30.0))
     return None, {}
