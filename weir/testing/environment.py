@@ -23,7 +23,10 @@ from weir.spark import register, spark_session
 # A test's JVMs live seconds to minutes and run tiny batches: C1 alone compiles them sooner, for about 40% less
 # CPU than tiered compilation up to C2 (9 against 16 CPU-seconds for a session's start and five small jobs),
 # and the serial collector spares the GC threads. On two cores, that CPU is what the other test worker needs.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# C1 alone shrinks the code cache's default to 48 MB: the demo's JVM (12 processors, a real-time query) filled it
+# after 157 s, and with its compiler off the JVM failed ("Out of space in CodeCache for adapters"). Tiered
+# compilation's 240 MB is kept.
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 # Two cores are the common CI machine: more shuffle partitions than cores only add tasks to tiny batches.
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
