@@ -12,7 +12,8 @@ import weir
 from weir.pipeline import Pipeline
 from weir.pipeline.model import REALTIME_CHECKPOINT_EVERY, DeclarationError
 from weir.pipeline.validate import problems
-from weir.runtime.runner import realtime_master
+from weir.runtime.realtime import task_attempts
+from weir.runtime.runner import realtime_confs, realtime_master
 
 
 def _pipeline(**declared) -> Pipeline:
@@ -66,7 +67,25 @@ def test_a_local_master_gets_a_thread_per_partition_a_realtime_processor_holds()
     selected = list(p.processors.values())
     assert realtime_master("local[2]", selected, p) == "local[5]"
     assert realtime_master("local[*]", selected, p) == f"local[{(os.cpu_count() or 2) + 3}]"
-    assert realtime_master("local[2, 3]", selected, p) == "local[2, 3]"  # local-with-retries: as it is
+    assert realtime_master("local[2, 3]", selected, p) == "local[5]"  # local-with-retries: one attempt per task
     assert realtime_master("spark://host:7077", selected, p) == "spark://host:7077"
     plain = _pipeline()
     assert realtime_master("local[2]", list(plain.processors.values()), plain) == "local[2]"
+    assert realtime_master("local[2,3]", list(plain.processors.values()), plain) == "local[2,3]"
+
+
+def test_a_realtime_session_gives_each_task_one_attempt():
+    """A retried real-time task writes again what its first attempt wrote: weir's session gives one attempt, and a
+    session that gives more is named (the query refuses to start)."""
+    selected = list(_pipeline(realtime=True).processors.values())
+    plain = list(_pipeline().processors.values())
+    assert realtime_confs("spark://host:7077", selected, {}) == {"spark.task.maxFailures": "1"}
+    assert realtime_confs("spark://host:7077", selected, {"spark.task.maxFailures": "4"}) == {}  # refused at start
+    assert realtime_confs("spark://host:7077", plain, {}) == {}
+    assert realtime_confs("local[5]", selected, {}) == {}
+    assert [task_attempts(m, None) for m in ("local", "local[5]", "local[*]", "local[2, 3]", "local[2,1]")] == [
+        1, 1, 1, 3, 1]  # fmt: skip
+    assert task_attempts("local[2]", "4") == 1  # a local master's own count: its conf does not apply
+    assert task_attempts("spark://host:7077", None) == 4  # Spark's default
+    assert task_attempts("spark://host:7077", "1") == 1
+    assert task_attempts("local-cluster[2,1,1024]", "2") == 2

@@ -18,12 +18,18 @@ batch j + 2 when batch j + 1 had not committed yet; they become the tail's marks
 A record that does not decode fails the query (a real-time query has no second branch to dead-letter it): the
 processor runs micro-batches for a while (the direct path's fallback), which dead-letter it, then real time
 again. What holds and what does not: docs/realtime.md.
+
+No task is retried. A task Spark retried inside a real-time batch would read its partition again from the batch's
+start and write again what the failed attempt wrote (the tail is settled when the query starts, not in its tasks):
+`weir run` gives a session that runs real-time processors one attempt per task (`task_attempts`), so that a failed
+task fails the query, and the next start settles the tail.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
@@ -49,6 +55,16 @@ SKIPPED = "weir.skipped:"  # the Observation of rows found in the tail, per dest
 
 class RealTimeError(RuntimeError):
     """A processor declared real-time that cannot run as one: the reason names what to change."""
+
+
+def task_attempts(master: str, max_failures: str | None) -> int:
+    """How many attempts Spark gives a task under `master` with `spark.task.maxFailures` set to `max_failures`
+    (None: unset): a local master's own count (`local[N, F]`, else 1: its conf does not apply), else the conf's
+    (Spark's default 4)."""
+    found = re.fullmatch(r"local(?:\[\s*[^,\]]+\s*(?:,\s*(\d+)\s*)?\])?", master.strip())
+    if found is not None:
+        return int(found.group(1) or 1)
+    return int(max_failures) if max_failures else 4
 
 
 def refusal(q: ProcessorQuery) -> str | None:
@@ -158,6 +174,15 @@ class RealTime(Direct):
                 f"processor {q.proc.name} runs in real time: one long-running task for each of {topic.name}'s "
                 f"{needed} partitions, and a slot for the rest; Spark has {slots} task slots (spark_master "
                 f"{q.settings.spark_master}): give it more (local[{needed + 2}], or more executor cores)"
+            )
+        conf = q.spark.sparkContext.getConf()
+        attempts = task_attempts(conf.get("spark.master", ""), conf.get("spark.task.maxFailures", None))
+        if attempts > 1:
+            raise RealTimeError(
+                f"processor {q.proc.name} runs in real time, and Spark gives each task {attempts} attempts "
+                f"(spark_master {q.settings.spark_master}, spark.task.maxFailures): a retried task would write again "
+                "what its first attempt wrote; run it under `weir run` without spark.task.maxFailures in spark_conf "
+                "(weir makes it 1: a failed task fails the query, whose next start settles the tail)"
             )
         _, committed = self._logged()
         first = (committed + 1) if committed is not None else 0

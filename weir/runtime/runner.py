@@ -200,7 +200,8 @@ class Runner:
     def spark(self) -> SparkSession:
         if self._spark is None:
             master = realtime_master(self.settings.spark_master, self.selected, self.pipeline)
-            self._spark = spark_session(f"weir-{self.pipeline.name}", master=master, settings=self.settings)
+            conf = realtime_confs(master, self.selected, self.settings.spark_conf)
+            self._spark = spark_session(f"weir-{self.pipeline.name}", master=master, conf=conf, settings=self.settings)
         return self._spark
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -796,15 +797,29 @@ def _creating_sources(query: Any) -> bool:
 
 def realtime_master(master: str, selected: list[Processor], pipeline: Pipeline) -> str:
     """`master`, with a local one's threads raised by the long-running tasks of the real-time processors among
-    `selected` (one per input partition, weir.runtime.realtime), so that micro-batch work keeps its cores; any
-    other master as it is (a real-time query that finds too few slots fails, naming them)."""
+    `selected` (one per input partition, weir.runtime.realtime), so that micro-batch work keeps its cores, and its
+    task attempts (`local[N, F]`) down to one (a retried real-time task writes twice); any other master as it is
+    (`realtime_confs` holds its retries; a real-time query that finds too few slots fails, naming them)."""
     held = sum(pipeline.topics[p.inputs[0]].partitions for p in selected if p.realtime is not None and p.inputs
                and p.inputs[0] in pipeline.topics)  # fmt: skip
-    found = re.fullmatch(r"local\[(\*|\d+)\](.*)", master) if held else None
+    found = re.fullmatch(r"local\[\s*(\*|\d+)\s*(?:,\s*(\d+)\s*)?\]", master.strip()) if held else None
     if found is None:
         return master
+    if found.group(2) and int(found.group(2)) > 1:
+        log.warning("weir: spark_master %s retries a task %s times; a real-time processor's retried task would "
+                    "write twice: its tasks get one attempt", master, found.group(2))  # fmt: skip
     cores = (os.cpu_count() or 2) if found.group(1) == "*" else int(found.group(1))
-    return f"local[{cores + held}]{found.group(2)}"
+    return f"local[{cores + held}]"
+
+
+def realtime_confs(master: str, selected: list[Processor], given: dict[str, str]) -> dict[str, str]:
+    """The confs a session needs for the real-time processors among `selected`: on a cluster master, one attempt
+    per task (Spark's default retries a failed task 4 times, and a real-time task's retry writes again what its
+    first attempt wrote; a failed task fails the query instead, and its next start settles the tail). A
+    `spark.task.maxFailures` the settings give is kept: the real-time query then refuses to start, naming it."""
+    if master.strip().startswith("local") or "spark.task.maxFailures" in given:
+        return {}
+    return {"spark.task.maxFailures": "1"} if any(p.realtime is not None for p in selected) else {}
 
 
 def _ran(progress: dict | None) -> int | None:
