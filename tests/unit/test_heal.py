@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import weir.kafka.sink as ks
+from weir import wire
 from weir.ingest.producer import Acks, Backpressure, IngestProducer, Out
 from weir.kafka import heal
 from weir.kafka.log import BrokerUnavailable, pooled
@@ -179,8 +180,8 @@ def test_the_progress_publisher_rebuilds_only_a_producer_that_cannot_go_on(name,
         first = publisher._producer
         before = heal.rebuilds().get("progress producer", 0)
         publisher._on_error(err)
-        publisher.publish("state", "x", state="running")
-        record = publisher.publish("state", "x", state="running")
+        publisher.publish("x", wire.State(state="running"))
+        record = publisher.publish("x", wire.State(state="running"))
         assert (publisher._producer is not first) == rebuilt
         assert record["client_rebuilds"].get("progress producer", 0) == before + rebuilt  # published with records
     finally:
@@ -311,10 +312,10 @@ def test_the_publisher_publishes_rebuilds_carried_back_to_it(tmp_path):
     try:
         own = heal.rebuilds().get("sink producer", 0)
         publisher.carried("sink producer", 0)
-        assert publisher.publish("state", "x", state="running")["client_rebuilds"].get("sink producer", 0) == own
+        assert publisher.publish("x", wire.State(state="running"))["client_rebuilds"].get("sink producer", 0) == own
         publisher.carried("sink producer", 2)
         publisher.carried("sink producer", 1)
-        record = publisher.publish("state", "x", state="running")
+        record = publisher.publish("x", wire.State(state="running"))
         assert record["client_rebuilds"]["sink producer"] == own + 3
         assert heal.merged({"a": 1}, {"a": 2, "b": 1}, {}) == {"a": 3, "b": 1}
     finally:

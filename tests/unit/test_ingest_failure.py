@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from weir import wire
 from weir.ingest.progress import Books, ProgressLoop
 from weir.ingest.service import _run_job
 from weir.monitor import compute, records
@@ -20,9 +21,9 @@ class Publisher:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def publish(self, kind: str, processor: str, **fields) -> dict:
-        record = {"type": kind, "pipeline": "ingest", "processor": processor, "at_ms": 1_000 + len(self.lines),
-                  **fields}  # fmt: skip
+    def publish(self, processor: str, body: wire.Body) -> dict:
+        record = {"type": body.KIND, "pipeline": "ingest", "processor": processor, "at_ms": 1_000 + len(self.lines),
+                  **body.fields()}  # fmt: skip
         self.lines.append(json.dumps(record))
         return record
 

@@ -95,8 +95,8 @@ def test_tick_checks_once_per_interval_and_never_raises(monkeypatch, tmp_path):
     published = []
     archivers = [guard.Archiver("archive.t", "t", str(tmp_path / "no-checkpoint"), Lake(str(tmp_path / "lake")))]
 
-    def publish(kind, processor, **fields):
-        published.append((kind, processor, fields))
+    def publish(processor, body):
+        published.append((body.KIND, processor, body.fields()))
 
     g = RetentionGuard(archivers, _Admin(), {}, publish, interval=3600, threshold=0.5)
     risks = g.tick()

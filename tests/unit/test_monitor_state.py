@@ -253,7 +253,7 @@ def test_batches_feed_series_histograms_rates_and_violations(clock):
          b' "sources": [{"end_offset": {"t": {"0": 1}, "u": 7}}], "accounting": {"in": 1}}',
          "end_offset['u'] is int, not partition offsets"),
         (b'{"type": "state", "pipeline": "s", "processor": "p", "at_ms": 1, "state": "running",'
-         b' "client_rebuilds": {"sink producer": "2"}}', "client_rebuilds['sink producer'] is '2', not a count"),
+         b' "client_rebuilds": {"sink producer": "2"}}', "client_rebuilds['sink producer'] is str, not int"),
     ],
 )  # fmt: skip
 def test_malformed_records_are_counted_and_skipped(clock, caplog, value, reason):

@@ -294,8 +294,8 @@ def test_a_processor_waiting_for_the_broker_says_since_when_in_utc(tmp_path):
     published = []
 
     class Publisher:
-        def publish(self, kind: str, name: str, **extra) -> None:
-            published.append((kind, name, extra))
+        def publish(self, name: str, body) -> None:
+            published.append((body.KIND, name, body.fields()))
 
     runner.publisher, runner._watch = Publisher(), BrokerWatch(lambda: False)
     runner._watch.down_since = 1_795_707_564.2  # epoch seconds, as the watch keeps them (2026-11-26T15:39:24.2Z)

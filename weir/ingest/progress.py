@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from weir import units
+from weir import units, wire
 from weir.runtime.progress import ProgressPublisher
 
 COUNTERS = ("in", "out", "dlq", "failed", "replayed")
@@ -83,7 +83,7 @@ class ProgressLoop:
         self._thread = threading.Thread(target=self._run, name="weir-ingest-progress", daemon=True)
 
     def start(self) -> None:
-        self.publisher.publish("state", self.processor, state="running", run_id=self.run_id)
+        self.publisher.publish(self.processor, wire.State(state="running", run_id=self.run_id))
         self._thread.start()
 
     def _run(self) -> None:
@@ -100,19 +100,18 @@ class ProgressLoop:
         done = delta["out"] + delta["dlq"] + delta["failed"] + delta["replayed"]
         unaccounted = delta["in"] - done - (flight - self._flight)
         newest_iso = units.iso(newest) if newest else None
-        record = self.publisher.publish(
-            "progress", self.processor, query_id=self.processor, run_id=self.run_id, batch_id=self.batch,
+        record = self.publisher.publish(self.processor, wire.Progress(
+            query_id=self.processor, run_id=self.run_id, batch_id=self.batch,
             batch_at=units.now_iso(), input_rows=delta["in"], input_rows_per_second=delta["in"] / elapsed,
             processed_rows_per_second=(delta["out"] + delta["dlq"]) / elapsed, batch_duration_ms=elapsed * 1000,
             event_time={"max": newest_iso} if newest_iso else {}, sources=[],
-            accounting={
-                "in": delta["in"], "out": delta["out"], "dlq": delta["dlq"], "filtered": 0, "late": 0,
-                "duplicate": delta["replayed"], "absorbed": 0, "emitted": 0,
-                "failed": delta["failed"], "violations": int(unaccounted != 0),
-                "balanced": unaccounted == 0, "unaccounted": unaccounted, "outputs": out_delta,
-            },
+            accounting=wire.Accounting(
+                in_=delta["in"], out=delta["out"], dlq=delta["dlq"], duplicate=delta["replayed"],
+                failed=delta["failed"], violations=int(unaccounted != 0), balanced=unaccounted == 0,
+                unaccounted=unaccounted, outputs=out_delta,
+            ),
             ingest={"totals": dict(totals), "in_flight": flight, "newest_ms": newest, **self.extra()},
-        )  # fmt: skip
+        ))  # fmt: skip
         self._last, self._outputs, self._at, self._flight = totals, outputs, now, flight
         self.batch += 1
         return record
@@ -125,7 +124,9 @@ class ProgressLoop:
             self._thread.join(5)
         self.publish()
         if error is not None:
-            self.publisher.publish("failure", self.processor, error=error, restarts=0, failures_in_row=1,
-                                   next_restart_in_s=None, run_id=self.run_id)  # fmt: skip
-        self.publisher.publish("state", self.processor, state=state, run_id=self.run_id)
+            self.publisher.publish(
+                self.processor,
+                wire.Failure(error=error, restarts=0, failures_in_row=1, next_restart_in_s=None, run_id=self.run_id),
+            )
+        self.publisher.publish(self.processor, wire.State(state=state, run_id=self.run_id))
         self.publisher.close(flush_s)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from weir import wire
 from weir.kafka.admin import Admin
 from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.log import client_log
@@ -160,7 +161,7 @@ class RetentionGuard:
         self.archivers = archivers
         self.admin = admin
         self.client = client
-        self.publish = publish  # publish(kind, processor, **fields), or None to only log
+        self.publish = publish  # publish(processor, body), or None to only log
         self.interval = interval
         self.threshold = threshold
         self._next = 0.0
@@ -203,7 +204,7 @@ class RetentionGuard:
                 risks.append(risk)
                 log.warning("weir: retention risk for archiver %s: %s", a.processor, risk.message())
                 if self.publish is not None:
-                    self.publish("retention_risk", a.processor, **asdict(risk), message=risk.message())
+                    self.publish(a.processor, wire.RetentionRisk(**asdict(risk), message=risk.message()))
         return risks
 
     def _tps(self, a: Archiver) -> list[tuple[str, int]]:

@@ -1,7 +1,7 @@
 """Progress records as the monitor reads them: parsed, type-checked and normalized, or refused with a reason.
 
-The runner writes them (weir/runtime/progress.py, docs/pipelines.md); anything else on the topic, or a
-record of a future weir with fields of the wrong type, must not crash the monitor. `parse` raises
+Their fields are weir.wire's models, which the writers build too; anything else on the topic, or a record of a
+future weir with fields of the wrong type, must not crash the monitor. `parse` raises
 `BadRecord` with the first problem found; the caller counts it and skips the record. A well-formed record
 of a kind this monitor does not know raises `UnknownKind`, counted apart.
 """
@@ -12,10 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir import wire
 from weir.units import InstantError, instant_ms
 
 TP = tuple[str, int]
-KINDS = ("progress", "failure", "state", "retention_risk", "idle")
+KINDS = wire.KINDS
 _ACCOUNTING = (
     "in", "out", "filtered", "dlq", "late", "duplicate", "absorbed", "emitted", "violations", "poison", "expired",
 )  # fmt: skip
@@ -102,23 +103,6 @@ class RetentionReport(Record):
     message: str = field(default="")
 
 
-def _get(d: dict, name: str, types: type | tuple, where: str, required: bool = True, default: Any = None) -> Any:
-    if name not in d or d[name] is None:
-        if required:
-            raise BadRecord(f"{where}missing field {name!r}")
-        return default
-    value = d[name]
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise BadRecord(f"{where}field {name!r} is a boolean, not {_names(types)}")
-    if not isinstance(value, types):
-        raise BadRecord(f"{where}field {name!r} is {type(value).__name__}, not {_names(types)}")
-    return value
-
-
-def _names(types: type | tuple) -> str:
-    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
-
-
 def time_ms(value: Any, what: str) -> int | None:
     """Epoch ms of an ISO-8601 time ("2026-11-21T10:00:01.234Z"); None for None and for epoch 0."""
     if value is None:
@@ -162,58 +146,39 @@ def offsets(raw: Any, what: str) -> dict[TP, int]:
     return out
 
 
-def _progress(d: dict, base: dict) -> Progress:
-    sources = _get(d, "sources", list, "")
+def _progress(b: wire.Progress, base: dict) -> Progress:
     end: dict[TP, int] = {}
     latest: dict[TP, int] = {}
-    for i, s in enumerate(sources):
-        if not isinstance(s, dict):
-            raise BadRecord(f"sources[{i}] is {type(s).__name__}, not an object")
-        end.update(offsets(s.get("end_offset"), f"sources[{i}].end_offset"))
-        latest.update(offsets(s.get("latest_offset"), f"sources[{i}].latest_offset"))
-    acc = _get(d, "accounting", dict, "")
-    counts = {k: _get(acc, k, int, "accounting: ", required=k == "in", default=0) for k in _ACCOUNTING}
-    outputs = _get(acc, "outputs", dict, "accounting: ", required=False, default={})
-    for dest, n in outputs.items():
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise BadRecord(f"accounting.outputs[{dest!r}] is {type(n).__name__}, not a count")
-    balanced = _get(acc, "balanced", bool, "accounting: ", required=False, default=True)
-    event_time = _get(d, "event_time", dict, "", required=False, default={})
-    watermark = d.get("watermark") if d.get("watermark") is not None else event_time.get("watermark")
-    num = (int, float)
+    for i, s in enumerate(b.sources):
+        end.update(offsets(s.end_offset, f"sources[{i}].end_offset"))
+        latest.update(offsets(s.latest_offset, f"sources[{i}].latest_offset"))
+    acc = b.accounting
+    counts = {k: getattr(acc, "in_" if k == "in" else k) for k in _ACCOUNTING}
+    watermark = b.watermark if b.watermark is not None else b.event_time.get("watermark")
     return Progress(
         **base,
-        batch_id=_get(d, "batch_id", int, ""),
-        batch_at_ms=time_ms(d.get("batch_at"), "batch_at"),
-        run_id=_get(d, "run_id", str, "", required=False),
-        input_rows=_get(d, "input_rows", int, ""),
-        input_rate=_get(d, "input_rows_per_second", num, "", required=False),
-        processed_rate=_get(d, "processed_rows_per_second", num, "", required=False),
-        batch_ms=_get(d, "batch_duration_ms", num, "", required=False),
+        batch_id=b.batch_id,
+        batch_at_ms=time_ms(b.batch_at, "batch_at"),
+        run_id=b.run_id,
+        input_rows=b.input_rows,
+        input_rate=b.input_rows_per_second,
+        processed_rate=b.processed_rows_per_second,
+        batch_ms=b.batch_duration_ms,
         watermark_ms=time_ms(watermark, "watermark"),
-        event_max_ms=time_ms(event_time.get("max"), "event_time.max"),
-        state_rows=_get(d, "state_rows", int, "", required=False),
+        event_max_ms=time_ms(b.event_time.get("max"), "event_time.max"),
+        state_rows=b.state_rows,
         end_offsets=end,
         latest_offsets=latest,
         accounting=counts,
-        outputs=dict(outputs),
-        balanced=balanced,
-        unaccounted=_get(acc, "unaccounted", int, "accounting: ", required=False, default=0),
-        restarts=_get(d, "restarts", int, "", required=False, default=0),
-        version=_get(d, "version", str, "", required=False),
-        lake_fallback=_get(d, "lake_fallback", dict, "", required=False),
-        admission=_get(d, "admission", dict, "", required=False),
-        realtime_s=_get(d, "realtime", (int, float), "", required=False),
+        outputs=dict(acc.outputs),
+        balanced=acc.balanced,
+        unaccounted=acc.unaccounted,
+        restarts=b.restarts,
+        version=b.version,
+        lake_fallback=b.lake_fallback,
+        admission=b.admission,
+        realtime_s=b.realtime,
     )
-
-
-def _rebuilds(d: dict) -> dict[str, int]:
-    """`client_rebuilds` ({client kind: count}; {} when absent: a runner from before it was published)."""
-    raw = _get(d, "client_rebuilds", dict, "", required=False, default={})
-    for kind, n in raw.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise BadRecord(f"client_rebuilds[{kind!r}] is {n!r}, not a count")
-    return dict(raw)
 
 
 def _no_number(name: str) -> None:
@@ -221,8 +186,34 @@ def _no_number(name: str) -> None:
     return None
 
 
+_EXPECTED = {"int_type": "int", "float_type": "float", "string_type": "str", "bool_type": "bool",
+             "dict_type": "an object", "list_type": "a list", "model_type": "an object"}  # fmt: skip
+
+
+def _problem(exc: wire.ValidationError) -> str:
+    """The first problem pydantic found, named by the record's own field (`sources[0]['end_offset']`)."""
+    first = exc.errors()[0]
+    loc = first["loc"]
+    if not loc:
+        return first["msg"]
+    where = repr(loc[0]) if len(loc) == 1 else str(loc[0]) + "".join(f"[{p!r}]" for p in loc[1:])
+    if first["type"] == "missing":
+        return f"missing field {where}"
+    if first["type"] in _EXPECTED:
+        value = first.get("input")
+        got = "a boolean" if isinstance(value, bool) else type(value).__name__
+        return f"field {where} is {got}, not {_EXPECTED[first['type']]}"
+    return f"field {where}: {first['msg']}"
+
+
+def _null_numbers(d: dict) -> dict:
+    """`d` with fields that are null left out, so that a model's default applies (a record of an older writer)."""
+    return {k: v for k, v in d.items() if v is not None}
+
+
 def parse(value: bytes | str | None, key: bytes | None = None) -> Record:
-    """The record in a message of the progress topic; `BadRecord` or `UnknownKind` otherwise."""
+    """The record in a message of the progress topic (weir.wire's models); `BadRecord` or `UnknownKind`
+    otherwise."""
     if value is None:
         raise BadRecord("empty message (no value)")
     try:
@@ -231,46 +222,50 @@ def parse(value: bytes | str | None, key: bytes | None = None) -> Record:
         raise BadRecord(f"not JSON: {exc}") from None
     if not isinstance(d, dict):
         raise BadRecord(f"a JSON {type(d).__name__}, not an object")
-    kind = _get(d, "type", str, "")
-    processor = _get(d, "processor", str, "")
-    pipeline = _get(d, "pipeline", str, "", required=False)
+    kind, processor, pipeline = d.get("type"), d.get("processor"), d.get("pipeline")
+    if not isinstance(kind, str):
+        raise BadRecord("missing field 'type'" if kind is None else "field 'type' is not a string")
+    if not isinstance(processor, str):
+        raise BadRecord("missing field 'processor'" if processor is None else "field 'processor' is not a string")
     if pipeline is None and key:
         pipeline = key.decode("utf-8", "replace").partition("/")[0] or None
     if pipeline is None:
         raise BadRecord("missing field 'pipeline' (and no '<pipeline>/<processor>' key)")
+    if not isinstance(pipeline, str):
+        raise BadRecord("field 'pipeline' is not a string")
     if not processor or not pipeline:
         raise BadRecord("empty pipeline or processor name")
-    at_ms = _get(d, "at_ms", int, "", required=False)
+    at_ms = d.get("at_ms")
     if at_ms is None:
         at_ms = time_ms(d.get("at"), "at")
         if at_ms is None:
             raise BadRecord("missing field 'at_ms' (and no 'at')")
-    base = {"kind": kind, "pipeline": pipeline, "processor": processor, "at_ms": at_ms,
-            "client_rebuilds": _rebuilds(d)}  # fmt: skip
-    if kind == "progress":
-        return _progress(d, base)
-    if kind == "failure":
-        return Failure(
-            **base,
-            error=str(_get(d, "error", str, "", required=False, default="unknown error")),
-            restarts=_get(d, "restarts", int, "", required=False, default=0),
-            failures_in_row=_get(d, "failures_in_row", int, "", required=False, default=1),
-            next_restart_s=_get(d, "next_restart_in_s", (int, float), "", required=False),
-        )
-    if kind == "state":
-        return StateChange(**base, state=_get(d, "state", str, ""), note=_get(d, "note", str, "", required=False))
-    if kind == "idle":
+    try:
+        envelope = wire.Envelope.model_validate(_null_numbers({
+            "type": kind, "pipeline": pipeline, "processor": processor, "at": d.get("at") or "", "at_ms": at_ms,
+            "progress_undelivered": d.get("progress_undelivered"), "client_rebuilds": d.get("client_rebuilds"),
+        }))  # fmt: skip
+        body = wire.body_of(kind, _null_numbers(d))
+    except KeyError:
+        raise UnknownKind(f"unknown record type {kind!r}") from None
+    except wire.ValidationError as exc:
+        raise BadRecord(_problem(exc)) from None
+    for kind_of, n in envelope.client_rebuilds.items():
+        if n < 0:
+            raise BadRecord(f"client_rebuilds[{kind_of!r}] is {n!r}, not a count")
+    base = {"kind": kind, "pipeline": pipeline, "processor": processor, "at_ms": envelope.at_ms,
+            "client_rebuilds": dict(envelope.client_rebuilds)}  # fmt: skip
+    if isinstance(body, wire.Progress):
+        return _progress(body, base)
+    if isinstance(body, wire.Failure):
+        return Failure(**base, error=body.error, restarts=body.restarts, failures_in_row=body.failures_in_row,
+                       next_restart_s=body.next_restart_in_s)  # fmt: skip
+    if isinstance(body, wire.State):
+        return StateChange(**base, state=body.state, note=body.note)
+    if isinstance(body, wire.Idle):
         return Idle(**base)
-    if kind == "retention_risk":
-        return RetentionReport(
-            **base,
-            topic=_get(d, "topic", str, ""),
-            partition=_get(d, "partition", int, ""),
-            reason=_get(d, "reason", str, "", required=False, default="lag"),
-            time_left_ms=_get(d, "time_left_ms", int, "", required=False),
-            lag_ms=_get(d, "lag_ms", int, "", required=False),
-            retention_ms=_get(d, "retention_ms", int, "", required=False),
-            lost_offsets=_get(d, "lost_offsets", int, "", required=False, default=0),
-            message=_get(d, "message", str, "", required=False, default=""),
-        )
-    raise UnknownKind(f"unknown record type {kind!r}")
+    assert isinstance(body, wire.RetentionRisk)
+    return RetentionReport(
+        **base, topic=body.topic, partition=body.partition, reason=body.reason, time_left_ms=body.time_left_ms,
+        lag_ms=body.lag_ms, retention_ms=body.retention_ms, lost_offsets=body.lost_offsets, message=body.message,
+    )  # fmt: skip

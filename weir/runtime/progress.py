@@ -2,10 +2,10 @@
 
 Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records stay
 in order), which the monitor consumes, and to `<home>/progress/<pipeline>.jsonl`, which keeps them when the
-broker is down. Kinds: "progress", "failure", "state", "retention_risk". Fields: docs/pipelines.md
-("Progress stream"). Every record carries `client_rebuilds`: this process's rebuilt Kafka clients, per kind
-(weir.kafka.heal), the publisher's own producer among them, and those its Spark workers rebuilt, as their
-writes carried them back (`carried`).
+broker is down. Kinds and fields: weir.wire's models (one per kind), which writers hand `publish` and the
+monitor reads back; docs/pipelines.md ("Progress stream") describes them. Every record carries `client_rebuilds`:
+this process's rebuilt Kafka clients, per kind (weir.kafka.heal), the publisher's own producer among them, and
+those its Spark workers rebuilt, as their writes carried them back (`carried`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from weir import units
+from weir import units, wire
 from weir.kafka import heal
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
@@ -98,17 +98,14 @@ class ProgressPublisher:
             carried = dict(self._carried)
         return heal.merged(heal.rebuilds(), carried)
 
-    def publish(self, kind: str, processor: str, **fields: Any) -> dict:
-        record = {
-            "type": kind,
-            "pipeline": self.pipeline,
-            "processor": processor,
-            "at": now_iso(),
-            "at_ms": int(time.time() * 1000),
-            **fields,
-            "progress_undelivered": self.undelivered,
-            "client_rebuilds": self.rebuilds(),
-        }
+    def publish(self, processor: str, body: wire.Body) -> dict:
+        """Publish `body` as `processor`'s record (weir.wire: the envelope is this publisher's); the record as
+        published."""
+        envelope = wire.Envelope(
+            type=body.KIND, pipeline=self.pipeline, processor=processor, at=now_iso(), at_ms=int(time.time() * 1000),
+            progress_undelivered=self.undelivered, client_rebuilds=self.rebuilds(),
+        )  # fmt: skip
+        record = {**envelope.model_dump(mode="json"), **body.fields()}
         line = json.dumps(record, default=str, separators=(",", ":"))
         with self._lock:
             self._file.write(line + "\n")

@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from weir import units
+from weir import units, wire
 from weir.blocks.common import settings_noted
 from weir.config import Settings, load
 from weir.kafka import heal
@@ -263,7 +263,7 @@ class Runner:
         self._listener = QueryListener(self)
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():  # changed code, or a state resumed across a change (versions.check)
-            self.publisher.publish("state", name, state=note.kind, note=str(note))
+            self.publisher.publish(name, wire.State(state=note.kind, note=str(note)))
         self._watch = BrokerWatch(metadata_probe(self.settings.client_config(), timeout=5.0))
         self._watch.start()
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
@@ -353,12 +353,12 @@ class Runner:
         except Exception as exc:  # a query that cannot start is a failure like any other
             self._failed(name, exc)
 
-    def _set_state(self, name: str, state: str, **extra: Any) -> None:
+    def _set_state(self, name: str, state: str, note: str | None = None) -> None:
         st = self.status[name]
         if st.state != state:
             st.state = state
             if self.publisher:
-                self.publisher.publish("state", name, state=state, restarts=st.restarts, **extra)
+                self.publisher.publish(name, wire.State(state=state, restarts=st.restarts, note=note))
 
     def _failed(self, name: str, exc: BaseException | str) -> None:
         st = self.status[name]
@@ -385,10 +385,10 @@ class Runner:
         log.error("weir: processor %s failed (%s); %s", name, st.last_error,
                   "given up" if give_up else f"restarting in {delay:.1f}s")  # fmt: skip
         if self.publisher:
-            self.publisher.publish(
-                "failure", name, error=st.last_error, restarts=st.restarts, failures_in_row=st.failures_in_row,
+            self.publisher.publish(name, wire.Failure(
+                error=st.last_error, restarts=st.restarts, failures_in_row=st.failures_in_row,
                 next_restart_in_s=None if give_up else delay,
-            )  # fmt: skip
+            ))  # fmt: skip
         self._set_state(name, "failed" if give_up else "restarting")
 
     def _supervise(self) -> None:
@@ -504,9 +504,9 @@ class Runner:
         s = self.settings
         watched = archivers(self.selected, self.checkpoint)
 
-        def publish(kind: str, processor: str, **fields: Any) -> None:
+        def publish(processor: str, body: wire.Body) -> None:
             if self.publisher is not None:
-                self.publisher.publish(kind, processor, **fields)
+                self.publisher.publish(processor, body)
 
         admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if watched else None
         interval, threshold = s.retention_guard_interval, s.retention_guard_threshold
@@ -665,7 +665,7 @@ class Runner:
     def _on_idle(self, query_id: str) -> None:
         name = self._by_id.get(query_id)
         if name is not None and self.publisher is not None:
-            self.publisher.publish("idle", name, query_id=query_id)
+            self.publisher.publish(name, wire.Idle(query_id=query_id))
 
     def _on_progress(self, progress: Any) -> None:
         name = self._by_query.get(progress.name)
@@ -712,12 +712,12 @@ class Runner:
                 # A finished batch planned against the broker, so it answers again: "running" at once
                 self._watch.heard()
                 self._set_state(name, "running")
-        self.publisher.publish(
-            "progress", name, **figures, accounting=counts.to_json(), restarts=st.restarts,
+        self.publisher.publish(name, wire.Progress(
+            **figures, accounting=wire.Accounting(**counts.to_json()), restarts=st.restarts,
             reader=self._builders[name].reader_figure(), realtime=self._builders[name].realtime_figure(),
             version=next(p.version for p in self.selected if p.name == name),
             fold_failures=self._folder.failed(checkpoint), **self._groups.figures(name),
-        )  # fmt: skip
+        ))  # fmt: skip
         # The batch committed before Spark reported its progress: its coverage can be kept before Spark purges it
         self._folder.finished(checkpoint, figures["batch_id"])
         self._groups.offer(name, figures["sources"])  # committed to the group by its own thread
