@@ -1,7 +1,7 @@
 """weir's settings: one pydantic model read from `weir.toml` and `WEIR_*` environment variables.
 
 Precedence, highest first: keyword arguments, environment, `weir.toml` (or `WEIR_CONFIG`), defaults.
-Every setting, and which filesystems paths may name: see README ("Configuration").
+Every setting, and which filesystems paths may name: see docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The docs' blocks, without running them (tests/_docs.py): every block says how it is tested, and a block that
 is not run is still checked: its Python compiles, its weir commands and options exist, its data parses.
-tests/integration/test_docs_run.py runs the rest."""
+tests/integration/test_docs_run.py runs the rest. And the pages hold together: every relative link resolves (to a
+file, and to a heading when it names one), and docs/README.md lists every page."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
-from _docs import COMMANDS, argv, blocks, cli_problems, commands, pages, parsed, problems
+from _docs import COMMANDS, REPO, argv, blocks, cli_problems, commands, pages, parsed, problems
 
 ALL = [b for p in pages() for b in blocks(p)]
 
@@ -120,3 +122,80 @@ def test_json_elisions_read_as_null():
     assert parsed(Block("p", 1, "json", '"@admission": {"limit": 2}')) == [{"@admission": {"limit": 2}}]
     with pytest.raises(ValueError):
         parsed(Block("p", 1, "json", '{"a": 1,}'))
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _outside_fences(path: Path) -> list[tuple[int, str]]:
+    """A page's lines outside fenced blocks, with their numbers."""
+    found, fenced = [], False
+    for number, line in enumerate(path.read_text().split("\n"), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            found.append((number, line))
+    return found
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, a repeated
+    one numbered."""
+    found: set[str] = set()
+    count: dict[str, int] = {}
+    for _, line in _outside_fences(path):
+        if re.match(r"#{1,6} ", line):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            n = count.get(slug, 0)
+            found.add(slug if n == 0 else f"{slug}-{n}")
+            count[slug] = n + 1
+    return found
+
+
+def link_problems(path: Path) -> list[str]:
+    found = []
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+    for number, line in _outside_fences(path):
+        for target in _LINK.findall(re.sub(r"`[^`]*`", "", line)):  # a link in inline code is code
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not a page of the repository
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                found.append(f"{where}:{number}: {target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                found.append(f"{where}:{number}: {target}: {linked.name} has no heading whose anchor is #{anchor}")
+    return found
+
+
+def test_every_relative_link_of_every_page_resolves():
+    found = [problem for p in pages() for problem in link_problems(p)]
+    assert not found, "\n".join(found)
+
+
+def test_the_docs_index_lists_every_page():
+    index = (REPO / "docs" / "README.md").read_text()
+    listed = set(_LINK.findall(index))
+    missing = [p.name for p in sorted((REPO / "docs").glob("*.md")) if p.name != "README.md" and p.name not in listed]
+    assert not missing, f"docs/README.md lists no line for {missing}"
+
+
+def test_a_broken_link_or_anchor_is_named(tmp_path):
+    (tmp_path / "other.md").write_text("# Other page\n\n## The goals, where they stand (2026-12-06)\n")
+    path = page(
+        tmp_path,
+        """\
+        # Page
+
+        [fine](other.md), [anchor](other.md#the-goals-where-they-stand-2026-12-06), [web](https://example.com)
+        [gone](missing.md) and [bad anchor](other.md#nowhere), `[in code](missing.md)`
+
+        ```text
+        [in a block](missing.md)
+        ```
+        """,
+    )
+    assert link_problems(path) == [
+        "page.md:4: missing.md: no such file",
+        "page.md:4: other.md#nowhere: other.md has no heading whose anchor is #nowhere",
+    ]

@@ -2,7 +2,7 @@
 
 At-least-once: an idempotent producer, and a task succeeds only once the broker acknowledged every record.
 Rows from a weir-kafka source carry their coordinates into the `weir.source` header, by which consumers
-drop replays. Columns and options: README "Sink options"; the commit order and failure cases: docs/delivery.md.
+drop replays. Columns and options: docs/connector.md; the commit order and failure cases: docs/delivery.md.
 """
 
 from __future__ import annotations

@@ -694,7 +694,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
 
 
 class KafkaDataSource(DataSource):
-    """`format("weir-kafka")`: see the README's options table."""
+    """`format("weir-kafka")`: see docs/connector.md's options table."""
 
     @classmethod
     def name(cls) -> str:

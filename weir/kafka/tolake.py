@@ -4,7 +4,7 @@ Each task reads its offset range as weir-kafka does (same planning, limits, data
 the records by hour of record time (UTC) and writes them through pyarrow into the Delta table's directory, then
 yields one small row per file (its description, for the driver's commit) and one row counting the records it
 read. The records never cross into the JVM: that crossing and Spark's Parquet writer were most of the archiver's
-time (README, "The lake"). The files stay invisible until the driver commits them (docs/lake.md).
+time (bench/lake.py). The files stay invisible until the driver commits them (docs/lake.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The direct path: a processor without a sink as one streaming query with one streaming writer.
 
 A foreachBatch batch builds and analyzes its DataFrames and makes a writer anew each time, about half a second of
-every batch on 2 cores (README, "Live latency"). Here the function, its routes and its counts are planned once,
+every batch on 2 cores (docs/performance.md). Here the function, its routes and its counts are planned once,
 as a plain Structured Streaming query is, and the weir-kafka streaming writer writes every batch. The books come
 from three sides that do not share a count: Spark's numInputRows and read Observation; named Observations of the
 records handed to the function and of the rows by route; and the writer's commit, which says what its tasks

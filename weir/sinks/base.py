@@ -2,7 +2,7 @@
 
 Every capability the runtime uses is a member of `Sink`, with a default; each one's docstring says where
 it runs and what it guarantees. The order in which a runner drives a sink, and what a replay means for
-each `Delivery`, are in docs/delivery.md ("Sinks").
+each `Delivery`, are in docs/sinks.md.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Written:
 
 class Sink(ABC):
     """Where a sink processor's output goes. A subclass implements `write`; every other member has a default
-    (docs/delivery.md, "Sinks", has the driving order and the replay semantics).
+    (docs/sinks.md has the driving order and the replay semantics).
 
     One sink object serves one query at a time, from the thread that runs its batches."""
 
