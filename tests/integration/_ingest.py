@@ -18,16 +18,19 @@ from confluent_kafka import Consumer, TopicPartition
 from weir.kafka import Admin
 
 LISTENING = re.compile(r"listening on (http://\S+)")
+FAULTS = Path(__file__).resolve().parents[1] / "faults.py"
 
 
 class Child:
     """A `weir` command running in its own process, its output in a file."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, fault: str | None = None) -> None:
+        """`fault`: one of tests/faults.py's, a SIGKILL at one step of an ingest job."""
         self.log = log
         self.out = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        weir = [str(FAULTS), fault] if fault else ["-m", "weir.cli"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "weir.cli", *args], stdout=self.out, stderr=subprocess.STDOUT,
+            [sys.executable, *weir, *args], stdout=self.out, stderr=subprocess.STDOUT,
             env={**os.environ, **env}, start_new_session=True,
         )  # fmt: skip
 

@@ -50,8 +50,8 @@ def test_sigkill_at_any_moment_neither_resends_nor_skips(bootstrap, tmp_path, to
     good = sum(write_json(inbox / f"part{n}.json", 4000, bad_every=997) for n in range(4))
     env = {"WEIR_HOME": str(tmp_path / "home"), "WEIR_BOOTSTRAP_SERVERS": bootstrap}
     # A kill after a file's last acknowledgement, before the ledger says done: the worst moment.
-    faulty = {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"}
-    fault = Child(args(inbox, topic_name, "json", "--chunk", "200"), faulty, tmp_path / "fault.log")
+    fault = Child(args(inbox, topic_name, "json", "--chunk", "200"), env, tmp_path / "fault.log",
+                  fault="kill-after-file-acks")  # fmt: skip
     assert fault.proc.wait(60) == -9
     fault.stop()
     kills = []
@@ -153,7 +153,7 @@ def test_a_growing_file_is_read_exactly_once_across_sigkill(bootstrap, tmp_path,
     argv = args(inbox, topic_name, "json", "--chunk", "100", "--interval", "0.05")
     assert once([*argv, "--once"], env, tmp_path / "first.log")["files_done"] == 1
     append(500)
-    fault = Child([*argv, "--once"], {**env, "WEIR_INGEST_FAULT": "kill-after-file-acks"}, tmp_path / "fault.log")
+    fault = Child([*argv, "--once"], env, tmp_path / "fault.log", fault="kill-after-file-acks")
     assert fault.proc.wait(60) == -9  # the append acknowledged, the ledger not told
     fault.stop()
     kills = []

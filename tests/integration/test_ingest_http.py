@@ -141,8 +141,8 @@ def test_unreachable_broker_is_503_within_the_ack_timeout(tmp_path, topic_name):
 def test_idempotency_key_survives_sigkill_between_acks_and_ledger(bootstrap, env, tmp_path, topic_name):
     rows = [{"order_id": f"k{i}", "amount": i} for i in range(20)] + [{"amount": "bad"}]
     body, key = ndjson(rows), {"Idempotency-Key": uuid.uuid4().hex}
-    crash = Child(["ingest", "http", "--port", "0", *args(topic_name)], {**env, "WEIR_INGEST_FAULT": "kill-after-acks"},
-                  tmp_path / "crash.log")  # fmt: skip
+    crash = Child(["ingest", "http", "--port", "0", *args(topic_name)], env, tmp_path / "crash.log",
+                  fault="kill-after-acks")  # fmt: skip
     url = crash.wait_for(r"listening on (http://\S+)").group(1)
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         post(f"{url}/topics/{topic_name}", body, key)

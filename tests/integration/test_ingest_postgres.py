@@ -47,7 +47,7 @@ def test_snapshot_and_changes_exactly_once_across_sigkill(logical_pg, bootstrap,
     argv = ["ingest", "postgres", "--dsn", logical_pg, "--table", "customers", "--topic", topic_name,
             "--partitions", "3", "--batch", "40", "--interval", "0.1"]  # fmt: skip
     made, deleted = 0, []
-    first = Child(argv, {**env, "WEIR_INGEST_FAULT": "kill-before-slot-advance"}, tmp_path / "first.log")
+    first = Child(argv, env, tmp_path / "first.log", fault="kill-before-slot-advance")
     first.wait_for("snapshot of customers done")
     made += changes(conn, 300, 60, deleted)
     assert first.proc.wait(60) == -9  # the first batch of changes was acknowledged, the slot not advanced
@@ -224,7 +224,7 @@ def test_without_logical_decoding_a_table_is_copied_then_polled_exactly_once(rep
             "updated", "--poll-margin", "2s", "--batch", "25", "--partitions", "2", "--once"]  # fmt: skip
 
     def once(name: str, fault: str = "") -> dict:
-        job = Child(argv, {**env, "WEIR_INGEST_FAULT": fault} if fault else env, tmp_path / f"{name}.log")
+        job = Child(argv, env, tmp_path / f"{name}.log", fault=fault or None)
         code = job.proc.wait(60)
         job.stop()
         assert code == (-9 if fault else 0), job.text()[-3000:]

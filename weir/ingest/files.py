@@ -17,8 +17,6 @@ and the job goes on. Contract and crash cases: docs/ingest.md.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +33,6 @@ log = logging.getLogger("weir.ingest")
 FILE = "file"  # the ledger's kind
 COUNTS = ("files_done", "appends", "files_changed", "files_bad", "files_resumed", "partial_lines", "rows_skipped",
           "retries", "waits", "read_backs", "rows_found")  # fmt: skip
-FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after-file-acks" (docs/ingest.md)
 
 
 @dataclass
@@ -163,8 +160,6 @@ class FileJob:
                 self._bad(found, unit, provenance, exc)
             totals["bad"] = str(exc)
         totals["produced"] = totals["rows"] - totals["rejected"]
-        if FAULT == "kill-after-file-acks":
-            os.kill(os.getpid(), signal.SIGKILL)
         read = None if end is None else {**end, "digest": self.rows.digest(found.path, end["bytes"])}
         self.ledger.done(FILE, found.name, totals, read)
         self.counts["appends" if start is not None and start["bytes"] else "files_done"] += 1

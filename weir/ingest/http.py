@@ -16,8 +16,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,7 +40,6 @@ from weir.net import TokenAuth
 log = logging.getLogger("weir.ingest")
 COUNTS = ("requests", "created", "invalid", "unavailable", "too_large", "conflict", "replayed", "resolved")
 KEY = "key"  # the ledger's kind for Idempotency-Keys
-FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-after-acks" (docs/ingest.md)
 
 
 def check_exposure(host: str, token: str | None) -> None:
@@ -216,8 +213,6 @@ async def _finish(state: HttpIngest, intake: Intake, plan: Plan, acks: Acks | No
         body["dead_letter_topic"] = intake.dlq
         body["errors"] = [i.to_json() for i in plan.invalid]
     if name is not None:
-        if FAULT == "kill-after-acks":
-            os.kill(os.getpid(), signal.SIGKILL)
         await run_in_threadpool(state.ledger.done, KEY, name, {"status": status, "body": body})
     return state.answer(status, body)
 

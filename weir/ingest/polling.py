@@ -15,8 +15,6 @@ not seen, keys, late commits): docs/ingest.md, "Without logical decoding".
 
 from __future__ import annotations
 
-import os
-import signal
 from dataclasses import dataclass
 
 import psycopg
@@ -24,7 +22,6 @@ from psycopg import sql
 
 from weir.ingest.postgres import KIND, Change, PgJob, _jsonable, _row_of_key
 
-FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-poll-done" (docs/ingest.md)
 POLL_COUNTS = ("polls", "polled_rows", "boundary_rows")
 _CLOCK = {"timestamp with time zone": "now()", "timestamp without time zone": "localtimestamp"}
 
@@ -105,8 +102,6 @@ class PollJob(PgJob):
             return 0
         unit, found = self._unit("poll", at)
         self._send(unit, [c for c in fresh if c.row not in found], "poll")
-        if FAULT == "kill-before-poll-done" and fresh:
-            os.kill(os.getpid(), signal.SIGKILL)
         after = self._after(at, changes)
         self.ledger.done(KIND, "poll", {"rows": len(fresh)}, after)
         self.cursor = after["cursor"]

@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import signal
 import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -43,7 +41,6 @@ from weir.kafka.outage import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger("weir.ingest")
 KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
-FAULT = os.environ.get("WEIR_INGEST_FAULT", "")  # crash tests only: "kill-before-slot-advance" (docs/ingest.md)
 EVERY_ROW = sql.SQL("true")
 POLL_HINT = "or, without logical decoding, copy the table and poll it: --poll-by COLUMN (docs/ingest.md)"
 COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits",
@@ -253,8 +250,6 @@ class PgJob:
                 changes.append(Change(lsn_int(lsn) * 1024 + n, step_op, step_values))
         unit, found = self._unit("changes")
         self._send(unit, [c for c in changes if c.row not in found], "changes")
-        if FAULT == "kill-before-slot-advance" and changes:
-            os.kill(os.getpid(), signal.SIGKILL)
         last = rows[-1][0]
         conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, last))
         self.ledger.done(KIND, "changes", {"lsn": last})
