@@ -11,9 +11,9 @@ import re
 import string
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -92,11 +92,26 @@ def redact(value: Any) -> Any:
     return value
 
 
+def _duration(value: Any, info: ValidationInfo) -> timedelta:
+    """A setting's duration in weir's one grammar (weir.units), read once, where it comes in: a bare number is in
+    seconds; a bad value fails the load, naming the setting."""
+    return timedelta(milliseconds=units.duration_ms(value, info.field_name or "duration", bare="s"))
+
+
+# A duration setting: "90s", "10 minutes", 1.5 (seconds) or a timedelta in, a timedelta in the program, and written
+# back as Spark writes intervals ("10 minutes"), which reads in again as the same duration.
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_duration),
+    PlainSerializer(units.duration_text, return_type=str),
+]
+
+
 class ProcessorSettings(BaseModel):
     """Operational settings of one processor, overriding its declaration and the global ones."""
 
     model_config = ConfigDict(extra="forbid")
-    trigger: str | None = None
+    trigger: Duration | None = None
     max_offsets_per_trigger: int | None = None
     flow: Literal["auto", "static"] | None = None
     kafka_reader: Literal["connector", "weir-kafka"] | None = None
@@ -157,7 +172,9 @@ class Settings(BaseSettings):
     views_dir: str | None = Field(
         None, description="Directory of the embedded views store, one SQLite file per view (default: <home>/views)."
     )
-    trigger: str = Field("1 second", description="Micro-batch interval of every processor, unless it sets its own.")
+    trigger: Duration = Field(
+        timedelta(seconds=1), description="Micro-batch interval of every processor, unless it sets its own."
+    )
     direct: bool = Field(
         True,
         description=(
@@ -186,7 +203,7 @@ class Settings(BaseSettings):
             "static: max_offsets_per_trigger, 100000 when unset."
         ),
     )
-    flow_target: str | None = Field(
+    flow_target: Duration | None = Field(
         None, description="flow = auto: the duration a batch with a backlog aims at (default: the trigger, >= 10 s)."
     )
     flow_memory: str | None = Field(
@@ -199,33 +216,35 @@ class Settings(BaseSettings):
     flow_start_records: int = Field(
         10_000, gt=0, description="flow = auto: records of the first batch after a start, before anything is measured."
     )
-    broker_unavailable_timeout: str = Field(
-        "10 minutes",
+    broker_unavailable_timeout: Duration = Field(
+        timedelta(minutes=10),
         description=(
             "How long sources, sinks and ingest jobs wait out an unreachable broker (the query or job stays up),"
             " before the processor fails naming the broker."
         ),
     )
-    restart_backoff: float = Field(1.0, description="Seconds before restarting a failed processor the first time.")
-    restart_backoff_max: float = Field(60.0, description="Ceiling of the doubling restart backoff, in seconds.")
+    restart_backoff: Duration = Field(
+        timedelta(seconds=1), description="How long before restarting a failed processor the first time."
+    )
+    restart_backoff_max: Duration = Field(timedelta(minutes=1), description="Ceiling of the doubling restart backoff.")
     processors: dict[str, ProcessorSettings] = Field(
         default_factory=dict,
         description="Per-processor overrides by name, e.g. [processors.enrich] trigger = '5 seconds'.",
     )
-    stop_timeout: float = Field(30.0, description="Seconds a stop waits for running batches to finish.")
-    lock_lease: float = Field(
-        15.0,
-        gt=0,
+    stop_timeout: Duration = Field(timedelta(seconds=30), description="How long a stop waits for running batches.")
+    lock_lease: Duration = Field(
+        timedelta(seconds=15),
         description=(
-            "Seconds a runner's lock on a processor checkpoint lasts unless renewed (every third of it); a runner"
+            "How long a runner's lock on a processor checkpoint lasts unless renewed (every third of it); a runner"
             " on another host takes over a lock left unrenewed this long (docs/pipelines.md, 'One runner')."
         ),
     )
     max_restarts: int | None = Field(None, description="Give a processor up after this many failures in a row.")
     replication_factor: int = Field(1, description="Replication factor of the topics weir creates (3 on a cluster).")
     progress_topic: str = Field("_weir.progress", description="Topic receiving every processor's progress records.")
-    retention_guard_interval: float = Field(
-        60.0, description="Seconds between checks of each archiver's lag against its topic's retention; 0: never."
+    retention_guard_interval: Duration = Field(
+        timedelta(minutes=1),
+        description="Time between checks of each archiver's lag against its topic's retention; 0: never.",
     )
     retention_guard_threshold: float = Field(
         0.5, gt=0, le=1, description="Warn when an archiver lags by more than this fraction of its topic's retention."
@@ -261,10 +280,11 @@ class Settings(BaseSettings):
         description="[monitor] of weir.toml: the monitor's thresholds and alert rules (docs/monitor.md).",
     )
 
-    @field_validator("broker_unavailable_timeout")
+    @field_validator("lock_lease", "flow_target")
     @classmethod
-    def _a_duration(cls, value: str) -> str:
-        units.duration_ms(value, "broker_unavailable_timeout", bare="s")  # a bad value fails here, at load
+    def _positive(cls, value: timedelta | None, info: ValidationInfo) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
+            raise ValueError(f"{info.field_name}: the duration must be positive")
         return value
 
     @field_validator("group_offsets_id")
@@ -289,9 +309,9 @@ class Settings(BaseSettings):
 
     @property
     def broker_wait(self) -> timedelta:
-        """broker_unavailable_timeout as a duration: how long every long-lived client of weir (sources, sinks,
-        ingest jobs) waits out an unreachable broker before it fails, naming the broker."""
-        return timedelta(milliseconds=units.duration_ms(self.broker_unavailable_timeout, "", bare="s"))
+        """How long every long-lived client of weir (sources, sinks, ingest jobs) waits out an unreachable broker
+        before it fails, naming the broker: broker_unavailable_timeout."""
+        return self.broker_unavailable_timeout
 
     @classmethod
     def settings_customise_sources(

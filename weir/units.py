@@ -109,6 +109,11 @@ def spark_interval(ms: int) -> str:
     raise AssertionError("unreachable: every whole number of milliseconds has a unit")
 
 
+def duration_text(d: timedelta) -> str:
+    """A duration as weir writes it back (Spark's interval words, "10 minutes"), which reads in again as itself."""
+    return spark_interval(round(d / timedelta(milliseconds=1)))
+
+
 def spark_trigger(value: int | float | str | timedelta, what: str = "trigger") -> str:
     """Spark's processingTime string of a trigger interval: "5s", "5 seconds" and 5 (a bare number is in
     seconds, as the monitor reads triggers) all give "5 seconds"."""

@@ -50,6 +50,7 @@ from examples.shop.customers_pg import TABLE, CustomerTable, logical_dsn
 from examples.shop.orders_http import OrderClient, stats
 from examples.shop.pipeline import SPEND_LATENESS, build
 from examples.shop.records import ORDERS, Shape, records
+from weir import units
 from weir.config import Settings
 from weir.ingest.postgres import where
 from weir.kafka import Admin, embedded_broker
@@ -418,7 +419,7 @@ def monitor_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
     env = {
         **base, "WEIR_HOME": settings.home, "WEIR_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "WEIR_PROGRESS_TOPIC": settings.progress_topic, "WEIR_CHECKPOINT_ROOT": settings.checkpoint_root,
-        "WEIR_LAKE": settings.lake, "WEIR_TRIGGER": settings.trigger,
+        "WEIR_LAKE": settings.lake, "WEIR_TRIGGER": units.duration_text(settings.trigger),
     }  # fmt: skip
     if settings.kafka:
         env["WEIR_KAFKA"] = json.dumps(settings.kafka)

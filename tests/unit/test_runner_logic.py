@@ -366,7 +366,7 @@ def test_a_stop_waits_for_the_termination_events_of_its_queries_and_is_bounded()
 
     from weir.runtime.listener import QueryListener
 
-    listener = QueryListener(None)
+    listener = QueryListener()
     threading.Timer(0.2, listener.onQueryTerminated, [SimpleNamespace(id="a")]).start()
     began = time.monotonic()
     assert listener.await_ended({"a"}, 5.0) == set()  # delivered late: waited for, not for the whole bound

@@ -14,7 +14,8 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
@@ -24,9 +25,6 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-if TYPE_CHECKING:
-    from weir.runtime.runner import Runner
-
 log = logging.getLogger(__name__)
 
 
@@ -34,8 +32,12 @@ class QueryListener(StreamingQueryListener):
     """Runs on the driver, on the thread py4j calls back on for Spark's listener bus: one event at a time, late on
     a loaded machine. An exception raised here would make Spark remove the listener: each is logged instead."""
 
-    def __init__(self, runner: Runner | None) -> None:
-        self.runner = runner
+    def __init__(
+        self, on_progress: Callable[[Any], None] | None = None, on_idle: Callable[[str], None] | None = None
+    ) -> None:
+        """`on_progress` takes each query's StreamingQueryProgress, `on_idle` the id of a query idle for a while
+        (the runner's books and records); `None`: only termination events are kept."""
+        self.on_progress, self.on_idle = on_progress, on_idle
         self.ended: set[str] = set()  # the queries whose termination event has been delivered here
         self._ended = threading.Condition()
 
@@ -54,8 +56,8 @@ class QueryListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         try:
-            if self.runner is not None:
-                self.runner._on_progress(event.progress)
+            if self.on_progress is not None:
+                self.on_progress(event.progress)
         except Exception:  # a listener that raises is removed by Spark; keep it, log loudly
             log.exception("weir: progress record failed")
 
@@ -64,8 +66,8 @@ class QueryListener(StreamingQueryListener):
         # (10 s), not by a progress event: without a record of it, an idle processor falls silent and the
         # monitor would call it dead after dead_after.
         try:
-            if self.runner is not None:
-                self.runner._on_idle(str(event.id))
+            if self.on_idle is not None:
+                self.on_idle(str(event.id))
         except Exception:
             log.exception("weir: idle record failed")
 

@@ -368,9 +368,15 @@ class ProcessorQuery:
         return limit
 
     @property
-    def trigger(self) -> str:
-        """The processor's trigger interval: its override in the settings, its declaration, then the settings'."""
-        return self._override.trigger or self.proc.trigger or self.settings.trigger
+    def trigger(self) -> timedelta:
+        """The processor's trigger interval: its override in the settings, its declaration (checked when declared),
+        then the settings'."""
+        if self._override.trigger is not None:
+            return self._override.trigger
+        if self.proc.trigger is not None:
+            return timedelta(milliseconds=units.duration_ms(self.proc.trigger, f"processor {self.proc.name} trigger",
+                                                            bare="s"))  # fmt: skip
+        return self.settings.trigger
 
     @property
     def measurements(self) -> str:
@@ -382,11 +388,11 @@ class ProcessorQuery:
         limit = self.static_limit()
         if limit is not None:
             return {"maxOffsetsPerTrigger": str(limit)} if limit else {}
-        interval = self.trigger
+        ms = timedelta(milliseconds=1)
         if self.settings.flow_target is not None:
-            target_ms = units.duration_ms(self.settings.flow_target, "flow_target", bare=None, positive=True)
+            target_ms = self.settings.flow_target // ms
         else:
-            target_ms = max(units.duration_ms(interval, f"{self.name}: trigger", bare="s"), MIN_TARGET_MS)
+            target_ms = max(self.trigger // ms, MIN_TARGET_MS)
         return {
             "flow": "auto",
             "flowTargetMs": str(target_ms),

@@ -211,7 +211,7 @@ class Runner:
         state file is this run's: `weir status` shows it starting, not the last run's totals."""
         if self._locks:
             return []
-        lease, taken, notes = self.settings.lock_lease, [], []
+        lease, taken, notes = self.settings.lock_lease.total_seconds(), [], []
         try:
             for proc in sorted(self.selected, key=lambda p: p.checkpoint):
                 what = f"processor {proc.name} of pipeline {self.pipeline.name}"
@@ -260,7 +260,7 @@ class Runner:
         self._groups.resume({p.name: self.checkpoint(p) for p in self.selected})
         retained = self.spark.conf.get("spark.sql.streaming.minBatchesToRetain", "100") or "100"
         self._folder = Folder(int(retained))
-        self._listener = QueryListener(self)
+        self._listener = QueryListener(self._on_progress, self._on_idle)
         self.spark.streams.addListener(self._listener)
         for name, note in notes.items():  # changed code, or a state resumed across a change (versions.check)
             self.publisher.publish(name, wire.State(state=note.kind, note=str(note)))
@@ -380,7 +380,8 @@ class Runner:
             log.error("weir: processor %s lost data %d times in a row: restarting cannot bring deleted offsets back. "
                       "Archive its inputs (docs/retention.md), or restart it with failOnDataLoss=false to skip and "
                       "count them, or reset it with `weir run --reset %s`", name, st.failures_in_row, name)  # fmt: skip
-        delay = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
+        backoff = min(self.settings.restart_backoff * 2 ** (st.failures_in_row - 1), self.settings.restart_backoff_max)
+        delay = backoff.total_seconds()
         st.restart_at = None if give_up else time.monotonic() + delay
         log.error("weir: processor %s failed (%s); %s", name, st.last_error,
                   "given up" if give_up else f"restarting in {delay:.1f}s")  # fmt: skip
@@ -492,7 +493,7 @@ class Runner:
                 since = units.iso(down * 1000)  # the watch keeps epoch seconds
                 self._set_state(
                     name, "waiting", note=f"waiting for Kafka at {self._servers()} since {since}, at most "
-                    f"broker_unavailable_timeout ({self.settings.broker_unavailable_timeout})",
+                    f"broker_unavailable_timeout ({units.duration_text(self.settings.broker_wait)})",
                 )  # fmt: skip
             elif down is None and st.state == "waiting":
                 self._set_state(name, "running")
@@ -509,7 +510,7 @@ class Runner:
                 self.publisher.publish(processor, body)
 
         admin = Admin(s.bootstrap_servers, s.kafka, timeout=5.0) if watched else None
-        interval, threshold = s.retention_guard_interval, s.retention_guard_threshold
+        interval, threshold = s.retention_guard_interval.total_seconds(), s.retention_guard_threshold
         return RetentionGuard(watched, admin, s.client_config(), publish, interval, threshold)
 
     def _finish_batch(self, name: str, query: Any) -> None:
@@ -517,7 +518,7 @@ class Runner:
         replayed at the next start); its commit shows as its progress, reported after the commit."""
         builder = self._builders[name]
         running = builder.in_batch
-        deadline = time.monotonic() + self.settings.stop_timeout
+        deadline = time.monotonic() + self.settings.stop_timeout.total_seconds()
         if builder.direct is not None:  # one streaming query: a batch planned and not committed is running
             running = builder.direct.running()
             while query.isActive and running is not None and time.monotonic() < deadline:
@@ -585,7 +586,7 @@ class Runner:
         stopping = [threading.Thread(target=self._stop_query, args=q, name=f"weir-stop-{q[0]}") for q in queries]
         for t in stopping:
             t.start()
-        limit = self.settings.stop_timeout + 30  # a batch's own wait, then Spark's stop of the query
+        limit = self.settings.stop_timeout.total_seconds() + 30  # a batch's own wait, then Spark's stop of the query
         deadline = time.monotonic() + limit
         for t in stopping:
             t.join(max(0.0, deadline - time.monotonic()))
