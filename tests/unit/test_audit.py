@@ -287,3 +287,15 @@ def test_the_cli_lists_the_ranges_of_each_version(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["audit", str(spec)])
     assert result.exit_code == 0, result.output
     assert "  version v1: t/0 0-9" in result.output and "  version v2: t/0 10-24" in result.output
+
+
+def test_the_unknown_note_is_printed_once_naming_the_processors_it_concerns(capsys):
+    from weir.cli import audit as audit_cli
+    from weir.kafka.audit import UNKNOWN_NOTE, ProcessorAudit
+
+    audits = [ProcessorAudit(name, f"/cp/{name}", notes=[UNKNOWN_NOTE]) for name in ("enrich", "totals")]
+    audits.append(ProcessorAudit("archive", "/cp/archive", notes=["no checkpoint: the processor has not run"]))
+    audit_cli._table("shop", audits)
+    text = capsys.readouterr().out
+    assert text.count("is `unknown`, not a gap") == 1, text
+    assert "note (enrich, totals): where a batch's start" in text and "note: no checkpoint" in text

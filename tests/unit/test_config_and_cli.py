@@ -185,3 +185,22 @@ def test_spark_logging_goes_through_weirs_log4j2_file():
     assert Settings(spark_log_level="ERROR").spark_log_level == "ERROR"
     with pytest.raises(pydantic.ValidationError, match="spark_log_level"):
         Settings(spark_log_level="LOUD")
+
+
+def test_broker_status_looks_where_the_pipelines_broker_is(tmp_path, monkeypatch):
+    """WEIR_BOOTSTRAP_SERVERS naming a broker on this machine is the embedded broker's port, unless broker_port
+    or --port says otherwise."""
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    monkeypatch.setenv("WEIR_BOOTSTRAP_SERVERS", "127.0.0.1:19093")
+    result = runner.invoke(app, ["broker", "status"])
+    assert result.exit_code == 1 and "not running on port 19093" in result.output, result.output
+    result = runner.invoke(app, ["broker", "status", "--port", "19094"])
+    assert "not running on port 19094" in result.output, result.output
+    monkeypatch.setenv("WEIR_BROKER_PORT", "19095")
+    result = runner.invoke(app, ["broker", "status"])
+    assert "not running on port 19095" in result.output, result.output
+
+
+def test_backfill_help_covers_stateful_replays():
+    result = runner.invoke(app, ["backfill", "--help"], terminal_width=200)
+    assert result.exit_code == 0 and "a stateful one by a replay" in " ".join(result.output.split())

@@ -11,7 +11,7 @@ import typer
 
 from weir.cli.common import AsJson, clean_errors, out
 from weir.config import Settings, load
-from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, ProcessorAudit, audit, spans_text
+from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, UNKNOWN_NOTE, ProcessorAudit, audit, spans_text
 from weir.storage.checkpoint import archive_name, default_name, processor_checkpoint
 from weir.tables import new_table
 
@@ -77,7 +77,11 @@ def _table(pipeline: str, audits: list[ProcessorAudit]) -> None:
         for version, spans in sorted(a.versions().items()):
             out.print(f"  version {version}: {spans_text(spans)}", highlight=False, markup=False, soft_wrap=True)
         for note in a.notes:
-            out.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
+            if note != UNKNOWN_NOTE:
+                out.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
+    unknown = [a.processor for a in audits if UNKNOWN_NOTE in a.notes]
+    if unknown:  # one explanation for every processor it concerns, not one under each
+        out.print(f"note ({', '.join(unknown)}): {UNKNOWN_NOTE}", highlight=False, markup=False, soft_wrap=True)
 
 
 @clean_errors

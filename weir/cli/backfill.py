@@ -64,8 +64,9 @@ def backfill_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Re-run a stateless processor over a time range of its inputs' archive in the lake, or over the offsets a
-    code version processed (docs/backfill.md)."""
+    """Re-run a processor over a time range of its inputs' archive in the lake (a stateless one by chunks, a
+    stateful one by a replay that rebuilds its state first), or a stateless one over the offsets a code version
+    processed; only what streaming did not deliver is written (docs/backfill.md)."""
     from weir.backfill.run import plan
     from weir.sinks.base import SinkError
     from weir.storage.lake import LakeError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from typing import Annotated
 
@@ -10,14 +11,18 @@ import typer
 
 from weir import jvm
 from weir.cli.common import AsJson, clean_errors, out
-from weir.config import load
+from weir.config import Settings, load
 from weir.kafka import KafkaBroker, TansuBroker, embedded_broker
 from weir.kafka.broker import KINDS, BrokerProcess
 
 broker_app = typer.Typer(
     help="The embedded broker for development and tests: Apache Kafka (default) or Tansu.", no_args_is_help=True
 )
-Port = Annotated[int | None, typer.Option("--port", "-p", help="Broker port (default: config broker_port, 9092).")]
+Port = Annotated[
+    int | None,
+    typer.Option("--port", "-p", help="Broker port (default: broker_port, else the port of a local bootstrap_servers, "
+                 "else 9092)."),
+]  # fmt: skip
 Kind = Annotated[
     str | None,
     typer.Option(
@@ -40,9 +45,21 @@ Durable = Annotated[
 ]
 
 
+def _port(given: int | None, settings: Settings) -> int:
+    """The embedded broker's port: --port, else broker_port when set, else the port of bootstrap_servers when they
+    name one broker on this machine (WEIR_BOOTSTRAP_SERVERS=127.0.0.1:19092 is the broker the pipelines use), else
+    broker_port's default."""
+    if given:
+        return given
+    if "broker_port" in settings.model_fields_set:
+        return settings.broker_port
+    found = re.fullmatch(r"(?:127\.0\.0\.1|localhost|\[::1\]):(\d+)", settings.bootstrap_servers.strip())
+    return int(found.group(1)) if found else settings.broker_port
+
+
 def _broker(port: int | None, kind: str | None = None, storage: str | None = None) -> BrokerProcess:
     settings = load()
-    port = port or settings.broker_port
+    port = _port(port, settings)
     kind = kind or settings.broker_kind
     if storage is not None:
         if kind != "tansu":
@@ -58,7 +75,7 @@ def _running(port: int | None, kind: str | None) -> BrokerProcess:
     if kind is not None:
         return _broker(port, kind)
     settings = load()
-    port = port or settings.broker_port
+    port = _port(port, settings)
     kinds = [KafkaBroker(settings.home, port), TansuBroker(settings.home, port)]
     return next((b for b in kinds if b.status().running), _broker(port))
 

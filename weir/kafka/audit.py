@@ -399,6 +399,12 @@ def history(checkpoint: str) -> tuple[list[Epoch], list[Backfilled]]:
     return epochs, [Backfilled.from_json(raw) for _, raw in json_files(cp.backfills)]
 
 
+UNKNOWN_NOTE = (
+    "where a batch's start is not in its log (a log written before batches carried @start, or batches Spark purged), "
+    "what lies below it is `unknown`, not a gap"
+)  # the same for every processor: `weir audit` prints it once
+
+
 def audit(processor: str, checkpoint: str, cache: dict | None = None) -> ProcessorAudit:
     """A processor's audit from its checkpoint and the history beside it. `cache` (kept by a caller that audits
     again, the monitor) spares re-reading offset files already read: Spark never rewrites one."""
@@ -420,8 +426,5 @@ def audit(processor: str, checkpoint: str, cache: dict | None = None) -> Process
         result.notes.append("no checkpoint: the processor has not run")
     result.partitions = coverage(result.epochs, result.backfills)
     if any(e.unknown for e in result.epochs):
-        result.notes.append(
-            "where a batch's start is not in its log (a log written before batches carried @start, or batches "
-            "Spark purged), what lies below it is `unknown`, not a gap"
-        )
+        result.notes.append(UNKNOWN_NOTE)
     return result
