@@ -299,3 +299,30 @@ def test_the_unknown_note_is_printed_once_naming_the_processors_it_concerns(caps
     text = capsys.readouterr().out
     assert text.count("is `unknown`, not a gap") == 1, text
     assert "note (enrich, totals): where a batch's start" in text and "note: no checkpoint" in text
+
+
+def test_a_batch_lost_from_the_middle_of_the_log_is_a_silent_gap_named_by_batch(tmp_path):
+    """Spark purges its log from the start only: a batch missing between two it holds is not `unknown`."""
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 10}})
+    batch(cp, 3, {"t": {0: 40}}, {"t": {0: 30}})  # batch 2 planned [20, 30): its files are gone
+    result = audit("p", str(cp))
+    assert segments(result) == [(0, 20, 1), (20, 30, SILENT), (30, 40, 1)] and result.silent_gaps == 1
+    assert any("batch(es) 2 are missing from the middle of the offset log" in n for n in result.notes), result.notes
+    purged = tmp_path / "purged"  # the same log without its first batches: Spark purged them
+    batch(purged, 3, {"t": {0: 40}}, {"t": {0: 30}})
+    batch(purged, 4, {"t": {0: 45}}, {"t": {0: 40}})
+    assert segments(audit("p", str(purged))) == [(30, 45, 1)]
+
+
+def test_a_run_starting_on_a_checkpoint_with_a_silent_gap_says_so_naming_it(tmp_path):
+    from weir.runtime.runner import gaps_warning
+
+    cp = tmp_path / "cp"
+    batch(cp, 0, {"t": {0: 10}}, {"t": {0: 0}})
+    assert gaps_warning("enrich", str(cp)) is None
+    batch(cp, 1, {"t": {0: 20}}, {"t": {0: 15}})  # 10-14 skipped, counted nowhere
+    warning = gaps_warning("enrich", str(cp))
+    assert warning is not None and "processor enrich" in warning and "5 in 1 silent gap(s): t/0 10-14" in warning
+    assert gaps_warning("enrich", str(tmp_path / "none")) is None  # no checkpoint yet: nothing skipped

@@ -193,3 +193,12 @@ def test_an_unknown_value_neither_fires_nor_resolves():
     assert len(engine.evaluate(T0 + 10_000, Facts({}, fresh, True))) == 1  # the pending time went on
     assert engine.evaluate(T0 + 11_000, Facts({}, {"totals": None}, True)) == []  # still firing, no flap
     assert engine.to_json()["rules"][0]["status"] == "firing"
+
+
+def test_the_gap_alert_names_the_offsets_as_the_audit_does():
+    from weir.monitor.model import Completeness
+
+    engine = AlertEngine([rule("gaps(*)")])
+    holed = Completeness(silent_gaps=2, silent_offsets=15, gaps=("orders/0 20-29", "orders/1 5-9"))
+    [fired] = engine.evaluate(T0, facts(enrich={"completeness": holed}, ok={"completeness": Completeness(0)}))
+    assert fired["target"] == "shop/enrich" and "silent gaps orders/0 20-29, orders/1 5-9" in fired["message"]

@@ -32,6 +32,8 @@ def state_command(
     if processor not in checkpoints:
         raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {', '.join(sorted(checkpoints))})")
     checkpoint = checkpoints[processor]
+    if "spark_log_level" not in settings.model_fields_set:  # a person reads this output: Spark's warnings are noise
+        settings = settings.model_copy(update={"spark_log_level": "ERROR"})
     spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
     keys = list(read_state(spark, checkpoint, key=key, limit=limit))
     if key is not None and not keys:

@@ -60,6 +60,7 @@ class Epoch:
     # The committed batches' ranges by the code version that ran each (the releases the version record keeps):
     # what `weir backfill --version` replays. A batch before the first release known is in none.
     versions: dict[str, Spans] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)  # batches absent from the middle of its offset log
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class Epoch:
             "unknown": _unknown_json(self.unknown),
             "fallback": self.fallback.to_json(),
             "versions": {v: _spans_json(spans, merge=True) for v, spans in sorted(self.versions.items())},
+            "missing": self.missing,
         }  # fmt: skip
 
     @classmethod
@@ -86,6 +88,7 @@ class Epoch:
             tuple(raw["batches"]) if raw.get("batches") else None, raw.get("committed"),  # type: ignore[arg-type]
             LakeFallback.from_json(raw.get("fallback")), raw.get("at"), raw.get("version"), raw.get("error"),
             ends, skipped, {str(v): _spans_from(spans) for v, spans in (raw.get("versions") or {}).items()},
+            [int(b) for b in raw.get("missing") or []],
         )  # fmt: skip
 
 
@@ -149,10 +152,14 @@ def epoch_of(
     ep.committed = committed[-1] if committed else ep.committed
     prev_end = ep.ends  # per partition: where the batch before ended
     prev_skipped = ep.skipped  # per source line: cumulative @dataLoss skippedOffsets of the batch before
-    for batch in held:
+    for n, batch in enumerate(held):
         follows = prev_batch is not None and batch.batch == prev_batch + 1
-        # Spark purged the batches before it, and no fold kept them
-        first_held = batch.batch > (0 if prev_batch is None else prev_batch + 1)
+        # Spark purged the batches before the first it holds, and no fold kept them: below it is unknown. Spark
+        # purges from the start only: batches missing after it were lost from the middle of the log, and what they
+        # planned is a silent gap (their starts, named by the batches after them, say where it lies).
+        first_held = n == 0 and batch.batch > (0 if prev_batch is None else prev_batch + 1)
+        if n and not follows:
+            ep.missing.extend(range(prev_batch + 1, batch.batch))
         for i, line in enumerate(batch.sources):
             skips: list[tuple[TP, int, int]] = []
             for topic, parts in line.end.items():
@@ -399,6 +406,17 @@ def history(checkpoint: str) -> tuple[list[Epoch], list[Backfilled]]:
     return epochs, [Backfilled.from_json(raw) for _, raw in json_files(cp.backfills)]
 
 
+def _runs_text(numbers: list[int]) -> str:
+    """5, 7-9, 12: consecutive numbers as ranges."""
+    runs: list[list[int]] = []
+    for x in numbers:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 UNKNOWN_NOTE = (
     "where a batch's start is not in its log (a log written before batches carried @start, or batches Spark purged), "
     "what lies below it is `unknown`, not a gap"
@@ -427,4 +445,10 @@ def audit(processor: str, checkpoint: str, cache: dict | None = None) -> Process
     result.partitions = coverage(result.epochs, result.backfills)
     if any(e.unknown for e in result.epochs):
         result.notes.append(UNKNOWN_NOTE)
+    for ep in result.epochs:
+        if ep.missing:
+            result.notes.append(
+                f"{ep.label}: batch(es) {_runs_text(ep.missing)} are missing from the middle of the offset log (Spark "
+                "purges from its start only): the offsets they planned are silent gaps"
+            )
     return result

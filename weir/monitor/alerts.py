@@ -112,6 +112,9 @@ class AlertEngine:
                 detail = f.health_reason if about_health else ""
                 if rule.kind == "release_drift" and f.drift is not None:
                     detail = f.drift.detail()
+                if rule.kind == "gaps" and f.completeness.gaps:  # which offsets, as `weir audit` names them
+                    more = (f.completeness.silent_gaps or 0) - len(f.completeness.gaps)
+                    detail = "silent gaps " + ", ".join(f.completeness.gaps) + (f" and {more} more" if more > 0 else "")
                 out.append((key, VALUE[rule.kind](f), detail))
         return out
 

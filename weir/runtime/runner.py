@@ -29,6 +29,7 @@ from weir.blocks.common import settings_noted
 from weir.config import Settings, load
 from weir.kafka import heal
 from weir.kafka.admin import Admin
+from weir.kafka.audit import SILENT, audit
 from weir.kafka.checkpoint import initial_offsets
 from weir.kafka.groups import GroupCommitter
 from weir.kafka.log import servers_of
@@ -243,6 +244,10 @@ class Runner:
         jvm = getattr(self.spark.sparkContext._gateway, "proc", None)
         for lock in self._locks if jvm is not None else []:
             lock.assist(jvm.pid)
+        for proc in self.selected:  # a checkpoint that skipped offsets: said before anything runs (weir audit)
+            warning = gaps_warning(proc.name, self.checkpoint(proc))
+            if warning:
+                log.error("weir: %s", warning)
         # Every processor traced and checked before anything is created: a refused pipeline leaves no topic.
         notes = self.prepare()
         created = self.create_topics()
@@ -794,6 +799,24 @@ def _creating_sources(query: Any) -> bool:
         return query.status.get("message") == "Initializing sources"
     except Exception:  # a query stopping under the call: it holds nothing back
         return False
+
+
+def gaps_warning(processor: str, checkpoint: str) -> str | None:
+    """What a start says of a checkpoint whose history skips input offsets no batch read (`weir audit`'s silent
+    gaps, named as it names them), or None: the run goes on from where the checkpoint is, and those offsets stay
+    unread unless backfilled (a backfill's ranges cover them) or the processor is reset."""
+    try:
+        found = audit(processor, checkpoint)
+    except Exception as exc:  # the audit's own trouble is not the run's: it is said, and the run goes on
+        return f"processor {processor}: its checkpoint could not be audited ({exc})"
+    holes = found.holes(SILENT)
+    if not holes:
+        return None
+    named = ", ".join(f"{p.topic}/{p.partition} {s.start}-{s.end - 1}" for p, s in holes[:10])
+    more = f" and {len(holes) - 10} more" if len(holes) > 10 else ""
+    return (f"processor {processor}: its checkpoint skipped input offsets no batch read, {found.offsets(SILENT)} in "
+            f"{len(holes)} silent gap(s): {named}{more}. They stay unread: backfill them (weir backfill), or reset the "
+            f"processor; `weir audit` names them too")  # fmt: skip
 
 
 def realtime_master(master: str, selected: list[Processor], pipeline: Pipeline) -> str:
