@@ -287,3 +287,11 @@ def _typed(c: Column, kind: str, t: DataType | None) -> Column:
     if kind == "timestamp":
         return F.timestamp_micros(c.cast("long"))
     return c.cast(t) if kind in ("long", "double") else c
+
+
+def spec_args(aggs: list[Aggregate]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple]:
+    """(functions, kinds, limits, params) of checked aggregates, as the blocks' Specs take them."""
+    return (
+        tuple(a.function for a in aggs), tuple(a.kind for a in aggs), tuple(a.limit for a in aggs),
+        tuple(a.param for a in aggs),
+    )  # fmt: skip

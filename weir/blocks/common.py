@@ -13,26 +13,37 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import timedelta
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BinaryType,
     ByteType,
     DataType,
     IntegerType,
     LongType,
     ShortType,
     StringType,
-    StructField,
-    StructType,
 )
+
+from weir import units
 
 # The pandas dtype that keeps an integer column exact when a chunk holds a null (numpy would make it float64).
 NULLABLE_INTS = {ByteType: "Int8", ShortType: "Int16", IntegerType: "Int32"}
 _SETTINGS: ContextVar[list[dict[str, str]] | None] = ContextVar("weir_block_settings", default=None)
+
+
+def interval_ms(text: str, fn: str = "window") -> int:
+    """'1 minute', '90 seconds', '1 hour 30 minutes', '90s' as milliseconds (weir.units' grammar, a unit
+    required); ValueError (prefixed `fn`) for anything else or for no time at all."""
+    return units.duration_ms(text, fn, bare=None, positive=True)
+
+
+def watermark_delay(text: str | timedelta, fn: str = "window") -> str:
+    """The watermark delay as Spark reads it ("10 seconds"), from any duration weir.units reads ("10s")."""
+    return units.spark_interval(units.duration_ms(text, f"{fn}: watermark", bare=None))
 
 
 def settle(block: str, **settings: Any) -> None:
@@ -67,12 +78,12 @@ def wire(c: Column, t: DataType) -> Column:
     return c.cast("string") if isinstance(t, LongType) else c
 
 
-def one_frame(rows: Iterator[pd.DataFrame], names: Any) -> pd.DataFrame:
+def one_frame(rows: Iterator[pd.DataFrame], names: list[str] | None) -> pd.DataFrame:
     """A call's input rows (Spark hands them in chunks, its columns renamed _0, _1, ...) as one frame with the
-    columns `names`: the block's input columns in order."""
+    columns `names`: the block's input columns in order (None: their positions, 0, 1, ...)."""
     chunks = list(rows)
     df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-    df.columns = names
+    df.columns = range(df.shape[1]) if names is None else names
     return df
 
 
@@ -83,7 +94,7 @@ def missing(v: Any) -> bool:
 
 def bucket_count(stream: DataFrame) -> int:
     """How many buckets the keys are hashed into: spark.sql.shuffle.partitions x 4, at least 8. Stored in each
-    bucket's state, so a checkpoint refuses another number (the window's and the join's `_load`)."""
+    bucket's state, so a checkpoint refuses another number (weir.blocks.bucketed)."""
     partitions = int(stream.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
     return max(8, 4 * partitions)
 
@@ -91,36 +102,3 @@ def bucket_count(stream: DataFrame) -> int:
 def bucket(key: Column, buckets: int) -> Column:
     """A key's bucket, 0 <= bucket < `buckets`: the column a bucketed block groups by (`__weir_bucket`)."""
     return F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int")
-
-
-def timer_ms(us: int) -> int:
-    """An event-time timer for time `us`: rounded up, so it never fires before the watermark reaches `us`."""
-    return -(-us // 1000)
-
-
-def bucket_state(data: str) -> StructType:
-    """The ValueState `store_bucket` writes: the state's shape, the bucket's one timer (ms) and its data, under
-    the name `data` (each block's own: a checkpoint stores the schema with the state, so a name never changes)."""
-    return StructType(
-        [StructField("shape", StringType()), StructField("timer_ms", LongType()), StructField(data, BinaryType())]
-    )
-
-
-def store_bucket(
-    handle: Any, state: Any, shape: str, timer: int | None, due_us: int | None, data: bytes | None, existed: bool
-) -> None:
-    """What a bucketed block keeps per bucket: one ValueState (shape, timer_ms, data) and one event-time timer.
-
-    Moves the timer to `due_us` (None: no timer); `timer` is the one registered now (None when there is none,
-    or the one firing, which Spark deletes itself). Stores `data`, or clears the state when it is None."""
-    want = None if due_us is None else timer_ms(due_us)
-    if want != timer:
-        if timer is not None:
-            handle.deleteTimer(timer)
-        if want is not None:
-            handle.registerTimer(want)
-    if data is None:
-        if existed:
-            state.clear()
-    else:
-        state.update((shape, want, data))

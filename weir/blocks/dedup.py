@@ -8,19 +8,11 @@ Every input record gets one `_route`: "out" (the first of its key within the hor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql.streaming.stateful_processor import TimerValues
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -33,95 +25,74 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import deduping
-from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket, wire, wire_type
-from weir.blocks.window import check_keyed_stream, interval_ms, watermark_delay
+from weir.blocks.bucketed import BUCKETS_FROM, RESET, BucketLogic, BucketState
+from weir.blocks.common import bucket, bucket_count, col, interval_ms, settle, watermark_delay, wire, wire_type
+from weir.blocks.records import check_keyed_stream
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
 
 
-class _Dedup(StatefulProcessor):
-    """Per bucket of keys: the bucket's keys and their last sightings as one table in one ValueState
-    (deduping.dumps), read and written once per call, and one event-time timer at the earliest expiry.
+class _Dedup(BucketLogic[pd.DataFrame]):
+    """Per bucket of keys: the bucket's keys and their last sightings as one table (deduping.dumps) in its stored
+    state, and its timer at the earliest expiry (weir.blocks.bucketed).
 
     Input columns: the stream's own (wire form, the event time as text µs), then __weir_error,
     __weir_bucket, __weir_key (the key as text, its identity here), __weir_ts_us (windowing.NULL_TS for
     null), __weir_topic/__weir_partition/__weir_offset (the tie-breakers, never null). Output: the stream's
     columns, then the route columns."""
 
+    data_field = "keys"
+    fn = "deduplicate"
+
     def __init__(self, inputs: list[str], passthrough: list[str], buckets: int, horizon_us: int, null_key: str):
-        self.inputs = inputs  # of the input columns, in order: Spark renames them (_0, _1, ...) on the way
+        self.inputs = inputs
         self.passthrough = passthrough
         self.shape = f"buckets={buckets}"  # the horizon is not in it: a restart may change it (docs/blocks.md)
         self.horizon_us = horizon_us
         self.null_key = null_key
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("bucket", _BUCKET_STATE)
+    def remedy(self) -> str:
+        return f"{BUCKETS_FROM}. Restore it, or {RESET}."
 
-    def _load(self) -> tuple[pd.DataFrame, int | None, bool]:
-        """(the keys in state, the registered timer, whether state existed)."""
-        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            return deduping.empty(), None, False
-        shape, timer, data = stored
-        if shape != self.shape:
-            raise ValueError(
-                f"deduplicate: the checkpoint's state was built as [{shape}], this query is [{self.shape}]: the "
-                "number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8). Restore it, or start "
-                "a new checkpoint (`weir run --reset <processor>`)."
-            )
-        return deduping.loads(bytes(data)), (None if timer is None else int(timer)), True
+    def empty(self) -> pd.DataFrame:
+        return deduping.empty()
 
-    def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        """Store the keys, the bucket's one timer at the earliest expiry (common.store_bucket)."""
-        data = None if table.empty else deduping.dumps(table)
-        due = deduping.next_expiry(table, self.horizon_us)
-        store_bucket(self.handle, self.state, self.shape, timer, due, data, existed)
+    def loads(self, data: bytes, shape: str) -> pd.DataFrame:
+        return deduping.loads(data)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        df = one_frame(rows, self.inputs)
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
-        error = df["__weir_error"].to_numpy(dtype=object)
-        dlq = df["__weir_error"].notna().to_numpy()
-        keyless = ~dlq & df["__weir_key"].isna().to_numpy()
+    def dumps(self, state: pd.DataFrame) -> bytes | None:
+        return None if state.empty else deduping.dumps(state)
+
+    def due_us(self, state: pd.DataFrame) -> int | None:
+        return deduping.next_expiry(state, self.horizon_us)
+
+    def on_batch(self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[pd.DataFrame]) -> list[pd.DataFrame]:
+        watermark_us = clock.getCurrentWatermarkInMs() * 1000
+        ts = rows["__weir_ts_us"].to_numpy(dtype=np.int64)
+        error = rows["__weir_error"].to_numpy(dtype=object)
+        dlq = rows["__weir_error"].notna().to_numpy()
+        keyless = ~dlq & rows["__weir_key"].isna().to_numpy()
         late = ~(dlq | keyless) & ((ts == NULL_TS) | (ts < watermark_us))
         on_time = ~(dlq | keyless | late)
-        routes = np.full(len(df), LATE, dtype=object)
+        routes = np.full(len(rows), LATE, dtype=object)
         routes[dlq | keyless] = DLQ
         error = np.where(keyless, self.null_key, error)
-        table, timer, existed = self._load()
-        table = deduping.expire(table, watermark_us, self.horizon_us)
+        table = deduping.expire(bucket.value, watermark_us, self.horizon_us)
         if on_time.any():
-            on = df[on_time]
+            on = rows[on_time]
             order = [on[c].to_numpy() for c in ("__weir_topic", "__weir_partition", "__weir_offset")]
             first, table = deduping.route(
                 table, on["__weir_key"].to_numpy(dtype=object), ts[on_time], order, self.horizon_us
             )
             routes[on_time] = np.where(first, OUT, DUPLICATE)
-        self._save(table, timer, existed)
-        out = {c: df[c] for c in self.passthrough}
-        out |= {ROUTE: routes, ABSORBED: np.full(len(df), None, dtype=object), ERROR_COLUMN: error}
-        yield pd.DataFrame(out)
+        bucket.keep(table)
+        out = {c: rows[c] for c in self.passthrough}
+        out |= {ROUTE: routes, ABSORBED: np.full(len(rows), None, dtype=object), ERROR_COLUMN: error}
+        return [pd.DataFrame(out)]
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        table, timer, existed = self._load()
-        if timer == expiredTimerInfo.getExpiryTimeInMs():
-            timer = None  # Spark deletes the timer that fired once this returns
-        self._save(
-            deduping.expire(table, timerValues.getCurrentWatermarkInMs() * 1000, self.horizon_us), timer, existed
-        )
-        return iter(())
-
-
-_BUCKET_STATE = bucket_state("keys")
+    def on_notify(self, state: pd.DataFrame, clock: TimerValues) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+        return deduping.expire(state, clock.getCurrentWatermarkInMs() * 1000, self.horizon_us), []
 
 
 def _identity(c: Column, t: DataType) -> Column:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
+from pyspark.sql.streaming.stateful_processor import TimerValues
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from weir.blocks import joining
+from weir.blocks.bucketed import BUCKETS_FROM, RESET, BucketLogic, BucketState
 from weir.blocks.common import NULLABLE_INTS as _NULLABLE
 from weir.blocks.common import bucket, bucket_count, col, settle, wire, wire_type
 from weir.kafka.decode import ERROR_COLUMN
@@ -39,19 +40,25 @@ HOWS = ("inner", "left")
 _META = ("__weir_side", "__weir_ts", "__weir_offset", "__weir_tombstone", "__weir_error", "__weir_bucket")
 _KAFKA_NEEDED = ("key", "value", "topic", "partition", "offset", "timestamp")
 _NO_TS = 2**63 - 1  # a record without a Kafka timestamp sorts after every other one of its key
-_BUCKET_STATE = StructType([StructField("shape", StringType()), StructField("table", BinaryType())])
 
 
 def _null(t: DataType) -> Column:
     return F.lit(None).cast(wire_type(t))
 
 
-class _Bucketed(StatefulProcessor):
-    """Per bucket of keys: the bucket's table (key -> current row) as one value in a ValueState
-    (joining.dumps), read once per call and written once when a table record changed it.
+class _Bucketed(BucketLogic[pd.DataFrame]):
+    """Per bucket of keys: the bucket's table (key -> current row) as one value (joining.dumps) in its stored
+    state, without a timer (weir.blocks.bucketed): read when a call has usable records, written when a table
+    record changed it.
 
     Input row, by position (Spark's namedtuples rename some columns): the stream columns, the table columns
     (wire types), then _META. Output: the columns `names`, one DataFrame per kind of row."""
+
+    data_field = "table"
+    timed = False
+    kind = "table"
+    fn = "join_table"
+    inputs = None  # by position
 
     def __init__(self, shape: str, names: list[str], n_stream: int, key_at: int, types: list[DataType], left: bool):
         self.shape = shape
@@ -63,24 +70,18 @@ class _Bucketed(StatefulProcessor):
         self.columns = [f"t{i}" for i in range(len(self.table_types))]  # the table's columns in the core
         self.left = left
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("bucket", _BUCKET_STATE)
+    def remedy(self) -> str:
+        where = "the key and table columns from the code and the table's schema"
+        return f"{BUCKETS_FROM}, {where}. Restore them, or {RESET}, which re-reads the table topic."
 
-    def _load(self) -> tuple[pd.DataFrame, bool]:
-        """(the bucket's table, whether state existed)."""
-        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            return joining.empty(self.columns), False
-        shape, data = stored
-        if shape != self.shape:
-            raise ValueError(
-                f"join_table: the checkpoint's table state was built as [{shape}], this query is [{self.shape}]: "
-                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the key and "
-                "table columns from the code and the table's schema. Restore them, or start a new checkpoint "
-                "(`weir run --reset <processor>`), which re-reads the table topic."
-            )
-        return joining.loads(bytes(data)), True
+    def empty(self) -> pd.DataFrame:
+        return joining.empty(self.columns)
+
+    def loads(self, data: bytes, shape: str) -> pd.DataFrame:
+        return joining.loads(data)
+
+    def dumps(self, state: pd.DataFrame) -> bytes | None:
+        return joining.dumps(state) if len(state) else None
 
     def _keys(self, s: pd.Series) -> np.ndarray:
         # A chunk holding a null turns an integer key into float64: as Python ints, keys hash alike in every batch.
@@ -96,7 +97,7 @@ class _Bucketed(StatefulProcessor):
             cols[c] = pd.array(v, dtype=_NULLABLE[type(t)]) if type(t) in _NULLABLE else v.to_numpy()
         return pd.DataFrame(cols)
 
-    def _frame(self, rows: pd.DataFrame, seen: pd.DataFrame | None, route: Any, error: Any = None) -> pd.DataFrame:
+    def _rows(self, rows: pd.DataFrame, seen: pd.DataFrame | None, route: Any, error: Any = None) -> pd.DataFrame:
         """Output rows for input `rows`: their stream columns, the table row `seen` (null when None)."""
         n = len(rows)
         cols: dict[str, Any] = {self.names[i]: rows[i].to_numpy() for i in range(self.n_stream)}
@@ -105,22 +106,18 @@ class _Bucketed(StatefulProcessor):
         cols |= {ROUTE: route, ABSORBED: _nulls(n), ERROR_COLUMN: _nulls(n) if error is None else error}
         return pd.DataFrame(cols)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    def on_batch(
+        self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[pd.DataFrame]
     ) -> Iterator[pd.DataFrame]:
-        chunks = list(rows)
-        df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        df.columns = range(df.shape[1])
-        side_at, ts_at, offset_at, tomb_at, error_at, _ = range(self.n_stream + len(self.columns), df.shape[1])
-        side = df[side_at].to_numpy(dtype=np.int8)
-        error = df[error_at]
+        side_at, ts_at, offset_at, tomb_at, error_at, _ = range(self.n_stream + len(self.columns), rows.shape[1])
+        side = rows[side_at].to_numpy(dtype=np.int8)
+        error = rows[error_at]
         dlq = error.notna().to_numpy()  # keyless table records carry an error (computed in Spark)
         used, stream = ~dlq, ~dlq & (side == joining.STREAM)
         if used.any():
-            table, existed = self._load()
-            usable = df[used]
+            usable = rows[used]
             joined = joining.join(
-                table,
+                bucket.value,
                 self._keys(usable[self.key_at]),
                 usable[ts_at].to_numpy(dtype=np.int64),
                 side[used],
@@ -130,16 +127,13 @@ class _Bucketed(StatefulProcessor):
             )
             if stream.any():
                 route = np.where(joined.found | self.left, OUT, FILTERED).astype(object)
-                yield self._frame(df[stream], joined.seen, route)
-            if joined.applied:
-                if len(joined.table):
-                    self.state.update((self.shape, joining.dumps(joined.table)))
-                elif existed:
-                    self.state.clear()
+                yield self._rows(rows[stream], joined.seen, route)
+            if joined.applied:  # stream records only leave the table as it was: not written again
+                bucket.keep(joined.table)
                 absorbed = {ROUTE: ABSORB, ABSORBED: str(joined.applied)}
                 yield pd.DataFrame({c: [absorbed.get(c)] for c in self.names})
         if dlq.any():
-            yield self._frame(df[dlq], None, np.full(int(dlq.sum()), DLQ, dtype=object), error[dlq].to_numpy())
+            yield self._rows(rows[dlq], None, np.full(int(dlq.sum()), DLQ, dtype=object), error[dlq].to_numpy())
 
 
 def _nulls(n: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -29,12 +29,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql.streaming.stateful_processor import TimerValues
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -58,16 +53,16 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import keystate
-from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket
+from weir.blocks.bucketed import RESET, BucketLogic, BucketState
+from weir.blocks.common import bucket, bucket_count, col, settle, watermark_delay
 from weir.blocks.keystate import Bucket, Declaration, KeyState, ListOf, MapOf, StateError, Timers, Value
-from weir.blocks.window import (
+from weir.blocks.records import (
     check_kafka_columns,
     check_keyed_stream,
     kafka_columns,
     kafka_inputs,
     kafka_outputs,
     record_columns,
-    watermark_delay,
 )
 from weir.blocks.windowing import NULL_TS
 from weir.kafka.decode import ERROR_COLUMN
@@ -77,7 +72,6 @@ __all__ = ["ListOf", "MapOf", "Stateful", "Value", "stateful"]
 
 _KAFKA = ("topic", "partition", "offset", "key", "value", ROUTE, ABSORBED, ERROR_COLUMN)
 _HIDDEN = ("key", "value", "headers", "timestampType", ERROR_COLUMN)  # not handed to the function
-_STATE = bucket_state("keys")
 
 Process = Callable[[Any, list[dict], KeyState, Timers], Iterable[Mapping[str, Any]] | None]
 OnTimer = Callable[[Any, Any, KeyState, Timers], Iterable[Mapping[str, Any]] | None]
@@ -119,55 +113,56 @@ def _from_wire(name: str, kind: str, t: DataType) -> Column:
     return (c.cast(t) if kind in ("int", "date", "decimal") else c).alias(name)
 
 
-class _Keyed(StatefulProcessor):
-    """Per bucket of keys: the keys' state and timers as one JSON document in one ValueState, read and written
-    once per call, and one Spark timer at the bucket's earliest user timer or expiry. Runs on Spark's Python
-    workers, one call per bucket and micro-batch with records, and one per bucket whose timer fired.
+class _Keyed(BucketLogic[Bucket]):
+    """Per bucket of keys: the keys' state and timers as one JSON document (keystate.Bucket) in its stored state,
+    and the bucket's one Spark timer at its earliest user timer or expiry (weir.blocks.bucketed). Runs on Spark's
+    Python workers, one call per bucket and micro-batch with records, and one per bucket whose timer fired.
 
     Input columns: __weir_bucket, __weir_key (text), __weir_ts_us (NULL_TS for null; 0 without an event
     time), __weir_error, the record's fields on the wire, the Kafka columns (`kafka_inputs`). Output: the key
     (text), the output fields on the wire, `kafka_outputs`."""
 
+    data_field = "keys"
+    kind = "keyed"
+
     def __init__(self, spec: _Spec, inputs: list[str], names: list[str]) -> None:
         self.spec = spec
-        self.inputs = inputs  # in order: Spark renames them (_0, _1, ...) on the way
+        self.fn = spec.name
+        self.shape = spec.shape
+        self.inputs = inputs
         self.names = names
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("bucket", _STATE)
+    def remedy(self) -> str:
+        return (
+            "the state declarations, time to live and clock come from @stateful's arguments, the number of buckets "
+            "from spark.sql.shuffle.partitions (x 4, at least 8). Restore them, declare a migration of changed "
+            f"declarations (@{self.spec.name}.migrate), or {RESET}."
+        )
 
-    def _load(self) -> tuple[Bucket, int | None, bool]:
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            return Bucket(), None, False
-        shape, timer, data = stored
-        migrating = self.spec.migrate is not None and keystate.unmigrated(shape, self.spec.shape)
-        if shape != self.spec.shape and not migrating:
-            raise ValueError(
-                f"{self.spec.name}: the checkpoint's keyed state was built as [{shape}], this query is "
-                f"[{self.spec.shape}]: the state declarations, time to live and clock come from @stateful's arguments, "
-                "the number of buckets from spark.sql.shuffle.partitions (x 4, at least 8). Restore them, declare a "
-                f"migration of changed declarations (@{self.spec.name}.migrate), or start a new checkpoint "
-                "(`weir run --reset <processor>`)."
-            )
+    def accepts(self, stored: str) -> bool:
+        # A bucket still as the old declarations made it: a migration rewrites it when read (`loads`).
+        return stored == self.shape or (self.spec.migrate is not None and keystate.unmigrated(stored, self.shape))
+
+    def empty(self) -> Bucket:
+        return Bucket()
+
+    def loads(self, data: bytes, shape: str) -> Bucket:
         b = Bucket.loads(data, self.spec.name)
-        if migrating:  # a bucket still as the old declarations made it: rewritten now, stored with the new shape
+        if shape != self.shape:  # accepted: a migration's; the bucket is stored with the new shape
             assert self.spec.migrate is not None
             old = keystate.declarations_of(shape)
             keystate.migrate_bucket(b, old, self.spec.state, self.spec.migrate, self.spec.user_key, self.spec.name)
-        return b, (None if timer is None else int(timer)), True
+        return b
 
-    def _save(self, b: Bucket, timer: int | None, existed: bool) -> None:
-        due = b.next_due(self.spec.ttl_ms)
-        store_bucket(self.handle, self.state, self.spec.shape, timer, None if due is None else due * 1000, b.dumps(),
-                     existed)  # fmt: skip
+    def dumps(self, state: Bucket) -> bytes | None:
+        return state.dumps()
+
+    def due_us(self, state: Bucket) -> int | None:
+        due = state.next_due(self.spec.ttl_ms)
+        return None if due is None else due * 1000
 
     def _now(self, tv: TimerValues) -> int:
         return tv.getCurrentWatermarkInMs() if self.spec.event_time else tv.getCurrentProcessingTimeInMs()
-
-    def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
-        return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
 
     def _records(self, rows: pd.DataFrame, route: str, error: Any = None) -> pd.DataFrame:
         n = len(rows)
@@ -175,7 +170,7 @@ class _Keyed(StatefulProcessor):
         cols[ROUTE] = np.full(n, route, dtype=object)
         if error is not None:
             cols[ERROR_COLUMN] = error
-        return self._frame(n, **cols)
+        return self.frame(n, **cols)
 
     def _emits(self, key: Any, produced: Iterable[Mapping[str, Any]] | None, where: str) -> list[dict]:
         """The function's rows for `key` on the wire; StateError naming the field for a wrong one."""
@@ -195,29 +190,26 @@ class _Keyed(StatefulProcessor):
 
     def _summary(self, route: str, n: int) -> pd.DataFrame:
         """One summary row: `n` records absorbed into state (ABSORB), or `n` keys a time to live cleared (EXPIRED)."""
-        return self._frame(1, **{ROUTE: np.array([route], dtype=object), ABSORBED: np.array([str(n)], dtype=object)})
+        return self.frame(1, **{ROUTE: np.array([route], dtype=object), ABSORBED: np.array([str(n)], dtype=object)})
 
     def _emit_frame(self, rows: list[dict]) -> pd.DataFrame:
         cols = {c: np.array([r[c] for r in rows], dtype=object) for c in ["__weir_key", *self.spec.outputs]}
-        return self._frame(len(rows), **cols, **{ROUTE: np.full(len(rows), EMIT, dtype=object)})
+        return self.frame(len(rows), **cols, **{ROUTE: np.full(len(rows), EMIT, dtype=object)})
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        df = one_frame(rows, self.inputs)
-        now = self._now(timerValues)
-        dlq = df["__weir_error"].notna().to_numpy() | df["__weir_key"].isna().to_numpy()
-        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
-        late = ~dlq & ((ts == NULL_TS) | (ts < now * 1000)) if self.spec.event_time else np.zeros(len(df), bool)
+    def on_batch(self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[Bucket]) -> list[pd.DataFrame]:
+        now = self._now(clock)
+        dlq = rows["__weir_error"].notna().to_numpy() | rows["__weir_key"].isna().to_numpy()
+        ts = rows["__weir_ts_us"].to_numpy(dtype=np.int64)
+        late = ~dlq & ((ts == NULL_TS) | (ts < now * 1000)) if self.spec.event_time else np.zeros(len(rows), bool)
         out: list[pd.DataFrame] = []
         if dlq.any():
-            errors = df["__weir_error"].to_numpy(dtype=object).copy()
+            errors = rows["__weir_error"].to_numpy(dtype=object).copy()
             errors[pd.isna(errors)] = f"{self.spec.name}: key {self.spec.key} is null"
-            out.append(self._records(df[dlq], DLQ, errors[dlq]))
+            out.append(self._records(rows[dlq], DLQ, errors[dlq]))
         if late.any():
-            out.append(self._records(df[late], LATE))
-        on = df[~(dlq | late)]
-        b, timer, existed = self._load()
+            out.append(self._records(rows[late], LATE))
+        on = rows[~(dlq | late)]
+        b = bucket.value
         cleared = b.expire(now, self.spec.ttl_ms)
         emitted: list[dict] = []
         failed: list[pd.DataFrame] = []
@@ -252,20 +244,15 @@ class _Keyed(StatefulProcessor):
             if absorbed:
                 out.append(self._summary(ABSORB, absorbed))
         out += failed
-        self._save(b, timer, existed)
+        bucket.keep(b)
         if emitted:
             out.append(self._emit_frame(emitted))
         if cleared:
             out.append(self._summary(EXPIRED, cleared))
-        yield from out
+        return out
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        b, timer, existed = self._load()
-        if timer == expiredTimerInfo.getExpiryTimeInMs():
-            timer = None  # Spark deletes the timer that fired once this returns
-        now = self._now(timerValues)
+    def on_notify(self, b: Bucket, clock: TimerValues) -> tuple[Bucket, list[pd.DataFrame]]:
+        now = self._now(clock)
         emitted: list[dict] = []
         cleared = 0
         # In time order: each timer sees its key's state as of its instant (expired by then or not); the keys'
@@ -288,11 +275,8 @@ class _Keyed(StatefulProcessor):
                 raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})") from exc
             b.put(k, entry, state.written, at if self.spec.event_time else now)
         cleared += b.expire(now, self.spec.ttl_ms)
-        self._save(b, timer, existed)
-        if emitted:
-            yield self._emit_frame(emitted)
-        if cleared:
-            yield self._summary(EXPIRED, cleared)
+        out = [self._emit_frame(emitted)] if emitted else []
+        return b, out + ([self._summary(EXPIRED, cleared)] if cleared else [])
 
 
 def _origin(exc: BaseException) -> str:

@@ -19,21 +19,21 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.streaming.stateful_processor import TimerValues
 from pyspark.sql.types import StringType, StructField, StructType
 
 from weir.blocks import accumulating, aggregates, windowing
-from weir.blocks.common import bucket_count, one_frame, settle, store_bucket, wire_type
-from weir.blocks.window import (
+from weir.blocks.bucketed import BucketLogic, BucketState
+from weir.blocks.common import bucket_count, settle, wire_type
+from weir.blocks.records import (
     OUTPUT_KAFKA,
-    Bucketed,
     bucketed_input,
     check_kafka_columns,
     check_keyed_stream,
     kafka_columns,
     kafka_outputs,
     key_out,
-    spec_args,
+    record_columns,
 )
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, ROUTE
@@ -42,20 +42,32 @@ _RESERVED = ("revision", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 _ORDERED = ("first", "last", "collect")  # the functions an event time orders
 
 
-class Running(Bucketed):
-    """Per bucket of keys: every key's accumulators as one table in one ValueState (windowing.dumps), read and
-    written once per call that brings records, no timer. Runs on Spark's Python workers, one call per bucket and
-    micro-batch with records.
+class Running(BucketLogic[pd.DataFrame]):
+    """Per bucket of keys: every key's accumulators as one table (windowing.dumps) in its stored state, no timer
+    (weir.blocks.bucketed). Runs on Spark's Python workers, one call per bucket and micro-batch with records.
 
-    Input columns: as `Bucketed`'s (the event time `__weir_ts_us` is 0 for every record without `event_time`).
-    Output: `_wire_out`'s, the revision and BIGINT as text."""
+    Input columns: records.bucketed_input's (the event time `__weir_ts_us` is 0 for every record without
+    `event_time`). Output: `_wire_out`'s, the revision and BIGINT as text."""
 
-    spec: accumulating.Spec
+    # The windows' stored state: the same table format, under the same field, as checkpoints hold it.
+    data_field = "windows"
     kind = "running aggregate"
 
-    def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        data = None if table.empty else windowing.dumps(table, self.spec)
-        store_bucket(self.handle, self.state, self.shape, None, None, data, existed)
+    def __init__(self, spec: accumulating.Spec, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
+        self.spec = spec
+        self.shape = spec.shape(buckets)
+        self.fn = fn
+        self.inputs = inputs
+        self.names = names
+
+    def empty(self) -> pd.DataFrame:
+        return windowing.empty(self.spec)
+
+    def loads(self, data: bytes, shape: str) -> pd.DataFrame:
+        return windowing.loads(data, self.spec)
+
+    def dumps(self, state: pd.DataFrame) -> bytes | None:
+        return None if state.empty else windowing.dumps(state, self.spec)
 
     def _emits(self, changed: pd.DataFrame) -> pd.DataFrame:
         cols: dict[str, Any] = {
@@ -63,7 +75,7 @@ class Running(Bucketed):
             "revision": changed["revision"].to_numpy(dtype=np.int64).astype(str).astype(object),
             ROUTE: np.full(len(changed), EMIT, dtype=object),
         }
-        return self._frame(len(changed), **cols | aggregates.results(changed, self.spec))
+        return self.frame(len(changed), **cols | aggregates.results(changed, self.spec))
 
     def _ordered_values(self, rows: pd.DataFrame, ts: np.ndarray) -> list:
         """The records' values; with an event time, a record without one gives first, last and collect nothing
@@ -79,31 +91,27 @@ class Running(Bucketed):
                 values[i] = v
         return values
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    def on_batch(
+        self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[pd.DataFrame]
     ) -> Iterator[pd.DataFrame]:
-        df = one_frame(rows, self.inputs)
-        error = df["__weir_error"]
+        error = rows["__weir_error"]
         dlq = error.notna().to_numpy()
         if dlq.any():
-            yield self._records(df[dlq], DLQ, None, error[dlq].to_numpy(dtype=object))
-        on = df[~dlq]
+            bad = rows[dlq]
+            cols = {self.names[0]: bad["__weir_key"].to_numpy(dtype=object), **record_columns(bad)}
+            cols |= {ROUTE: np.full(len(bad), DLQ, dtype=object), ERROR_COLUMN: error[dlq].to_numpy(dtype=object)}
+            yield self.frame(len(bad), **cols)
+        on = rows[~dlq]
         if on.empty:
             return
         ts = on["__weir_ts_us"].to_numpy(dtype=np.int64)
-        table, _, existed = self._load()
         keys = on["__weir_key"].to_numpy(dtype=object)
-        table, changed = accumulating.absorb(table, keys, ts, self._ordered_values(on, ts), self.spec)
-        self._save(table, None, existed)
-        yield self._frame(
+        table, changed = accumulating.absorb(bucket.value, keys, ts, self._ordered_values(on, ts), self.spec)
+        bucket.keep(table)
+        yield self.frame(
             1, **{ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(len(on))], dtype=object)}
         )
         yield self._emits(changed)
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        return iter(())  # it registers none
 
 
 def _wire_out(key_type: Any, aggs: list[aggregates.Aggregate]) -> StructType:
@@ -150,7 +158,7 @@ def _running(fn: str, stream: DataFrame, key: str, declared: dict[str, tuple], e
     key_type = stream.schema[key].dataType
     wire_in = bucketed_input(stream, key, key_type, event_time, aggs, buckets)
     wire_out = _wire_out(key_type, aggs)
-    spec = accumulating.Spec(*spec_args(aggs), ordered=event_time is not None)
+    spec = accumulating.Spec(*aggregates.spec_args(aggs), ordered=event_time is not None)
     processor = Running(spec, buckets, fn, wire_in.columns, wire_out.fieldNames())
     out = wire_in.groupBy("__weir_bucket").transformWithStateInPandas(
         processor, wire_out, outputMode="Append", timeMode="None"

@@ -15,8 +15,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from weir.blocks import sessioning
-from weir.blocks.common import bucket_count, settle
-from weir.blocks.window import Bucketed, interval_ms, plan_windows, run_windows, settled
+from weir.blocks.common import bucket_count, interval_ms, settle
+from weir.blocks.window import Bucketed, plan_windows, run_windows, settled
 
 
 class _Sessions(Bucketed):

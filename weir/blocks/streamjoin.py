@@ -21,12 +21,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql.streaming.stateful_processor import TimerValues
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -38,18 +33,18 @@ from pyspark.sql.types import (
 
 from weir import units
 from weir.blocks import streamjoining, windowing
+from weir.blocks.bucketed import BUCKETS_FROM, RESET, BucketLogic, BucketState
 from weir.blocks.common import NULLABLE_INTS as _NULLABLE
-from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket, wire, wire_type
-from weir.blocks.streamjoining import Spec
-from weir.blocks.window import (
+from weir.blocks.common import bucket, bucket_count, col, settle, watermark_delay, wire, wire_type
+from weir.blocks.records import (
     check_kafka_columns,
     check_keyed_stream,
     kafka_columns,
     kafka_inputs,
     kafka_outputs,
     record_columns,
-    watermark_delay,
 )
+from weir.blocks.streamjoining import Spec
 from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, REASON, ROUTE
@@ -58,7 +53,6 @@ HOWS = ("inner", "left")
 LEFT, RIGHT = 0, 1
 _RESERVED = ("topic", "partition", "offset", "key", "value", ROUTE, ABSORBED, ERROR_COLUMN, REASON)
 _META = ("__weir_side", "__weir_jkey", "__weir_ts_us", "__weir_error")
-_STATE = bucket_state("pairs")
 _MICROS = "weir.micros"  # a field's metadata: an event-time TIMESTAMP carried as µs
 
 
@@ -66,49 +60,45 @@ def _iso(us: np.ndarray) -> np.ndarray:
     return pd.to_datetime(us, unit="us").strftime("%Y-%m-%dT%H:%M:%S.%fZ").to_numpy(dtype=object)
 
 
-class _Paired(StatefulProcessor):
-    """Per bucket of keys: the records of both sides an on-time record can still match, as one value in a
-    ValueState (streamjoining.dumps), read and written once per call, and one event-time timer at the earliest
-    watermark that lets a record go. Runs on Spark's Python workers, one call per bucket and micro-batch (or
-    timer).
+Sides = tuple[pd.DataFrame, pd.DataFrame]  # (left, right): the records a bucket keeps
+
+
+class _Paired(BucketLogic[Sides]):
+    """Per bucket of keys: the records of both sides an on-time record can still match, as one value
+    (streamjoining.dumps) in its stored state, and its timer at the earliest watermark that lets a record go
+    (weir.blocks.bucketed). Runs on Spark's Python workers, one call per bucket and micro-batch (or timer).
 
     Input: the left columns (l0, l1, ...), the right columns (r0, ...), _META, the Kafka coordinates and bytes
-    (window.kafka_inputs), the bucket. Output: the columns `names` (left, right, window.kafka_outputs, REASON)."""
+    (records.kafka_inputs), the bucket. Output: the columns `names` (left, right, records.kafka_outputs, REASON)."""
+
+    state_name = data_field = "pairs"
+    kind = "join"
+    fn = "join_streams"
 
     def __init__(self, spec: Spec, shape: str, inputs: list[str], names: list[str], types: dict[str, DataType],
                  event_time: tuple[str, str]) -> None:  # fmt: skip
         self.spec = spec
         self.shape = shape
-        self.inputs = inputs  # of the input columns, in order: Spark renames them (_0, _1, ...) on the way
-        self.names = names  # of the output columns, in order
+        self.inputs = inputs
+        self.names = names
         self.types = types  # of the left and right columns, by name
         self.event_time = event_time
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("pairs", _STATE)
+    def remedy(self) -> str:
+        return f"{BUCKETS_FROM}, the key from the code. Restore them, or {RESET}."
 
-    def _load(self) -> tuple[pd.DataFrame, pd.DataFrame, int | None, bool]:
-        """(left side, right side, the registered timer, whether state existed)."""
-        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            spec = self.spec
-            return streamjoining.empty(spec.left_frame()), streamjoining.empty(spec.right_frame()), None, False
-        shape, timer, data = stored
-        if shape != self.shape:
-            raise ValueError(
-                f"join_streams: the checkpoint's join state was built as [{shape}], this query is [{self.shape}]: "
-                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the key from the "
-                "code. Restore them, or start a new checkpoint (`weir run --reset <processor>`)."
-            )
-        left, right = streamjoining.loads(bytes(data), self.spec)
-        return left, right, (None if timer is None else int(timer)), True
+    def empty(self) -> Sides:
+        return streamjoining.empty(self.spec.left_frame()), streamjoining.empty(self.spec.right_frame())
 
-    def _save(self, left: pd.DataFrame, right: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        data = streamjoining.dumps(left, right) if len(left) or len(right) else None
-        due = streamjoining.next_due(left, right, self.spec)
-        store_bucket(self.handle, self.state, self.shape, timer, due, data, existed)
+    def loads(self, data: bytes, shape: str) -> Sides:
+        return streamjoining.loads(data, self.spec)
+
+    def dumps(self, state: Sides) -> bytes | None:
+        left, right = state
+        return streamjoining.dumps(left, right) if len(left) or len(right) else None
+
+    def due_us(self, state: Sides) -> int | None:
+        return streamjoining.next_due(*state, self.spec)
 
     def _column(self, name: str, values: pd.Series) -> Any:
         # A chunk holding a null turns an integer column into float64: kept as nullable integers, exact.
@@ -124,19 +114,15 @@ class _Paired(StatefulProcessor):
         cols |= {c: self._column(c, rows[f"{prefix}{i}"]) for i, c in enumerate(columns)}
         return pd.DataFrame(cols)
 
-    def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
-        """Output rows: the named columns given, every other one null."""
-        return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
-
     def _emits(self, joined: pd.DataFrame) -> pd.DataFrame:
         # the left record's coordinates under the output's names (topic, partition, offset)
         cols = {c.removeprefix("__weir_"): joined[c].array for c in joined.columns}
-        return self._frame(len(joined), **cols, **{ROUTE: np.full(len(joined), EMIT, dtype=object)})
+        return self.frame(len(joined), **cols, **{ROUTE: np.full(len(joined), EMIT, dtype=object)})
 
     def _records(self, rows: pd.DataFrame, route: str, **more: Any) -> pd.DataFrame:
         """One output row per input record (late, dlq): its Kafka coordinates and bytes, and `more`."""
         n = len(rows)
-        return self._frame(n, **record_columns(rows), **{ROUTE: np.full(n, route, dtype=object)}, **more)
+        return self.frame(n, **record_columns(rows), **{ROUTE: np.full(n, route, dtype=object)}, **more)
 
     def _late(self, rows: pd.DataFrame, ts: np.ndarray, side: np.ndarray, watermark_us: int) -> pd.DataFrame:
         null = ts == windowing.NULL_TS
@@ -150,51 +136,40 @@ class _Paired(StatefulProcessor):
         reason = np.where(null, "no event time (" + names + " is null)", behind).astype(object)
         return self._records(rows, LATE, **{REASON: reason})
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        df = one_frame(rows, self.inputs)
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
-        side = df["__weir_side"].to_numpy(dtype=np.int8)
-        error = df["__weir_error"]
+    def on_batch(self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[Sides]) -> Iterator[pd.DataFrame]:
+        watermark_us = clock.getCurrentWatermarkInMs() * 1000
+        ts = rows["__weir_ts_us"].to_numpy(dtype=np.int64)
+        side = rows["__weir_side"].to_numpy(dtype=np.int8)
+        error = rows["__weir_error"]
         dlq = error.notna().to_numpy()
         late = ~dlq & ((ts == windowing.NULL_TS) | (ts < watermark_us))
         on_time = ~(dlq | late)
         if dlq.any():
-            yield self._records(df[dlq], DLQ, **{ERROR_COLUMN: error[dlq].to_numpy(dtype=object)})
+            yield self._records(rows[dlq], DLQ, **{ERROR_COLUMN: error[dlq].to_numpy(dtype=object)})
         if late.any():
-            yield self._late(df[late], ts[late], side[late], watermark_us)
+            yield self._late(rows[late], ts[late], side[late], watermark_us)
         n = int(on_time.sum())
         if not n:
             return
         spec = self.spec
         is_left, is_right = on_time & (side == LEFT), on_time & (side == RIGHT)
-        left, right, timer, existed = self._load()
+        left, right = bucket.value
         done = streamjoining.step(
             left, right,
-            self._side(df[is_left], ts[is_left], "l", spec.left_columns),
-            self._side(df[is_right], ts[is_right], "r", spec.right_columns),
+            self._side(rows[is_left], ts[is_left], "l", spec.left_columns),
+            self._side(rows[is_right], ts[is_right], "r", spec.right_columns),
             watermark_us, spec,
         )  # fmt: skip
-        self._save(done.left, done.right, timer, existed)
+        bucket.keep((done.left, done.right))
         if len(done.pairs):
             yield self._emits(done.pairs)
         if len(done.unmatched):
             yield self._emits(done.unmatched)
-        yield self._frame(1, **{ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)})
+        yield self.frame(1, **{ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)})
 
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        left, right, timer, existed = self._load()
-        if timer == expiredTimerInfo.getExpiryTimeInMs():
-            timer = None  # Spark deletes the timer that fired once this returns
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        unmatched, left, right = streamjoining.close(left, right, watermark_us, self.spec)
-        self._save(left, right, timer, existed)
-        if len(unmatched):
-            yield self._emits(unmatched)
+    def on_notify(self, state: Sides, clock: TimerValues) -> tuple[Sides, list[pd.DataFrame]]:
+        unmatched, left, right = streamjoining.close(*state, clock.getCurrentWatermarkInMs() * 1000, self.spec)
+        return (left, right), [self._emits(unmatched)] if len(unmatched) else []
 
 
 def _fields(df: DataFrame) -> list[StructField]:

@@ -19,50 +19,36 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
-from pyspark.sql.types import (
-    BinaryType,
-    DataType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, TimerValues
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from weir import units
 from weir.blocks import aggregates, windowing
 from weir.blocks.aggregates import settled
-from weir.blocks.common import bucket, bucket_count, bucket_state, col, one_frame, settle, store_bucket, wire, wire_type
+from weir.blocks.bucketed import BucketLogic, BucketState
+from weir.blocks.common import bucket_count, interval_ms, settle, watermark_delay, wire_type
+from weir.blocks.records import (
+    OUTPUT_KAFKA,
+    bucketed_input,
+    check_kafka_columns,
+    check_keyed_stream,
+    kafka_columns,
+    kafka_outputs,
+    key_out,
+    record_columns,
+)
 from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
-OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)
 
 
-def interval_ms(text: str, fn: str = "window") -> int:
-    """'1 minute', '90 seconds', '1 hour 30 minutes', '90s' as milliseconds (weir.units' grammar, a unit
-    required); ValueError (prefixed `fn`) for anything else or for no time at all."""
-    return units.duration_ms(text, fn, bare=None, positive=True)
-
-
-def watermark_delay(text: str | timedelta, fn: str = "window") -> str:
-    """The watermark delay as Spark reads it ("10 seconds"), from any duration weir.units reads ("10s")."""
-    return units.spark_interval(units.duration_ms(text, f"{fn}: watermark", bare=None))
-
-
-class Bucketed(StatefulProcessor):
-    """Per bucket of keys: the bucket's open windows as one table in one ValueState (windowing.dumps), read
-    and written once per call, and one event-time timer at the earliest open window's end. Runs on Spark's
-    Python workers, one call per bucket and micro-batch (or timer).
+class Bucketed(BucketLogic[pd.DataFrame]):
+    """Per bucket of keys: the bucket's open windows as one table (windowing.dumps) in its stored state, and its
+    timer at the earliest open window's end (weir.blocks.bucketed). Runs on Spark's Python workers, one call per
+    bucket and micro-batch (or timer).
 
     Input columns: __weir_bucket, __weir_key, __weir_ts_us (windowing.NULL_TS for null), __weir_error, per
     aggregate __weir_v{i} (and __weir_m{i}, null flags, for integer, timestamp and boolean values; see
@@ -72,43 +58,27 @@ class Bucketed(StatefulProcessor):
     Tumbling and sliding windows as is; session windows override `late`, `late_spans` and `absorb`
     (weir.blocks.sessions), the rest of the table's handling is shared (windowing.Table)."""
 
-    kind = "window"  # of state, as a refused restart names it
+    data_field = "windows"
+    kind = "window"
 
     def __init__(self, spec: windowing.Table, buckets: int, fn: str, inputs: list[str], names: list[str]) -> None:
         self.spec = spec
         self.shape = spec.shape(buckets)
         self.fn = fn
-        self.inputs = inputs  # of the input columns, in order: Spark renames them (_0, _1, ...) on the way
-        self.names = names  # of the output columns, in order
+        self.inputs = inputs
+        self.names = names
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("bucket", _BUCKET_STATE)
+    def empty(self) -> pd.DataFrame:
+        return windowing.empty(self.spec)
 
-    def _load(self) -> tuple[pd.DataFrame, int | None, bool]:
-        """(the open windows, the registered timer, whether state existed)."""
-        # exists() first: Spark logs a WARN for every get() of an empty value state, not for exists().
-        stored = self.state.get() if self.state.exists() else None
-        if stored is None:
-            return windowing.empty(self.spec), None, False
-        shape, timer, data = stored
-        if shape != self.shape:
-            raise ValueError(
-                f"{self.fn}: the checkpoint's {self.kind} state was built as [{shape}], this query is [{self.shape}]: "
-                "the number of buckets comes from spark.sql.shuffle.partitions (x 4, at least 8), the rest from "
-                "the block's arguments in the code. Restore them, or start a new checkpoint "
-                "(`weir run --reset <processor>`)."
-            )
-        return windowing.loads(bytes(data), self.spec), (None if timer is None else int(timer)), True
+    def loads(self, data: bytes, shape: str) -> pd.DataFrame:
+        return windowing.loads(data, self.spec)
 
-    def _save(self, table: pd.DataFrame, timer: int | None, existed: bool) -> None:
-        """Store the open windows, the bucket's one timer at the earliest open end (common.store_bucket)."""
-        data = None if table.empty else windowing.dumps(table, self.spec)
-        store_bucket(self.handle, self.state, self.shape, timer, windowing.next_end(table, self.spec), data, existed)
+    def dumps(self, state: pd.DataFrame) -> bytes | None:
+        return None if state.empty else windowing.dumps(state, self.spec)
 
-    def _frame(self, n: int, **cols: Any) -> pd.DataFrame:
-        """Output rows: the named columns given, every other one null."""
-        return pd.DataFrame({c: cols.get(c, np.full(n, None, dtype=object)) for c in self.names})
+    def due_us(self, state: pd.DataFrame) -> int | None:
+        return windowing.next_end(state, self.spec)
 
     def late(self, ts: np.ndarray, watermark_us: int) -> np.ndarray:
         """Which records (not dlq) are late: null event time, or every window they fall in closed."""
@@ -138,7 +108,7 @@ class Bucketed(StatefulProcessor):
             cols["window_end"] = _texts(end, null)
         if error is not None:
             cols[ERROR_COLUMN] = error
-        return self._frame(n, **cols)
+        return self.frame(n, **cols)
 
     def _emits(self, closed: pd.DataFrame) -> pd.DataFrame:
         start = closed["start"].to_numpy(dtype=np.int64)
@@ -151,60 +121,45 @@ class Bucketed(StatefulProcessor):
         cols |= aggregates.results(closed, self.spec)
         if "revision" in self.names:  # allowed lateness
             cols["revision"] = closed["revision"].to_numpy(dtype=np.int64).astype(str).astype(object)
-        return self._frame(len(closed), **cols)
+        return self.frame(len(closed), **cols)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    def on_batch(
+        self, rows: pd.DataFrame, clock: TimerValues, bucket: BucketState[pd.DataFrame]
     ) -> Iterator[pd.DataFrame]:
-        df = one_frame(rows, self.inputs)
-        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
-        ts = df["__weir_ts_us"].to_numpy(dtype=np.int64)
-        error = df["__weir_error"]
+        watermark_us = clock.getCurrentWatermarkInMs() * 1000
+        ts = rows["__weir_ts_us"].to_numpy(dtype=np.int64)
+        error = rows["__weir_error"]
         dlq = error.notna().to_numpy()
         late = ~dlq & self.late(ts, watermark_us)
         on_time = ~(dlq | late)
-        out = []
         if dlq.any():
-            out.append(self._records(df[dlq], DLQ, None, error[dlq].to_numpy(dtype=object)))
+            yield self._records(rows[dlq], DLQ, None, error[dlq].to_numpy(dtype=object))
         if late.any():
-            out.append(self._records(df[late], LATE, ts[late]))
-        table, timer, existed = self._load()
+            yield self._records(rows[late], LATE, ts[late])
+        table = bucket.value
         held = len(table)
         n = int(on_time.sum())
         if n:
-            on = df[on_time]
+            on = rows[on_time]
             keys = on["__weir_key"].to_numpy(dtype=object)
             table = self.absorb(table, keys, ts[on_time], aggregates.values(on, self.spec), watermark_us)
             summary = {ROUTE: np.array([ABSORB], dtype=object), ABSORBED: np.array([str(n)], dtype=object)}
-            out.append(self._frame(1, **summary))
+            yield self.frame(1, **summary)
         closed, table = windowing.close(table, watermark_us, self.spec)
         if len(closed):
-            out.append(self._emits(closed))
-        if n or len(closed) or len(table) != held:
-            self._save(table, timer, existed)
-        # One frame at a time: concatenating frames whose columns are null in some of them costs a copy and
-        # makes pandas warn (FutureWarning) in every worker.
-        yield from out
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        table, timer, existed = self._load()
-        if timer == expiredTimerInfo.getExpiryTimeInMs():
-            timer = None  # Spark deletes the timer that fired once this returns
-        closed, table = windowing.close(table, timerValues.getCurrentWatermarkInMs() * 1000, self.spec)
-        self._save(table, timer, existed)
-        if len(closed):
             yield self._emits(closed)
+        if n or len(closed) or len(table) != held:
+            bucket.keep(table)
+
+    def on_notify(self, state: pd.DataFrame, clock: TimerValues) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+        closed, table = windowing.close(state, clock.getCurrentWatermarkInMs() * 1000, self.spec)
+        return table, [self._emits(closed)] if len(closed) else []
 
 
 def _texts(us: np.ndarray, null: np.ndarray) -> np.ndarray:
     out = us.astype(str).astype(object)
     out[null] = None
     return out
-
-
-_BUCKET_STATE = bucket_state("windows")
 
 
 @dataclass(frozen=True)
@@ -218,36 +173,7 @@ class WindowPlan:
 
     def spec_args(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[Any, ...]]:
         """(functions, kinds, limits, params), as windowing.Spec and sessioning.Spec take them."""
-        return spec_args(self.aggs)
-
-
-def spec_args(aggs: list[aggregates.Aggregate]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple]:
-    """(functions, kinds, limits, params) of checked aggregates, as the blocks' Specs take them."""
-    return (
-        tuple(a.function for a in aggs), tuple(a.kind for a in aggs), tuple(a.limit for a in aggs),
-        tuple(a.param for a in aggs),
-    )  # fmt: skip
-
-
-def check_keyed_stream(fn: str, stream: DataFrame, key: str, event_time: str | None) -> None:
-    """The checks every keyed block makes: its key column exists, and its event-time column (if any) is a
-    TIMESTAMP of the stream."""
-    for name, what in ((key, "key"), (event_time, "event_time")):
-        if name is not None and name not in stream.columns:
-            raise ValueError(f"{fn}: {what} column {name!r} is not a column of the stream")
-    if event_time is not None and not isinstance(stream.schema[event_time].dataType, TimestampType):
-        raise ValueError(
-            f"{fn}: event_time column {event_time!r} is "
-            f"{stream.schema[event_time].dataType.simpleString()}, not timestamp"
-        )
-
-
-def check_kafka_columns(fn: str, stream: DataFrame) -> None:
-    """A block that routes records to .late and .dlq needs each record's Kafka coordinates and bytes."""
-    cols = {c.lower() for c in stream.columns}
-    lacking = [c for c in ("key", "value", "topic", "partition", "offset") if c not in cols]
-    if lacking:
-        raise ValueError(f"{fn}: the stream lacks the Kafka column(s) {', '.join(lacking)}")
+        return aggregates.spec_args(self.aggs)
 
 
 def _check(
@@ -292,79 +218,6 @@ def _bucketed_input(
     return bucketed_input(watermarked, key, key_type, event_time, aggs, buckets)
 
 
-def bucketed_input(
-    stream: DataFrame,
-    key: str,
-    key_type: DataType,
-    event_time: str | None,
-    aggs: list[aggregates.Aggregate],
-    buckets: int,
-) -> DataFrame:
-    """What a bucketed block's processor takes: the key's bucket and the key on the wire, the event time as µs
-    (a sentinel for null; 0 for every record without `event_time`), the record's error, the aggregates' values
-    as pandas reads them exactly (aggregates.inputs), the Kafka coordinates and bytes."""
-    error = col(ERROR_COLUMN) if ERROR_COLUMN in stream.columns else F.lit(None)
-    # unix_micros(...) is not an attribute, so the stateful operator's input has no watermarked column and
-    # Spark does not filter late rows before the processor (docs/blocks.md).
-    if event_time is None:
-        ts = F.lit(0).cast("long")
-    else:
-        ts = F.coalesce(F.unix_micros(col(event_time)), F.lit(windowing.NULL_TS).cast("long"))
-    return stream.select(
-        bucket(col(key), buckets).alias("__weir_bucket"),
-        wire(col(key), key_type).alias("__weir_key"),
-        ts.alias("__weir_ts_us"),
-        error.cast("string").alias("__weir_error"),
-        *aggregates.inputs(aggs),
-        *kafka_inputs(),
-    )
-
-
-def kafka_inputs() -> list[Column]:
-    """Each record's Kafka coordinates and bytes, as a bucketed processor takes them (for its late and dlq rows)."""
-    return [
-        F.col("topic").cast("string").alias("__weir_topic"),
-        F.col("partition").cast("string").alias("__weir_partition"),
-        F.col("offset").cast("string").alias("__weir_offset"),
-        F.col("key").cast("binary").alias("__weir_kkey"),
-        F.col("value").cast("binary").alias("__weir_kvalue"),
-    ]
-
-
-def record_columns(rows: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Input records' Kafka coordinates and bytes (`kafka_inputs`) as a bucketed block's output rows carry them."""
-    names = {"topic": "topic", "partition": "partition", "offset": "offset", "key": "kkey", "value": "kvalue"}
-    return {out: rows[f"__weir_{name}"].to_numpy(dtype=object) for out, name in names.items()}
-
-
-def kafka_outputs() -> list[StructField]:
-    """The Kafka columns and routing columns every bucketed block returns, after its key and aggregates."""
-    return [
-        StructField("topic", StringType()),
-        StructField("partition", StringType()),
-        StructField("offset", StringType()),
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField(ROUTE, StringType()),
-        StructField(ABSORBED, StringType()),
-        StructField(ERROR_COLUMN, StringType()),
-    ]
-
-
-def kafka_columns() -> list[Column]:
-    """`kafka_outputs` cast back to the documented types."""
-    return [
-        F.col("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        F.col("key"),
-        F.col("value"),
-        F.col(ROUTE),
-        F.col(ABSORBED).cast("long").alias(ABSORBED),
-        F.col(ERROR_COLUMN),
-    ]
-
-
 def _wire_out(
     key_type: DataType, kinds: list[str] | list[bool], functions: list[str] | None = None, params: list | None = None,
     revision: bool = False,
@@ -401,11 +254,6 @@ def run_windows(plan: WindowPlan, key: str, processor: StatefulProcessor) -> Dat
         *([F.col("revision").cast("long").alias("revision")] if "revision" in plan.wire_out.fieldNames() else []),
         *kafka_columns(),
     )
-
-
-def key_out(key_type: DataType, key: str) -> Column:
-    """The key column back from its wire type (common.wire_type), under its own name."""
-    return (F.col("__weir_key").cast(key_type) if isinstance(key_type, LongType) else F.col("__weir_key")).alias(key)
 
 
 def sliding_window(
