@@ -179,9 +179,29 @@ def spark_session(
         builder = builder.config(key, value)
     _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
     spark = builder.getOrCreate()
+    _quiet_accumulator_server(spark.sparkContext)
     if master.startswith("local"):
         _workers_output(spark, Path(settings.home) / "logs" / WORKERS_LOG, app_name)
     return register(spark)
+
+
+def _quiet_accumulator_server(sc: Any) -> None:
+    """PySpark's accumulator server (on the driver) prints a traceback to stderr when a Python worker's connection
+    ends before its update: an EOFError, seen when a worker goes with its query's stop on a loaded machine (the demo's
+    shadow). weir keeps no Python accumulators: nothing is lost, and the end is logged in one line instead. Any other
+    error of the server is printed as before."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None or getattr(server, "_weir_quiet", False):
+        return
+    printed = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError):
+            log.info("weir: a Python worker's accumulator connection ended before its update (its query stopped)")
+            return
+        printed(request, client_address)
+
+    server.handle_error, server._weir_quiet = handle_error, True
 
 
 def jar_confs(settings: Settings, confs: dict[str, str], master: str) -> dict[str, str]:

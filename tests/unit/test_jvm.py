@@ -3,6 +3,9 @@ naming it and the command that fetches it; nothing is fetched by a reader of the
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
 from weir import jvm
@@ -74,3 +77,23 @@ def test_every_session_gets_the_connector_and_a_session_on_s3_gets_s3a_too(tmp_p
     (jvm.jar_set("connector").directory / "spark-sql-kafka.jar").unlink()
     with pytest.raises(jvm.MissingJars, match=r"spark-sql-kafka\.jar is missing.*weir jars fetch"):
         jar_confs(local, {}, "local[2]")
+
+
+def test_a_workers_accumulator_connection_ending_early_is_one_log_line_not_a_traceback(caplog):
+    """PySpark's accumulator server prints an EOFError's traceback when a worker goes with its query's stop (the
+    loaded demo's shadow): weir logs it in one line; any other error is printed as before."""
+    from types import SimpleNamespace
+
+    from weir.spark import _quiet_accumulator_server
+
+    printed: list[str] = []
+    server = SimpleNamespace(handle_error=lambda request, address: printed.append(repr(sys.exc_info()[1])))
+    _quiet_accumulator_server(SimpleNamespace(_accumulatorServer=server))
+    with caplog.at_level(logging.INFO, logger="weir"):
+        for exc in (EOFError(), ValueError("bad update")):
+            try:
+                raise exc
+            except Exception:
+                server.handle_error(None, None)
+    assert printed == ["ValueError('bad update')"]
+    assert "accumulator connection ended before its update" in caplog.text
