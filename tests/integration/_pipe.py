@@ -173,6 +173,22 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2, about=
 
 
 # -- `weir run` in a process of its own, for kill tests ------------------------------------------------------
+def queries_about(spark, queries: dict) -> str:
+    """What each named streaming query and Spark's own threads are doing, for a wait's failure message: the
+    query's status and last batch, and the stacks of the stream and task threads (where a stall waits)."""
+    lines = []
+    for name, q in queries.items():
+        last = q.lastProgress or {}
+        lines.append(f"{name}: {q.status} last batch {last.get('batchId')} at {last.get('timestamp')}")
+    threads = spark.sparkContext._jvm.java.lang.Thread.getAllStackTraces()
+    for thread in threads.keySet().toArray():
+        tname = thread.getName()
+        if "stream execution" in tname or "Executor task launch" in tname:
+            frames = [str(f) for f in threads.get(thread)[:25]]
+            lines.append(f"--- thread {tname} ({thread.getState()})\n  " + "\n  ".join(frames))
+    return "\n".join(lines)
+
+
 def weir_env(tmp: Path, bootstrap: str, **extra: str) -> dict[str, str]:
     """The environment of a `weir run` under test: home, checkpoints and progress under `tmp`, small Spark."""
     return {
@@ -243,8 +259,28 @@ def wait_running(proc: subprocess.Popen, predicate, timeout: float, what: str, t
         if value:
             return value
         assert proc.poll() is None, f"weir run exited with {proc.returncode} while waiting for {what}\n{logs_of(tmp)}"
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}\n{logs_of(tmp)}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs_of(tmp)}\n{stalled(proc, tmp)}")
         time.sleep(interval)
+
+
+def stalled(proc: subprocess.Popen, tmp: Path) -> str:
+    """Where a `weir run` waits: its JVM's stream and task threads, from the thread dump a SIGQUIT makes the JVM
+    print to its log (a JRE has no jstack)."""
+    logs = sorted(tmp.glob("run*.log"))
+    if not logs:
+        return "(no run log)"
+    before = logs[-1].stat().st_size
+    for pid in _descendants(proc.pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                os.kill(pid, signal.SIGQUIT)
+    time.sleep(2)
+    with open(logs[-1], "rb") as f:
+        f.seek(before)
+        dump = f.read().decode(errors="replace")
+    wanted = [t for t in dump.split("\n\n") if "stream execution" in t or "Executor task launch" in t]
+    return "--- threads waiting\n" + ("\n\n".join(t[:3000] for t in wanted) or "(none found in the dump)")
 
 
 def consume_all(bootstrap: str, topic: str, timeout: float = 60) -> list:

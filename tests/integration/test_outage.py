@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from _pipe import Rec, postgres_dsn, produce, source, wait_for
+from _pipe import Rec, postgres_dsn, produce, queries_about, source, wait_for
 from _proxy import Proxy
 from pyspark.sql import functions as F
 
@@ -111,7 +111,8 @@ def test_a_30s_outage_is_ridden_out_with_nothing_lost_or_doubled(spark, proxied,
         proxy.restore()
         # The broker advertises the proxy's address to every client, this test's producer too: it writes after.
         produce(direct, f"{prefix}.orders", records(100, 200))
-        wait_for(lambda: len(rows(dsn, table)) == 200, 180, "all 200 orders in PostgreSQL after the outage")
+        wait_for(lambda: len(rows(dsn, table)) == 200, 180, "all 200 orders in PostgreSQL after the outage",
+                 about=lambda: queries_about(spark, runner._queries))  # fmt: skip
         snapshot = runner.snapshot()
     finally:
         runner.stop()
