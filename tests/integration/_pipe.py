@@ -247,8 +247,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
 
 
 def logs_of(tmp: Path, tail: int = 4000) -> str:
-    """The tail of every `run*.log` under `tmp`, for assertion messages."""
-    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}" for f in sorted(tmp.glob("run*.log")))
+    """The tail of every `run*.log` under `tmp`, and of the Python workers' log of a run with its home there, for
+    assertion messages."""
+    logs = [*sorted(tmp.glob("run*.log")), *sorted(tmp.glob("home/logs/*.log"))]
+    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}" for f in logs)
 
 
 def wait_running(proc: subprocess.Popen, predicate, timeout: float, what: str, tmp: Path, interval: float = 0.05):

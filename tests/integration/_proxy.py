@@ -33,11 +33,14 @@ class Proxy:
 
     def cut(self) -> None:
         """Every open connection dropped (reset), every new one refused, as when the broker's host goes away."""
-        self._cut.set()
         with self._lock:
+            self._cut.set()
             for s in self._open:
                 with contextlib.suppress(OSError):
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not FIN
+                    # shutdown first: a close alone waits for the pipe thread blocked in recv on it, and the peer
+                    # would see its connection open, and silent, until its own request timeout
+                    s.shutdown(socket.SHUT_RDWR)
                     s.close()
             self._open.clear()
 
@@ -73,7 +76,12 @@ class Proxy:
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)  # the 5 s bound the connect only: an idle connection stays up, as on a network
             with self._lock:
+                if self._cut.is_set():  # cut while this one connected: it goes the way of the others
+                    client.close()
+                    upstream.close()
+                    continue
                 self._open.update((client, upstream))
             for a, b, answers in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(target=self._pipe, args=(a, b, answers), daemon=True).start()

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from weir.kafka.connector import java_client, needs_weir_kafka, spark_options
+from weir.kafka.connector import (
+    OFFSET_ATTEMPT_MS,
+    OFFSET_RETRY_INTERVAL_MS,
+    java_client,
+    needs_weir_kafka,
+    offset_attempts,
+    spark_options,
+)
 from weir.kafka.options import OptionError, parse_source
 
 
@@ -47,7 +54,7 @@ def test_spark_options_of_a_stream():
         "kafka.bootstrap.servers": "b:1", "kafka.reconnect.backoff.max.ms": "1000", "includeHeaders": "true",
         # an unreachable broker is waited for as weir-kafka's reads wait (the API timeout never below a request's)
         "kafka.request.timeout.ms": "10000", "kafka.default.api.timeout.ms": "10000",
-        "kafkaConsumer.pollTimeoutMs": "10000",
+        "kafkaConsumer.pollTimeoutMs": "10000", "fetchOffset.numRetries": "3", "fetchOffset.retryIntervalMs": "1000",
         "failOnDataLoss": "false", "subscribe": "orders", "startingOffsets": '{"orders": {"0": 5}}',
         "maxOffsetsPerTrigger": "100",
     }  # fmt: skip
@@ -55,6 +62,21 @@ def test_spark_options_of_a_stream():
                            "40000", "brokerUnavailableTimeoutMs": "20000"}, streaming=True)  # fmt: skip
     given = spark_options(longer, streaming=True)
     assert given["kafka.request.timeout.ms"] == "40000" and given["kafka.default.api.timeout.ms"] == "40000"
+
+
+def test_the_drivers_offset_requests_wait_out_the_broker_in_bounded_attempts():
+    """A request wedged inside Java's admin client (a leader that left the cluster, a connection cut mid-request)
+    costs one attempt of at most a minute, then a new client; the attempts together wait the broker's outage out."""
+    assert offset_attempts(600_000, 30_000) == {
+        "kafka.default.api.timeout.ms": "60000", "fetchOffset.numRetries": "10", "fetchOffset.retryIntervalMs": "1000",
+    }  # fmt: skip
+    for wait_ms, request_ms in ((600_000, 30_000), (3_600_000, 30_000), (90_000, 30_000), (10_000, 10_000)):
+        given = offset_attempts(wait_ms, request_ms)
+        attempt, tries = int(given["kafka.default.api.timeout.ms"]), int(given["fetchOffset.numRetries"])
+        assert request_ms <= attempt <= max(request_ms, OFFSET_ATTEMPT_MS)
+        assert tries * (attempt + OFFSET_RETRY_INTERVAL_MS) >= wait_ms and tries >= 3
+    # a request timeout longer than an attempt: the attempt is never shorter than one request
+    assert offset_attempts(600_000, 90_000)["kafka.default.api.timeout.ms"] == "90000"
 
 
 def test_what_only_weir_kafka_does_is_named():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -109,6 +110,24 @@ def needs_weir_kafka(opts: SourceOptions) -> str | None:
     return None
 
 
+# One attempt of the driver's offset requests waits at most this long. Java's admin client can wedge a request for
+# its whole API timeout: a partition's leader that left the cluster while the request waited for it (KAFKA-20673),
+# a connection cut mid-request. Spark gives each failed attempt a new admin client (fetchOffset.numRetries), so a
+# wedged request costs one attempt, and the attempts together still wait out the broker's outage.
+OFFSET_ATTEMPT_MS = 60_000
+OFFSET_RETRY_INTERVAL_MS = 1_000
+SPARK_OFFSET_RETRIES = 3  # Spark's own default: a transient error is retried even under a short broker wait
+
+
+def offset_attempts(wait_ms: int, request_ms: int) -> dict[str, str]:
+    """The connector's options for its driver's offset requests: attempts of at most OFFSET_ATTEMPT_MS (never below
+    a request's timeout), as many as fill `wait_ms`, a new admin client each."""
+    attempt_ms = max(request_ms, min(wait_ms, OFFSET_ATTEMPT_MS))
+    attempts = max(SPARK_OFFSET_RETRIES, math.ceil(wait_ms / (attempt_ms + OFFSET_RETRY_INTERVAL_MS)))
+    return {"kafka.default.api.timeout.ms": str(attempt_ms), "fetchOffset.numRetries": str(attempts),
+            "fetchOffset.retryIntervalMs": str(OFFSET_RETRY_INTERVAL_MS)}  # fmt: skip
+
+
 def spark_options(opts: SourceOptions, streaming: bool) -> dict[str, str]:
     """The connector's options for a read of `opts`."""
     out = {f"kafka.{k}": v for k, v in java_client(opts.client).items()}
@@ -118,8 +137,8 @@ def spark_options(opts: SourceOptions, streaming: bool) -> dict[str, str]:
     # (Java's client refuses an API timeout below its request timeout, 30 s unless set)
     wait_ms = round(opts.broker_timeout_s * 1000)
     request_ms = int(out.get("kafka.request.timeout.ms") or min(wait_ms, 30_000))
-    out |= {"kafka.request.timeout.ms": str(request_ms), "kafka.default.api.timeout.ms": str(max(wait_ms, request_ms)),
-            "kafkaConsumer.pollTimeoutMs": str(wait_ms)}  # fmt: skip
+    out |= {"kafka.request.timeout.ms": str(request_ms), "kafkaConsumer.pollTimeoutMs": str(wait_ms)}
+    out |= offset_attempts(wait_ms, request_ms)
     out["failOnDataLoss"] = str(opts.fail_on_data_loss).lower()
     if opts.topics:
         out["subscribe"] = ",".join(opts.topics)
