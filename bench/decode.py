@@ -8,7 +8,7 @@ records/s of each format (the best of --repeat runs), its ratio to json, and the
 after, since a loaded machine slows every figure.
 
 A format is one entry of FORMATS: name -> (encode, decoder), where encode turns the records (dicts) into values
-(bytes) and decoder() makes a fresh decoder (weir.kafka.formats.base.Decoder: decode(values) -> (columns, errors)).
+(bytes) and decoder() makes a fresh decoder (weir.formats.base.Decoder: decode(values) -> (columns, errors)).
 Protobuf and JSON Schema add theirs there.
 """
 
@@ -28,9 +28,10 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from weir.kafka.decode import JsonDecoder, arrow_type, parse_fields  # noqa: E402
-from weir.kafka.formats import FormatSpec, value_format  # noqa: E402
-from weir.kafka.formats.base import Decoder  # noqa: E402
+from weir.formats import FormatSpec, value_format  # noqa: E402
+from weir.formats.base import Decoder  # noqa: E402
+from weir.formats.ddl import arrow_type, parse_fields  # noqa: E402
+from weir.formats.jsondecode import JsonDecoder  # noqa: E402
 from weir.kafka.read import CHUNK, gc_paused  # noqa: E402
 
 # The peer workload's event (bench/peers.py: produce) and its DDL (bench/peers/weir_pipelines.py: EVENTS).

@@ -22,8 +22,8 @@ _WHERE = {
     "join_streams": "weir.blocks.streamjoin",
     "Delivery": "weir.sinks.base", "Sink": "weir.sinks.base", "KafkaSink": "weir.sinks.kafka",
     "ParquetSink": "weir.sinks.parquet", "PostgresSink": "weir.sinks.postgres", "Written": "weir.sinks.base",
-    "avro": "weir.kafka.formats.declare", "protobuf": "weir.kafka.formats.declare",
-    "json_schema": "weir.kafka.formats.declare",
+    "avro": "weir.formats.declare", "protobuf": "weir.formats.declare",
+    "json_schema": "weir.formats.declare",
 }  # fmt: skip
 __all__ = ["Settings", "load", *sorted(_WHERE)]
 

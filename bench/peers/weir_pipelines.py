@@ -30,7 +30,7 @@ from weir.blocks.running import running_aggregate
 from weir.blocks.sessions import session_window
 from weir.blocks.streamjoin import join_streams
 from weir.blocks.window import sliding_window, tumbling_window
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline import Pipeline
 
 INPUT = os.environ.get("PEER_INPUT", "events")

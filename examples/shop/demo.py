@@ -52,11 +52,11 @@ from examples.shop.pipeline import SPEND_LATENESS, build
 from examples.shop.records import ORDERS, Shape, records
 from weir import units
 from weir.config import Settings
+from weir.formats import value_format
+from weir.formats.ddl import parse_fields
 from weir.ingest.postgres import where
 from weir.kafka import Admin, embedded_broker
 from weir.kafka.broker import free_port
-from weir.kafka.decode import parse_fields
-from weir.kafka.formats import value_format
 from weir.pipeline import Pipeline, Topic
 from weir.process import die_with_parent
 from weir.runtime.accounting import Counts

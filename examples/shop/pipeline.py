@@ -45,7 +45,8 @@ from weir.blocks.keyed import ListOf, Value, stateful
 from weir.blocks.running import running_aggregate
 from weir.blocks.streamjoin import join_streams
 from weir.blocks.window import tumbling_window
-from weir.kafka.decode import ERROR_COLUMN, parse_fields
+from weir.formats import ERROR_COLUMN
+from weir.formats.ddl import parse_fields
 from weir.pipeline import Pipeline
 from weir.sinks import DeltaSink
 

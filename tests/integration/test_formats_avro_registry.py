@@ -15,10 +15,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from weir.formats import FormatError, FormatSpec, value_format
+from weir.formats.base import MAGIC
+from weir.formats.ddl import arrow_type, parse_fields
 from weir.kafka.broker import free_port
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats import FormatError, FormatSpec, value_format
-from weir.kafka.formats.base import MAGIC
 
 V1 = {
     "type": "record", "name": "Order", "namespace": "shop", "fields": [

@@ -9,9 +9,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from weir.kafka.formats import FormatError, FormatSpec, value_format
-from weir.kafka.formats.base import MAGIC
-from weir.kafka.formats.jsonschema import JsonSchemaFormat
+from weir.formats import FormatError, FormatSpec, value_format
+from weir.formats.base import MAGIC
+from weir.formats.jsonschema import JsonSchemaFormat
 
 pytestmark = pytest.mark.integration
 

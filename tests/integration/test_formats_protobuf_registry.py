@@ -10,9 +10,9 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats import FormatError, FormatSpec, value_format
-from weir.kafka.formats.protobuf import ProtobufFormat, frame
+from weir.formats import FormatError, FormatSpec, value_format
+from weir.formats.ddl import arrow_type, parse_fields
+from weir.formats.protobuf import ProtobufFormat, frame
 
 pytestmark = pytest.mark.integration
 

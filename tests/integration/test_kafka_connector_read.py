@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from _pipe import Rec, produce, run_available_now, source, unique
 
+from weir.formats import FormatSpec, value_format
 from weir.kafka import Admin, connector
-from weir.kafka.formats import FormatSpec, value_format
 from weir.kafka.options import OptionError
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ SPEC = """
 from pyspark.sql import functions as F
 
 from weir.blocks.window import tumbling_window
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline import Pipeline
 
 p = Pipeline("life-{tag}")

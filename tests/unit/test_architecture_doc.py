@@ -30,4 +30,4 @@ def test_architecture_names_no_module_that_is_gone():
 
 def test_the_walk_finds_packages_and_modules():
     found = modules()
-    assert "weir/__init__.py" in found and "weir/kafka/source.py" in found and "weir/kafka/formats/base.py" in found
+    assert "weir/__init__.py" in found and "weir/kafka/source.py" in found and "weir/formats/base.py" in found

@@ -1,7 +1,8 @@
 import pyarrow as pa
 import pytest
 
-from weir.kafka.decode import JsonDecoder, SchemaError, parse_fields
+from weir.formats.ddl import SchemaError, parse_fields
+from weir.formats.jsondecode import JsonDecoder
 
 FIELDS = pa.schema([("user", pa.string()), ("amount", pa.float64()), ("day", pa.date32())])
 

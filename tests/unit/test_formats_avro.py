@@ -1,4 +1,4 @@
-"""Avro values without a registry server and without Spark (weir.kafka.formats.avro): the columns a schema gives, plain
+"""Avro values without a registry server and without Spark (weir.formats.avro): the columns a schema gives, plain
 round trips, error rows that name what was wrong, encode errors that name the field, and framed decoding against a
 stand-in registry client: writers' schemas by id, evolution by Avro's schema resolution, a registry out of reach."""
 
@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from weir.kafka.decode import arrow_type, parse_fields, type_problem
-from weir.kafka.formats import EncodeError, FormatError, FormatSpec, value_format
-from weir.kafka.formats.avro import AvroDecoder, AvroFormat
-from weir.kafka.formats.base import MAGIC
+from weir.formats import EncodeError, FormatError, FormatSpec, value_format
+from weir.formats.avro import AvroDecoder, AvroFormat
+from weir.formats.base import MAGIC
+from weir.formats.ddl import arrow_type, parse_fields, type_problem
 
 CUSTOMER = {
     "type": "record", "name": "Customer", "fields": [

@@ -1,4 +1,4 @@
-"""Declaring a topic's format (weir.kafka.formats.declare, Pipeline.topic(format=)): specs, subjects, schema files found
+"""Declaring a topic's format (weir.formats.declare, Pipeline.topic(format=)): specs, subjects, schema files found
 beside the declaring module, registry-only topics refused until their schema is read, the source's options."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 import weir
-from weir.kafka.formats import FormatError, FormatSpec
+from weir.formats import FormatError, FormatSpec
 from weir.kafka.options import OptionError, parse_source
 from weir.pipeline import DeclarationError, Pipeline, problems
 

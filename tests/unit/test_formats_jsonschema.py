@@ -1,4 +1,4 @@
-"""JSON Schema values without a registry and without Spark (weir.kafka.formats.jsonschema): the columns a schema
+"""JSON Schema values without a registry and without Spark (weir.formats.jsonschema): the columns a schema
 gives, plain round trips, validation both ways, and the framing checked against a stand-in registry."""
 
 import datetime as dt
@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema
 
-from weir.kafka.formats import EncodeError, FormatError, FormatSpec, value_format
-from weir.kafka.formats.base import MAGIC
-from weir.kafka.formats.jsonschema import JsonSchemaDecoder, JsonSchemaFormat
-from weir.kafka.formats.registry import Registry
+from weir.formats import EncodeError, FormatError, FormatSpec, value_format
+from weir.formats.base import MAGIC
+from weir.formats.jsonschema import JsonSchemaDecoder, JsonSchemaFormat
+from weir.formats.registry import Registry
 
 ORDER = {
     "$schema": "http://json-schema.org/draft-07/schema#",

@@ -1,4 +1,4 @@
-"""The fast JSON Schema check (weir.kafka.formats.jsonvalid): used only where fastjsonschema reads the schema as
+"""The fast JSON Schema check (weir.formats.jsonvalid): used only where fastjsonschema reads the schema as
 jsonschema does, and never a verdict other than jsonschema's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from jsonschema.validators import Draft202012Validator
 
-from weir.kafka.formats.jsonvalid import Checker, read_alike
+from weir.formats.jsonvalid import Checker, read_alike
 
 ORDER = {
     "type": "object", "required": ["id"],

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 import weir
+from weir.formats import FormatSpec, key_fields, record_writer, value_format
+from weir.formats.base import EncodeError
+from weir.formats.keys import KeyedDecoder
 from weir.ingest.schema import RecordSchema
-from weir.kafka.formats import FormatSpec, key_fields, record_writer, value_format
-from weir.kafka.formats.base import EncodeError
-from weir.kafka.formats.keys import KeyedDecoder
 from weir.kafka.options import OptionError, parse_source
 from weir.pipeline import DeclarationError, Pipeline
 

@@ -1,4 +1,4 @@
-"""Protobuf values without a registry and without Spark (weir.kafka.formats.protobuf): the columns a .proto gives, plain
+"""Protobuf values without a registry and without Spark (weir.formats.protobuf): the columns a .proto gives, plain
 round trips, the Confluent framing both ways (checked against confluent_kafka's own reader and writer), and framed
 decoding against a stand-in registry: writers' messages by index path, evolution by field name, error rows."""
 
@@ -13,10 +13,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats import EncodeError, FormatError, FormatSpec, value_format
-from weir.kafka.formats.base import MAGIC
-from weir.kafka.formats.protobuf import (
+from weir.formats import EncodeError, FormatError, FormatSpec, value_format
+from weir.formats.base import MAGIC
+from weir.formats.ddl import arrow_type, parse_fields
+from weir.formats.protobuf import (
     ProtobufDecoder,
     ProtobufFormat,
     _Registry,

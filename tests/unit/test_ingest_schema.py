@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from weir.formats.ddl import SchemaError
 from weir.ingest.http import split
 from weir.ingest.intake import Intake
 from weir.ingest.schema import RecordSchema, arrow_type
-from weir.kafka.decode import SchemaError
 
 SCHEMA = (
     "order_id STRING NOT NULL, amount DOUBLE, ts_ms BIGINT, tags ARRAY<STRING>, addr STRUCT<city: STRING, zip: INT>"

@@ -133,7 +133,7 @@ def test_weir_graph_loads_a_file_and_reports_bad_ones(tmp_path):
 def test_bad_field_types_are_refused_before_anything_starts(tmp_path):
     """`weir graph` (and `weir run`, through the same validation) refuses a schema with a misspelt or
     unsupported type in one line naming the topic and the field (issue 17, item 2)."""
-    from weir.kafka.decode import type_problem
+    from weir.formats.ddl import type_problem
 
     p = Pipeline("shop")
     orders = p.topic("orders", schema="id STRNG NOT NULL, amount DUBLE, tags ARRAY<STRING>, at TIMESTAMP")

@@ -21,7 +21,8 @@ from examples.shop.records import (
     record,
     records,
 )
-from weir.kafka.decode import JsonDecoder, parse_fields
+from weir.formats.ddl import parse_fields
+from weir.formats.jsondecode import JsonDecoder
 
 N = 100_000
 SHAPE = Shape(seed=11, start_ms=1_700_000_000_000, event_rate=500.0, customers=300)

@@ -29,7 +29,7 @@ from weir.blocks.bucketed import BUCKETS_FROM, RESET, BucketLogic, BucketState
 from weir.blocks.common import bucket, bucket_count, col, interval_ms, settle, watermark_delay, wire, wire_type
 from weir.blocks.records import check_keyed_stream
 from weir.blocks.windowing import NULL_TS
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, DLQ, DUPLICATE, LATE, OUT, ROUTE
 
 

@@ -32,7 +32,7 @@ from weir.blocks import joining
 from weir.blocks.bucketed import BUCKETS_FROM, RESET, BucketLogic, BucketState
 from weir.blocks.common import NULLABLE_INTS as _NULLABLE
 from weir.blocks.common import bucket, bucket_count, col, settle, wire, wire_type
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, FILTERED, OUT, ROUTE
 

@@ -65,7 +65,7 @@ from weir.blocks.records import (
     record_columns,
 )
 from weir.blocks.windowing import NULL_TS
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, EXPIRED, LATE, ROUTE
 
 __all__ = ["ListOf", "MapOf", "Stateful", "Value", "stateful"]

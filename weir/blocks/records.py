@@ -14,7 +14,7 @@ from pyspark.sql.types import BinaryType, DataType, LongType, StringType, Struct
 
 from weir.blocks import aggregates, windowing
 from weir.blocks.common import bucket, col, wire
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline.routes import ABSORBED, ROUTE
 
 OUTPUT_KAFKA = ("topic", "partition", "offset", "key", "value")

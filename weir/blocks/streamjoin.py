@@ -45,7 +45,7 @@ from weir.blocks.records import (
     record_columns,
 )
 from weir.blocks.streamjoining import Spec
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, REASON, ROUTE
 

@@ -39,7 +39,7 @@ from weir.blocks.records import (
     key_out,
     record_columns,
 )
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, EMIT, LATE, ROUTE
 
 _RESERVED = ("window_start", "window_end", *OUTPUT_KAFKA, ROUTE, ABSORBED, ERROR_COLUMN)

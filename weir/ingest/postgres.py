@@ -31,11 +31,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from weir.formats.base import EncodeError
 from weir.ingest.intake import Intake, deliver, unit_id
 from weir.ingest.ledger import Ledger
 from weir.ingest.producer import Out
 from weir.ingest.readback import ROW_HEADER, UNIT_HEADER, resume
-from weir.kafka.formats.base import EncodeError
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from weir.kafka.decode import JsonDecoder, SchemaError, arrow_type, parse_fields, type_problem
-from weir.kafka.formats.keys import RecordWriter
+from weir.formats.ddl import SchemaError, arrow_type, parse_fields, type_problem
+from weir.formats.jsondecode import JsonDecoder
+from weir.formats.keys import RecordWriter
 
 __all__ = ["Invalid", "RecordSchema", "arrow_type"]
 
@@ -64,7 +65,7 @@ class RecordSchema:
         some value is not, and the decoder's record-by-record path must say which and why."""
         try:
             b"\n".join(values).decode("utf-8")
-            # Only objects reach the parser: a bare literal first in a block crashes pyarrow (weir/kafka/decode.py).
+            # Only objects reach the parser: a bare literal first in a block crashes pyarrow (weir.formats.jsondecode).
             if any(v[:1] != b"{" or b"\n" in v for v in values):
                 return None
             table = self.decoder.parse(values)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from weir.config import Settings
+from weir.formats import record_writer
 from weir.ingest.http import HttpIngest, check_exposure, create_app
 from weir.ingest.intake import Intake, unit_id
 from weir.ingest.ledger import Ledger
@@ -21,7 +22,6 @@ from weir.ingest.progress import Books, ProgressLoop
 from weir.ingest.readback import read_back
 from weir.ingest.schema import RecordSchema
 from weir.kafka import Admin
-from weir.kafka.formats import record_writer
 from weir.kafka.log import BrokerUnavailable
 from weir.net import bind
 from weir.pipeline.model import Topic

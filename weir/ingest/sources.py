@@ -25,7 +25,7 @@ from decimal import Decimal
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from weir.kafka.decode import parse_fields
+from weir.formats.ddl import parse_fields
 from weir.storage.paths import resolve
 
 FORMATS = ("json", "csv", "parquet")

@@ -2,7 +2,7 @@
 
 A read through the connector is a DataFrame with the columns a weir-kafka read has: Spark's Kafka columns (the
 same names and types in both), then, with a valueFormat, the decoded value fields and `_error`. The values are
-decoded in the read's tasks by weir's own decoders (weir.kafka.formats: JSON, Avro, Protobuf, JSON Schema, registry
+decoded in the read's tasks by weir's own decoders (weir.formats: JSON, Avro, Protobuf, JSON Schema, registry
 framing, keys of their own), so an undecodable record keeps its reason and reaches the dead letters as it does from
 weir-kafka, and no format has two implementations.
 
@@ -30,9 +30,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType
 
-from weir.kafka.decode import ERROR_COLUMN, parse_fields
-from weir.kafka.formats.base import Decoder
-from weir.kafka.formats.keys import KeyedDecoder, decode_records
+from weir.formats import ERROR_COLUMN
+from weir.formats.base import Decoder
+from weir.formats.ddl import parse_fields
+from weir.formats.keys import KeyedDecoder, decode_records
 from weir.kafka.offsets import span_bounds
 from weir.kafka.options import OptionError, SourceOptions, parse_source
 from weir.kafka.source import KAFKA_COLUMNS, decoder, value_ddl

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from weir.config import redact
+from weir.formats import KINDS, FormatError, FormatSpec
+from weir.formats import value_format as value_format_of
 from weir.kafka import heal
 from weir.kafka.admission import FlowOptions
-from weir.kafka.formats import KINDS, FormatError, FormatSpec
-from weir.kafka.formats import value_format as value_format_of
 from weir.kafka.log import servers_of
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
@@ -62,11 +62,11 @@ SOURCE_OPTIONS = {
     "polltimeoutms": "how long a read task waits for records the broker advertised (default 120000)",
     "valueformat": "raw (default), json, avro, protobuf or json-schema (docs/formats.md)",
     "valueschema": "with valueFormat=json: DDL of the value's fields; NOT NULL fields must be present",
-    "valueformatspec": "with valueFormat avro, protobuf or json-schema: the format as weir.kafka.formats.FormatSpec's "
+    "valueformatspec": "with valueFormat avro, protobuf or json-schema: the format as weir.formats.FormatSpec's "
     "to_option() writes it (its schema text, whether values are framed for a registry, the subject)",
     "keyformat": "avro, protobuf or json-schema: keys in a format of their own, checked and decoded into the "
     "value's fields of the key's record (docs/formats.md, keys); with keyFormatSpec",
-    "keyformatspec": "with keyFormat: the key's format as weir.kafka.formats.FormatSpec's to_option() writes it",
+    "keyformatspec": "with keyFormat: the key's format as weir.formats.FormatSpec's to_option() writes it",
     "schemaregistry.*": "the schema registry client's settings: schemaRegistry.url, "
     "schemaRegistry.basic.auth.user.info, schemaRegistry.ssl.ca.location, ... (passed through)",
     "valuefieldprefix": "prefix for decoded columns, when a field collides with a Kafka column",
@@ -189,7 +189,7 @@ class SourceOptions:
     value_format: str = "raw"
     value_schema: str | None = None
     value_prefix: str = ""
-    value_spec: FormatSpec | None = None  # avro, protobuf, json-schema: what the values are (weir.kafka.formats)
+    value_spec: FormatSpec | None = None  # avro, protobuf, json-schema: what the values are (weir.formats)
     key_spec: FormatSpec | None = None  # keys in a format of their own (keyFormat), else raw bytes
     registry: dict[str, str] = field(default_factory=dict, repr=False)  # its client's settings, credentials too
     lake: str | None = None  # lake root: where offsets below the broker's earliest are read from
@@ -271,9 +271,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
     spec = None
     if value_format not in ("raw", "json"):
         if "valueformatspec" not in opts:
-            raise OptionError(
-                f"option valueFormat={value_format} needs valueFormatSpec (weir.kafka.formats.FormatSpec)"
-            )
+            raise OptionError(f"option valueFormat={value_format} needs valueFormatSpec (weir.formats.FormatSpec)")
         try:
             spec = FormatSpec.from_option(opts["valueformatspec"])
             if spec.kind != value_format:
@@ -494,7 +492,7 @@ def _key_spec(opts: dict[str, str], value_format: str) -> FormatSpec | None:
     if value_format == "raw":
         raise OptionError("option keyFormat needs decoded values (valueFormat): the key's fields are the value's")
     if "keyformatspec" not in opts:
-        raise OptionError(f"option keyFormat={kind} needs keyFormatSpec (weir.kafka.formats.FormatSpec)")
+        raise OptionError(f"option keyFormat={kind} needs keyFormatSpec (weir.formats.FormatSpec)")
     try:
         spec = FormatSpec.from_option(opts["keyformatspec"], "keyFormatSpec")
     except FormatError as exc:

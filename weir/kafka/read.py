@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from weir.kafka.formats.base import Decoder
-from weir.kafka.formats.keys import decode_records
+from weir.formats.base import Decoder
+from weir.formats.keys import decode_records
 from weir.kafka.log import BrokerUnavailable, client_log, is_outage
 from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import SourceOptions

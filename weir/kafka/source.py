@@ -26,14 +26,15 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from weir.formats import ERROR_COLUMN, KeyedDecoder, key_fields, value_format
+from weir.formats.base import Decoder
+from weir.formats.ddl import parse_fields
+from weir.formats.jsondecode import JsonDecoder
 from weir.kafka import heal
 from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
-from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, parse_fields
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
 from weir.kafka.follow import Follower
-from weir.kafka.formats import KeyedDecoder, key_fields, value_format
-from weir.kafka.formats.base import Decoder
 from weir.kafka.log import TP, BrokerUnavailable, LogView
 from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
@@ -69,7 +70,7 @@ def value_ddl(opts: SourceOptions) -> str:
 
 def decoder(opts: SourceOptions, schema: StructType) -> Decoder | None:
     """The decoder of the value columns of `schema` (the source's columns), None for raw values: weir's JSON
-    decoder, or the values' format's (weir.kafka.formats); with keyFormat, beside the keys' decoder. Made where
+    decoder, or the values' format's (weir.formats); with keyFormat, beside the keys' decoder. Made where
     the source is made: on the driver, pickled to the read tasks."""
     values = _value_decoder(opts, schema)
     if values is None or opts.key_spec is None:

@@ -28,7 +28,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from weir.kafka.decode import ERROR_COLUMN, arrow_type, parse_fields
+from weir.formats import ERROR_COLUMN
+from weir.formats.ddl import arrow_type, parse_fields
 from weir.kafka.options import OptionError, SourceOptions, parse_source
 from weir.kafka.read import read_range
 from weir.kafka.source import KafkaBatchReader, KafkaDataSource, KafkaPartition, KafkaStreamReader

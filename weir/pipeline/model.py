@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from weir import units
-from weir.kafka.decode import SchemaError, parse_fields
-from weir.kafka.formats import FormatError, FormatSpec, key_fields, value_format
-from weir.kafka.formats.declare import pinned
+from weir.formats import FormatError, FormatSpec, key_fields, value_format
+from weir.formats.ddl import SchemaError, parse_fields
+from weir.formats.declare import pinned
 from weir.sinks.base import Sink
 
 

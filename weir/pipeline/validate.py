@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from weir.kafka.decode import SchemaError, parse_fields, type_problem
+from weir.formats.ddl import SchemaError, parse_fields, type_problem
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.sinks.base import Sink
 

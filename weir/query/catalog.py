@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from weir.kafka.decode import ERROR_COLUMN, JsonDecoder, arrow_type, parse_fields
-from weir.kafka.formats import FormatSpec, value_format
-from weir.kafka.formats.base import Decoder
+from weir.formats import ERROR_COLUMN, FormatSpec, value_format
+from weir.formats.base import Decoder
+from weir.formats.ddl import arrow_type, parse_fields
+from weir.formats.jsondecode import JsonDecoder
 from weir.pipeline.model import Pipeline
 
 # The Kafka columns of a table, as the weir-kafka source and the lake have them, then the lake's partitions.

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.query.seam import Span
 
 TRUSTED_WRITER = "parquet-cpp-arrow"  # the `created_by` of pyarrow's writer; its null counts are exact

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.kafka.log import LogView
 from weir.query import lakecount, seam, tail
 from weir.query.catalog import TableSpec

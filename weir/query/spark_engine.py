@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
 from weir.config import Settings
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.query.catalog import TableSpec
 from weir.query.safety import QueryError, QueryTimeout
 from weir.query.sources import Source

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from weir.kafka.decode import ERROR_COLUMN
+from weir.formats import ERROR_COLUMN
 from weir.kafka.log import TP, LogView, client_log, is_outage
 from weir.kafka.options import SourceOptions
 from weir.kafka.read import CHUNK, gc_paused, to_batch

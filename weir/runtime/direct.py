@@ -29,9 +29,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
 from weir import units
+from weir.formats import ERROR_COLUMN
 from weir.kafka import replay
 from weir.kafka import sink as kafka_sink
-from weir.kafka.decode import ERROR_COLUMN
 from weir.pipeline.routes import DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, rebuild, routing
 from weir.runtime.accounting import Counts, from_routes

@@ -30,10 +30,10 @@ from pyspark.sql.types import StructType
 from weir import units
 from weir.blocks.common import col
 from weir.config import ProcessorSettings, Settings
+from weir.formats import ERROR_COLUMN
 from weir.kafka import admission, connector, replay
 from weir.kafka import checkpoint as checkpoint_log
 from weir.kafka import sink as kafka_sink
-from weir.kafka.decode import ERROR_COLUMN
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import LogView
 from weir.kafka.offsets import Positions, span_bounds

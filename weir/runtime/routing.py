@@ -18,8 +18,8 @@ from pyspark.sql import types as T
 from pyspark.sql.functions import arrow_udf
 
 from weir.blocks.common import col
-from weir.kafka.decode import ERROR_COLUMN, parse_fields
-from weir.kafka.formats import RecordWriter, record_writer
+from weir.formats import ERROR_COLUMN, RecordWriter, record_writer
+from weir.formats.ddl import parse_fields
 from weir.kafka.headers import ERROR_HEADER, LATE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.pipeline.model import DeclarationError, Processor, Topic
 from weir.pipeline.routes import ABSORB, ABSORBED, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, REASON, ROUTE

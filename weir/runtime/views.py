@@ -21,7 +21,8 @@ from pyspark.sql import types as T
 
 from weir.blocks.common import col
 from weir.config import Settings
-from weir.kafka.decode import ERROR_COLUMN, parse_fields
+from weir.formats import ERROR_COLUMN
+from weir.formats.ddl import parse_fields
 from weir.pipeline.model import VIEW_PREFIX, Pipeline, Processor, View
 from weir.pipeline.routes import DLQ, OUT, ROUTE
 from weir.runtime import routing

@@ -23,9 +23,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from weir import units
 from weir.config import load
+from weir.formats import RecordWriter, record_writer
+from weir.formats.ddl import arrow_type, parse_fields
 from weir.kafka.admin import Admin
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats import RecordWriter, record_writer
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import client_log
 from weir.kafka.offsets import OffsetRange

@@ -2,7 +2,7 @@
 (draft 7 or 2020-12), framed with the Confluent wire format (MAGIC, 4-byte schema id, JSON) with a schema registry.
 
 The schema's top-level properties are the columns (`ddl`). Reading parses the JSON with weir's own decoder
-(weir.kafka.decode.JsonDecoder), then validates every record that parsed against the schema it was written
+(weir.formats.jsondecode.JsonDecoder), then validates every record that parsed against the schema it was written
 under: a record that breaks it becomes an error row naming the path. Writing validates each row before it
 is sent, so a topic only ever holds records its schema allows.
 """
@@ -25,10 +25,11 @@ import pyarrow.compute as pc
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.validators import validator_for
 
-from weir.kafka.decode import JsonDecoder, arrow_type, parse_fields
-from weir.kafka.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
-from weir.kafka.formats.jsonvalid import Checker
-from weir.kafka.formats.registry import Registry
+from weir.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
+from weir.formats.ddl import arrow_type, parse_fields
+from weir.formats.jsondecode import JsonDecoder
+from weir.formats.jsonvalid import Checker
+from weir.formats.registry import Registry
 
 __all__ = ["FORMAT", "JsonSchemaDecoder", "JsonSchemaEncoder", "JsonSchemaFormat"]
 
@@ -36,7 +37,7 @@ HEADER = 5  # MAGIC and the 4-byte schema id before the JSON text
 MESSAGE_MAX = 300  # a violation's message is cut here: jsonschema quotes the offending value, however large
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# weir's DDL reader (weir.kafka.decode.arrow_type) splits a STRUCT's fields at these even inside backticks.
+# weir's DDL reader (weir.formats.ddl.arrow_type) splits a STRUCT's fields at these even inside backticks.
 _NESTED_NAME_BREAKERS = set("`:,<>() \t\r\n")
 
 
@@ -274,7 +275,7 @@ def _schema_of(registry: Registry, schema_id: int) -> tuple[str, str] | None:
 
 
 class JsonSchemaDecoder:
-    """Decodes a partition's JSON Schema values (weir.kafka.formats.base.Decoder): the framing is checked and
+    """Decodes a partition's JSON Schema values (weir.formats.base.Decoder): the framing is checked and
     stripped, the JSON parsed into the columns by weir's JsonDecoder, and every parsed record validated against
     its writer's schema (by id from the registry, cached; the file's without one)."""
 
@@ -334,7 +335,7 @@ class JsonSchemaDecoder:
         return bodies, ids, errors
 
     def decode(self, values: list[bytes | None]) -> tuple[list[pa.Array], pa.Array]:
-        """(columns, errors) as weir.kafka.formats.base.Decoder says; the first reason a record fails is its error:
+        """(columns, errors) as weir.formats.base.Decoder says; the first reason a record fails is its error:
         its framing, then its JSON, then the schema."""
         n = len(values)
         if self.registry is not None:
@@ -436,7 +437,7 @@ def _unwritable(doc: object, parts: tuple[str | int, ...] = ()) -> tuple[str, ob
 
 
 class JsonSchemaEncoder:
-    """Encodes rows as JSON text (weir.kafka.formats.base.Encoder), each validated against the schema first and framed
+    """Encodes rows as JSON text (weir.formats.base.Encoder), each validated against the schema first and framed
     with MAGIC and the schema id when written through a registry."""
 
     def __init__(self, schema: str, schema_id: int | None, where: str) -> None:

@@ -1,5 +1,7 @@
 """Value formats of topics: JSON (weir's DDL), Avro, Protobuf and JSON Schema, with or without a schema registry
-(docs/formats.md). `value_format` makes the one a spec names; weir.kafka.formats.base holds the contract."""
+(docs/formats.md). `value_format` makes the one a spec names; weir.formats.base holds the contract, and its
+ERROR_COLUMN names the column of a record's decoding error. Pure format logic, no Kafka client: the pipeline
+declares with it (weir.formats.declare, weir.formats.ddl) and the weir-kafka connector decodes and encodes with it."""
 
 from __future__ import annotations
 
@@ -7,11 +9,12 @@ import dataclasses
 import importlib
 from collections.abc import Mapping
 
-from weir.kafka.decode import parse_fields
-from weir.kafka.formats.base import KINDS, EncodeError, Encoder, FormatError, FormatSpec, ValueFormat
-from weir.kafka.formats.keys import KeyedDecoder, RecordWriter
+from weir.formats.base import ERROR_COLUMN, KINDS, EncodeError, Encoder, FormatError, FormatSpec, ValueFormat
+from weir.formats.ddl import parse_fields
+from weir.formats.keys import KeyedDecoder, RecordWriter
 
 __all__ = [
+    "ERROR_COLUMN",
     "KINDS",
     "EncodeError",
     "FormatError",
@@ -27,15 +30,15 @@ __all__ = [
 
 # Imported on first use: each pulls its own library (fastavro, protobuf with protoc, jsonschema).
 _MODULES = {
-    "avro": "weir.kafka.formats.avro",
-    "protobuf": "weir.kafka.formats.protobuf",
-    "json-schema": "weir.kafka.formats.jsonschema",
+    "avro": "weir.formats.avro",
+    "protobuf": "weir.formats.protobuf",
+    "json-schema": "weir.formats.jsonschema",
 }
 
 
 def value_format(spec: FormatSpec, topic: str, registry_conf: Mapping[str, str] | None = None) -> ValueFormat:
-    """The format of `topic`'s values as `spec` declares them. json is weir's own DDL decoding (weir.kafka.decode)
-    and has no ValueFormat."""
+    """The format of `topic`'s values as `spec` declares them. json is weir's own DDL decoding
+    (weir.formats.jsondecode) and has no ValueFormat."""
     if spec.kind not in _MODULES:
         raise FormatError(f"topic {topic!r}: format {spec.kind!r} has no codec here; known: {', '.join(KINDS)}")
     module = importlib.import_module(_MODULES[spec.kind])

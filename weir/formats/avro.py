@@ -30,8 +30,8 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import to_parsing_canonical_form
 
 from weir.config import redact_text
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
+from weir.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
+from weir.formats.ddl import arrow_type, parse_fields
 
 __all__ = ["FORMAT", "AvroDecoder", "AvroEncoder", "AvroFormat"]
 

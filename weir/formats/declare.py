@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from weir.kafka.formats.base import FormatError, FormatSpec
-from weir.kafka.formats.registry import Registry
+from weir.formats.base import FormatError, FormatSpec
+from weir.formats.registry import Registry
 
 
 def _read(file: str | Path, what: str) -> str:

@@ -38,9 +38,9 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message import EncodeError as ProtoEncodeError
 
 from weir.config import redact_text
-from weir.kafka.decode import arrow_type, parse_fields
-from weir.kafka.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
-from weir.kafka.formats.registry import Registry
+from weir.formats.base import MAGIC, EncodeError, FormatError, FormatSpec, ValueFormat
+from weir.formats.ddl import arrow_type, parse_fields
+from weir.formats.registry import Registry
 
 __all__ = [
     "FORMAT",
@@ -568,7 +568,7 @@ class _Group:
 
 
 class ProtobufDecoder:
-    """Decodes a partition's Protobuf values (weir.kafka.formats.base.Decoder): each value parsed with its writer's
+    """Decodes a partition's Protobuf values (weir.formats.base.Decoder): each value parsed with its writer's
     message class (by schema id and message indexes from the registry, cached; the reader's own without one) and
     converted to the reader's columns by field name."""
 
@@ -957,7 +957,7 @@ def _unknown(t: pa.DataType, message: Descriptor, path: str = "") -> str | None:
 
 
 class ProtobufEncoder:
-    """Encodes rows as Protobuf messages (weir.kafka.formats.base.Encoder), framed with MAGIC, the schema id and the
+    """Encodes rows as Protobuf messages (weir.formats.base.Encoder), framed with MAGIC, the schema id and the
     message's indexes when written through a registry."""
 
     def __init__(self, schema: _Text, record: str | None, schema_id: int | None, where: str) -> None:

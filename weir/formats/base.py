@@ -8,7 +8,7 @@ options, whose secret-named values Spark's plans and weir's logs redact.
 
 A `ValueFormat` is made from a spec and the registry's settings. On the driver it gives the Spark DDL of the
 columns (`ddl`) and, before a writer starts, the schema id its records carry (`register`). On executors it
-gives a `Decoder` (values -> columns and errors, the contract of weir.kafka.decode.JsonDecoder) and an
+gives a `Decoder` (values -> columns and errors, the contract of weir.formats.jsondecode.JsonDecoder) and an
 `Encoder` (rows -> values).
 """
 
@@ -27,6 +27,10 @@ KINDS: tuple[str, ...] = ("json", "avro", "protobuf", "json-schema")
 # The Confluent wire format: a zero byte, then the schema id as a 4-byte big-endian integer (Protobuf then adds
 # the message's index path as zig-zag varints), then the encoded value.
 MAGIC = 0
+
+# The column beside a read's decoded columns that holds why its record did not decode (a Decoder's errors), null
+# when it did: routing sends such a record to <topic>.dlq, and every block and query passes the column through.
+ERROR_COLUMN = "_error"
 
 
 class FormatError(ValueError):
@@ -85,7 +89,7 @@ class FormatSpec:
 
 
 class Decoder(Protocol):
-    """Decodes one partition's values inside a read task (an executor), as weir.kafka.decode.JsonDecoder does."""
+    """Decodes one partition's values inside a read task (an executor), as weir.formats.jsondecode.JsonDecoder does."""
 
     def decode(self, values: list[bytes | None]) -> tuple[list[pa.Array], pa.Array]:
         """(columns, errors) for `values`, in order: one arrow array per field of `ValueFormat.ddl` (its

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from weir.config import redact_text
-from weir.kafka.formats.base import FormatError
+from weir.formats.base import FormatError
 
 
 class Registry:

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from weir.kafka.formats.base import Decoder, EncodeError, Encoder
+from weir.formats.base import Decoder, EncodeError, Encoder
 
 KEY_REFUSED = "key: "  # how a key's refusal (writing) or a key that does not decode (reading) is told apart
 
@@ -30,7 +30,7 @@ def key_struct(rows: pa.StructArray, fields: Sequence[str]) -> pa.StructArray:
 
 @dataclass(frozen=True)
 class RecordWriter:
-    """How one topic's records are encoded in write tasks (executors). Made on the driver (weir.kafka.formats.
+    """How one topic's records are encoded in write tasks (executors). Made on the driver (weir.formats.
     writer), its schemas registered first; it holds no credential.
 
     value: the value format's encoder; None for JSON values (Spark's to_json writes them).
