@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/replay.py [--records 300000] [--partitions 4]
 
-The weir-kafka sink's task code (weir.kafka.sink.write_batches) writes N records of about 150 B, with the headers
-a processor's records carry, to an embedded broker, in-process (no Spark: the figures are the task's own):
+The weir-kafka sink's task code (its writer's `write`, weir.kafka.sink) writes N records of about 150 B, with the
+headers a processor's records carry, to an embedded broker, in-process (no Spark: the figures are the task's own):
   raw            confluent-kafka's Producer with the sink's settings: the baseline
   unguarded      the sink as a plain weir-kafka write (at-least-once)
   first write    the sink with a replay guard, as `weir run` writes a batch the first time
@@ -37,7 +37,7 @@ from weir.kafka import Admin  # noqa: E402
 from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from weir.kafka.options import parse_sink  # noqa: E402
 from weir.kafka.replay import Guard, begin  # noqa: E402
-from weir.kafka.sink import layout, write_batches  # noqa: E402
+from weir.kafka.sink import KafkaBatchWriter  # noqa: E402
 
 console = Console(width=140)
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -98,7 +98,7 @@ def raw(bootstrap: str, data: list[pa.RecordBatch]) -> None:
 def sink(bootstrap: str, data: list[pa.RecordBatch], guard: Guard | None) -> int:
     options = {"kafka.bootstrap.servers": bootstrap} | ({"replayGuard": guard.to_option()} if guard else {})
     opts = parse_sink(options)
-    return write_batches(opts, layout(opts, SCHEMA), iter(data)).records
+    return KafkaBatchWriter(opts, SCHEMA).write(iter(data)).records
 
 
 def main() -> None:

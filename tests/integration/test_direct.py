@@ -9,6 +9,7 @@ import json
 import uuid
 from collections import Counter
 
+import faulty_sink
 import pytest
 from _pipe import Rec, produce
 from test_one_pass import fan_out_pipeline
@@ -94,17 +95,13 @@ def test_an_undecodable_record_sends_the_processor_one_batch_at_a_time_then_back
     assert total["in"] == N + 1 and total["dlq"] == sum(1 for n in ns if n % 5 == 2) + 1, total
 
 
-def test_records_acknowledged_but_not_in_the_topic_are_a_published_gap_on_the_direct_path(
-    spark, bootstrap, tmp_path, monkeypatch
-):
-    """The weir-kafka sink's testing hook counts a topic's records as written and never produces them: the marks
-    taken after each batch have not moved by what the batches wrote since the query's start."""
-    from weir.runtime.query import ProcessorQuery
-
+def test_records_acknowledged_but_not_in_the_topic_are_a_published_gap_on_the_direct_path(spark, bootstrap, tmp_path):
+    """A weir-kafka sink that counts a topic's records as written and never produces them (tests/faulty_sink.py):
+    the marks taken after each batch have not moved by what the batches wrote since the query's start."""
     prefix = uuid.uuid4().hex[:8]
-    monkeypatch.setattr(ProcessorQuery, "write_hooks", {"weir.simulatedDroppedTopics": f"{prefix}.out"})
     records = [Rec(n % 2, None, json.dumps({"n": n}).encode()) for n in range(20)]
-    p, s, runner = _run(spark, bootstrap, tmp_path, records, prefix)
+    with faulty_sink.replacing(spark, drop=[f"{prefix}.out"]):
+        p, s, runner = _run(spark, bootstrap, tmp_path, records, prefix)
     assert runner._builders["spread"].fell_back is None
     gaps = [g for r in progress_records(s, p.name) for g in r["accounting"]["gaps"]]
     kept = sum(2 if n % 5 == 1 else 1 for n in range(20) if n % 5 in (1, 3, 4))

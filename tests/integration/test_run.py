@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+import faulty_sink
 import pytest
 from _pipe import Rec, produce, source, wait_for
 from pyspark.sql import functions as F
@@ -421,27 +422,22 @@ def test_a_planned_range_the_batch_never_read_is_a_published_gap(spark, bootstra
     assert runner.snapshot()["bigger"].totals.violations >= 1
 
 
-def test_records_a_sink_acknowledged_but_the_topic_does_not_hold_are_a_published_gap(
-    spark, bootstrap, tmp_path, monkeypatch
-):
+def test_records_a_sink_acknowledged_but_the_topic_does_not_hold_are_a_published_gap(spark, bootstrap, tmp_path):
     """A batch's writes are checked against how far its topics' marks moved by the next batch: a sink that counts
-    records as written and loses them (the weir-kafka sink's testing hook) is reported, naming the topic. And what
-    the writes' Spark workers report back reaches the progress records: each write here finds its pooled producer
-    fenced (another testing hook) and rebuilds it in the worker; the batches' books count those rebuilds, and
-    the records' `client_rebuilds` (the monitor's figure) add them up."""
-    from weir.runtime.query import ProcessorQuery
-
+    records as written and loses them (tests/faulty_sink.py) is reported, naming the topic. And what the writes'
+    Spark workers report back reaches the progress records: each write here finds its pooled producer fenced (the
+    same faulty sink) and rebuilds it in the worker; the batches' books count those rebuilds, and the records'
+    `client_rebuilds` (the monitor's figure) add them up."""
     prefix = uuid.uuid4().hex[:8]
-    hooks = {"weir.simulatedDroppedTopics": f"{prefix}.big", "weir.simulatedFencing": "true"}
-    monkeypatch.setattr(ProcessorQuery, "write_hooks", hooks)
     p = orders_pipeline(prefix)
     Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
     records = [Rec(i % 2, f"o{i}".encode(), json.dumps({"id": f"o{i}", "amount": 9.0}).encode()) for i in range(20)]
     produce(bootstrap, f"{prefix}.orders", records)
     s = settings(tmp_path, bootstrap, max_offsets_per_trigger=10)  # two batches: the second checks the first
-    runner = Runner(p, s, spark=spark, available_now=True).start()
-    assert runner.wait(300)
-    runner.stop()
+    with faulty_sink.replacing(spark, drop=[f"{prefix}.big"], fence=True):
+        runner = Runner(p, s, spark=spark, available_now=True).start()
+        assert runner.wait(300)
+        runner.stop()
     gaps = [g for r in progress_records(s, p.name) for g in r["accounting"]["gaps"]]
     assert {"kind": "unappended", "topic": f"{prefix}.big", "records": 10, "batch": 0}.items() <= gaps[0].items()
     assert runner.snapshot()["bigger"].totals.violations >= 1

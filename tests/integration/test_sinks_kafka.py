@@ -38,16 +38,17 @@ def test_a_python_worker_keeps_one_producer_across_writes_and_drops_it_after_a_f
     """The writer's producer outlives a task (a new idempotent producer waits for its producer id before its
     first delivery, which every micro-batch paid); a write that fails does not hand it to the next one."""
     import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
 
     from weir.kafka import sink as ks
     from weir.kafka.options import parse_sink
 
     Admin(bootstrap).create_topic(topic_name, partitions=1)
     opts = parse_sink({"kafka.bootstrap.servers": bootstrap, "topic": topic_name, "kafka.message.max.bytes": "2000"})
-    lay = ks.Layout(topic_name, False, False, False, False, False, False)
+    writer = ks.KafkaBatchWriter(opts, StructType([StructField("value", BinaryType())]))
 
     def write(*values: bytes) -> ks.SinkCommit:
-        return ks.write_batches(opts, lay, iter([pa.RecordBatch.from_pydict({"value": list(values)})]))
+        return writer.write(iter([pa.RecordBatch.from_pydict({"value": list(values)})]))
 
     assert write(b"a", b"b").records == 2
     pooled = ks._pooled(opts.producer_settings())

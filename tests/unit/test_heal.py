@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import faulty_sink
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -284,22 +285,23 @@ def test_a_sink_producer_rebuilt_in_a_worker_goes_back_with_the_next_write_once(
     writer = ks.KafkaBatchWriter(opts, schema)
     heal.take_unreported("sink producer")  # what earlier tests rebuilt is no write's here
     ks._pooled(opts.producer_settings())._on_error(KafkaError(KafkaError.PRODUCER_FENCED))  # fenced while idle
-    first = ks.write_batches(opts, writer.layout, iter([]))  # rebuilds it, and carries the rebuild
-    second = ks.write_batches(opts, writer.layout, iter([]))
+    first = writer.write(iter([]))  # rebuilds it, and carries the rebuild
+    second = writer.write(iter([]))
     assert (first.rebuilds, second.rebuilds) == (1, 0)
     # A write that fails with a producer that cannot go on: discarded and counted, carried by the next write
     failed = ks._pooled(opts.producer_settings())
     failed.broken = "PRODUCER_FENCED: fenced"
     ks._discard(failed)
-    third = ks.write_batches(opts, writer.layout, iter([]))
+    third = writer.write(iter([]))
     assert third.rebuilds == 1
     # The driver's commit sums its tasks' (a failed task's message is None) into the runner's report, read once
     writer.commit([first, None, second, third])
     assert ks.take_report(report) == {"tasks": 3, "records": 0, "rebuilds": 2, "per_topic": {}, "sources": {}}
     assert ks.take_report(report) is None
-    # The testing hook fences every write's producer: each write rebuilds one
-    hooked = parse_sink({**options, "weir.simulatedFencing": "true"})
-    assert ks.write_batches(hooked, writer.layout, iter([])).rebuilds == 1
+    # A writer whose producer is fenced before every write (tests/faulty_sink.py, as the runner's tests hand it
+    # their workers): each write rebuilds one, and carries it
+    fenced = faulty_sink.FaultyBatchWriter(opts, schema, fence=True)
+    assert [fenced.write(iter([])).rebuilds for _ in range(2)] == [1, 1]
     # The runner's books: a batch's rebuilds add up over batches and are no records
     batch, totals = Counts(in_=5, out=5, client_rebuilds=2), Counts()
     totals.add(batch)

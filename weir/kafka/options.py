@@ -92,10 +92,6 @@ SINK_OPTIONS = {
     "checkpointlocation": "Spark's own option, accepted",
     "queryname": "Spark's own option (set by .queryName), accepted",
     "path": "Spark's own option, ignored",
-    "weir.simulateddroppedtopics": "testing hook: topics (comma-separated) whose records are counted as written but "
-    "never produced, as a broker that acknowledges and loses them would",
-    "weir.simulatedfencing": "testing hook: true fences each task's pooled producer before its write, as "
-    "librdkafka's error callback would after a fenced epoch, so that the write rebuilds it",
 }
 
 log = logging.getLogger("weir.kafka")
@@ -431,12 +427,10 @@ class SinkOptions:
     topic: str | None
     broker_timeout_s: float = DEFAULT_TIMEOUT_S  # how long a write waits out an unreachable broker
     replay_guard: str | None = None  # weir.kafka.replay.Guard as JSON: a processor's write skips its replays
-    dropped: frozenset[str] = frozenset()  # testing hook: topics whose records are counted, never produced
     commit_report: str | None = None  # a driver-side file: the commit writes its tasks' reports there
     stream_guard: str | None = None  # weir.kafka.replay.StreamGuard as JSON: each batch's guard from the checkpoint
     commit_reports: str | None = None  # a driver-side directory: a streaming commit writes <batch>.json there
     source_tally: frozenset[str] = frozenset()  # topics whose rows' weir.source are reported, distinct
-    fenced: bool = False  # testing hook: each write finds its pooled producer fenced, and rebuilds it
     oldest_first: bool = False  # each task sorts its rows by timestamp before writing them
 
     def producer_settings(self) -> dict[str, str | bool | int]:
@@ -464,18 +458,15 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     if client.get("enable.idempotence", "true").lower() == "false":
         log.warning("weir-kafka sink: kafka.enable.idempotence=false allows reordering and duplicates on retry")
     guard = opts.get("replayguard")
-    dropped = frozenset(t.strip() for t in opts.get("weir.simulateddroppedtopics", "").split(",") if t.strip())
     return SinkOptions(
         client=client,
         topic=opts.get("topic"),
         broker_timeout_s=_broker_timeout(opts),
         replay_guard=guard,
-        dropped=dropped,
         commit_report=opts.get("commitreport") or None,
         stream_guard=opts.get("streamguard") or None,
         commit_reports=opts.get("commitreports") or None,
         source_tally=frozenset(t.strip() for t in opts.get("sourcetally", "").split(",") if t.strip()),
-        fenced=opts.get("weir.simulatedfencing", "false").lower() == "true",
         oldest_first=_bool(opts, "oldestfirst", False),
     )
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -236,40 +236,6 @@ def _discard(pooled: _Pooled) -> None:
     pooled.producer.flush(0)
 
 
-def write_batches(opts: SinkOptions, lay: Layout, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
-    """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
-    on an executor's Python worker, with that worker's pooled producer."""
-    rewrite = _rewrite(opts)
-    if opts.oldest_first and lay.has_timestamp:
-        batches = _oldest_first(batches)
-    if opts.fenced:  # testing hook: as librdkafka's error callback says of a producer whose epoch was fenced
-        _pooled(opts.producer_settings())._on_error(KafkaError(KafkaError.PRODUCER_FENCED))
-    pooled = _pooled(opts.producer_settings())
-    with pooled.lock:
-        pooled.failures = []
-        try:
-            commit = _produce(
-                pooled.producer,
-                pooled.failures,
-                lay,
-                batches,
-                opts.broker_timeout_s + FLUSH_MARGIN_S,
-                rewrite,
-                opts.dropped,
-                opts.source_tally,
-            )
-        except BaseException:
-            _discard(pooled)
-            raise
-        finally:
-            pooled.idle_since = time.monotonic()
-    if rewrite is not None:
-        rewrite.report()
-    # Rebuilds of this worker's producers, by this write or an earlier one that failed, go back with this one.
-    commit.rebuilds = heal.take_unreported("sink producer")
-    return commit
-
-
 def _oldest_first(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The task's rows by their timestamp, oldest first (stable: rows of one time keep their order). A reader that
     cuts through the write (its own batch limit, or reading while it is written) then sees the older records
@@ -314,7 +280,6 @@ def _produce(
     batches: Iterator[pa.RecordBatch],
     flush_s: float,
     rewrite: Rewrite | None = None,
-    dropped: frozenset[str] = frozenset(),
     tally: frozenset[str] = frozenset(),
 ) -> SinkCommit:
     commit = SinkCommit()
@@ -349,7 +314,7 @@ def _produce(
                     kwargs["headers"] = hs
                 elif headers is not None and headers[i]:
                     kwargs["headers"] = headers[i]
-                while topic not in dropped:
+                while True:
                     try:
                         producer.produce(topic, values[i], keys[i], **kwargs)
                         break
@@ -422,14 +387,47 @@ def _headers(cols: dict[str, pa.Array], lay: Layout) -> list | None:
 
 
 class _Writing:
-    """What batch and stream writers share: the layout checked on the driver, the write on executors."""
+    """What batch and stream writers share: the layout checked on the driver, the write on executors. A task's
+    write takes its worker's pooled producer (`pooled`) and produces its rows with it (`produce`)."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         self.opts = opts
         self.layout = layout(opts, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return write_batches(self.opts, self.layout, iterator)
+        """Produce the batches' rows and wait for every acknowledgement (DeliveryError otherwise): runs in a task,
+        on an executor's Python worker, with that worker's pooled producer."""
+        opts = self.opts
+        rewrite = _rewrite(opts)
+        batches = _oldest_first(iterator) if opts.oldest_first and self.layout.has_timestamp else iterator
+        pooled = self.pooled()
+        with pooled.lock:
+            pooled.failures = []
+            try:
+                commit = self.produce(pooled.producer, pooled.failures, batches, rewrite)
+            except BaseException:
+                _discard(pooled)
+                raise
+            finally:
+                pooled.idle_since = time.monotonic()
+        if rewrite is not None:
+            rewrite.report()
+        # Rebuilds of this worker's producers, by this write or an earlier one that failed, go back with this one.
+        commit.rebuilds = heal.take_unreported("sink producer")
+        return commit
+
+    def pooled(self) -> _Pooled:
+        """The worker's producer for this write's settings: the one its last write with them used, or a new one in
+        place of one that cannot go on (weir.kafka.heal)."""
+        return _pooled(self.opts.producer_settings())
+
+    def produce(
+        self, producer: Producer, failures: list[str], batches: Iterator[pa.RecordBatch], rewrite: Rewrite | None
+    ) -> SinkCommit:
+        """The rows of `batches` produced with `producer` and acknowledged, counted per topic; DeliveryError when
+        one was not (`failures`: the producer's failed deliveries, as its delivery callback reports them)."""
+        flush_s = self.opts.broker_timeout_s + FLUSH_MARGIN_S
+        return _produce(producer, failures, self.layout, batches, flush_s, rewrite, self.opts.source_tally)
 
     def reported(self, messages: list[SinkCommit | None]) -> dict:
         """The tasks' reports summed; written to `commitReport` when the runner asked (it runs in a Python

@@ -194,7 +194,6 @@ class Direct:
             .option("sourceTally", "" if self._stateful_rows else ",".join(passing))
             # A stateful result comes grouped by key: each task writes oldest first (a streaming query cannot sort)
             .option("oldestFirst", str(self._stateful_rows).lower())
-            .options(**q.write_hooks)
         )
         if q.available_now:
             writer = writer.trigger(availableNow=True)

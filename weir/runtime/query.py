@@ -137,9 +137,6 @@ class ProcessorQuery:
     `output` (where records for topics go).
     """
 
-    # Extra options of every topic write: the weir-kafka sink's testing hooks (tests set them), never settings.
-    write_hooks: dict[str, str] = {}  # noqa: RUF012 - read-only unless a test replaces it
-
     def __init__(
         self,
         spark: SparkSession,
@@ -773,7 +770,6 @@ class ProcessorQuery:
                     **self._kafka_options(),
                     **({"replayGuard": self.guard.to_option()} if self.guard else {}),
                     "commitReport": report,
-                    **self.write_hooks,
                 }
                 # Rows that come in their input records' order are oldest first already; sorting them would make
                 # each task read all of its records before writing the first (no reading while the writer produces)
