@@ -14,6 +14,7 @@ import pytest
 from _pipe import Rec, produce, source, wait_for
 from pyspark.sql import functions as F
 
+from weir.blocks import session_window
 from weir.config import load
 from weir.kafka import Admin
 from weir.pipeline import DeclarationError, Pipeline
@@ -194,6 +195,22 @@ def test_a_stateful_processor_must_route_every_record(spark, bootstrap, tmp_path
 
     with pytest.raises(DeclarationError, match="stateful, but its result has no _route column"):
         Runner(p, settings(tmp_path, bootstrap), spark=spark).start()
+
+
+def test_a_blocks_bad_argument_is_refused_naming_the_processor(spark, bootstrap, tmp_path):
+    prefix = uuid.uuid4().hex[:8]
+    p = Pipeline(f"sess-{prefix}")
+    src = p.topic(f"{prefix}.clicks", schema="user STRING, at TIMESTAMP")
+    dst = p.topic(f"{prefix}.sessions", schema="user STRING, clicks BIGINT")
+
+    @p.processor(inputs=[src], outputs=[dst], stateful=True)
+    def visits(df):
+        return session_window(df, key="user", event_time="at", gap="half an hour", watermark="1 minute",
+                              aggregates={"clicks": ("count", "*")})  # fmt: skip
+
+    with pytest.raises(DeclarationError) as info:
+        Runner(p, settings(tmp_path, bootstrap), spark=spark).start()
+    assert str(info.value).startswith("processor visits: ") and "session_window" in str(info.value), info.value
 
 
 def test_a_source_processor_feeds_a_downstream_processor(spark, bootstrap, tmp_path):

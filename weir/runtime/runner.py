@@ -311,7 +311,8 @@ class Runner:
                 incompatible = True
                 continue
             except ValueError as exc:  # DeclarationError, and the blocks' checks of their arguments
-                refused.append(str(exc))
+                text = str(exc)  # a block's check names the block; the reader needs the processor too
+                refused.append(text if text.startswith(f"processor {proc.name}") else f"processor {proc.name}: {text}")
                 continue
             if note:
                 self.status[proc.name].note = notes[proc.name] = note
