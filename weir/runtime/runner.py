@@ -45,7 +45,7 @@ from weir.runtime.listener import QueryListener
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
 from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
-from weir.runtime.watch import BrokerWatch, metadata_probe
+from weir.runtime.watch import BrokerWatch, SlowPlans, metadata_probe
 from weir.spark import spark_session
 from weir.storage.checkpoint import Checkpoint, processor_checkpoint
 from weir.storage.lock import CheckpointLock, LeaseKeeper
@@ -162,6 +162,8 @@ class Runner:
         self._lock = threading.RLock()
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
+        self._slow_plans = SlowPlans()
+        self._plans_checked: dict[str, float] = {}  # when each query's planning is next looked at (monotonic)
         self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
         self.lost: str | None = None  # a checkpoint lock taken over by another runner: this one stops
         self._locks: list[CheckpointLock] = []
@@ -416,6 +418,8 @@ class Runner:
                             self._restart_between_batches(name, q, "returns to Spark's Kafka connector")
                         elif (outlasted := self._outlasted(name)) is not None:
                             self._give_up_waiting(name, q, outlasted)
+                        else:
+                            self._check_plan(name, q)
                         continue
                     exc = q.exception()
                     del self._queries[name]
@@ -459,6 +463,19 @@ class Runner:
         inputs = ", ".join(self.pipeline.processors[name].inputs)
         return (f"gave up waiting to read {inputs} through Spark's Kafka connector: Kafka at {self._servers()} was "
                 f"unreachable for {waited:.0f} s (broker_unavailable_timeout {limit:.0f} s)")  # fmt: skip
+
+    def _check_plan(self, name: str, query: Any) -> None:
+        """Warn, once per wait, of a query whose planning has waited on its sources past SlowPlans' bound while the
+        broker answers (an outage is `waiting`, and bounded by broker_unavailable_timeout): logged, and the
+        processor's note in `weir status` says it until a batch runs."""
+        now = time.monotonic()
+        if self._watch is None or not self._watch.reachable or now < self._plans_checked.get(name, 0.0):
+            return
+        self._plans_checked[name] = now + 2.0  # Spark's status is a call into the JVM: every 2 s is enough
+        note = self._slow_plans.check(name, query.status, now)
+        if note is not None:
+            log.warning("weir: processor %s: %s", name, note)
+            self.status[name].note = note
 
     def _give_up_waiting(self, name: str, query: Any, error: str) -> None:
         """Stop a query whose broker outage outlasted the limit, and fail its processor with `error`."""

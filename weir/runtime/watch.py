@@ -64,3 +64,29 @@ class BrokerWatch(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class SlowPlans:
+    """Queries whose planning of a batch has waited on their sources longer than `after` seconds while the broker
+    answers the watch: a client wedged inside Spark's connector, say, rather than an outage. Each such wait is
+    reported once, with what Spark says the query does, so that a query that plans nothing is seen as stuck and
+    not taken for a quiet one."""
+
+    def __init__(self, after: float = 60.0) -> None:
+        self.after = after
+        self._since: dict[str, float] = {}
+        self._told: set[str] = set()
+
+    def check(self, name: str, status: dict, now: float) -> str | None:
+        """A note the first time `name`'s current wait passes the bound; None otherwise. `status` is the query's
+        StreamingQuery.status."""
+        planning = bool(status.get("isTriggerActive")) and str(status.get("message", "")).startswith("Getting offsets")
+        if not planning:
+            self._since.pop(name, None)
+            self._told.discard(name)
+            return None
+        since = self._since.setdefault(name, now)
+        if now - since < self.after or name in self._told:
+            return None
+        self._told.add(name)
+        return f"planning a batch has waited {now - since:.0f} s on its sources (Spark: {status.get('message')})"
