@@ -95,6 +95,22 @@ def test_status_shows_the_monitors_view(home):
     assert body["processors"]["shop/enrich"]["client_rebuilds"] == {"progress producer": 1, "sink producer": 2}
 
 
+def test_the_monitors_view_is_readable_at_80_columns(home):
+    """In a pipe or a small terminal (80 columns) a record per processor: the 12-column table squeezed into 80
+    wrapped every cell over many lines."""
+    with serving(create_app(stalled_shop())) as url:
+        announce(home, url)
+        result = CliRunner().invoke(app, ["status"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.output
+    assert "enrich  stalled" in result.output and "total  healthy" in result.output
+    assert "lag        40 (18s old)" in result.output
+    assert "clients rebuilt 3 (sink producer 2, progress producer 1)" in result.output
+    assert "why        40 records pending and no batch for" in result.output
+    assert "FIRING lag(*) > 10" in result.output and len(lines) <= 30
+
+
 def test_status_falls_back_to_the_state_files_and_says_so(home):
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 0, result.output

@@ -38,7 +38,7 @@ def status(
             if as_json:
                 out.print_json(json.dumps(shown, default=str))
                 return
-            for view in status_views(shown, answer.url or ""):
+            for view in status_views(shown, answer.url or "", out.width):
                 out.print(view)
             return
         answer = Answer(answer.url, problem=f"the monitor at {answer.url} has heard of no pipeline {pipeline}")

@@ -175,9 +175,14 @@ def releases_table(body: dict) -> Any | None:
     return table
 
 
-def status_views(body: dict, url: str) -> list[Any]:
+# Below this many columns a table of 12 columns wraps each cell over many lines: a record per processor instead
+WIDE = 120
+
+
+def status_views(body: dict, url: str, width: int = WIDE) -> list[Any]:
     """Rich renderables for `weir status` from the monitor's overview: one line saying where the figures come
-    from (and whether the broker answers), a table per pipeline, the outputs' freshness, the firing alerts."""
+    from (and whether the broker answers), a table per pipeline (a record per processor below WIDE columns, as
+    in a pipe or a small terminal), the outputs' freshness, the firing alerts."""
     # rich's tables are for `weir status` alone: the monitor's own process never loads them.
     from rich.markup import escape as e  # names, errors and URLs (IPv6: "[::1]") are text, never markup
 
@@ -199,6 +204,9 @@ def status_views(body: dict, url: str) -> list[Any]:
     if not by_pipeline:
         views.append("the monitor has heard of no processor yet")
     for name, procs in by_pipeline.items():
+        if width < WIDE:
+            views += _processor_records(name, procs)
+            continue
         table = new_table(
             "processor", "health", "lag", "lag age", "in/s", "processed/s", "freshness", "dlq", "late", "restarts",
             "rebuilds", "why", title=f"pipeline {e(name)}",
@@ -233,4 +241,33 @@ def status_views(body: dict, url: str) -> list[Any]:
             views.append(f"  [red]FIRING[/red] {rule}: {message} (fired at {a.get('at')})")
     else:
         views.append("no alert firing")
+    return views
+
+
+def _processor_records(pipeline: str, procs: list[dict]) -> list[Any]:
+    """One pipeline's processors as a few lines each, readable at 80 columns."""
+    from rich.markup import escape as e
+    from rich.padding import Padding
+    from rich.table import Table
+
+    views: list[Any] = ["", f"[bold]pipeline {e(pipeline)}[/bold]"]
+    for p in procs:
+        health = str(p.get("health") or "unknown")
+        style = HEALTH_STYLE.get(health, "")
+        shown = (f"[{style}]{health}[/{style}]" if style else e(health)) + (" (stale)" if p.get("stale") else "")
+        record = Table.grid(padding=(0, 2))
+        record.add_column(style="dim", no_wrap=True)
+        record.add_column(overflow="fold")
+        record.add_row("lag", f"{number(p.get('lag'))} ({duration(p.get('lag_seconds'))} old)")
+        record.add_row(
+            "rates", f"in {number(p.get('input_rate'), 1)}/s, processed {number(p.get('processing_rate'), 1)}/s"
+        )
+        record.add_row("freshness", duration(p.get("freshness_s")))
+        record.add_row("dlq, late", f"{percent(p.get('dlq_rate'))}, {percent(p.get('late_rate'))}")
+        record.add_row(
+            "restarts", f"{p.get('restarts', 0)}; clients rebuilt {e(rebuilds_text(p.get('client_rebuilds')))}"
+        )
+        if health != "healthy" and p.get("health_reason"):
+            record.add_row("why", e(str(p.get("health_reason"))))
+        views += [f"[bold]{e(str(p.get('name')))}[/bold]  {shown}", Padding(record, (0, 0, 0, 2))]
     return views
