@@ -63,7 +63,7 @@ class MonitorCollector:
             broker.add_metric([], 1.0 if m.broker.reachable else 0.0)
             yield broker
             recs = CounterMetricFamily("weir_monitor_records", "Progress records read, by type.", labels=["type"])
-            for kind in ("progress", "failure", "state", "retention_risk", "unknown_kind"):
+            for kind in ("progress", "failure", "state", "retention_risk", "unknown_kind", "duplicate"):
                 recs.add_metric([kind], m.counts.get(kind, 0))
             yield recs
             yield CounterMetricFamily(

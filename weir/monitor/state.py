@@ -62,7 +62,7 @@ class Monitor:
         self.timestamps: dict[tuple[TP, int], int | None] = {}
         self.rules = HealthRules(config.stall_triggers, config.dead_after * 1000, config.rate_tolerance)
         self.alerts = alerts or AlertEngine(config.rules, config.history)
-        self.counts: Counter = Counter()  # records by kind, "bad", "unknown_kind"
+        self.counts: Counter = Counter()  # records by kind, "bad", "unknown_kind", "duplicate"
         self.bad_reasons: deque[dict] = deque(maxlen=20)
         self.broker = BrokerState()
         self.progress = ProgressState(progress_topic)
@@ -101,7 +101,8 @@ class Monitor:
 
     # -- progress records ---------------------------------------------------------------------------------
     def ingest(self, value: bytes | str | None, key: bytes | None = None, where: str = "") -> Record | None:
-        """Parse and apply one message of the progress topic; a malformed one is counted and skipped."""
+        """Parse and apply one message of the progress topic; a malformed one is counted and skipped, and so is one
+        that arrives again (a publisher's next start publishes again what the broker did not acknowledge)."""
         try:
             record = records.parse(value, key)
         except UnknownKind as exc:
@@ -124,6 +125,9 @@ class Monitor:
                 self.counts["bad"] += 1
                 self.bad_reasons.append({"at_ms": self.now_ms(), "where": where,
                                          "reason": f"more than {MAX_PROCESSORS} processors"})  # fmt: skip
+                return None
+            if not t.first_time(records.identity(value)):
+                self.counts["duplicate"] += 1  # published again (weir.runtime.acked): applied once
                 return None
             self.counts[record.kind] += 1
             self.progress.last_record_ms = max(self.progress.last_record_ms or 0, record.at_ms)

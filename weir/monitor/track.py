@@ -21,6 +21,10 @@ from weir.monitor.series import Histogram, Ring
 BATCH_SERIES = ("input_rows", "spark_input_rate", "spark_processed_rate", "batch_ms", "scheduling_delay_ms", "dlq",
                 "late")  # fmt: skip
 SAMPLED_SERIES = tuple(SAMPLED)  # sampled from the figures at each refresh
+# Records of a processor whose identity the monitor remembers, to apply a record that arrives again once: a
+# publisher's next start publishes again what the broker did not acknowledge (weir.runtime.acked), seconds of
+# records, at once.
+REMEMBERED = 2_000
 
 
 def finite(v: Any) -> Any:
@@ -105,6 +109,8 @@ class Track:
     delay_hist: Histogram = field(default_factory=Histogram)
     figures: ProcessorFigures | None = None  # of the last refresh (weir/monitor/figures.py)
     releases: Releases = field(default_factory=Releases)  # each version's books (weir/monitor/drift.py)
+    seen: deque = field(default_factory=lambda: deque(maxlen=REMEMBERED))  # identities of its last records
+    seen_set: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.series = {name: Ring(self.points) for name in (*BATCH_SERIES, *SAMPLED_SERIES)}
@@ -117,6 +123,16 @@ class Track:
         return out
 
     # -- progress records ---------------------------------------------------------------------------------
+    def first_time(self, identity: bytes) -> bool:
+        """Whether a record of this identity is new among its last REMEMBERED (remembered from now on)."""
+        if identity in self.seen_set:
+            return False
+        if len(self.seen) == self.seen.maxlen:
+            self.seen_set.discard(self.seen[0])
+        self.seen.append(identity)
+        self.seen_set.add(identity)
+        return True
+
     def apply(self, record: Record, trigger_ms: float) -> None:
         """A record of this processor; `trigger_ms` its trigger (for the scheduling delay of a batch)."""
         self.first_seen_ms = self.first_seen_ms or record.at_ms

@@ -2,18 +2,24 @@
 
 Records go to the `_weir.progress` topic (keyed by "<pipeline>/<processor>", so one processor's records stay
 in order), which the monitor consumes, and to `<home>/progress/<pipeline>.jsonl`, which keeps them when the
-broker is down. Kinds and fields: weir.wire's models (one per kind), which writers hand `publish` and the
-monitor reads back; docs/pipelines.md ("Progress stream") describes them. Every record carries `client_rebuilds`:
-this process's rebuilt Kafka clients, per kind (weir.kafka.heal), the publisher's own producer among them, and
-those its Spark workers rebuilt, as their writes carried them back (`carried`).
+broker is down. What the log holds but the broker never acknowledged (a publisher killed before the
+acknowledgement, or a delivery that failed) the next publisher of the log publishes again at its start
+(weir.runtime.acked); the monitor applies each record once. Kinds and fields: weir.wire's models (one per kind),
+which writers hand `publish` and the monitor reads back; docs/pipelines.md ("Progress stream") describes them.
+Every record carries `client_rebuilds`: this process's rebuilt Kafka clients, per kind (weir.kafka.heal), the
+publisher's own producer among them, and those its Spark workers rebuilt, as their writes carried them back
+(`carried`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
 from weir.kafka.offsets import START_KEY, batch_start, from_json, parsed
 from weir.kafka.offsets import to_json as offsets_json
+from weir.runtime import acked
 
 log = logging.getLogger("weir.pipeline")
 TOPIC = "_weir.progress"
@@ -34,11 +41,17 @@ now_iso = units.now_iso
 
 
 class ProgressPublisher:
-    """Writes progress records to the topic and the JSONL log; safe to call from any thread."""
+    """Writes progress records to the JSONL log and the topic; safe to call from any thread.
+
+    At construction it publishes again, before any record of its own, what the log holds of a publisher gone
+    before it that the broker did not acknowledge (weir.runtime.acked: each publisher's mark beside the log), each
+    line as it was written; `replayed` counts them, `partial` is the length of a partial last line it found (a
+    kill while writing it: skipped). `producer` makes its Kafka producer from librdkafka settings (tests hand in
+    their own)."""
 
     def __init__(
         self, pipeline: str, client_config: dict[str, str], log_dir: str, topic: str = TOPIC,
-        log_name: str | None = None,
+        log_name: str | None = None, producer: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.topic = topic
@@ -47,39 +60,73 @@ class ProgressPublisher:
         path = Path(log_dir)
         path.mkdir(parents=True, exist_ok=True)
         self.path = path / f"{log_name or pipeline}.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        # One write of a whole line each, at the end whoever else appends: a line's offset is where it ended
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._slot, replay = acked.Slot.take(self.path, topic)
+        self.partial = replay.partial
+        if replay.partial:  # ended, so that the next line is a line of its own
+            self._slot.end = self._write(b"\n")[1]
+            log.warning("weir: skipped the partial last line of %s (%d bytes): a publisher was killed while writing "
+                        "it", self.path, replay.partial)  # fmt: skip
+        for note in replay.notes:
+            log.warning("weir: %s", note)
+        if replay.unreadable:
+            log.warning("weir: skipped %d lines of %s that a mark left to publish again but are no records",
+                        replay.unreadable, self.path)  # fmt: skip
         self._settings = {
             **heal.reconnecting(client_config), "linger.ms": 50, "acks": "all", "logger": client_log,
             "message.timeout.ms": 30_000, "error_cb": self._on_error,
         }  # fmt: skip
-        self._producer = Producer(self._settings)
+        self._new_producer = producer
+        self._producer = producer(self._settings)
         self._broken: str | None = None  # why the producer cannot go on: a new one before the next record
         self._backoff = heal.Backoff()
         self._swap = threading.Lock()
         self._carried: dict[str, int] = {}  # rebuilds in other processes (Spark's Python workers), carried back
+        self.replayed = len(replay.lines)
+        with self._lock:
+            for offset, *_ in replay.lines:
+                self._slot.wrote(offset, self._slot.end)
+            self._slot.save(force=True)  # covers them: the marks they came from go
+        for offset, line, key, to in replay.lines:
+            self._produce(to, line, key, offset)
+        if replay.lines:
+            log.warning("weir: published again %d progress records the last run wrote to %s but the broker did not "
+                        "acknowledge", len(replay.lines), self.path)  # fmt: skip
+
+    def _write(self, data: bytes) -> tuple[int, int]:
+        """`data` appended whole to the log: (its offset, past its end). Under the lock."""
+        assert self._fd is not None, "the publisher is closed"
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        end = os.lseek(self._fd, 0, os.SEEK_CUR)
+        return end - len(data), end
 
     def _on_error(self, err: Any) -> None:
         if heal.cannot_go_on(err):
             self._broken = f"{err.name()}: {err.str()}"
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            with self._lock:
+    def _on_delivery(self, offset: int, err: Any, msg: Any) -> None:
+        with self._lock:
+            self._slot.delivered(offset, err is None)
+            if err is not None:
                 self.undelivered += 1
+        if err is not None:
             if heal.cannot_go_on(err):
                 self._broken = f"{err.name()}: {err.str()}"
             log.warning("weir: a progress record was not delivered to %s: %s", self.topic, err)
 
     def _rebuild(self) -> None:
         """A new producer for one that cannot go on; what the old one held fails (counted undelivered: the JSONL
-        log has it)."""
+        log has it, and the next start publishes it again)."""
         with self._swap:
             if self._broken is None or self._backoff.wait_s() > 0:
                 return
             old, why = self._producer, self._broken
             old.purge()
             old.flush(1.0)
-            self._producer = Producer(self._settings)
+            self._producer = self._new_producer(self._settings)
             self._broken = None
             self._backoff.rebuilt()
         total = heal.counted("progress producer")
@@ -107,27 +154,39 @@ class ProgressPublisher:
         )  # fmt: skip
         record = {**envelope.model_dump(mode="json"), **body.fields()}
         line = json.dumps(record, default=str, separators=(",", ":"))
+        key = f"{self.pipeline}/{processor}"
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            if self._slot.names(key):
+                self._slot.save(force=True)  # a key the mark names before its first line is written
+            offset, end = self._write(line.encode() + b"\n")
+            self._slot.wrote(offset, end)
         if self._broken is not None:
             self._rebuild()
-        try:
-            self._producer.produce(
-                self.topic, line.encode(), f"{self.pipeline}/{processor}".encode(), on_delivery=self._on_delivery
-            )
-            self._producer.poll(0)
-        except (BufferError, Exception) as exc:  # the log line above already holds the record
-            with self._lock:
-                self.undelivered += 1
-            log.warning("weir: progress record not queued for %s: %s", self.topic, exc)
+        self._produce(self.topic, line.encode(), key.encode(), offset)
+        with self._lock:
+            self._slot.save()
         return record
 
+    def _produce(self, topic: str, value: bytes, key: bytes, offset: int) -> None:
+        """The line at `offset` of the log to `topic`; its delivery moves the mark."""
+        try:
+            self._producer.produce(topic, value, key, on_delivery=functools.partial(self._on_delivery, offset))
+            self._producer.poll(0)
+        except (BufferError, Exception) as exc:  # the log holds the record: the next start publishes it again
+            with self._lock:
+                self.undelivered += 1
+                self._slot.delivered(offset, False)
+            log.warning("weir: progress record not queued for %s: %s", topic, exc)
+
     def close(self, timeout: float = 10.0) -> None:
-        """Flush what is queued for at most `timeout` seconds (the JSONL log has every record anyway)."""
+        """Flush what is queued for at most `timeout` seconds (the JSONL log has every record, and what the broker
+        did not acknowledge is published again by the next publisher of this log)."""
         self._producer.flush(timeout)
         with self._lock:
-            self._file.close()
+            self._slot.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 def spark_figures(progress: Any) -> dict:
