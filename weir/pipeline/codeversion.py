@@ -435,10 +435,13 @@ class _Walk:
             items = ", ".join(self.value(x, depth) for x in obj)
             named = "" if kind in (tuple, list) else self.value(kind, depth)  # a namedtuple's class
             return f"{named}[{items}]" if isinstance(obj, list) else f"{named}({items})"
+        # Sets, and dicts (one built from a set is in its order), are read in an order of their own, not their
+        # hash order (a function's hash is its id): the functions in them are found, and named, in that order
         if isinstance(obj, (set, frozenset)):
-            return "{" + ", ".join(sorted(self.value(x, depth) for x in obj)) + "}"
-        if isinstance(obj, dict):  # sorted: one built from a set is in hash order
-            items = sorted(f"{self.value(k, depth)}: {self.value(v, depth)}" for k, v in obj.items())
+            return "{" + ", ".join(sorted(self.value(x, depth) for x in sorted(obj, key=_order))) + "}"
+        if isinstance(obj, dict):
+            pairs = sorted(obj.items(), key=lambda kv: _order(kv[0]))
+            items = sorted(f"{self.value(k, depth)}: {self.value(v, depth)}" for k, v in pairs)
             named = "" if kind is dict else self.value(kind, depth)
             return named + "{" + ", ".join(items) + "}"
         if isinstance(obj, (staticmethod, classmethod)):
@@ -467,6 +470,19 @@ class _Walk:
         if _user_class(kind):
             return f"{self.value(kind, depth)} with {self.value(_attributes(obj), depth)}"
         return f"a {_ref(kind)}"
+
+
+def _order(obj: Any) -> tuple[str, str, str, bytes, str, int]:
+    """A key that orders a set's members the same in every process (their type, name, code): ties are alike."""
+    kind = type(obj)
+    if obj is None or isinstance(obj, _SCALARS):
+        return str(kind.__module__), kind.__qualname__, repr(obj), b"", "", 0
+    named = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+    code = getattr(obj, "__code__", None)
+    if isinstance(code, types.CodeType):
+        consts = repr([c for c in code.co_consts if c is None or isinstance(c, _SCALARS)])
+        return str(kind.__module__), kind.__qualname__, named, code.co_code, consts, code.co_firstlineno
+    return str(kind.__module__), kind.__qualname__, named, b"", "", 0
 
 
 def _attributes(obj: Any) -> dict[str, Any]:
