@@ -371,3 +371,44 @@ def test_values_whose_repr_holds_an_address_or_no_code_do_not_crash_or_leak_it(v
     exec("def fn(x):\n    return VALUE(x)\n", scope)
     text = code_text(scope["fn"])
     assert " at 0x" not in text and "0x" not in text.split("global VALUE = ", 1)[1].split("\n", 1)[0]
+
+
+LOADED = """
+from weir.pipeline import Pipeline
+
+
+class Scale:
+    __slots__ = ("factor",)
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, x):
+        return x * self.factor
+
+
+SCALE = Scale(FACTOR)
+
+p = Pipeline("p")
+a = p.topic("a", schema="id BIGINT")
+b = p.topic("b", schema="id BIGINT")
+
+
+@p.processor(inputs=[a], outputs=[b])
+def proc(rows):
+    return [SCALE(r) for r in rows]
+"""
+
+
+def test_one_file_loaded_by_path_or_by_module_name_has_one_version(tmp_path, monkeypatch):
+    from weir.pipeline.load import load as load_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # load() adds the working directory
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    name = f"scaled_{uuid.uuid4().hex[:10]}"
+    (tmp_path / f"{name}.py").write_text(LOADED.replace("Scale(FACTOR)", "Scale(2)"))
+    by_path = load_pipeline(str(tmp_path / f"{name}.py")).processors["proc"].version  # module weir_pipeline_<name>
+    assert load_pipeline(name).processors["proc"].version == by_path  # module <name>
+    (tmp_path / f"{name}_3.py").write_text(LOADED.replace("Scale(FACTOR)", "Scale(3)"))
+    assert load_pipeline(str(tmp_path / f"{name}_3.py")).processors["proc"].version != by_path  # a slot's value

@@ -161,8 +161,10 @@ def _user_class(cls: type) -> bool:
 
 
 def _ref(obj: Any) -> str:
-    """A name for code that is not the user's: module and qualified name."""
-    return f"{getattr(obj, '__module__', None)}.{getattr(obj, '__qualname__', None) or type(obj).__qualname__}"
+    """A name for code that is not the user's: module and qualified name (for the user's, the qualified name only:
+    a module's name depends on how it was loaded)."""
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return name if _user_named(module) else f"{module}.{name}"
 
 
 # -- what code reads -------------------------------------------------------------------------------------------
