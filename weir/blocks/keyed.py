@@ -349,6 +349,14 @@ class Stateful:
     def __call__(self, stream: DataFrame) -> DataFrame:
         return _plan(self, stream)
 
+    def __weir_code__(self) -> tuple:
+        """What makes this block, for the code version of a processor that calls it (weir.pipeline.codeversion):
+        its functions (read as the processor's code) and its declarations."""
+        return (
+            self.name, self.process, self.timer_handler, self.migration, self.key, self.output, self.state,
+            self.event_time, self.watermark, self.ttl_ms,
+        )  # fmt: skip
+
 
 def stateful(
     *,

@@ -12,8 +12,6 @@ A declaration only describes; `validate()` checks the whole topology before anyt
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from weir import units
 from weir.formats import FormatError, FormatSpec, key_fields, value_format
 from weir.formats.ddl import SchemaError, parse_fields
 from weir.formats.declare import pinned
+from weir.pipeline.codeversion import code_version
 from weir.sinks.base import Sink
 
 
@@ -116,13 +115,17 @@ class Shadow:
 
 @dataclass
 class Processor:
-    """A function from input DataFrames (one per input topic, in order) to one DataFrame per output."""
+    """A function from input DataFrames (one per input topic, in order) to one DataFrame per output.
+
+    `version`: the declared one, or None for its code's (`code_version(fn)`, weir.pipeline.codeversion), derived
+    when first read: after the module that declares it ran, so that helpers and constants defined below the
+    processor are there to be read."""
 
     name: str
     fn: Callable
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    version: str
+    version: str  # a property (below): None given, the code's, derived when first read
     checkpoint: str
     trigger: str | None = None
     max_offsets_per_trigger: int | None = None
@@ -139,6 +142,20 @@ class Processor:
             return "source"
         return "sink" if self.sink is not None or not self.outputs else "internal"
 
+
+def _version(self: Processor) -> str:
+    if self._version is None:
+        self._version = code_version(self.fn)
+    return self._version
+
+
+def _set_version(self: Processor, version: str | None) -> None:
+    self._version = version
+
+
+# A dataclass field served by a property: Processor(..., version=None) derives it from the code when first read
+Processor._version = None
+Processor.version = property(_version, _set_version)  # type: ignore[assignment]
 
 # Spark's own default: each checkpoint stalls the records for 1-2.5 s (the next batch's tasks start, docs/realtime.md)
 REALTIME_CHECKPOINT_EVERY = timedelta(minutes=5)
@@ -158,15 +175,6 @@ def _realtime(processor: str, given: bool | timedelta) -> timedelta | None:
             f"checkpoints); got {given!r}"
         )
     return given
-
-
-def code_version(fn: Callable) -> str:
-    """A version derived from the function's source, so a code change is noticed at restart."""
-    try:
-        text = inspect.getsource(fn)
-    except (OSError, TypeError):
-        text = getattr(fn, "__qualname__", repr(fn))
-    return "src-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -430,7 +438,7 @@ class Pipeline:
                 fn=fn,
                 inputs=tuple(t.name if isinstance(t, Topic) else t for t in inputs),
                 outputs=tuple(t.name if isinstance(t, Topic) else t for t in outputs),
-                version=version or code_version(fn),
+                version=version or None,
                 checkpoint=checkpoint or f"{self.name}/{proc_name}",
                 trigger=trigger,
                 max_offsets_per_trigger=max_offsets_per_trigger,
