@@ -62,6 +62,23 @@ def duration_ms(
     return ms
 
 
+def bare_ms(value: object) -> int | None:
+    """The milliseconds a number without a unit (90, "90") stands for when read as milliseconds; None for
+    anything else, a negative number included."""
+    if not _is_number(value):
+        return None
+    ms = _duration(value, "ms")
+    return ms if ms is not None and ms >= 0 else None
+
+
+def compact(ms: int) -> str:
+    """A duration in its shortest spelling of one unit: "1d", "36h", "90s", "1500ms"."""
+    for unit in ("w", "d", "h", "m", "s"):
+        if ms and ms % _MS[unit] == 0:
+            return f"{ms // _MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) or (isinstance(value, str) and _TERM.fullmatch(value.lower()) is not None)
 

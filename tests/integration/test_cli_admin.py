@@ -15,7 +15,7 @@ runner = CliRunner()
 
 
 def test_topics_create_describe_list_delete(bootstrap, topic_name) -> None:
-    made = runner.invoke(app, ["topics", "create", topic_name, "-n", "3", "--retention-ms", "3600000", "-b", bootstrap])
+    made = runner.invoke(app, ["topics", "create", topic_name, "-n", "3", "--retention", "1h", "-b", bootstrap])
     assert made.exit_code == 0, made.output
     again = runner.invoke(app, ["topics", "create", topic_name, "-b", bootstrap])
     assert again.exit_code == 2 and "already exists" in again.output

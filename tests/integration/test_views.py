@@ -8,6 +8,7 @@ import json
 import re
 import sqlite3
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -135,7 +136,7 @@ def test_a_view_equals_the_fold_of_its_topic_and_is_served(spark, bootstrap, tmp
         assert [(v["name"], v["rows"], v["key"]) for v in listed] == [(name, len(expected), ["category"])]
 
         # POST /sql as `weir serve` answers it: weir sql's engine, the view a table beside the topic
-        sql = TestClient(create_app(reader, timeout_s=60, sql=sql_answerer(s, p, reader, 60)))
+        sql = TestClient(create_app(reader, timeout_s=60, sql=sql_answerer(s, p, reader, timedelta(seconds=60))))
         got = sql.post("/sql", json={"sql": f"SELECT count(*) AS keys, sum(n)::BIGINT AS total FROM {name}"})
         assert got.status_code == 200, got.text
         assert got.json()["rows"] == [{"keys": len(expected), "total": sum(v["n"] for v in expected.values())}]

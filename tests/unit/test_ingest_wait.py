@@ -5,12 +5,15 @@ than the producer's margin waited for within the bound."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+import typer.main
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from weir.cli import app
-from weir.cli.ingest import max_wait_s
+from weir.cli.ingest import max_wait
 from weir.config import Settings
 from weir.ingest.files import FileJob
 from weir.ingest.intake import StuckError, deliver
@@ -30,21 +33,21 @@ def test_broker_unavailable_timeout_is_read_once_at_load_in_the_one_time_grammar
 
 
 def test_an_ingest_jobs_wait_is_broker_unavailable_timeout_unless_max_wait_says_otherwise() -> None:
-    assert max_wait_s(None, Settings()) == 600
-    assert max_wait_s(None, Settings(broker_unavailable_timeout="2 minutes")) == 120
-    assert max_wait_s("300", Settings()) == 300  # the old spelling, seconds, still works
-    assert max_wait_s("15m", Settings(broker_unavailable_timeout="1 minute")) == 900
-    with pytest.raises(ValueError, match="--max-wait: 'forever' is not a duration"):
-        max_wait_s("forever", Settings())
+    assert max_wait(None, Settings()) == timedelta(minutes=10)
+    assert max_wait(None, Settings(broker_unavailable_timeout="2 minutes")) == timedelta(minutes=2)
+    assert max_wait(timedelta(minutes=15), Settings(broker_unavailable_timeout="1 minute")) == timedelta(minutes=15)
     assert FileJob.max_wait_s == PgJob.max_wait_s == 600  # the jobs' own defaults agree
 
 
-def test_a_bad_max_wait_is_one_clear_line_before_anything_starts(tmp_path) -> None:
-    args = ["ingest", "files", str(tmp_path), "--topic", "t", "--format", "json", "--schema", "a STRING",
-            "--max-wait", "forever", "--bootstrap", "127.0.0.1:1"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
+def test_max_wait_is_read_where_it_comes_in_a_bad_one_a_usage_error_before_anything_starts(tmp_path) -> None:
+    ingest = typer.main.get_command(app).commands["ingest"].commands["files"]  # type: ignore[attr-defined]
+    args = [str(tmp_path), "--topic", "t", "--format", "json"]
+    assert ingest.make_context("files", [*args, "--max-wait", "300"]).params["given_wait"] == timedelta(minutes=5)
+    assert ingest.make_context("files", [*args, "--max-wait", "15m"]).params["given_wait"] == timedelta(minutes=15)
+    result = CliRunner().invoke(app, ["ingest", "files", *args, "--schema", "a STRING", "--max-wait", "forever",
+                                      "--bootstrap", "127.0.0.1:1"], terminal_width=200)  # fmt: skip
     assert result.exit_code == 2
-    assert "--max-wait: 'forever' is not a duration" in result.output
+    assert "Invalid value for '--max-wait': 'forever' is not a duration" in result.output
 
 
 class Outage:
@@ -119,7 +122,7 @@ def fresh_counts() -> dict[str, int]:
 
 def test_a_5_minute_outage_is_ridden_out_within_broker_unavailable_timeout_exactly_once() -> None:
     outage, counts = Outage(restore=302.0), fresh_counts()
-    run(outage, max_wait_s(None, Settings()), counts)
+    run(outage, max_wait(None, Settings()).total_seconds(), counts)
     assert sorted(outage.stored) == list(range(50))  # the timed-out records were found stored: none sent again
     assert counts["rows_found"] == 50 and counts["read_backs"] == 1 and counts["retries"] == 1
     assert counts["waits"] > 10  # read-backs the broker did not answer during the outage, each counted

@@ -90,7 +90,7 @@ def test_cli_compact_and_vacuum(lake: Lake, monkeypatch: pytest.MonkeyPatch):
     again = runner.invoke(lake_app, ["compact", "events", "--before", "2026-11-21"])
     assert again.exit_code == 0 and "nothing to compact in events" in again.output
     vac = runner.invoke(lake_app, ["vacuum", "events", "--dry-run"])
-    assert vac.exit_code == 0 and "would delete 0 unreferenced file(s) of events older than 168 h" in vac.output
+    assert vac.exit_code == 0 and "would delete 0 unreferenced file(s) of events older than 7 days" in vac.output
 
 
 @pytest.mark.parametrize(

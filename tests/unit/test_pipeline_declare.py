@@ -1,4 +1,5 @@
 import textwrap
+from datetime import timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -7,7 +8,7 @@ from weir.cli import app
 from weir.pipeline import DeclarationError, Pipeline, Table, problems, validate
 from weir.pipeline import graph as g
 from weir.pipeline.load import load
-from weir.pipeline.model import duration_ms
+from weir.pipeline.model import retention_ms
 
 ORDER = "order_id STRING NOT NULL, customer_id STRING NOT NULL, amount DOUBLE"
 
@@ -90,7 +91,35 @@ def test_bad_topic_declarations_fail_at_once():
         p.topic("t", "x INT, x STRING")
     with pytest.raises(DeclarationError, match="not a duration"):
         p.topic("t", "x INT", retention="three days")
-    assert duration_ms("12h", "r") == 43_200_000 and duration_ms(-1, "r") == -1
+    assert retention_ms("12h", "r") == 43_200_000 and retention_ms(-1, "r") == -1
+
+
+def test_a_retention_is_a_duration_with_its_unit_a_timedelta_or_minus_one_for_forever():
+    p = Pipeline("shop")
+    assert p.topic("a", "x INT", retention="3d").retention_ms == 3 * 86_400_000
+    assert p.topic("b", "x INT", retention="86400000ms").retention_ms == 86_400_000
+    assert p.topic("c", "x INT", retention=timedelta(hours=12)).retention_ms == 12 * 3_600_000
+    assert p.topic("d", "x INT", retention=-1).retention_ms == p.topic("e", "x INT", retention="-1").retention_ms == -1
+    assert p.table("t", "k STRING", key="k").retention_ms == -1
+    assert p.table("u", "k STRING", key="k", retention="30d").retention_ms == 30 * 86_400_000
+
+
+@pytest.mark.parametrize("bare", [86_400_000, "86400000", 86_400_000.0])
+def test_a_retention_without_a_unit_is_refused_naming_the_topic_and_the_fix(bare):
+    """A bare number was milliseconds in a declaration and is seconds in the settings and on the command line:
+    read either way, some topic would keep its records 1000 times longer or shorter than meant."""
+    p = Pipeline("shop")
+    with pytest.raises(DeclarationError) as got:
+        p.topic("orders", "x INT", retention=bare)
+    assert str(got.value) == (
+        f"pipeline shop: topic orders retention: {bare!r} has no unit (it was read as milliseconds before): "
+        "write '1d', '86400000ms' or a timedelta; -1 is forever"
+    )
+    with pytest.raises(DeclarationError, match=r"table customers retention: 1500 has no unit .* write '1500ms' or"):
+        p.table("customers", "k STRING", key="k", retention=1500)
+    with pytest.raises(DeclarationError, match="topic neg retention: -5 is not a duration"):
+        p.topic("neg", "x INT", retention=-5)
+    assert "orders" not in p.topics
 
 
 def test_graph_text_and_dot():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import clean_errors
 from weir.config import Settings
 
@@ -19,28 +21,28 @@ Partitions = Annotated[int, typer.Option("--partitions", help="With --schema: pa
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: config).")]
 Job = Annotated[str | None, typer.Option("--job", help="The job's identity: its ledger and progress name.")]
 MaxWait = Annotated[
-    str | None,
-    typer.Option(
+    timedelta | None,
+    durations.option(
         "--max-wait",
-        help="How long records may keep failing (broker unreachable, buffer full) before the job stops, loudly, "
-        "e.g. '10 minutes' (a number: seconds). Default: the setting broker_unavailable_timeout.",
+        help="How long records may keep failing (broker unreachable, buffer full) before the job stops, loudly; "
+        "default: the setting broker_unavailable_timeout",
     ),
 ]
-AckTimeout = Annotated[float, typer.Option("--ack-timeout", help="Seconds a record may wait for its ack.")]
+AckTimeout = Annotated[
+    timedelta, durations.option("--ack-timeout", help="How long a record may wait for its ack", default="10s",
+                                positive=True),
+]  # fmt: skip
+ACK_TIMEOUT = timedelta(seconds=10)
 
 
 def _settings(bootstrap: str | None) -> Settings:
     return Settings(**({"bootstrap_servers": bootstrap} if bootstrap else {}))
 
 
-def max_wait_s(max_wait: str | None, settings: Settings) -> float:
-    """Seconds a job's records may keep failing: --max-wait, else broker_unavailable_timeout, so that an ingest
+def max_wait(given: timedelta | None, settings: Settings) -> timedelta:
+    """How long a job's records may keep failing: --max-wait, else broker_unavailable_timeout, so that an ingest
     job rides out an outage as long as `weir run` does (docs/delivery.md, "Broker outages")."""
-    from weir import units
-
-    if max_wait is None:
-        return settings.broker_wait.total_seconds()
-    return units.duration_ms(max_wait, "--max-wait", bare="s") / 1000
+    return settings.broker_wait if given is None else given
 
 
 def _bytes(text: str) -> int:
@@ -71,28 +73,31 @@ def http(
         str | None, typer.Option("--token", envvar="WEIR_INGEST_TOKEN", show_default=False, help="Bearer token.")
     ] = None,
     max_body: Annotated[str, typer.Option("--max-body", help="Largest request body (413 above it).")] = "10MiB",
-    ack_timeout: AckTimeout = 10.0,
+    ack_timeout: AckTimeout = ACK_TIMEOUT,
     max_in_flight: Annotated[
         int, typer.Option("--max-in-flight", help="Records produced and not yet acknowledged, at most (503 above).")
     ] = 100_000,
-    horizon: Annotated[str, typer.Option("--idempotency-horizon", help="How long an Idempotency-Key holds.")] = "24h",
+    horizon: Annotated[
+        timedelta,
+        durations.option(
+            "--idempotency-horizon", help="How long an Idempotency-Key holds", default="24h", positive=True
+        ),
+    ] = timedelta(hours=24),
     job: Job = None,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Serve POST /topics/<topic>: JSON or NDJSON records, answered 201 once the broker acknowledged them."""
     import logging
 
-    from weir import units
     from weir.ingest.service import declared_http, serve_http, targets  # the server's imports, only here
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     names, declared_port, declared_host = declared_http(pipeline, topic or [])
     found = targets(pipeline, names, schema, key, partitions)
-    horizon_ms = units.duration_ms(horizon, "--idempotency-horizon", bare="s", positive=True)
     serve_http(
         _settings(bootstrap), found, job or f"http.{'+'.join(names)}", host or declared_host or "127.0.0.1",
         port if port is not None else declared_port if declared_port is not None else 8643, token, _bytes(max_body),
-        ack_timeout, max_in_flight, horizon_ms,
+        ack_timeout, max_in_flight, horizon,
     )  # fmt: skip
 
 
@@ -110,11 +115,15 @@ def files(
     partitions: Partitions = 1,
     job: Job = None,
     chunk: Annotated[int, typer.Option("--chunk", help="Records produced before waiting for their acks.")] = 5000,
-    settle: Annotated[float, typer.Option("--settle", help="Seconds a file must be unmodified to be read.")] = 1.0,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between listings.")] = 1.0,
+    settle: Annotated[
+        timedelta, durations.option("--settle", help="How long a file must be unmodified to be read", default="1s")
+    ] = timedelta(seconds=1),
+    interval: Annotated[
+        timedelta, durations.option("--interval", help="Time between listings", default="1s")
+    ] = timedelta(seconds=1),
     once: Annotated[bool, typer.Option("--once", help="Take in the settled files, then exit.")] = False,
-    max_wait: MaxWait = None,
-    ack_timeout: AckTimeout = 10.0,
+    given_wait: MaxWait = None,
+    ack_timeout: AckTimeout = ACK_TIMEOUT,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Take in files as they land: every record exactly once across restarts, bad rows to the dead letters."""
@@ -128,7 +137,7 @@ def files(
     name = job or f"files.{topic}"
     settings = _settings(bootstrap)
     counts = run_files(settings, found, where, fmt, name, chunk, settle, interval, once,
-                       max_wait_s(max_wait, settings), ack_timeout)  # fmt: skip
+                       max_wait(given_wait, settings), ack_timeout)  # fmt: skip
     typer.echo(json.dumps({"job": name, **counts}))
 
 
@@ -145,7 +154,9 @@ def postgres(
     partitions: Partitions = 1,
     job: Job = None,
     batch: Annotated[int, typer.Option("--batch", help="Changes peeked per batch (whole transactions).")] = 5000,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls when idle.")] = 0.5,
+    interval: Annotated[
+        timedelta, durations.option("--interval", help="Time between polls when idle", default="0.5s")
+    ] = timedelta(seconds=0.5),
     once: Annotated[bool, typer.Option("--once", help="Snapshot and the changes so far, then exit.")] = False,
     poll_by: Annotated[
         str | None,
@@ -156,10 +167,13 @@ def postgres(
         ),
     ] = None,
     poll_margin: Annotated[
-        str, typer.Option("--poll-margin", help="With --poll-by an updated-at column: poll up to now minus this.")
-    ] = "5s",
-    max_wait: MaxWait = None,
-    ack_timeout: AckTimeout = 10.0,
+        timedelta,
+        durations.option(
+            "--poll-margin", help="With --poll-by an updated-at column: poll up to now minus this", default="5s"
+        ),
+    ] = timedelta(seconds=5),
+    given_wait: MaxWait = None,
+    ack_timeout: AckTimeout = ACK_TIMEOUT,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Stream a table into a topic: a snapshot, then inserts, updates and deletes (tombstones), exactly once by LSN;
@@ -167,12 +181,10 @@ def postgres(
     import json
     import logging
 
-    from weir import units
     from weir.ingest.service import run_postgres  # the job's imports, only for this command
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(bootstrap)
-    margin_s = units.duration_ms(poll_margin, "--poll-margin", bare="s") / 1000
     counts = run_postgres(settings, pipeline, dsn, table, topic, slot, job, partitions, batch, interval, once,
-                          max_wait_s(max_wait, settings), ack_timeout, poll_by, margin_s)  # fmt: skip
+                          max_wait(given_wait, settings), ack_timeout, poll_by, poll_margin)  # fmt: skip
     typer.echo(json.dumps(counts))

@@ -17,8 +17,10 @@ from rich.filesize import decimal
 from rich.markup import escape
 from rich.table import Table
 
+from weir.cli import durations
 from weir.cli.common import AsJson, clean_errors, err, out
 from weir.tables import new_table
+from weir.units import duration_text
 
 # The commands here import their machinery when they run: registering them must not load PySpark, pandas or
 # pyarrow, which every `weir` command (the monitor among them) would pay for (docs/architecture.md).
@@ -179,9 +181,12 @@ def compact(
 @clean_errors
 def vacuum(
     topic: Topic,
-    retention_hours: Annotated[
-        float, typer.Option("--retention-hours", min=1, help="Delete only files unreferenced for this long.")
-    ] = 168,
+    retention: Annotated[
+        timedelta,
+        durations.option(
+            "--retention", help="Delete only files unreferenced for this long (1h at least)", default="7d"
+        ),
+    ] = timedelta(days=7),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted; delete nothing.")] = False,
     lake: LakeRoot = None,
     as_json: AsJson = False,
@@ -192,12 +197,13 @@ def vacuum(
 
     lk = _lake(lake)
     _inspect().check_known_topic(lk, topic)
-    files = c.vacuum(lk, topic, timedelta(hours=retention_hours), dry_run=dry_run)
+    files = c.vacuum(lk, topic, retention, dry_run=dry_run)
     if as_json:
         typer.echo(json.dumps({"topic": topic, "dry_run": dry_run, "files": files}, indent=2))
         return
     verb = "would delete" if dry_run else "deleted"
-    out.print(f"{verb} {len(files)} unreferenced file(s) of {topic} older than {retention_hours:g} h", soft_wrap=True)
+    out.print(f"{verb} {len(files)} unreferenced file(s) of {topic} older than {duration_text(retention)}",
+              soft_wrap=True)  # fmt: skip
 
 
 def _hours_table(r: TopicReport) -> Table:

@@ -8,11 +8,13 @@ exit 2, like every weir command.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from weir.cli import durations
 from weir.config import Settings
 
 err = Console(stderr=True, soft_wrap=True)
@@ -20,7 +22,7 @@ TOKEN = "Require this token (Authorization: Bearer, or ?token=); needed off loop
 
 
 def _serve(
-    pipelines: list[str], host: str | None, port: int | None, token: str | None, interval: float | None,
+    pipelines: list[str], host: str | None, port: int | None, token: str | None, interval: timedelta | None,
     config: str | None, bootstrap: str | None, webhook: str | None, checkpoints: bool,
 ) -> None:  # fmt: skip
     from weir.monitor.config import load_config
@@ -74,7 +76,7 @@ def monitor_command(
         str | None, typer.Option("--token", envvar="WEIR_MONITOR_TOKEN", show_default=False, help=TOKEN)
     ] = None,
     interval: Annotated[
-        float | None, typer.Option("--interval", help="Seconds between broker polls (default 2).")
+        timedelta | None, durations.option("--interval", help="Time between broker polls (default 2s)", positive=True)
     ] = None,
     config: Annotated[
         str | None, typer.Option("--config", help="TOML file with the monitor settings and [[alerts]] rules.")

@@ -7,11 +7,13 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import Spec, clean_errors, err, out
 from weir.cli.sources import http_sources
 from weir.config import load
@@ -77,7 +79,7 @@ def run(
     once: Annotated[
         bool, typer.Option("--once", help="Process what the inputs hold now (Trigger.AvailableNow), then stop.")
     ] = False,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    duration: Annotated[timedelta | None, durations.option("--duration", help="Stop after this long")] = None,
     reset: Annotated[
         list[str] | None,
         typer.Option(
@@ -189,7 +191,7 @@ def archive(
         str | None, typer.Option("--schema", help="DDL of the JSON value, to keep decoded columns too (one topic).")
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Archive what the topics hold now, then stop.")] = False,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    duration: Annotated[timedelta | None, durations.option("--duration", help="Stop after this long")] = None,
 ) -> None:
     """Archive topics into the lake continuously, exactly once (the same archiver as `archived=True` topics)."""
     # Imported when the command runs (see graph).

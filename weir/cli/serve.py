@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import clean_errors
 from weir.cli.sql import plain
 from weir.config import load
@@ -23,7 +25,10 @@ def serve_command(
     token: Annotated[
         str | None, typer.Option("--token", envvar="WEIR_SERVE_TOKEN", show_default=False, help="Bearer token.")
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each request may take (504 past it).")] = 5.0,
+    timeout: Annotated[
+        timedelta,
+        durations.option("--timeout", help="How long each request may take (504 past it)", default="5s", positive=True),
+    ] = timedelta(seconds=5),
 ) -> None:
     """Serve GET /views, /views/<name>?limit=&after= and /views/<name>/<key>, each with the view's freshness, and
     POST /sql (weir sql's engine, read-only, the views among its tables)."""
@@ -37,7 +42,7 @@ def serve_command(
     serve(reader, host, port, token, timeout, sql=sql_answerer(settings, p, reader, timeout))
 
 
-def sql_answerer(settings: Any, pipeline: Any, reader: Any, timeout_s: float) -> Callable[[str], dict[str, Any]]:
+def sql_answerer(settings: Any, pipeline: Any, reader: Any, timeout: timedelta) -> Callable[[str], dict[str, Any]]:
     """POST /sql's engine: `weir sql`'s (weir.query, DuckDB, read-only, views among the tables), its own timeout a
     little inside the request's, so the query stops itself rather than running on behind a 504."""
     from weir.query import run
@@ -46,7 +51,7 @@ def sql_answerer(settings: Any, pipeline: Any, reader: Any, timeout_s: float) ->
 
     def answer(text: str) -> dict[str, Any]:
         try:
-            got = run(text, settings, pipeline=pipeline, timeout_s=max(0.5, timeout_s * 0.9),
+            got = run(text, settings, pipeline=pipeline, timeout_s=max(0.5, timeout.total_seconds() * 0.9),
                       tables=view_tables(reader))  # fmt: skip
         except QueryTimeout as exc:
             raise TimeoutError(str(exc)) from None

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import signal
+from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import AsJson, Spec, clean_errors, err, out
 from weir.config import load
 from weir.tables import new_table
@@ -42,7 +44,7 @@ def shadow_command(
     once: Annotated[
         bool, typer.Option("--once", help="Run the batches the live processor has planned so far, then stop.")
     ] = False,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    duration: Annotated[timedelta | None, durations.option("--duration", help="Stop after this long")] = None,
     restart: Annotated[
         bool, typer.Option("--restart", help="Drop an existing shadow of the processor, and begin anew.")
     ] = False,

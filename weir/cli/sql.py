@@ -8,11 +8,13 @@ import datetime as dt
 import decimal
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import clean_errors, err, out
 from weir.config import load
 from weir.tables import new_table
@@ -62,7 +64,9 @@ def sql_command(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the answer to this file (needed for parquet).")
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the query may run.")] = 30.0,
+    timeout: Annotated[
+        timedelta, durations.option("--timeout", help="How long the query may run", default="30s", positive=True)
+    ] = timedelta(seconds=30),
     limit: Annotated[int, typer.Option("--limit", help="Most rows in the answer (the answer says when cut).")] = 10_000,
 ) -> None:
     """Query topics with SQL: each table is a topic's lake (Delta) plus its live tail on the broker, every record
@@ -83,8 +87,8 @@ def sql_command(
     settings = load()
     views = reader_for(settings.views_path(), settings.views_dsn)  # views are tables too (docs/views.md)
     try:
-        answer = run(query, settings, pipeline=declared, engine=engine, timeout_s=timeout, row_limit=limit,
-                     tables=view_tables(views))  # fmt: skip
+        answer = run(query, settings, pipeline=declared, engine=engine, timeout_s=timeout.total_seconds(),
+                     row_limit=limit, tables=view_tables(views))  # fmt: skip
     finally:
         views.close()
     table = answer.table

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
+from weir.cli import durations
 from weir.cli.common import AsJson, Bootstrap, admin, clean_errors, out
 from weir.tables import new_table
 
@@ -31,7 +33,10 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 def topics_create(
     name: str,
     partitions: Annotated[int, typer.Option("--partitions", "-n", help="Number of partitions.")] = 1,
-    retention_ms: Annotated[int | None, typer.Option(help="retention.ms (default 7 days).")] = None,
+    retention: Annotated[
+        timedelta | None,
+        durations.option("--retention", help="How long records are kept (default: the broker's, 7 days)", forever=True),
+    ] = None,
     cleanup_policy: Annotated[str | None, typer.Option(help="delete or compact.")] = None,
     config: Annotated[list[str] | None, typer.Option("--config", "-c", help="Any topic config, key=value.")] = None,
     replication_factor: Annotated[int, typer.Option(help="Replicas per partition.")] = 1,
@@ -39,8 +44,8 @@ def topics_create(
 ) -> None:
     """Create a topic with its partitions and configs."""
     configs = _parse_configs(config or [])
-    if retention_ms is not None:
-        configs["retention.ms"] = str(retention_ms)
+    if retention is not None:
+        configs["retention.ms"] = str(durations.ms(retention))
     if cleanup_policy is not None:
         configs["cleanup.policy"] = cleanup_policy
     admin(bootstrap).create_topic(name, partitions, configs, replication_factor=replication_factor)

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,7 @@ def producer_figures(producer: IngestProducer) -> dict:
 
 def serve_http(
     settings: Settings, found: list[Target], job: str, host: str, port: int, token: str | None, max_body: int,
-    ack_timeout_s: float, max_in_flight: int, horizon_ms: int,
+    ack_timeout: timedelta, max_in_flight: int, horizon: timedelta,
 ) -> None:  # fmt: skip
     """Serve until SIGINT or SIGTERM, then flush (bounded) and publish the last progress record."""
     import uvicorn  # the server's own: not loaded by the other `weir` commands
@@ -106,7 +107,8 @@ def serve_http(
     check_exposure(host, token)
     client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
     admin = Admin(settings.bootstrap_servers, settings.kafka)
-    producer = IngestProducer(client, max_in_flight, ack_timeout_s)
+    producer = IngestProducer(client, max_in_flight, ack_timeout.total_seconds())
+    horizon_ms = horizon // timedelta(milliseconds=1)
     books = Books()
     schemas = prepare(settings, admin, found, producer)
     intakes = {name: Intake(job, name, schema, producer, books) for name, schema in schemas.items()}
@@ -189,8 +191,8 @@ def _now_ms() -> int:
 
 
 def run_files(
-    settings: Settings, found: Target, where: str, fmt: str, job: str, chunk: int, settle_s: float,
-    interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
+    settings: Settings, found: Target, where: str, fmt: str, job: str, chunk: int, settle: timedelta,
+    interval: timedelta, once: bool, max_wait: timedelta, ack_timeout: timedelta,
 ) -> dict:  # fmt: skip
     """Take in files until SIGINT or SIGTERM (or, with `once`, until every settled file is done)."""
     from weir.ingest.files import FileJob
@@ -198,28 +200,28 @@ def run_files(
 
     client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
     admin = Admin(settings.bootstrap_servers, settings.kafka)
-    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    producer = IngestProducer(client, 100_000, ack_timeout.total_seconds())
     books = Books()
     schema = prepare(settings, admin, [found], producer)[found.topic.name]
     intake = Intake(job, found.topic.name, schema, producer, books)
     ledger = Ledger(Path(settings.home) / "ingest" / job / "ledger.sqlite")
     source = FileSource(where)
     files = FileJob(source, Rows(source.filesystem, fmt, found.topic.schema), intake, ledger, client, chunk,
-                    settle_s, max_wait_s)  # fmt: skip
+                    settle.total_seconds(), max_wait.total_seconds())  # fmt: skip
     publisher = ProgressPublisher(
         found.pipeline, client, str(Path(settings.home) / "progress"), settings.progress_topic
     )
     loop = ProgressLoop(books, publisher, job, extra=lambda: {**files.counts, "producer": producer_figures(producer)})
 
     banner = f"weir ingest files: job {job} reading {where} ({fmt}) into {found.topic.name}"
-    _run_job(files, banner, loop, producer, ledger, interval_s, once)
+    _run_job(files, banner, loop, producer, ledger, interval.total_seconds(), once)
     return dict(files.counts)
 
 
 def run_postgres(
     settings: Settings, spec: str | None, dsn: str, table: str, topic: str, slot: str | None, job: str | None,
-    partitions: int, batch: int, interval_s: float, once: bool, max_wait_s: float, ack_timeout_s: float,
-    poll_by: str | None = None, margin_s: float = 5.0,
+    partitions: int, batch: int, interval: timedelta, once: bool, max_wait: timedelta, ack_timeout: timedelta,
+    poll_by: str | None = None, margin: timedelta = timedelta(seconds=5),
 ) -> dict:  # fmt: skip
     """Snapshot, then stream a table's changes until SIGINT or SIGTERM (or, with `once`, until none is left);
     with `poll_by`, copy the table, then poll it by that column (no slot: no logical decoding needed)."""
@@ -243,16 +245,17 @@ def run_postgres(
     slot = slot or "weir_" + "".join(ch if ch.isalnum() else "_" for ch in name.lower())
     client = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
     admin = Admin(settings.bootstrap_servers, settings.kafka)
-    producer = IngestProducer(client, 100_000, ack_timeout_s)
+    producer = IngestProducer(client, 100_000, ack_timeout.total_seconds())
     books = Books()
     schema = prepare(settings, admin, [found], producer)[topic]
     intake = Intake(name, topic, schema, producer, books)
     ledger = Ledger(Path(settings.home) / "ingest" / name / "ledger.sqlite")
+    max_wait_s = max_wait.total_seconds()
     if poll_by:
         with connect(dsn) as conn:
             kind, clock = poll_kind(conn, table, poll_by, key)
         pg: PgJob = PollJob(dsn, table, "", intake, ledger, client, key, batch, max_wait_s, poll_by=poll_by, kind=kind,
-                            clock=clock, margin_s=margin_s)  # fmt: skip
+                            clock=clock, margin_s=margin.total_seconds())  # fmt: skip
         where = {"poll_by": poll_by, "cursor": lambda: pg.cursor}
         banner = f"weir ingest postgres: job {name} copying {table}, then polling it by {poll_by}, into {topic}"
     else:
@@ -269,7 +272,7 @@ def run_postgres(
     loop = ProgressLoop(books, publisher, name, extra=lambda: {
         **pg.counts, **figures(), "producer": producer_figures(producer),
     })  # fmt: skip
-    _run_job(pg, banner, loop, producer, ledger, interval_s, once)
+    _run_job(pg, banner, loop, producer, ledger, interval.total_seconds(), once)
     return {"job": name, **figures(), **pg.counts}
 
 

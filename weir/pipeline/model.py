@@ -32,13 +32,23 @@ class DeclarationError(ValueError):
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
-def duration_ms(value: int | str, what: str) -> int:
-    """Milliseconds from 259200000, "72h", "3d" or "3 days" (weir.units' grammar; a bare number is in ms);
-    -1 means forever (Kafka's convention)."""
+def retention_ms(value: int | str | timedelta, what: str) -> int:
+    """Milliseconds of a declared retention: "72h", "3d", "3 days", "259200000ms" or a timedelta (weir.units'
+    grammar); -1 means forever (Kafka's convention). A number without a unit is refused: it was read as
+    milliseconds once, while a bare number is seconds everywhere else (the settings, the command line), and
+    read either way it would silently keep a topic's records 1000 times longer or shorter than meant."""
     try:
-        return units.duration_ms(value, what, forever=True)
+        ms = units.duration_ms(value, what, bare=None, forever=True)
     except units.DurationError as exc:
-        raise DeclarationError(str(exc)) from None
+        before = units.bare_ms(value)  # what a number meant before, for the message
+        if before is None:
+            raise DeclarationError(str(exc)) from None
+        spellings = ", ".join(repr(s) for s in dict.fromkeys((units.compact(before), f"{before}ms")))
+        raise DeclarationError(
+            f"{what}: {value!r} has no unit (it was read as milliseconds before): write {spellings} or a "
+            "timedelta; -1 is forever"
+        ) from None
+    return ms
 
 
 @dataclass(frozen=True)
@@ -301,21 +311,20 @@ class Pipeline:
 
     def topic(
         self, name: str, schema: str = "", key: str | None = None, partitions: int = 1,
-        retention: int | str = "7d", archived: bool = False, format: FormatSpec | None = None,
+        retention: str | timedelta | int = "7d", archived: bool = False, format: FormatSpec | None = None,
         key_format: FormatSpec | None = None,
     ) -> Topic:  # fmt: skip
         """A pipe. `schema` is the DDL of its JSON values ("" for raw bytes); with `format` (weir.avro(...),
         weir.protobuf(...), weir.json_schema(...)) the columns come from the format's schema instead. The key is
         the `key` field's text, or with `key_format` a record of key fields in that format (subject
-        <topic>-key)."""
-        retention_ms = duration_ms(retention, f"topic {name} retention")
+        <topic>-key). `retention`: a duration with its unit ("3d", "12h") or a timedelta; -1 keeps records forever."""
         return self._add_topic(
             Topic(
                 name,
                 schema,
                 key,
                 partitions,
-                retention_ms,
+                retention_ms(retention, f"pipeline {self.name}: topic {name} retention"),
                 archived,
                 format=format or FormatSpec(),
                 key_format=key_format,
@@ -323,17 +332,16 @@ class Pipeline:
         )
 
     def table(
-        self, name: str, schema: str = "", key: str = "", partitions: int = 1, retention: int | str = -1,
+        self, name: str, schema: str = "", key: str = "", partitions: int = 1, retention: str | timedelta | int = -1,
         archived: bool = False, format: FormatSpec | None = None, key_format: FormatSpec | None = None,
     ) -> Table:  # fmt: skip
-        retention_ms = duration_ms(retention, f"table {name} retention")
         return self._add_topic(
             Table(
                 name,
                 schema,
                 key or None,
                 partitions,
-                retention_ms,
+                retention_ms(retention, f"pipeline {self.name}: table {name} retention"),
                 archived,
                 format=format or FormatSpec(),
                 key_format=key_format,

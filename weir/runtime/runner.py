@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -664,15 +665,15 @@ class Runner:
         if self._interrupted.is_set():
             raise KeyboardInterrupt
 
-    def run(self, duration: float | None = None) -> None:
-        """Start, then block until Ctrl-C, SIGTERM (`interrupt`), `duration` seconds, or (available_now) the end."""
+    def run(self, duration: timedelta | None = None) -> None:
+        """Start, then block until Ctrl-C, SIGTERM (`interrupt`), `duration`, or (available_now) the end."""
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, lambda *_: self.interrupt())
         try:
             if not self._interrupted.is_set():
                 self.start()
-            deadline = None if duration is None else time.monotonic() + duration
+            deadline = None if duration is None else time.monotonic() + duration.total_seconds()
             while not self._interrupted.is_set() and not self.wait(0.5):
                 if deadline is not None and time.monotonic() >= deadline:
                     break

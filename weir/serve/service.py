@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from datetime import timedelta
 from typing import Any
 
 from weir.config import Settings
@@ -13,10 +14,13 @@ from weir.serve.app import SqlFn, create_app
 from weir.storage.views import ViewReader, reader_for
 
 
-def views_reader(settings: Settings, pipeline: Pipeline | None = None, timeout_s: float = 5.0) -> ViewReader:
-    """The reader of a pipeline's declared views, or, without a pipeline, of every view in the settings' stores."""
+def views_reader(
+    settings: Settings, pipeline: Pipeline | None = None, timeout: timedelta = timedelta(seconds=5)
+) -> ViewReader:
+    """The reader of a pipeline's declared views, or, without a pipeline, of every view in the settings' stores;
+    `timeout` bounds each read."""
     declared = None if pipeline is None else [(pipeline.name, v.name, v.dsn) for v in pipeline.views.values()]
-    return reader_for(settings.views_path(), settings.views_dsn, declared, timeout_s)
+    return reader_for(settings.views_path(), settings.views_dsn, declared, timeout.total_seconds())
 
 
 def server(app: Any) -> Any:
@@ -33,8 +37,8 @@ def server(app: Any) -> Any:
 
 
 def serve(
-    reader: ViewReader, host: str = "127.0.0.1", port: int = 8650, token: str | None = None, timeout_s: float = 5.0,
-    sql: SqlFn | None = None,
+    reader: ViewReader, host: str = "127.0.0.1", port: int = 8650, token: str | None = None,
+    timeout: timedelta = timedelta(seconds=5), sql: SqlFn | None = None,
 ) -> None:  # fmt: skip
     """Serve until SIGINT or SIGTERM. Off loopback only with a token (weir.net.check_exposure)."""
     check_exposure(host, token, "views", "--token or WEIR_SERVE_TOKEN")
@@ -44,7 +48,7 @@ def serve(
     print(f"weir serve: {len(names)} view(s) ({', '.join(names) or 'none yet'}) on http://{shown}:"
           f"{sock.getsockname()[1]}{' (token required)' if token else ''}", file=sys.stderr, flush=True)  # fmt: skip
     try:
-        server(create_app(reader, token=token, timeout_s=timeout_s, sql=sql)).run(sockets=[sock])
+        server(create_app(reader, token=token, timeout_s=timeout.total_seconds(), sql=sql)).run(sockets=[sock])
     finally:
         sock.close()
         reader.close()
