@@ -164,7 +164,6 @@ class Runner:
         self._supervisor: threading.Thread | None = None
         self._watch: BrokerWatch | None = None
         self._slow_plans = SlowPlans()
-        self._plans_checked: dict[str, float] = {}  # when each query's planning is next looked at (monotonic)
         self.broken: str | None = None  # why the Spark session cannot run queries any more (SESSION_BROKEN)
         self.lost: str | None = None  # a checkpoint lock taken over by another runner: this one stops
         self._locks: list[CheckpointLock] = []
@@ -468,15 +467,17 @@ class Runner:
     def _check_plan(self, name: str, query: Any) -> None:
         """Warn, once per wait, of a query whose planning has waited on its sources past SlowPlans' bound while the
         broker answers (an outage is `waiting`, and bounded by broker_unavailable_timeout): logged, and the
-        processor's note in `weir status` says it until a batch runs."""
+        processor's note in `weir status` says it until the query plans again."""
         now = time.monotonic()
-        if self._watch is None or not self._watch.reachable or now < self._plans_checked.get(name, 0.0):
+        if self._watch is None or not self._watch.reachable or not self._slow_plans.due(name, now):
             return
-        self._plans_checked[name] = now + 2.0  # Spark's status is a call into the JVM: every 2 s is enough
-        note = self._slow_plans.check(name, query.status, now)
-        if note is not None:
+        note, st = self._slow_plans.check(name, query.status, now), self.status[name]
+        if note:
             log.warning("weir: processor %s: %s", name, note)
-            self.status[name].note = note
+            st.note = note
+        elif note == "" and (st.note or "").startswith(SlowPlans.NOTE):
+            log.info("weir: processor %s plans batches again", name)
+            st.note = None
 
     def _give_up_waiting(self, name: str, query: Any, error: str) -> None:
         """Stop a query whose broker outage outlasted the limit, and fail its processor with `error`."""

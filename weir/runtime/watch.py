@@ -70,23 +70,36 @@ class SlowPlans:
     """Queries whose planning of a batch has waited on their sources longer than `after` seconds while the broker
     answers the watch: a client wedged inside Spark's connector, say, rather than an outage. Each such wait is
     reported once, with what Spark says the query does, so that a query that plans nothing is seen as stuck and
-    not taken for a quiet one."""
+    not taken for a quiet one; its end is reported too. A query is looked at every `every` seconds at most
+    (Spark's status is a call into the JVM)."""
 
-    def __init__(self, after: float = 60.0) -> None:
-        self.after = after
+    NOTE = "planning a batch has waited"
+
+    def __init__(self, after: float = 60.0, every: float = 2.0) -> None:
+        self.after, self.every = after, every
         self._since: dict[str, float] = {}
         self._told: set[str] = set()
+        self._next: dict[str, float] = {}
+
+    def due(self, name: str, now: float) -> bool:
+        """Whether `name`'s status is to be looked at now (then not again for `every` seconds)."""
+        if now < self._next.get(name, 0.0):
+            return False
+        self._next[name] = now + self.every
+        return True
 
     def check(self, name: str, status: dict, now: float) -> str | None:
-        """A note the first time `name`'s current wait passes the bound; None otherwise. `status` is the query's
-        StreamingQuery.status."""
+        """A note the first time `name`'s current wait passes the bound, "" when a wait that was noted ends, None
+        otherwise. `status` is the query's StreamingQuery.status."""
         planning = bool(status.get("isTriggerActive")) and str(status.get("message", "")).startswith("Getting offsets")
         if not planning:
             self._since.pop(name, None)
-            self._told.discard(name)
+            if name in self._told:
+                self._told.discard(name)
+                return ""
             return None
         since = self._since.setdefault(name, now)
         if now - since < self.after or name in self._told:
             return None
         self._told.add(name)
-        return f"planning a batch has waited {now - since:.0f} s on its sources (Spark: {status.get('message')})"
+        return f"{self.NOTE} {now - since:.0f} s on its sources (Spark: {status.get('message')})"
