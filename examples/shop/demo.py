@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 console = Console(width=None if sys.stdout.isatty() else 130)
 FIGURES = ("in_", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
 HEADERS = ("in", "out", "filtered", "dlq", "late", "absorbed", "emitted", "replayed")
-FIRST_BATCH_S = 180.0  # how long the release story waits for the live enrich's first batch after the run
+FIRST_OUTPUT_S = 180.0  # how long a story waits, after the run, for the first output it shows
 # The duration counts from when every query runs: on 2 loaded cores launching the 12 takes minutes (measured: 2.5),
 # and a clock started before would end the demo before the last ones (the real-time big_order) ran at all.
 LAUNCH_WAIT_S = 300.0
@@ -739,14 +739,24 @@ def main(
                 line = view_line(base if server.poll() is None else None)
                 live.update(Group(shown_live(), line))
                 stop.wait(1.0)
-            if release and not stop.is_set() and runner.snapshot()["enrich"].batches == 0:
-                # The release story compares a new version's books with the live enrich's: it needs one batch of
-                # them (on 2 loaded cores the first can take more than the run), waited for at most FIRST_BATCH_S
-                console.print("waiting for the live enrich's first batch: the release story compares with its books")
-                deadline = time.monotonic() + FIRST_BATCH_S
-                while not stop.is_set() and time.monotonic() < deadline and runner.snapshot()["enrich"].batches == 0:
+            # Stories that need a first output the run may not have given on 2 loaded cores, each waited for at
+            # most FIRST_OUTPUT_S (said, and said again when it did not come): the release story compares a new
+            # version's books with the live enrich's (one batch of them); the real-time story shows big_order's alerts.
+            waits = [(f"the real-time {name}'s first records out", lambda s, n=name: s[n].totals.out > 0)
+                     for name in sorted(fast)]  # fmt: skip
+            if release:
+                waits.insert(0, ("the live enrich's first batch (the release story compares with its books)",
+                                 lambda s: s["enrich"].batches > 0))  # fmt: skip
+            for what, came in waits:
+                if stop.is_set() or came(runner.snapshot()):
+                    continue
+                console.print(f"waiting for {what}, at most {FIRST_OUTPUT_S:.0f} s")
+                deadline = time.monotonic() + FIRST_OUTPUT_S
+                while not stop.is_set() and time.monotonic() < deadline and not came(runner.snapshot()):
                     live.update(Group(shown_live(), line))
                     stop.wait(1.0)
+                if not came(runner.snapshot()):
+                    console.print(f"[yellow]no {what} within {FIRST_OUTPUT_S:.0f} s: the demo goes on without[/yellow]")
         elapsed = time.monotonic() - (started or launching)
         if not release:
             orders_stop.set()
