@@ -104,3 +104,66 @@ def test_a_release_that_filters_2_percent_more_fires_within_its_first_batches(cl
     assert fired_at == 2
     [alert] = m.alerts.firing()
     assert "filtered/in 2.00% against 0.00% for version v1" in alert["message"], alert["message"]
+
+
+def kinds(rows: int, big: float, purchases: float | None = None) -> dict:
+    """A batch routed by kind to two outputs (a `big` share to orders.big, the rest to orders.small), or, with
+    `purchases`, a stateful funnel's: every record absorbed, purchases emitted to one output, carts to another."""
+    if purchases is not None:
+        bought, carts = round(rows * purchases), rows // 20
+        return {"in": rows, "absorbed": rows, "emitted": bought + carts, "balanced": True,
+                "outputs": {"funnel.purchases": bought, "funnel.carts": carts}}  # fmt: skip
+    n = round(rows * big)
+    return {"in": rows, "out": rows, "balanced": True, "outputs": {"orders.big": n, "orders.small": rows - n}}
+
+
+def first_firing(m: Monitor, clock: Clock, version: str, batches: int, accounting: dict, first: int) -> int | None:
+    """The batch (counted from 1) of `version` at which an alert first fires, or None."""
+    for i in range(batches):
+        clock.t += 10
+        m.ingest(progress(clock, batch_id=first + i, end=first + i, rows=accounting["in"], version=version,
+                          accounting=accounting))  # fmt: skip
+        m.refresh()
+        if m.alerts.firing():
+            return i + 1
+    return None
+
+
+def test_a_release_that_sends_2_percent_of_one_kind_to_another_output_fires_on_that_output(clock) -> None:
+    """Issue 58 item 2, stateless: out, filtered and dead letters unchanged, but 2% of the big orders (30% of all)
+    go to the wrong output: 0.6 points of one output's share, under the old fixed 1-point rule (and invisible in
+    the shares it compared). At 10,000 records a batch it fires within 15 batches, naming the output."""
+    m = Monitor(MonitorConfig.model_validate({}), clock=clock)
+    assert first_firing(m, clock, "v1", 30, kinds(10_000, 0.30), first=0) is None
+    fired = first_firing(m, clock, "v2", 20, kinds(10_000, 0.30 * 0.98), first=30)
+    assert fired is not None and fired <= 15, fired
+    [alert] = m.alerts.firing()
+    assert "out:orders.big/in 29.40% against 30.00% for version v1" in alert["message"], alert["message"]
+
+
+def test_a_stateful_release_that_drops_1_4_percent_of_purchases_fires_on_purchases(clock) -> None:
+    """Issue 58 item 2, stateful: the newcomer's funnel v2 dropped 7 of 516 purchases (1.4%). Every record is
+    absorbed into state either way; the purchases emitted per record in fall from 10% to 9.86%. At 100,000
+    records a batch (a few minutes at 5,000 records/s) it fires within 30 batches, naming the purchases output; on
+    the first few batches (too few purchases to tell a 1.4% drop from chance) it does not."""
+    m = Monitor(MonitorConfig.model_validate({}), clock=clock)
+    assert first_firing(m, clock, "v1", 30, kinds(100_000, 0, purchases=0.10), first=0) is None
+    fired = first_firing(m, clock, "v2", 30, kinds(100_000, 0, purchases=0.10 * 0.986), first=30)
+    assert fired is not None and 3 < fired <= 30, fired
+    [alert] = m.alerts.firing()
+    assert "out:funnel.purchases/in 9.86% against 10.00% for version v1" in alert["message"], alert["message"]
+
+
+def test_an_unchanged_stateful_release_with_many_outputs_does_not_fire(clock) -> None:
+    """The same funnel, released unchanged, with the counts' own noise (a purchase share that wanders by a few
+    records a batch): no alert, however many outputs are compared (the test holds the comparison as a whole)."""
+    import random
+
+    m = Monitor(MonitorConfig.model_validate({}), clock=clock)
+    rnd = random.Random(7)
+    batch_id = 0
+    for version in ("v1", "v2", "v3"):
+        for _ in range(30):
+            share = 0.10 + rnd.gauss(0, 0.001)
+            batch_id += 1
+            assert first_firing(m, clock, version, 1, kinds(100_000, 0, purchases=share), first=batch_id) is None

@@ -406,5 +406,5 @@ def test_status_shows_each_versions_shares_and_the_drift(home):
     v1 = next(line for line in out.splitlines() if "│ v1 " in line)
     assert [c.strip() for c in v2.split("│")[4:9]] == ["3,000", "97.00%", "0.00%", "3.00% (was 0.10%)", "0.00%"]
     assert [c.strip() for c in v1.split("│")[4:9]] == ["20,000", "99.90%", "0.00%", "0.10%", "0.00%"]
-    assert "FIRING release drift: release_drift(shop/enrich) = 0.029 > 0.01: version v2 (running since" in out
+    assert "FIRING release drift: release_drift(shop/enrich) = 0.029 > 0: version v2 (running since" in out
     assert "dlq/in 3.00% against 0.10% for version v1" in out

@@ -159,19 +159,22 @@ def releases_table(body: dict) -> Any | None:
     released = [p for _, p in sorted((body.get("processors") or {}).items()) if len(p.get("versions") or []) > 1]
     if not released:
         return None
-    table = new_table("processor", "version", "running since", "in", "out", "filtered", "dlq", "late",
+    columns = ("out", "filtered", "dlq", "late")
+    table = new_table("processor", "version", "running since", "in", *columns, "other share drifted",
                       title="releases: each version's shares of its input")  # fmt: skip
     for p in released:
         drift = p.get("release_drift") or {}
         for v in p["versions"]:
             shares = v.get("shares") or {}
-            cells = []
-            for name in ("out", "filtered", "dlq", "late"):
+            cells, other = [], ""
+            drifting = v["version"] == drift.get("version") and drift.get("share")
+            for name in columns:
                 text = percent(shares.get(name))
-                drifted = v["version"] == drift.get("version") and name == drift.get("share")
-                cells.append(f"[red]{text} (was {percent(drift.get('before'))})[/red]" if drifted else text)
+                cells.append(f"[red]{text} (was {percent(drift.get('before'))})[/red]" if drifting == name else text)
+            if drifting and drifting not in columns:  # absorbed, emitted, or one output's (out:<topic>)
+                other = f"[red]{e(drifting)} {percent(drift.get('value'))} (was {percent(drift.get('before'))})[/red]"
             table.add_row(e(str(p.get("key"))), e(str(v["version"])), e(units.iso(v["since_ms"])),
-                          number(v.get("in")), *cells)  # fmt: skip
+                          number(v.get("in")), *cells, other)  # fmt: skip
     return table
 
 

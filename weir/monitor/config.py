@@ -66,8 +66,9 @@ KINDS: dict[str, tuple[str | None, Any, float | None, str]] = {
     "violations": (">", _count, 0.0, "processor"),  # accounting violations over rate_window
     "failures": (">", _count, 0.0, "processor"),  # failure records over rate_window
     "gaps": (">", _count, 0.0, "processor"),  # silent gaps in its input offsets (`weir audit`; read_checkpoints)
-    # the running version's out, filtered, dlq or late share against the previous version's, beyond chance
-    "release_drift": (">", parse_ratio, 0.01, "processor"),
+    # how far the running version's share most beyond chance (a route, an output, the totals) moved from the
+    # previous version's, in points; 0 when none differs beyond chance, so the default fires on any that does
+    "release_drift": (">", parse_ratio, 0.0, "processor"),
     "broker_unreachable": (None, None, None, "broker"),
 }
 
@@ -82,7 +83,7 @@ DEFAULT_ALERTS: tuple[dict[str, str], ...] = (
     {"name": "violations", "expr": "violations(*) > 0"},
     {"name": "retention at risk", "expr": "retention_left(*) < 1h"},
     {"name": "gaps", "expr": "gaps(*) > 0"},
-    {"name": "release drift", "expr": "release_drift(*) > 1%"},
+    {"name": "release drift", "expr": "release_drift(*) > 0"},
 )
 
 _EXPR = re.compile(

@@ -185,7 +185,7 @@ class Track:
         self.batches.append((r.at_ms, a.get("in", 0), a.get("dlq", 0), a.get("late", 0), violations))
         for k, v in a.items():
             self.totals[k] += v
-        self.releases.add(r.version, r.at_ms, a)
+        self.releases.add(r.version, r.at_ms, a, r.outputs)
         if violations or not r.balanced:
             self.unbalanced_batches += 1
             self.last_violation = Violation(r.batch_id, r.at_ms, r.unaccounted, dict(a))
