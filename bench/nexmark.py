@@ -268,6 +268,16 @@ class Result:
     ok: bool | None = None
     detail: str = ""
     cpu: float | None = None
+    split: tuple[float, float, float] | None = None  # seconds: before the first batch, in batches, between them
+
+
+def split(launch: float, done: float, first: float | None, batch_ms: list[float]) -> tuple[float, float, float] | None:
+    """Where a run's seconds went: from the launch to its first batch's start (the process, Spark's session and
+    the query's start), inside batches (Spark's triggerExecution), and the rest until the last batch's end."""
+    if first is None or done <= launch:
+        return None
+    before, inside = first - launch, sum(batch_ms) / 1000
+    return before, inside, max(0.0, done - launch - before - inside)
 
 
 @dataclass
@@ -320,6 +330,10 @@ def run_weir(bench: Bench, query: str) -> Result:
     if progress:
         done = max(r["at_ms"] for r in progress) / 1000
         result.rate = inputs / (done - run.launch) if done > run.launch else None
+        ms = [float((r.get("duration_ms") or {}).get("triggerExecution", 0)) for r in progress]
+        # a progress record is published as its batch ends: the first began its triggerExecution before
+        began = min(r["at_ms"] - (r.get("duration_ms") or {}).get("triggerExecution", 0) for r in progress) / 1000
+        result.split = split(run.launch, done, began, ms)
         result.detail = f"{len(progress)} batches;"
     if read != inputs:
         result.detail += f" read {read:,} of {inputs:,};"
@@ -361,6 +375,7 @@ def run_spark(bench: Bench, query: str) -> Result:
     if ok:
         s = lines[-1]
         result.rate = inputs / (s["done"] - run.launch)
+        result.split = split(run.launch, s["done"], s.get("first"), [ms for _, ms in s["batches"]])
         result.detail = f"{sum(1 for r, _ in s['batches'] if r)} batches with input;"
         if s["rows"] != inputs:
             result.detail += f" read {s['rows']:,} of {inputs:,};"
@@ -408,6 +423,19 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _splits(bench: Bench, queries: list[str]) -> str:
+    """Where each run's time went (Result.split), a line per query and system that has it."""
+    lines = []
+    for q in queries:
+        for system in ("weir", "spark"):
+            r = bench.results.get((q, system))
+            if r is not None and r.split is not None:
+                before, inside, between = r.split
+                lines.append(f"{q} {system}: {before:.1f} s to the first batch, {inside:.1f} s in batches, "
+                             f"{between:.1f} s between them")  # fmt: skip
+    return "".join(f"{line}\n" for line in lines)
+
+
 def report(bench: Bench, queries: list[str], systems: list[str], load: tuple[tuple, tuple], n: int) -> Table:
     t = Table(title=f"Nexmark, {n:,} events, local[2], each system draining the same backlog")
     for name in ("query", "events", "weir rows/s", "Spark rows/s", "weir/Spark", "Bytewax rows/s", "checks"):
@@ -425,7 +453,7 @@ def report(bench: Bench, queries: list[str], systems: list[str], load: tuple[tup
             checks.append(f"{s} {verdict}")
         t.add_row(q, f"{bench.events.count(INPUTS[q]):,}", _rate(weir and weir.rate), _rate(spark and spark.rate),
                   ratio, _rate(r["bytewax"] and r["bytewax"].rate), ", ".join(checks))  # fmt: skip
-    t.caption = (
+    t.caption = _splits(bench, queries) + (
         f"load average {' '.join(f'{x:.2f}' for x in load[0])} before, {' '.join(f'{x:.2f}' for x in load[1])} "
         f"after; {os.cpu_count()} cores. rows/s: the query's input events / seconds from launch to drained output."
     )

@@ -1,13 +1,16 @@
 """Starts of the shop pipeline (examples/shop, 7 queries): failed starts and the time to every processor's first
 batch, `weir run` as a real process, N times in a row (issue 27: "no failed start").
 
-    .venv/bin/python bench/starts.py [--starts 10] [--rate 200] [--pip-spark-home]
+    .venv/bin/python bench/starts.py [--starts 10] [--rate 200] [--pip-spark-home] [--no-plain]
 
 Each start gets a fresh home (checkpoints, progress log) on one embedded broker started here; it runs until every
 processor has finished a batch (or --wait seconds), then stops as Ctrl-C does. A failed start is a `failure`
 progress record (a query that failed and was restarted, e.g. "Python worker failed to connect back").
 `--pip-spark-home` runs the same starts with pip's PySpark directory as SPARK_HOME (workers compile PySpark from
 the zip's sources as they start: weir before weir/sparkhome.py), as the baseline of the same run.
+The baseline, in the same run (unless `--no-plain`): as many starts of a plain Structured Streaming query as a
+process of its own (a Spark session as weir makes it, Spark's Kafka source over the shop's orders, to noop),
+timed from the process's start to its first batch, after weir's starts (they fill the orders topic).
 Run it beside two busy loops (`sh -c 'while :; do :; done' &`, twice) for the issue's loaded machine.
 """
 
@@ -88,12 +91,47 @@ def one_start(base: Path, n: int, env: dict, wait: float, expected: list[str]) -
     }
 
 
+PLAIN_QUERY = """
+import sys, time
+from pathlib import Path
+import weir
+spark = weir.spark_session("starts-plain", master="local[2]", conf={"spark.ui.enabled": "false"})
+spark.sparkContext.setLogLevel("ERROR")
+query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", sys.argv[1]).option("subscribe", "orders")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 10000).load()
+         .writeStream.format("noop").option("checkpointLocation", sys.argv[2]).start())
+deadline = time.monotonic() + float(sys.argv[4])
+while query.lastProgress is None and time.monotonic() < deadline:
+    time.sleep(0.2)
+if query.lastProgress is not None:
+    Path(sys.argv[3]).write_text(str(time.time()))
+query.stop()
+spark.stop()
+"""
+
+
+def plain_start(base: Path, n: int, env: dict, bootstrap: str, wait: float) -> dict:
+    """One start of a plain query (the baseline): seconds from its process's start to its first batch."""
+    home = base / f"start-{n}"
+    home.mkdir(parents=True)
+    done = home / "first-batch"
+    began = time.time()
+    with open(base / f"start-{n}.log", "wb") as log:
+        argv = [sys.executable, "-c", PLAIN_QUERY, bootstrap, str(home / "checkpoint"), str(done), str(wait)]
+        done_run = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=wait + 120)
+    code = done_run.returncode
+    first = float(done.read_text()) - began if done.exists() else None
+    return {"every_first_batch_s": first, "first_batch_s": first, "failures": 0 if first else 1,
+            "errors": [] if first else ["no batch"], "exit": code, "load": os.getloadavg()[0]}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--starts", type=int, default=10)
     ap.add_argument("--rate", type=int, default=200, help="the generator's records/s")
     ap.add_argument("--wait", type=float, default=300.0, help="seconds a start may take to run every processor")
     ap.add_argument("--pip-spark-home", action="store_true", help="also the same starts with pip's SPARK_HOME")
+    ap.add_argument("--no-plain", action="store_true", help="without the plain query's starts (the baseline)")
     args = ap.parse_args()
     console = Console()
     base = Path(tempfile.mkdtemp(prefix="weir-starts-"))
@@ -113,17 +151,24 @@ def main() -> None:
     for column in ("mode", "start", "failed starts", "first batch s", "every processor's first batch s",
                    "exit", "load"):  # fmt: skip
         table.add_column(column)
-    totals = {}
+    totals: dict[str, int] = {}
+
+    def row(mode: str, n: int, got: dict) -> None:
+        totals[mode] += got["failures"]
+        console.print(mode, n, got)
+        table.add_row(mode, str(n + 1), f"{got['failures']} {' '.join(got['errors'])}".strip(),
+                      _s(got["first_batch_s"]), _s(got["every_first_batch_s"]), str(got["exit"]),
+                      f"{got['load']:.1f}")  # fmt: skip
+
     try:
         for mode, mode_env in modes.items():
             totals[mode] = 0
             for n in range(args.starts):
-                got = one_start(base / mode.replace(" ", "-"), n, mode_env, args.wait, expected)
-                totals[mode] += got["failures"]
-                console.print(mode, n, got)
-                table.add_row(mode, str(n + 1), f"{got['failures']} {' '.join(got['errors'])}".strip(),
-                              _s(got["first_batch_s"]), _s(got["every_first_batch_s"]), str(got["exit"]),
-                              f"{got['load']:.1f}")  # fmt: skip
+                row(mode, n, one_start(base / mode.replace(" ", "-"), n, mode_env, args.wait, expected))
+        if not args.no_plain:
+            totals["plain query"] = 0
+            for n in range(args.starts):
+                row("plain query", n, plain_start(base / "plain", n, env, broker.bootstrap, args.wait))
     finally:
         broker.stop()
     console.print(table)
