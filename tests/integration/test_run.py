@@ -379,7 +379,7 @@ def test_a_record_lost_or_doubled_inside_weir_is_a_published_violation(
     weir loses or doubles on the way (injected here, between the source and the function) unbalances them."""
     from weir.runtime.query import ProcessorQuery
 
-    split = ProcessorQuery._split
+    split = ProcessorQuery.split
 
     # The first record of partition 0 dropped or repeated within the one scan of the batch: a plan that reads the
     # source twice (the exceptAll of its own limit(1), as this test did) makes PySpark 4.2.0 sum the read
@@ -393,7 +393,7 @@ def test_a_record_lost_or_doubled_inside_weir_is_a_published_violation(
         copies = F.explode(F.when(first, F.array(F.lit(1), F.lit(2))).otherwise(F.array(F.lit(1))))
         return [parts[0].withColumn("_copy", copies).drop("_copy"), *parts[1:]]
 
-    monkeypatch.setattr(ProcessorQuery, "_split", faulty)
+    monkeypatch.setattr(ProcessorQuery, "split", faulty)
     prefix = uuid.uuid4().hex[:8]
     p = orders_pipeline(prefix)
     Admin(bootstrap).create_topic(f"{prefix}.orders", 2)

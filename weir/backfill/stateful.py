@@ -184,7 +184,7 @@ class StatefulRun:
             ran.append(batch_id)
 
         try:
-            stream = query._streaming_result()
+            stream = query.streaming_result()
             running = (
                 stream.writeStream.queryName(query.name).option("checkpointLocation", paths.spark_url(self.checkpoint))
                 .foreachBatch(each).trigger(availableNow=True).start()

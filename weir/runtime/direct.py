@@ -38,10 +38,10 @@ from weir.runtime.accounting import Counts, from_routes
 from weir.storage import checkpoint as cp_store
 from weir.storage.checkpoint import Checkpoint
 
-if TYPE_CHECKING:  # query.py imports this module: its type only, for the checker (no import at run time)
+if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-    from weir.runtime.query import ProcessorQuery
+    from weir.runtime.batchpath import PathQuery
 
 log = logging.getLogger("weir")
 UNDECODABLE = "weir: a record that does not decode"
@@ -71,7 +71,7 @@ class Fallbacks:
         return None if failed_at is None else failed_at + self.stay
 
 
-def refusal(q: ProcessorQuery) -> str | None:
+def refusal(q: PathQuery) -> str | None:
     """Why `q` cannot run the direct path (None: it can)."""
     proc = q.proc
     reasons = [
@@ -83,7 +83,7 @@ def refusal(q: ProcessorQuery) -> str | None:
         (proc.shadow is not None, "a shadow run"),
         (q.bounds is not None or q.archive or q.view is not None, "a replay, an archiver or a view"),
         # A rebuild's skips of what was delivered before the reset happen in foreachBatch's write (see
-        # ProcessorQuery._start_rebuild), which notes it at its first write: the marker is read here
+        # PathQuery._start_rebuild), which notes it at its first write: the marker is read here
         (q.delivered is not None or (q.checkpoint and rebuild.pending(q.checkpoint)), "a rebuild after a reset"),
         (q.fell_back is not None, f"it fell back: {q.fell_back}"),
     ]
@@ -93,12 +93,13 @@ def refusal(q: ProcessorQuery) -> str | None:
 class Direct:
     """One processor's direct query: built and started by `start`, its batches' books by `counts`."""
 
-    def __init__(self, q: ProcessorQuery) -> None:
+    def __init__(self, q: PathQuery) -> None:
         self.q = q
         self.cp = Checkpoint(q.checkpoint)
         self.reports = str(Path(q.settings.home) / "run" / "commits" / q.name)
         self.replay: int | None = None  # the batch planned and not committed at the start: written again
         self._routes_own = False
+        self.has_sources = False  # whether each routed row names its input record (a stateless build's result)
         self._encoded = False
         self._stateful_rows = q.proc.stateful  # no input record behind a row: the routes are the books
         self._combos = routing.destinations(q.proc)
@@ -120,11 +121,11 @@ class Direct:
                        F.lit(" offset "), col("offset").cast("string"), F.lit("): "), col(ERROR_COLUMN))  # fmt: skip
         # A record that does not decode fails the task: the batch runs again one batch at a time, dead-lettered.
         checked = stream.where(F.when(col(ERROR_COLUMN).isNull(), F.lit(True)).otherwise(F.raise_error(why)))
-        clean = q._split(checked)[0].observe(f"{HANDED}{q.name}", F.count(F.lit(1)).alias("n"))
-        frame = q._result([clean])
-        if not q._has_sources:
+        clean = q.split(checked)[0].observe(f"{HANDED}{q.name}", F.count(F.lit(1)).alias("n"))
+        result = q.result([clean])
+        self.has_sources, self._routes_own, frame = result.has_sources, result.routes_own, result.frame
+        if not result.has_sources:
             return None
-        self._routes_own = q._routes_own
         names = tuple(frame.columns)
         enc = routing.encoded_column(names, q.proc, q.topics, q.writers)
         if enc is not None:
@@ -152,7 +153,7 @@ class Direct:
         does (weir's blocks route the records that do not decode, and late ones, themselves). The routes are the
         books: an Observation counts them, as one foreachBatch batch does, and the writer's commit what went out."""
         q = self.q
-        frame = q._streaming_result()
+        frame = q.streaming_result()
         if ROUTE not in frame.columns:
             frame = frame.withColumn(ROUTE, F.lit(OUT))
         routed = routing.route(frame, q.proc, q.topics, q.writers)
@@ -188,7 +189,7 @@ class Direct:
             records.writeStream.format("weir-kafka")
             .queryName(q.name)
             .option("checkpointLocation", q.checkpoint)
-            .options(**q._kafka_options())
+            .options(**q.kafka_options())
             .option("streamGuard", guard.to_option())
             .option("commitReports", self.reports)
             .option("sourceTally", "" if self._stateful_rows else ",".join(passing))
@@ -235,7 +236,7 @@ class Direct:
 
     def _take(self) -> replay.Marks:
         q = self.q
-        return replay.take_marks(q.settings.client_config(), q._written_topics(), timeout=30.0)
+        return replay.take_marks(q.settings.client_config(), q.written_topics(), timeout=30.0)
 
     def _after(self, batch: int, written_now: dict[str, int], counts: Counts) -> None:
         """After batch `batch` committed (its progress): every record of it and of the batches before was

@@ -43,6 +43,7 @@ from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, To
 from weir.pipeline.routes import ABSORBED, DLQ, EMIT, OUT, REASON, ROUTE
 from weir.runtime import completeness, direct, provenance, reading, realtime, rebuild, routing, views
 from weir.runtime.accounting import Counts, from_routes
+from weir.runtime.batchpath import Routed
 from weir.runtime.tally import SourceTally
 
 log = logging.getLogger("weir.pipeline")
@@ -248,7 +249,7 @@ class ProcessorQuery:
                 pending.result()
 
     # -- inputs -----------------------------------------------------------------------------------------
-    def _kafka_options(self) -> dict[str, str]:
+    def kafka_options(self) -> dict[str, str]:
         """The client options of every weir-kafka source and sink of this processor."""
         return self.settings.kafka_options()
 
@@ -258,7 +259,7 @@ class ProcessorQuery:
         wanted = self.proc.sink.starting_offsets() if self.proc.sink is not None else None
         starting = {topic.name: wanted[topic.name]} if wanted and wanted.get(topic.name) else None
         options = {
-            **self._kafka_options(), "subscribe": topic.name,
+            **self.kafka_options(), "subscribe": topic.name,
             "startingOffsets": json.dumps(starting) if starting else "earliest",
             **topic.reader_options(self.settings.registry_conf()),
         }  # fmt: skip
@@ -416,7 +417,7 @@ class ProcessorQuery:
         """Every input topic's decoded stream, unioned by column name (fields of other topics are null)."""
         return union([self.source(self.topics[t]) for t in self.proc.inputs])
 
-    def _split(self, batch: DataFrame) -> list[DataFrame]:
+    def split(self, batch: DataFrame) -> list[DataFrame]:
         """The clean rows of a batch, one DataFrame per input topic with that topic's columns."""
         parts = []
         for t in self.proc.inputs:
@@ -474,11 +475,11 @@ class ProcessorQuery:
     def trace_batch(self, schema: StructType) -> DataFrame | dict[str, DataFrame]:
         """A stateless processor's result on an empty batch of `schema` (the inputs' columns), checked
         against the declared outputs: what `run_batch` would do, without data."""
-        result = self.called(*self._split(self.spark.createDataFrame([], schema)))
+        result = self.called(*self.split(self.spark.createDataFrame([], schema)))
         routing.check_outputs(self.proc, result, self.topics)
         return result
 
-    def _streaming_result(self) -> DataFrame:
+    def streaming_result(self) -> DataFrame:
         result = self._applied()
         return _with_output(result) if isinstance(result, dict) else result
 
@@ -514,11 +515,12 @@ class ProcessorQuery:
         tag = f"{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}"
         undecoded, handed = Observation(f"weir-undecoded-{tag}"), Observation(f"weir-handed-{tag}")
         with self._phase("plan"):  # the driver's work on the batch's DataFrames: calls into the JVM
-            clean = self._split(batch.observe(undecoded, *self._memo("undecoded", lambda: _undecoded(topic))))[0]
+            clean = self.split(batch.observe(undecoded, *self._memo("undecoded", lambda: _undecoded(topic))))[0]
             # Counted where the function takes them, apart from Spark's count of the batch: a record weir itself
             # lost or doubled on the way (in `_split`) unbalances the books
             count = self._memo("handed", lambda: [F.count(F.lit(1)).alias("n")])
-            frame = self._result([clean.observe(handed, *count)])
+            result = self.result([clean.observe(handed, *count)])
+            frame, self._routes_own, self._has_sources = result.frame, result.routes_own, result.has_sources
             names = tuple(frame.columns)
             enc = self._memo(("encoded", names), lambda: [routing.encoded_column(names, self.proc, self.topics,
                                                                                  self.writers)])  # fmt: skip
@@ -625,7 +627,7 @@ class ProcessorQuery:
         if not reread:
             self._cache(batch)
         try:
-            inputs = self._split(batch)
+            inputs = self.split(batch)
             # The records the function is handed, counted in a job without user code: it also fills the cache,
             # so later jobs that fail (a poison record) re-read the cache, not Kafka.
             with self._phase("read and count"):
@@ -646,7 +648,9 @@ class ProcessorQuery:
         `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
         in a task are isolated by bisection and dead-lettered (docs/pipelines.md, poison records)."""
         sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
-        frame = self._cache(self._result(sub))
+        result = self.result(sub)
+        self._routes_own, self._has_sources = result.routes_own, result.has_sources
+        frame = self._cache(result.frame)
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
         # value and headers, even those of a sink's rows that never go to Kafka.
@@ -663,7 +667,7 @@ class ProcessorQuery:
             routed = routed if extra is None else routed.unionByName(extra)
             return frame, routed, None
 
-    def _result(self, inputs: list[DataFrame]) -> DataFrame:
+    def result(self, inputs: list[DataFrame]) -> Routed:
         """The function's result over `inputs`, one frame with a route per row (out, unless it routes its rows
         itself) and the input record behind each row where it still has one."""
         # Each input record's coordinates ride along hidden, so that its output rows know it whatever the
@@ -671,10 +675,9 @@ class ProcessorQuery:
         result = provenance.attach_all(self.proc.fn(*map(provenance.carry, inputs)))
         routing.check_outputs(self.proc, result, self.topics)
         frame = _with_output(result) if isinstance(result, dict) else result
-        self._routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
-        frame = frame if self._routes_own else frame.withColumn(ROUTE, F.lit(OUT))
-        self._has_sources = routing.origin(frame) is not None
-        return frame
+        routes_own = ROUTE in frame.columns  # the function routes rows itself (a view: keyless to dlq)
+        frame = frame if routes_own else frame.withColumn(ROUTE, F.lit(OUT))
+        return Routed(frame, routes_own, routing.origin(frame) is not None)
 
     @staticmethod
     def _ranges(inputs: list[DataFrame]) -> list[tuple]:
@@ -767,7 +770,7 @@ class ProcessorQuery:
                     col(routing.DEST).alias("topic"), col("key"), col("value"),
                     routing.stamped_headers(self.headers).alias("headers"), col("timestamp")])  # fmt: skip
                 options = {
-                    **self._kafka_options(),
+                    **self.kafka_options(),
                     **({"replayGuard": self.guard.to_option()} if self.guard else {}),
                     "commitReport": report,
                 }
@@ -809,10 +812,10 @@ class ProcessorQuery:
         found = rebuild.pending(self.checkpoint)
         if found is None:
             return
-        if not self._written_topics():
+        if not self.written_topics():
             return
         if found.marks is None:
-            topics = self._written_topics()
+            topics = self.written_topics()
             wait = self.settings.broker_wait // timedelta(milliseconds=1)
             marks = replay.take_marks(self.settings.client_config(), topics, timeout=min(30.0, wait / 1000))
             found.marks = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}
@@ -849,7 +852,7 @@ class ProcessorQuery:
             return self.spark.createDataFrame([], "topic string, source string, key binary, value binary")
         reader = (
             self.spark.read.format("weir-kafka")
-            .options(**self._kafka_options())
+            .options(**self.kafka_options())
             .option("subscribe", ",".join(sorted(starting)))
             .option("startingOffsets", json.dumps(starting))
         )
@@ -872,7 +875,7 @@ class ProcessorQuery:
         docs/pipelines.md "Resets"). The caller caches it."""
         reader = (
             self.spark.read.format("weir-kafka")
-            .options(**self._kafka_options())
+            .options(**self.kafka_options())
             .option("subscribe", ",".join(topics))
             .option("startingOffsets", "earliest")
         )
@@ -917,7 +920,7 @@ class ProcessorQuery:
             "left",
         )  # fmt: skip
         skip = col("_d_seen").isNotNull() | (col("_r_n").isNotNull() & (col("_r_rank") <= col("_r_n")))
-        dests = self._written_topics()
+        dests = self.written_topics()
         observed = Observation(f"weir-{self.name}-delivered-{uuid.uuid4().hex[:8]}")
         marked = marked.withColumn("_d_skip", skip).observe(
             observed, F.lit(0).alias("_none"),
@@ -987,10 +990,10 @@ class ProcessorQuery:
         decoding = self.topics[topic].reader_options(self.settings.registry_conf())
         if self.proc.realtime is not None and self.reader is not None and self.reader.connector:
             # decoded as the stream decodes them: in the JVM (weir.runtime.realtime)
-            return connector.read_spans(self.spark.read, {**self._kafka_options(), **decoding}, topic, spans)
+            return connector.read_spans(self.spark.read, {**self.kafka_options(), **decoding}, topic, spans)
         reader = (
             self.spark.read.format("weir-kafka")
-            .options(**self._kafka_options())
+            .options(**self.kafka_options())
             .option("subscribe", topic)
             .options(**span_bounds(topic, spans))
             .options(**decoding)
@@ -1030,15 +1033,15 @@ class ProcessorQuery:
     def _guarded(self) -> bool:
         """Whether a streaming batch's writes are guarded against replays: it writes topics (not a view's,
         whose dead letters take their marks when they come, see _view_batch)."""
-        return not (self.archive or self.view) and bool(self._written_topics())
+        return not (self.archive or self.view) and bool(self.written_topics())
 
-    def _written_topics(self) -> list[str]:
+    def written_topics(self) -> list[str]:
         """Every topic the processor's batches may write (outputs, dead letters, late records), sorted."""
         return sorted({d for _, d in routing.destinations(self.proc) if d is not None})
 
     def _begin_guard(self, batch_id: int) -> replay.Guard:
         """The replay guard of a streaming batch that writes topics (docs/delivery.md, "Replays")."""
-        topics = self._written_topics()
+        topics = self.written_topics()
         client = self.settings.client_config()
         wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
@@ -1143,7 +1146,7 @@ class ProcessorQuery:
                     log.warning("weir: processor %s cannot start on the direct path (%s); it runs one batch at a "
                                 "time", self.proc.name, self.fell_back)  # fmt: skip
             if self.proc.stateful or self.proc.kind == "source":
-                stream, handler = self._streaming_result(), self._streaming_batch
+                stream, handler = self.streaming_result(), self._streaming_batch
             else:
                 stream, handler = self.inputs(), self._stateless_batch
 

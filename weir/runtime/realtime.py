@@ -47,7 +47,7 @@ from weir.storage import checkpoint as cp_store
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-    from weir.runtime.query import ProcessorQuery
+    from weir.runtime.batchpath import PathQuery
 
 log = logging.getLogger("weir")
 SKIPPED = "weir.skipped:"  # the Observation of rows found in the tail, per destination
@@ -67,7 +67,7 @@ def task_attempts(master: str, max_failures: str | None) -> int:
     return int(max_failures) if max_failures else 4
 
 
-def refusal(q: ProcessorQuery) -> str | None:
+def refusal(q: PathQuery) -> str | None:
     """Why `q`, declared real-time, runs micro-batches now (None: it runs in real time)."""
     reasons = [
         (q.proc.realtime is None, "not declared real-time"),
@@ -108,11 +108,11 @@ def reach(delivered: DataFrame) -> dict[int, int]:
     return {int(r["p"]): int(r["o"]) + 1 for r in rows}
 
 
-def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
+def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
     """At a start of real-time processor `q` (any path): what earlier runs delivered past the tail's marks, of
     input records the commits have not passed ((topic, source) rows, cached; None: nothing), and its reach per
     input partition. With nothing to skip, the tail's marks move up to now: nothing of this run is written yet."""
-    topics, topic = q._written_topics(), q.proc.inputs[0]
+    topics, topic = q.written_topics(), q.proc.inputs[0]
     marks = tail_marks(q.checkpoint)
     done = cp_store.batches(cp_store.Checkpoint(q.checkpoint).commits)
     committed = read_offsets(q.checkpoint).committed.get(topic, {}) if done else {}
@@ -138,7 +138,7 @@ def settle(q: ProcessorQuery) -> tuple[DataFrame | None, dict[int, int]]:
 class RealTime(Direct):
     """One real-time processor's query: built by `build`, started by `start`, its batches' books by `counts`."""
 
-    def __init__(self, q: ProcessorQuery, delivered: DataFrame | None, reach: dict[int, int]) -> None:
+    def __init__(self, q: PathQuery, delivered: DataFrame | None, reach: dict[int, int]) -> None:
         super().__init__(q)
         self.delivered, self.reach = delivered, reach
         self._dests = sorted({d for r, d in self._combos if d is not None})
@@ -147,7 +147,7 @@ class RealTime(Direct):
     def build(self) -> DataFrame:
         q = self.q
         records = super().build()
-        if records is None or not q._has_sources:
+        if records is None or not self.has_sources:
             raise RealTimeError(
                 f"processor {q.proc.name}: its result keeps no input record behind each row, or reorders rows: a "
                 "real-time query could not tell what it wrote before; keep the function a projection or filter"
