@@ -17,6 +17,7 @@ from weir.blocks import keystate, ordering
 from weir.blocks.keyed import _Keyed, _Spec, stateful
 from weir.blocks.keystate import Bucket, Value
 from weir.pipeline.routes import ABSORB, ABSORBED, EMIT, LATE, ROUTE
+from weir.runtime import versions
 
 WITHIN_MS = 10_000  # a purchase converts when its user viewed within the last 10 s
 FIELDS = {"topic": "str", "ts": "ts"}
@@ -233,3 +234,13 @@ def test_a_changed_order_is_refused_naming_both_shapes() -> None:
                        r"is \[stateful buckets=8 clock=event ttl_ms=None order=event_time state="):  # fmt: skip
         list(processor(handle, ordering.EVENT_TIME).handleInputRows(("0",), iter([frame([("u1", "views", 9, 1)])]),
                                                                      Clock(0)))  # fmt: skip
+
+
+def test_a_changed_order_is_refused_before_anything_starts_and_the_default_is_no_change() -> None:
+    block = {"block": "stateful", "name": "funnel", "key": "user", "ttl_ms": "None", "state": "viewed:value<bigint>"}
+    stored = versions.VersionRecord("funnel", "v", True, ["views", "buys"], "struct<user:string>", blocks=[block])
+    ordered = versions.VersionRecord("funnel", "v", True, ["views", "buys"], "struct<user:string>",
+                                     blocks=[block | {"order": "event_time"}])  # fmt: skip
+    assert versions.decide(stored, ordered).refused == ["stateful's order changed from batch to event_time"]
+    assert versions.decide(ordered, stored).refused == ["stateful's order changed from event_time to batch"]
+    assert versions.decide(stored, stored).refused == []
