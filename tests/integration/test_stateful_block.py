@@ -11,6 +11,7 @@ import random
 import re
 import shlex
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -327,3 +328,57 @@ def test_ordered_a_funnel_over_two_inputs_read_at_different_positions_gives_the_
     assert absorbed == len(evts) + 1  # every record held as it came: counted in the books, none late
     held = {k["key"]: k["held"] for k in read_state(spark, str(tmp_path / "event_time"))}
     assert held == {"tick": 1}  # what the watermark has not passed yet: the tick itself
+
+
+def test_ordered_through_weir_run_publishes_balanced_books_and_refuses_a_changed_order(spark, bootstrap, tmp_path):
+    """The ordered funnel as a processor of a pipeline, run by weir's runner over both topics: its outcome topic
+    holds plain Python's rows exactly once, every published batch balances with each record absorbed as it came,
+    and a restart whose function changed its order is refused before anything starts, naming it."""
+    from test_run import progress_records, read_topic, settings
+
+    from weir.pipeline import Pipeline
+    from weir.runtime.runner import Runner
+    from weir.runtime.versions import IncompatibleChange
+
+    prefix = f"o{uuid.uuid4().hex[:8]}"
+    rng = random.Random(5)
+    evts = sorted({(f"u{rng.randrange(9)}", rng.choice(["views", "views", "buys"]), BASE_MS + rng.randrange(900_000))
+                   for _ in range(160)}, key=lambda e: e[2])  # fmt: skip
+    tick = ("tick", "views", BASE_MS + 3 * 3_600_000)
+
+    def pipeline(order: str) -> Pipeline:
+        p = Pipeline(f"funnel-{prefix}")
+        views, buys = (p.topic(f"{prefix}.{k}", schema="user STRING NOT NULL, ts_ms BIGINT", key="user")
+                       for k in ("views", "buys"))  # fmt: skip
+        out = p.topic(f"{prefix}.outcomes", schema="user STRING, outcome STRING, at_ms BIGINT", key="user")
+        funnel = _funnel(order)
+
+        @p.processor(inputs=[views, buys], outputs=[out], stateful=True)
+        def outcomes(v, b):
+            return funnel(v.unionByName(b).withColumn("event_time", F.timestamp_millis("ts_ms")))
+
+        return p
+
+    admin = Admin(bootstrap)
+    for kind in ("views", "buys"):
+        admin.create_topic(f"{prefix}.{kind}", partitions=1)
+        mine = [e for e in [*evts, tick] if e[1] == kind]
+        produce(bootstrap, f"{prefix}.{kind}",
+                [Rec(0, u.encode(), json.dumps({"user": u, "ts_ms": ts}).encode()) for u, _, ts in mine])  # fmt: skip
+    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=30)
+    p = pipeline("event_time")
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(300)
+    runner.stop()
+
+    got = sorted((v["user"], v["outcome"], v["at_ms"]) for v in
+                 (json.loads(r["value"]) for r in read_topic(spark, bootstrap, f"{prefix}.outcomes")))  # fmt: skip
+    assert got == funnel_truth(evts)
+    progress = progress_records(s, p.name)
+    assert progress and all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in progress)
+    total = {k: sum(r["accounting"][k] for r in progress) for k in ("in", "absorbed", "late", "dlq")}
+    assert total == {"in": len(evts) + 1, "absorbed": len(evts) + 1, "late": 0, "dlq": 0}
+
+    with pytest.raises(IncompatibleChange) as refused:
+        Runner(pipeline("batch"), s, spark=spark, available_now=True).start()
+    assert "stateful's order changed from event_time to batch" in str(refused.value)
