@@ -116,9 +116,10 @@ def _from_wire(name: str, kind: str, t: DataType) -> Column:
 
 
 class _Keyed(BucketLogic[Bucket]):
-    """Per bucket of keys: the keys' state and timers as one JSON document (keystate.Bucket) in its stored state,
-    and the bucket's one Spark timer at its earliest user timer or expiry (weir.blocks.bucketed). Runs on Spark's
-    Python workers, one call per bucket and micro-batch with records, and one per bucket whose timer fired.
+    """Per bucket of keys: the keys' state and timers (and, ordered, the records they hold until the watermark
+    passes them) as one JSON document (keystate.Bucket) in its stored state, and the bucket's one Spark timer at
+    its earliest user timer, expiry or held record (weir.blocks.bucketed). Runs on Spark's Python workers, one call
+    per bucket and micro-batch with records, and one per bucket whose timer fired.
 
     Input columns: __weir_bucket, __weir_key (text), __weir_ts_us (NULL_TS for null; 0 without an event
     time), __weir_error, the record's fields on the wire, the Kafka columns (`kafka_inputs`). Output: the key
