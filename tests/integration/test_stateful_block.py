@@ -7,9 +7,11 @@ before the restart that fires after it (a device gone silent), every batch's boo
 from __future__ import annotations
 
 import json
+import random
 import re
 import shlex
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -230,3 +232,153 @@ def test_on_the_wall_clock_timers_fire_and_the_ttl_clears_without_input(spark, b
     assert sum(r._absorbed for r in seen if r._route == ABSORB) == 3
     assert [r._absorbed for r in seen if r._route == EXPIRED] == [1]  # d1's state, cleared: counted once
     assert list(read_state(spark, checkpoint)) == []  # d1's state expired and its timer fired: nothing is kept
+
+
+FUNNEL_WITHIN_MS = 60_000  # a purchase converts when its user viewed within the last minute
+
+
+def _funnel(order: str):
+    """The funnel of a new user's report (issue 58): a view opens a minute in which a purchase converts, a timer
+    closes it ("abandoned"), a purchase outside one did not convert. Built in a function for cloudpickle."""
+
+    @stateful(
+        key="user", event_time="event_time", watermark="1 hour", output="outcome STRING, at_ms BIGINT",
+        state={"viewed": Value("bigint")}, order=order,
+    )  # fmt: skip
+    def funnel(user, records, state, timers):
+        for r in records:
+            ts = r["ts_ms"]
+            if r["topic"].endswith(".views"):
+                state.viewed.value = ts
+                timers.clear()
+                timers.set(r["event_time"] + timedelta(milliseconds=FUNNEL_WITHIN_MS))
+            elif state.viewed.value is not None and ts - state.viewed.value <= FUNNEL_WITHIN_MS:
+                yield {"outcome": "converted", "at_ms": ts}
+                state.viewed.clear()
+                timers.clear()
+            else:
+                yield {"outcome": "bought unseen", "at_ms": ts}
+
+    @funnel.on_timer
+    def closed(user, at, state, timers):
+        if state.viewed.value is not None:
+            yield {"outcome": "abandoned", "at_ms": state.viewed.value + FUNNEL_WITHIN_MS}
+            state.viewed.clear()
+
+    return funnel
+
+
+def funnel_truth(evts: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The funnel in plain Python over (user, kind, ts ms) merged in event-time order (a timer before the records
+    at its instant; purchases before views at one instant, as their topics sort)."""
+    viewed: dict[str, int] = {}
+    out = []
+    for user, kind, ts in sorted(evts, key=lambda e: (e[2], e[1])):
+        if user in viewed and viewed[user] + FUNNEL_WITHIN_MS <= ts:
+            out.append((user, "abandoned", viewed.pop(user) + FUNNEL_WITHIN_MS))
+        if kind == "views":
+            viewed[user] = ts
+        elif user in viewed:
+            out.append((user, "converted", ts))
+            del viewed[user]
+        else:
+            out.append((user, "bought unseen", ts))
+    return sorted(out + [(u, "abandoned", v + FUNNEL_WITHIN_MS) for u, v in viewed.items()])
+
+
+def test_ordered_a_funnel_over_two_inputs_read_at_different_positions_gives_the_merged_streams_rows(
+    spark, bootstrap, topic_name, tmp_path
+) -> None:
+    """Purchases are read in one micro-batch (their topic's whole backlog), views 40 a batch behind them: per
+    micro-batch, the function sees purchases before the views that precede them and the funnel is wrong; with
+    order="event_time" it gives exactly plain Python's rows over the merged stream, and every batch balances."""
+    rng = random.Random(58)
+    evts = sorted({(f"u{rng.randrange(15)}", rng.choice(["views", "views", "buys"]), BASE_MS + rng.randrange(1_800_000))
+                   for _ in range(300)}, key=lambda e: e[2])  # fmt: skip
+    tick = ("tick", "views", BASE_MS + 3 * 3_600_000)  # moves the watermark past every other record
+    topics = {kind: f"{topic_name}.{kind}" for kind in ("views", "buys")}
+    admin = Admin(bootstrap)
+    for kind, name in topics.items():
+        admin.create_topic(name, partitions=1)
+        mine = [e for e in [*evts, tick] if e[1] == kind]
+        produce(
+            bootstrap, name, [Rec(0, u.encode(), json.dumps({"user": u, "ts_ms": ts}).encode()) for u, _, ts in mine]
+        )
+
+    def run(order: str) -> tuple[list[tuple[str, str, int]], object]:
+        streams = [
+            source(spark, bootstrap, name, stream=True, startingOffsets="earliest", valueFormat="json",
+                   valueSchema="user STRING, ts_ms BIGINT", maxOffsetsPerTrigger=40 if kind == "views" else 1000)
+            for kind, name in topics.items()
+        ]  # fmt: skip
+        both = streams[0].unionByName(streams[1]).withColumn("event_time", F.timestamp_millis("ts_ms"))
+        got = run_routed(_funnel(order)(both), str(tmp_path / order))
+        check_accounting(got)
+        rows = sorted((r.user, r.outcome, r.at_ms) for _, rs in got.batches.items() for r in rs if r._route == EMIT)
+        return [r for r in rows if r[0] != "tick"], got
+
+    expected = funnel_truth(evts)
+    per_batch, _ = run("batch")
+    wrong = set(per_batch) ^ set(expected)
+    assert len(wrong) > 10, wrong  # the user's report: per micro-batch order gives wrong rows
+    ordered, got = run("event_time")
+    assert ordered == expected and {o for _, o, _ in expected} == {"converted", "abandoned", "bought unseen"}
+    assert sum(p["numInputRows"] for p in got.progress) == len(evts) + 1
+    absorbed = sum(r._absorbed for rs in got.batches.values() for r in rs if r._route == ABSORB)
+    assert absorbed == len(evts) + 1  # every record held as it came: counted in the books, none late
+    held = {k["key"]: k["held"] for k in read_state(spark, str(tmp_path / "event_time"))}
+    assert held == {"tick": 1}  # what the watermark has not passed yet: the tick itself
+
+
+def test_ordered_through_weir_run_publishes_balanced_books_and_refuses_a_changed_order(spark, bootstrap, tmp_path):
+    """The ordered funnel as a processor of a pipeline, run by weir's runner over both topics: its outcome topic
+    holds plain Python's rows exactly once, every published batch balances with each record absorbed as it came,
+    and a restart whose function changed its order is refused before anything starts, naming it."""
+    from test_run import progress_records, read_topic, settings
+
+    from weir.pipeline import Pipeline
+    from weir.runtime.runner import Runner
+    from weir.runtime.versions import IncompatibleChange
+
+    prefix = f"o{uuid.uuid4().hex[:8]}"
+    rng = random.Random(5)
+    evts = sorted({(f"u{rng.randrange(9)}", rng.choice(["views", "views", "buys"]), BASE_MS + rng.randrange(900_000))
+                   for _ in range(160)}, key=lambda e: e[2])  # fmt: skip
+    tick = ("tick", "views", BASE_MS + 3 * 3_600_000)
+
+    def pipeline(order: str) -> Pipeline:
+        p = Pipeline(f"funnel-{prefix}")
+        views, buys = (p.topic(f"{prefix}.{k}", schema="user STRING NOT NULL, ts_ms BIGINT", key="user")
+                       for k in ("views", "buys"))  # fmt: skip
+        out = p.topic(f"{prefix}.outcomes", schema="user STRING, outcome STRING, at_ms BIGINT", key="user")
+        funnel = _funnel(order)
+
+        @p.processor(inputs=[views, buys], outputs=[out], stateful=True)
+        def outcomes(v, b):
+            return funnel(v.unionByName(b).withColumn("event_time", F.timestamp_millis("ts_ms")))
+
+        return p
+
+    admin = Admin(bootstrap)
+    for kind in ("views", "buys"):
+        admin.create_topic(f"{prefix}.{kind}", partitions=1)
+        mine = [e for e in [*evts, tick] if e[1] == kind]
+        produce(bootstrap, f"{prefix}.{kind}",
+                [Rec(0, u.encode(), json.dumps({"user": u, "ts_ms": ts}).encode()) for u, _, ts in mine])  # fmt: skip
+    s = settings(tmp_path, bootstrap, flow="static", max_offsets_per_trigger=30)
+    p = pipeline("event_time")
+    runner = Runner(p, s, spark=spark, available_now=True).start()
+    assert runner.wait(300)
+    runner.stop()
+
+    got = sorted((v["user"], v["outcome"], v["at_ms"]) for v in
+                 (json.loads(r["value"]) for r in read_topic(spark, bootstrap, f"{prefix}.outcomes")))  # fmt: skip
+    assert got == funnel_truth(evts)
+    progress = progress_records(s, p.name)
+    assert progress and all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in progress)
+    total = {k: sum(r["accounting"][k] for r in progress) for k in ("in", "absorbed", "late", "dlq")}
+    assert total == {"in": len(evts) + 1, "absorbed": len(evts) + 1, "late": 0, "dlq": 0}
+
+    with pytest.raises(IncompatibleChange) as refused:
+        Runner(pipeline("batch"), s, spark=spark, available_now=True).start()
+    assert "stateful's order changed from event_time to batch" in str(refused.value)

@@ -354,7 +354,13 @@ def test_the_stored_shape_explains_the_state_to_a_reader_without_the_code() -> N
     shape, _, data = handle.state.value
     assert keystate.declarations_of(shape) == decl
     (entry,) = keystate.inspected(data, shape, "weir state")
-    assert entry == {"key": "a", "state": {"seen": [("x", at(100))]}, "timers": [], "written": at(100).isoformat()}
+    assert entry == {
+        "key": "a",
+        "state": {"seen": [("x", at(100))]},
+        "timers": [],
+        "written": at(100).isoformat(),
+        "held": 0,
+    }
 
 
 def test_with_an_event_time_the_ttl_counts_from_the_records_not_the_first_batchs_watermark() -> None:

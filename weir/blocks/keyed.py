@@ -14,7 +14,9 @@ As Flink's KeyedProcessFunction or Kafka Streams' Processor API, with weir's gua
 routed ("absorbed" into its key, "late", or "dlq", also when the function raises for it), the state is one
 JSON document per bucket of keys (weir.blocks.keystate) checked for shape on restart, and the function's rows
 are "emit" rows. It runs on transformWithStateInPandas, bucketed as the windows are: one call per bucket and
-micro-batch, one Spark timer per bucket at its earliest user timer or expiry. Semantics: docs/blocks.md.
+micro-batch, one Spark timer per bucket at its earliest user timer or expiry. With `order="event_time"` a key's
+records are held in its state until the watermark passes them and handed in event-time order across micro-batches
+(weir.blocks.ordering). Semantics: docs/blocks.md.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from weir import units
-from weir.blocks import keystate
+from weir.blocks import keystate, ordering
 from weir.blocks.bucketed import RESET, BucketLogic, BucketState
 from weir.blocks.common import bucket, bucket_count, col, settle, watermark_delay
 from weir.blocks.keystate import Bucket, Declaration, KeyState, ListOf, MapOf, StateError, Timers, Value
@@ -114,9 +116,10 @@ def _from_wire(name: str, kind: str, t: DataType) -> Column:
 
 
 class _Keyed(BucketLogic[Bucket]):
-    """Per bucket of keys: the keys' state and timers as one JSON document (keystate.Bucket) in its stored state,
-    and the bucket's one Spark timer at its earliest user timer or expiry (weir.blocks.bucketed). Runs on Spark's
-    Python workers, one call per bucket and micro-batch with records, and one per bucket whose timer fired.
+    """Per bucket of keys: the keys' state and timers (and, ordered, the records they hold until the watermark
+    passes them) as one JSON document (keystate.Bucket) in its stored state, and the bucket's one Spark timer at
+    its earliest user timer, expiry or held record (weir.blocks.bucketed). Runs on Spark's Python workers, one call
+    per bucket and micro-batch with records, and one per bucket whose timer fired.
 
     Input columns: __weir_bucket, __weir_key (text), __weir_ts_us (NULL_TS for null; 0 without an event
     time), __weir_error, the record's fields on the wire, the Kafka columns (`kafka_inputs`). Output: the key
@@ -209,6 +212,8 @@ class _Keyed(BucketLogic[Bucket]):
         if late.any():
             out.append(self._records(rows[late], LATE))
         on = rows[~(dlq | late)]
+        if self.spec.order == ordering.EVENT_TIME:
+            return out + self._ordered(on, now, bucket)
         b = bucket.value
         cleared = b.expire(now, self.spec.ttl_ms)
         emitted: list[dict] = []
@@ -253,6 +258,10 @@ class _Keyed(BucketLogic[Bucket]):
 
     def on_notify(self, b: Bucket, clock: TimerValues) -> tuple[Bucket, list[pd.DataFrame]]:
         now = self._now(clock)
+        if self.spec.order == ordering.EVENT_TIME:
+            emitted, cleared = self._release(b, now)
+            out = [self._emit_frame(emitted)] if emitted else []
+            return b, out + ([self._summary(EXPIRED, cleared)] if cleared else [])
         emitted: list[dict] = []
         cleared = 0
         # In time order: each timer sees its key's state as of its instant (expired by then or not); the keys'
@@ -278,6 +287,87 @@ class _Keyed(BucketLogic[Bucket]):
         out = [self._emit_frame(emitted)] if emitted else []
         return b, out + ([self._summary(EXPIRED, cleared)] if cleared else [])
 
+    # -- order="event_time": records held until the watermark passes them (weir.blocks.ordering) ---------------
+
+    def _ordered(self, on: pd.DataFrame, now: int, bucket: BucketState[Bucket]) -> list[pd.DataFrame]:
+        """The on-time records of a micro-batch held in their keys' entries (absorbed: the books close as they
+        come), then whatever the watermark releases, in every key of the bucket."""
+        b = bucket.value
+        if len(on):
+            keys = on["__weir_key"].to_numpy(dtype=object)
+            values = [
+                [ordering.to_held(kind, v) for v in on[f"__weir_f_{name}"].to_numpy(dtype=object).tolist()]
+                for name, kind in self.spec.fields.items()
+            ]
+            arrived = zip(
+                on["__weir_ts_us"].to_numpy(dtype=np.int64).tolist(),
+                on["__weir_topic"].to_numpy(dtype=object).tolist(),
+                on["__weir_partition"].astype("int64").tolist(),
+                on["__weir_offset"].astype("int64").tolist(),
+                zip(*values, strict=True) if values else itertools.repeat(()),
+                strict=False,
+            )
+            by_key: dict[Any, list[list]] = {}
+            for k, (ts, topic, partition, offset, vals) in zip(keys.tolist(), arrived, strict=False):
+                by_key.setdefault(k, []).append([ts, topic, partition, offset, list(vals)])
+            for k, records in by_key.items():
+                entry = b.entries.setdefault(k, keystate.empty_entry())
+                ordering.hold(entry, records)
+        emitted, cleared = self._release(b, now)
+        bucket.keep(b)
+        out = [self._summary(ABSORB, len(on))] if len(on) else []
+        if emitted:
+            out.append(self._emit_frame(emitted))
+        return out + ([self._summary(EXPIRED, cleared)] if cleared else [])
+
+    def _release(self, b: Bucket, now: int) -> tuple[list[dict], int]:
+        """Hand every key of `b` what the watermark `now` releases, records and timers in event-time order
+        (ordering.steps): (the rows, how many keys a time to live cleared). A key's state expires as of each
+        step's instant. A call that raises fails the query, naming the key, the records and the exception: its
+        records were absorbed in the batch they came in, so they cannot be that batch's dead letters, and
+        skipping them would lose them; the batch runs again from the checkpoint once the function is fixed."""
+        spec = self.spec
+        handled = spec.on_timer is not None
+        # One record per call where a timer or an expiry may fall between two records
+        one_by_one = handled or spec.ttl_ms is not None
+        emitted: list[dict] = []
+        cleared = 0
+        for k in sorted((k for k, e in b.entries.items() if ordering.ready(e, now)), key=str):
+            entry = b.entries[k]
+            user_key = spec.user_key(k)
+            state = KeyState(user_key, entry, spec.state)
+            timers = Timers(user_key, entry, now, handled)
+            for what, item in ordering.steps(entry, now, one_by_one):
+                state.written = False
+                if what == "timer":
+                    at = int(item)  # type: ignore[arg-type]
+                    cleared += keystate.expire_entry(entry, at, spec.ttl_ms)
+                    where = f"{spec.name}'s timer handler for key {user_key!r} at {keystate.instant(at * 1000)}"
+                    assert spec.on_timer is not None  # timers are set only with a handler (Timers.set)
+                    produced = self._call(k, where, spec.on_timer, user_key, keystate.instant(at * 1000), state, timers)
+                    stamp = at
+                else:
+                    run: list[list] = item  # type: ignore[assignment]
+                    cleared += keystate.expire_entry(entry, run[0][0] // 1000, spec.ttl_ms)
+                    coordinates = ", ".join(f"{t}/{p}/{o}" for _, t, p, o, _ in run[:5])
+                    more = f" and {len(run) - 5} more" if len(run) > 5 else ""
+                    where = f"{spec.name} for key {user_key!r} (held records {coordinates}{more})"
+                    produced = self._call(k, where, spec.process, user_key, spec.held_records(run), state, timers)
+                    stamp = -(-int(run[-1][0]) // 1000)
+                emitted += produced
+                if state.written:
+                    entry["w"] = max(stamp, entry["w"] or stamp)
+            b.put(k, entry, False, now)
+        cleared += b.expire(now, spec.ttl_ms)
+        return emitted, cleared
+
+    def _call(self, k: Any, where: str, fn: Callable, *args: Any) -> list[dict]:
+        """The rows of `fn(*args)` for wire key `k`; RuntimeError naming `where` when it raises."""
+        try:
+            return self._emits(k, fn(*args), where)
+        except Exception as exc:
+            raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc} ({_origin(exc)})") from exc
+
 
 def _origin(exc: BaseException) -> str:
     """Where the user's function raised: its innermost frame, as file:line."""
@@ -292,14 +382,17 @@ class _Spec:
     def __init__(
         self, name: str, key: str, key_kind: str, fields: dict[str, str], outputs: dict[str, str],
         state: Mapping[str, Declaration], process: Process, on_timer: OnTimer | None, event_time: str | None,
-        ttl_ms: int | None, buckets: int, migrate: Migrate | None = None,
+        ttl_ms: int | None, buckets: int, migrate: Migrate | None = None, order: str = ordering.BATCH,
     ) -> None:  # fmt: skip
         self.name, self.key, self.key_kind = name, key, key_kind
         self.fields, self.outputs, self.state = fields, outputs, dict(state)
         self.process, self.on_timer, self.event_time, self.ttl_ms = process, on_timer, event_time, ttl_ms
-        self.migrate = migrate
+        self.migrate, self.order = migrate, order
         clock = "event" if event_time else "processing"
-        self.shape = f"stateful buckets={buckets} clock={clock} ttl_ms={ttl_ms} state={keystate.describe(state)}"
+        # The order is in the shape only when it holds records: a checkpoint of the default order keeps its shape,
+        # and one of the other order is refused (no migration turns held records into handed ones, or back)
+        held = f" order={order}" if order != ordering.BATCH else ""
+        self.shape = f"stateful buckets={buckets} clock={clock} ttl_ms={ttl_ms}{held} state={keystate.describe(state)}"
 
     def user_key(self, k: Any) -> Any:
         return keystate.from_wire(self.key_kind, k)
@@ -312,6 +405,17 @@ class _Spec:
         }
         return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)] if cols else []
 
+    def held_records(self, run: list[list]) -> list[dict]:
+        """Held records (weir.blocks.ordering) as the function gets them, like `records`."""
+        kinds = list(self.fields.items())
+        return [
+            {
+                name: keystate.from_wire(kind, ordering.released(kind, v))
+                for (name, kind), v in zip(kinds, h[4], strict=True)
+            }
+            for h in run
+        ]
+
 
 class Stateful:
     """A function made `@stateful`: call it on a stream (inside a stateful processor) for its output rows.
@@ -320,14 +424,16 @@ class Stateful:
     def __init__(
         self, process: Process, key: str, output: str | StructType, state: Mapping[str, Declaration],
         event_time: str | None, watermark: str | timedelta | None, ttl: str | timedelta | None, name: str,
+        order: str = ordering.BATCH,
     ) -> None:  # fmt: skip
         keystate.check_declarations(name, state)
+        ordering.check_order(name, order, event_time)
         if event_time is not None and watermark is None:
             raise ValueError(f"{name}: an event_time needs a watermark (how late records may come)")
         if event_time is None and watermark is not None:
             raise ValueError(f"{name}: a watermark needs an event_time")
         self.process, self.key, self.output, self.state = process, key, output, dict(state)
-        self.event_time, self.watermark, self.name = event_time, watermark, name
+        self.event_time, self.watermark, self.name, self.order = event_time, watermark, name, order
         self.ttl_ms = None if ttl is None else units.duration_ms(ttl, f"{name}: ttl", bare=None, positive=True)
         self.timer_handler: OnTimer | None = None
         self.migration: Migrate | None = None
@@ -351,11 +457,12 @@ class Stateful:
 
     def __weir_code__(self) -> tuple:
         """What makes this block, for the code version of a processor that calls it (weir.pipeline.codeversion):
-        its functions (read as the processor's code) and its declarations."""
+        its functions (read as the processor's code) and its declarations (the order only when it is not the
+        default: a processor that never chose one keeps the version it had)."""
         return (
             self.name, self.process, self.timer_handler, self.migration, self.key, self.output, self.state,
             self.event_time, self.watermark, self.ttl_ms,
-        )  # fmt: skip
+        ) + ((("order", self.order),) if self.order != ordering.BATCH else ())  # fmt: skip
 
 
 def stateful(
@@ -366,6 +473,7 @@ def stateful(
     event_time: str | None = None,
     watermark: str | timedelta | None = None,
     ttl: str | timedelta | None = None,
+    order: str = ordering.BATCH,
 ) -> Callable[[Process], Stateful]:
     """Make `process(key, records, state, timers)` a keyed stateful block.
 
@@ -374,10 +482,13 @@ def stateful(
     ListOf(kind, keep=N) or MapOf(key_kind, kind), kinds bigint, double, string, boolean, timestamp, json;
     `event_time` (a TIMESTAMP column) with `watermark`: records in event-time order, timers and the time to live
     on the watermark, records behind it routed late; without: arrival order, the wall clock; `ttl`: a key's state
-    is cleared this long after it was last written (its timers stay). See docs/blocks.md."""
+    is cleared this long after it was last written (its timers stay); `order`: "batch" (the default) hands each
+    micro-batch's records of a key in event-time order, "event_time" holds them in the key's state until the
+    watermark passes them and hands them, with the key's timers, in event-time order across micro-batches. See
+    docs/blocks.md."""
 
     def wrap(process: Process) -> Stateful:
-        return Stateful(process, key, output, state or {}, event_time, watermark, ttl, process.__name__)
+        return Stateful(process, key, output, state or {}, event_time, watermark, ttl, process.__name__, order)
 
     return wrap
 
@@ -395,8 +506,10 @@ def _output_schema(s: Stateful, stream: DataFrame) -> StructType:
 def _plan(s: Stateful, stream: DataFrame) -> DataFrame:
     fn = s.name
     migrate = {"migrate": s.migration.__name__} if s.migration is not None else {}  # lets a restart take new state
+    # The order only when it holds records: the version record of a processor that never chose one stays as it was
+    order = {"order": s.order} if s.order != ordering.BATCH else {}
     settle("stateful", name=fn, key=s.key, event_time=s.event_time or "", watermark=s.watermark or "",
-           ttl_ms=s.ttl_ms, state=keystate.describe(s.state), **migrate)  # fmt: skip
+           ttl_ms=s.ttl_ms, state=keystate.describe(s.state), **migrate, **order)  # fmt: skip
     check_keyed_stream(fn, stream, s.key, s.event_time)
     check_kafka_columns(fn, stream)
     key_type = stream.schema[s.key].dataType
@@ -424,7 +537,7 @@ def _plan(s: Stateful, stream: DataFrame) -> DataFrame:
         fields[f.name] = kind
     buckets = bucket_count(stream)
     spec = _Spec(fn, s.key, key_kind, fields, outputs, s.state, s.process, s.timer_handler, s.event_time,
-                 s.ttl_ms, buckets, s.migration)  # fmt: skip
+                 s.ttl_ms, buckets, s.migration, s.order)  # fmt: skip
     source = stream
     if s.event_time is not None:
         source = stream.withWatermark(s.event_time, watermark_delay(str(_interval(s.watermark, fn)), fn))

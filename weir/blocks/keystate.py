@@ -20,6 +20,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from weir.blocks import ordering
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -346,7 +348,8 @@ def empty_entry() -> dict:
 
 class Bucket:
     """The keys of one bucket: key (as the wire carries it) -> entry {"s": variables, "t": timers (ms), "w": the
-    clock at the last write}. Keys with neither state nor timers are not kept."""
+    clock at the last write, and, for an ordered function, "h": the records it holds (weir.blocks.ordering)}. Keys
+    with neither state, timers nor held records are not kept."""
 
     def __init__(self, entries: dict[Any, dict] | None = None) -> None:
         self.entries: dict[Any, dict] = entries or {}
@@ -377,7 +380,7 @@ class Bucket:
         """Keep the key's entry after a call (`at_ms`: when it wrote, if it did), or drop it when it holds nothing."""
         if written:
             entry["w"] = max(at_ms, entry["w"] or at_ms)  # a late write never moves the last one back
-        if entry["s"] or entry["t"]:
+        if entry["s"] or entry["t"] or entry.get(ordering.HELD):
             self.entries[key] = entry
         else:
             self.entries.pop(key, None)
@@ -395,7 +398,7 @@ class Bucket:
         for k in gone:
             e = self.entries[k]
             e["s"], e["w"] = {}, None
-            if not e["t"]:
+            if not e["t"] and not e.get(ordering.HELD):
                 del self.entries[k]
         return len(gone)
 
@@ -405,8 +408,10 @@ class Bucket:
         return sorted(found, key=lambda tk: (tk[0], str(tk[1])))
 
     def next_due(self, ttl_ms: int | None) -> int | None:
-        """The earliest time (ms) something happens without input: a timer, or a key's state expiring."""
+        """The earliest time (ms) something happens without input: a timer, a key's state expiring, or a held record
+        released."""
         times = [t for e in self.entries.values() for t in e["t"][:1]]
+        times += [t for e in self.entries.values() if (t := ordering.first_due_ms(e)) is not None]
         if ttl_ms is not None:
             times += [e["w"] + ttl_ms for e in self.entries.values() if e["s"] and e["w"] is not None]
         return min(times) if times else None
@@ -425,6 +430,8 @@ def migrate_bucket(
         key = user_key(k)
         where = f"{fn}'s migration for key {key!r}"
         fresh = {"s": {}, "t": list(entry["t"]), "w": entry["w"]}
+        if entry.get(ordering.HELD):  # an ordered function's held records are input, not state: they stay
+            fresh[ordering.HELD] = entry[ordering.HELD]
         try:
             values = migrate(key, KeyState(key, entry, old).as_dict())
             if values is not None and not isinstance(values, Mapping):
@@ -439,7 +446,7 @@ def migrate_bucket(
             raise RuntimeError(f"{where} raised {type(exc).__name__}: {exc}") from exc
         if not fresh["s"]:
             fresh["w"] = None
-        if fresh["s"] or fresh["t"]:
+        if fresh["s"] or fresh["t"] or fresh.get(ordering.HELD):
             b.entries[k] = fresh
         else:
             del b.entries[k]
@@ -564,4 +571,5 @@ def inspected(data: bytes | None, shape: str, fn: str) -> Iterator[dict[str, Any
             "state": KeyState(key, entry, decl).as_dict(),
             "timers": [instant(t * 1000).isoformat() for t in entry["t"]],
             "written": None if entry["w"] is None else instant(entry["w"] * 1000).isoformat(),
+            "held": ordering.held(entry),
         }

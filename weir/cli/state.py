@@ -43,10 +43,10 @@ def state_command(
         out.print_json(json.dumps({"processor": processor, "checkpoint": checkpoint, **total, "keys": keys},
                                   default=str))  # fmt: skip
         return
-    table = new_table("key", "state", "timers", "written", title=f"weir state {name} {processor}")
+    table = new_table("key", "state", "timers", "written", "held", title=f"weir state {name} {processor}")
     for k in keys:
         state = json.dumps(k["state"], default=str)
-        table.add_row(str(k["key"]), state, ", ".join(k["timers"]) or "-", k["written"] or "-")
+        table.add_row(str(k["key"]), state, ", ".join(k["timers"]) or "-", k["written"] or "-", str(k["held"]))
     out.print(table)
     # More than one shape: a migration (@fn.migrate) has buckets of the old declarations left to rewrite
     shapes = "; ".join(f"{n} bucket(s) as [{shape}]" for shape, n in sorted(total["shapes"].items()))

@@ -70,6 +70,9 @@ def write(checkpoint: str, record: VersionRecord) -> None:
 # window's size or slide, an aggregate, a @stateful function's time to live, or its declarations without a
 # migration) built the state, and its change is refused.
 MUTABLE_SETTINGS = frozenset({"watermark", "horizon", "table_name", "migrate", "allowed_lateness"})
+# Settings a block notes only when they are not their default (a record written before the setting existed has
+# none): what a missing one means. A @stateful function's order holds records in its state when not "batch".
+SETTING_DEFAULTS = {"order": "batch"}
 # weir's blocks keep their state in transformWithStateInPandas, whose schema is weir's and never a result's;
 # Spark's own stateful operators (an aggregation, dropDuplicates, a stream-stream join) hold rows of it.
 _WEIR_STATE_OPERATORS = frozenset({"transformWithStateInPandasExec"})
@@ -272,12 +275,16 @@ def block_changes(old: list[dict[str, str]], new: list[dict[str, str]], with_set
         changes: list[tuple[str, str, int | None]] = [(blocks, "block", None)]
     else:
         changes = [
-            (f"{a['block']}'s {k} changed from {a.get(k)} to {b.get(k)}", k, i)
+            (f"{a['block']}'s {k} changed from {_setting(a, k)} to {_setting(b, k)}", k, i)
             for i, (a, b) in enumerate(zip(old, new, strict=True))
             for k in dict.fromkeys([*a, *b])
-            if a.get(k) != b.get(k)
+            if _setting(a, k) != _setting(b, k)
         ]
     return changes if with_setting else [change for change, _, _ in changes]
+
+
+def _setting(block: dict[str, str], name: str) -> str | None:
+    return block.get(name, SETTING_DEFAULTS.get(name))
 
 
 def reset(checkpoint: str) -> bool:
