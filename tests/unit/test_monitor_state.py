@@ -628,3 +628,27 @@ def _iso(ms: int) -> str:
     from weir.units import iso
 
     return iso(ms)
+
+
+def test_a_new_runner_starting_a_processor_the_last_one_gave_up_or_stopped_is_starting(clock, tmp_path):
+    """The last runner gave enrich up (failed) and stopped another processor, late; a new runner starts: its state
+    file names them pending with its live process before it publishes anything. Starting, not dead nor stopped."""
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    gave_up = {"error": "ValueError: bad", "restarts": 3, "failures_in_row": 4, "next_restart_in_s": None}
+    m.ingest(_record(clock, "failure", **gave_up))
+    m.ingest(_record(clock, "state", "late", state="stopped"))
+    assert health(m) == "dead" and health(m, "shop/late") == "stopped"
+    clock.t += 30
+    run = tmp_path / "run"
+    run.mkdir()
+    body = {"pipeline": "shop", "pid": os.getpid(), "updated": "x", "started": _iso(clock.ms()), "stopping": False,
+            "processors": {n: {"state": "pending", "checkpoint": f"/cp/{n}"} for n in ("enrich", "late")}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    clock.t += 5
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == health(m, "shop/late") == "starting"
+    # A file older than the failure says nothing of it (another runner's, started before the failure).
+    m.ingest(_record(clock, "failure", **gave_up))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "dead"

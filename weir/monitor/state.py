@@ -224,6 +224,15 @@ class Monitor:
                 newer = t.lifecycle_ms is None or updated >= t.lifecycle_ms
                 if not alive and stopped and newer and t.lifecycle not in ("stopped", "finished", "failed"):
                     t.lifecycle = st["state"]
+                # A new runner that started after the last one stopped, gave up or failed it starts it again: its
+                # file speaks before it publishes anything (its Spark session, its tracing), so the old end and
+                # the old failure are over.
+                later = started is not None and (t.lifecycle_ms is None or started >= t.lifecycle_ms)
+                if alive and later and st.get("state") in ("pending", "starting"):
+                    if t.lifecycle in ("stopped", "finished", "failed", "restarting"):
+                        t.lifecycle, t.lifecycle_ms = "starting", started
+                    if t.failed_at_ms is not None and t.failed_at_ms <= started:
+                        t.failed_at_ms = None
 
     def observe_checkpoint(self, key: str, committed: dict[TP, int]) -> None:
         with self.lock:
