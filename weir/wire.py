@@ -19,10 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "KINDS",
+    "PHASES",
     "Accounting",
     "Body",
     "Envelope",
     "Failure",
+    "Heartbeat",
     "Idle",
     "Progress",
     "RetentionRisk",
@@ -157,6 +159,21 @@ class Idle(Body):
     query_id: str | None = None
 
 
+class Heartbeat(Body):
+    """The processor's runner lives, and what the processor does now: published for a processor that has said
+    nothing else for a while (weir.runtime.runner, HEARTBEAT), so that a start or a long batch is not silence."""
+
+    KIND: ClassVar[str] = "heartbeat"
+    phase: str  # one of PHASES (a newer writer's other phase is read as alive, doing something this one cannot name)
+    since_ms: int  # when the runner first saw it in this phase (and this batch), epoch ms
+    batch_id: int | None = None  # phase "batch": the batch in progress
+
+
+# A heartbeat's phases: not launched yet (a later stage of an available-now run), its query starting (sources
+# created, the first batch of this start not run yet), a batch in progress, between batches, waiting to restart.
+PHASES = ("pending", "starting", "batch", "idle", "restarting")
+
+
 class RetentionRisk(Body):
     """An archiver whose lag nears its topic's retention (`lag`), or whose next offsets were deleted (`lost`)."""
 
@@ -175,7 +192,7 @@ class RetentionRisk(Body):
     message: str = ""
 
 
-BODIES: dict[str, type[Body]] = {b.KIND: b for b in (Progress, Failure, State, Idle, RetentionRisk)}
+BODIES: dict[str, type[Body]] = {b.KIND: b for b in (Progress, Failure, State, Idle, Heartbeat, RetentionRisk)}
 KINDS = tuple(BODIES)
 
 

@@ -175,7 +175,7 @@ def check_the_page(page, api, key: dict[str, str], tag: str, feed: Feed) -> None
         node = page.locator(f'#topology g.node.processor[data-name="{key[proc]}"]')
         node.wait_for(timeout=10_000)
         assert proc in node.text_content()
-        assert node.get_attribute("data-health") in ("unknown", "healthy", "behind", "stalled")
+        assert node.get_attribute("data-health") in ("unknown", "starting", "healthy", "behind", "stalled")
     for topic in (f"{tag}.in", f"{tag}.mid", f"{tag}.out"):
         assert topic in page.locator(f'#topology g.node.topic[data-name="{topic}"]').text_content()
     for a, b in ((f"{tag}.in", key["clean"]), (key["clean"], f"{tag}.mid"), (f"{tag}.mid", key["enrich"]),

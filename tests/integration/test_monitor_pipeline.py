@@ -414,7 +414,7 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             # On a loaded machine a's batches may run over its one-second trigger for a while: it is then
             # rightly "behind", and healthy again once they fit (seen failing at 10 s under a load of 8).
             a.wait_for(lambda: env.proc("a")["health"] == "healthy" and env.active("unhealthy(a)") is None, 60,
-                       "a healthy")  # fmt: skip
+                       "a healthy", lambda: (env.proc("a")["health_reason"], env.active("unhealthy(a)")))  # fmt: skip
             assert env.proc("a")["runner_alive"] is True and env.active("dead(a)") is None
 
             kill_ms = now_ms()
@@ -478,11 +478,22 @@ def test_a_killed_processor_is_alerted_while_the_monitor_serves_and_resolves_on_
             restart_ms = now_ms()
             a = env.weir_run()
             # dead(a) resolves once the new runner's state file names its live process; then its batches come
-            # again (until its first one it is stalled, its input pending since the kill).
+            # again. Until its first one it is starting (its Spark session, its tracing, its query's start, issue
+            # 58), then running while that first batch (a cold one) takes over a heartbeat: never dead nor
+            # stalled, though its input has been pending since the kill.
             back = a.wait_for(lambda: env.history("dead(a)", "resolved", restart_ms), 180, "dead(a) to resolve")
-            a.wait_for(lambda: env.batches("a", restart_ms), 180, "a's first batch after the restart",
-                       lambda: env.proc("a"))  # fmt: skip
+            starting: list[tuple[str, str]] = []  # a's health and reason from then to its first batch
+
+            def first_batch():
+                f = env.proc("a")
+                starting.append((f["health"], f["health_reason"]))
+                return env.batches("a", restart_ms)
+
+            a.wait_for(first_batch, 180, "a's first batch after the restart", lambda: env.proc("a"))
             assert back[0]["fired_at_ms"] == fired["at_ms"] and env.active("dead(a)") is None
+            # Each look but the last was before its first batch (its health is read before its batches are).
+            healths = [h for h, _ in starting[:-1]]
+            assert healths and healths[0] == "starting" and set(healths) <= {"starting", "running"}, starting
             assert env.proc("a")["runner_alive"] is True
         assert not trickle.errors
 

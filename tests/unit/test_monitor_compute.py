@@ -160,3 +160,55 @@ def test_health_waiting_on_the_broker():
     assert h(broker_down=True, broker_ok=False, runner_alive=True, lifecycle="running")[0] == "waiting"
     assert h(broker_down=True, broker_ok=False, runner_alive=None)[0] == "healthy"  # no runner known to wait
     assert h(lifecycle="failed", runner_state="waiting")[0] == "dead"  # given up is given up
+
+
+def test_a_live_runner_whose_query_is_starting_is_starting_not_dead():
+    """Issue 58: the monitor ran for 10 minutes before the runner, whose processors were starting one at a time
+    (each query creating its sources, planning its first batch): every one of them was called dead."""
+    # Nothing published yet (Spark's session, the tracing), its state file names its live process: starting.
+    state, reason = h(last_record_ms=None, runner_alive=True, runner_state="pending", phase="pending",
+                      phase_since_ms=NOW - 90_000)  # fmt: skip
+    assert state == "starting" and "has not launched it for 90s (its own start, or the stages before it)" in reason
+    # Its runner's heartbeats say its query starts: starting, however long since the monitor's start.
+    state, reason = h(last_record_ms=NOW - 4000, phase="starting", phase_since_ms=NOW - 150_000, lifecycle="running",
+                      lag=800, pending_since_ms=NOW - 150_000)  # fmt: skip
+    assert state == "starting" and reason.startswith("its runner starts it for 150s: no batch yet")
+    # A start is bounded: past batch_timeout it is stalled, and says so.
+    state, reason = h(last_record_ms=NOW - 4000, phase="starting", phase_since_ms=NOW - 601_000)
+    assert state == "stalled" and reason == "starting for 601s, no batch yet, past batch_timeout (600s)"
+    # A pending processor waits for the processors before it (an available-now run's earlier stage): no bound.
+    assert h(last_record_ms=NOW - 4000, phase="pending", phase_since_ms=NOW - 3_600_000)[0] == "starting"
+    # Heartbeats that stopped a minute ago say nothing of now: dead, as any silence (its runner not known alive).
+    state, reason = h(last_record_ms=NOW - 61_000, phase="starting", phase_since_ms=NOW - 70_000)
+    assert (state, reason) == ("dead", "no progress record for 61s")
+    # Its process gone: dead at once, whatever its last heartbeat said.
+    assert h(runner_alive=False, phase="starting", phase_since_ms=NOW - 5000)[0] == "dead"
+
+
+def test_a_batch_in_progress_for_89_seconds_is_running_and_stalled_past_its_bound():
+    """The Delta batch of issue 58 ran 89 s, 1 s batches before it, input pending: it was called dead."""
+    batch = {"phase": "batch", "phase_batch": 41, "phase_since_ms": NOW - 89_000, "last_record_ms": NOW - 9000,
+             "lag": 5000, "pending_since_ms": NOW - 89_000, "last_advance_ms": NOW - 90_000,
+             "batch_ms": 1000}  # fmt: skip
+    state, reason = h(**batch)
+    assert (state, reason) == ("running", "batch 41 in progress for 89s (stalled past batch_timeout, 600s)")
+    # Its lag grows and nothing commits while the batch runs: judged behind or not once it commits.
+    assert h(**batch, growing=True, input_rate=50.0, processing_rate=0.0)[0] == "running"
+    # Past the bound it is flagged, its batch named.
+    state, reason = h(**{**batch, "phase_since_ms": NOW - 601_000})
+    assert (state, reason) == ("stalled", "batch 41 in progress for 601s, past batch_timeout (600s)")
+    custom = HealthRules(stall_triggers=2, dead_after_ms=60_000, rate_tolerance=0.1, batch_timeout_ms=60_000)
+    assert compute.health(HealthInput(now_ms=NOW, monitor_start_ms=NOW - 600_000, **batch), custom)[0] == "stalled"
+    # Without a heartbeat saying a batch runs, the same silence is a stall (input pending), then death.
+    assert h(**{**batch, "phase": None})[0] == "stalled"
+    assert h(**{**batch, "phase": None, "last_record_ms": NOW - 89_000})[0] == "dead"
+
+
+def test_a_silent_processor_whose_runner_lives_is_stalled_and_whose_runner_is_gone_is_dead():
+    assert h(last_record_ms=NOW - 61_000, runner_alive=True) == (
+        "stalled",
+        "its runner's process lives, but no progress record for 61s",
+    )
+    assert h(last_record_ms=NOW - 61_000, runner_alive=None)[0] == "dead"
+    assert h(last_record_ms=NOW - 2000, runner_alive=False, phase="batch", phase_batch=3,
+             phase_since_ms=NOW - 5000) == ("dead", "its runner's process is gone")  # fmt: skip

@@ -507,3 +507,148 @@ def test_a_users_config_changes_or_turns_default_rules_off(clock, tmp_path):
     assert quiet.rules == [] and MonitorConfig.model_validate(quiet.model_dump()).alerts == []
     with pytest.raises(ValueError, match="no default rule has that name"):
         MonitorConfig.model_validate({"alerts": [{"name": "deed", "enabled": False}]})
+
+
+def _record(clock: Clock, kind: str, processor: str = "enrich", **fields) -> bytes:
+    record = {"type": kind, "pipeline": "shop", "processor": processor, "at_ms": clock.ms(), **fields}
+    return json.dumps(record).encode()
+
+
+def test_a_live_runner_starting_its_processors_is_heard_as_starting_not_dead(clock, tmp_path):
+    """Issue 58: `weir status` showed all 8 processors dead while their runner started them, and 18 `dead` alerts
+    fired. The monitor has run for 10 minutes; the runner's state file names its live process."""
+    m = monitor(clock)
+    clock.t += 600
+    run = tmp_path / "run"
+    run.mkdir()
+    started = clock.ms()
+    body = {"pipeline": "shop", "pid": os.getpid(), "updated": "x", "started": _iso(started), "stopping": False,
+            "processors": {n: {"state": "pending", "checkpoint": f"/cp/{n}"} for n in ("enrich", "late")}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    m.observe_runs(read_runs(str(tmp_path)))
+    m.observe_broker(snapshot(clock, 100))
+    clock.t += 45  # its Spark session and its tracing: nothing published yet
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == health(m, "shop/late") == "starting"
+    assert "has not launched it for 45s" in m.tracks["shop/enrich"].figures.health_reason
+    # Its queries start one at a time: a "starting" state, then heartbeats every 10 s until a first batch.
+    body["processors"] = {n: {"state": "starting", "checkpoint": f"/cp/{n}"} for n in ("enrich", "late")}
+    (run / "shop.json").write_text(json.dumps(body))
+    m.observe_runs(read_runs(str(tmp_path)))
+    for n in ("enrich", "late"):
+        m.ingest(_record(clock, "state", n, state="starting"))
+    launched = clock.ms()
+    for _ in range(12):  # two minutes
+        clock.t += 10
+        m.observe_broker(snapshot(clock, 100))
+        for n in ("enrich", "late"):
+            m.ingest(_record(clock, "heartbeat", n, phase="starting", since_ms=launched))
+        m.refresh()
+        assert [t.figures.health for t in m.tracks.values()] == ["starting", "starting"]
+    assert not m.alerts.firing() and m.counts["heartbeat"] == 24 and m.counts["unknown_kind"] == 0
+    assert m.overview()["health"] == {"starting": 2}
+    # enrich's query started ("running") and runs its first batch: still starting until that batch reports.
+    body["processors"]["enrich"]["state"] = "running"
+    (run / "shop.json").write_text(json.dumps(body))
+    m.observe_runs(read_runs(str(tmp_path)))
+    m.ingest(_record(clock, "state", state="running"))
+    assert health(m) == "starting"
+    m.ingest(progress(clock, end=100))
+    assert health(m) == "healthy" and health(m, "shop/late") == "starting"
+
+
+def test_a_long_batch_is_running_then_stalled_past_batch_timeout_and_a_killed_runner_is_dead_at_once(clock, tmp_path):
+    """The 89 s Delta batch of issue 58, after 1 s batches, with input pending: running, not dead; past
+    batch_timeout it is flagged; its runner SIGKILLed, dead at the next look at its state file."""
+    m = monitor(clock)  # batch_timeout: 10 minutes
+    m.declare("shop", "enrich", ["orders"], ["orders.enriched"], trigger_ms=1000)
+    run = tmp_path / "run"
+    run.mkdir()
+    body = {"pipeline": "shop", "pid": os.getpid(), "updated": "x", "stopping": False,
+            "processors": {"enrich": {"state": "running", "checkpoint": "/cp/enrich"}}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    m.observe_runs(read_runs(str(tmp_path)))
+    for i in range(5):
+        clock.t += 1
+        m.ingest(progress(clock, batch_id=i, end=100 * (i + 1), batch_duration_ms=900))
+    m.observe_broker(snapshot(clock, 500))
+    assert health(m) == "healthy"
+    clock.t += 1
+    m.observe_broker(snapshot(clock, 5000))  # input pending, and batch 5 runs on
+    began = clock.ms()
+    seen = []
+    for _ in range(9):
+        clock.t += 10
+        m.ingest(_record(clock, "heartbeat", phase="batch", batch_id=5, since_ms=began))
+        m.observe_broker(snapshot(clock, 5000))
+        seen.append(health(m))
+    assert seen == ["running"] * 9
+    assert m.tracks["shop/enrich"].figures.health_reason.startswith("batch 5 in progress for 90s")
+    assert not m.alerts.firing()
+    for _ in range(51):  # on past batch_timeout
+        clock.t += 10
+        m.ingest(_record(clock, "heartbeat", phase="batch", batch_id=5, since_ms=began))
+        m.observe_broker(snapshot(clock, 5000))
+        seen.append(health(m))
+    assert seen == ["running"] * 60  # up to 600 s
+    clock.t += 10
+    m.ingest(_record(clock, "heartbeat", phase="batch", batch_id=5, since_ms=began))
+    assert health(m) == "stalled"
+    assert m.tracks["shop/enrich"].figures.health_reason == "batch 5 in progress for 610s, past batch_timeout (600s)"
+    # The batch reports: what the heartbeat said is over.
+    m.ingest(progress(clock, batch_id=5, end=5000, batch_duration_ms=120_000))
+    m.observe_broker(snapshot(clock, 5000))
+    assert health(m) == "healthy"
+    # Batch 6 runs when its runner is SIGKILLed: its last heartbeat says a batch runs, its process is gone.
+    clock.t += 10
+    m.ingest(_record(clock, "heartbeat", phase="batch", batch_id=6, since_ms=clock.ms(-9)))
+    assert health(m) == "running"
+    clock.t += 1
+    (run / "shop.json").write_text(json.dumps({**body, "pid": _dead_pid()}))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "dead" and m.tracks["shop/enrich"].figures.health_reason == "its runner's process is gone"
+
+
+def test_heartbeats_that_stop_with_no_state_file_to_read_are_dead_after_dead_after(clock):
+    """A monitor on another host than the runner reads no state file: a runner's heartbeats stopping is its death,
+    dead_after after the last one."""
+    m = monitor(clock, dead_after="30s")
+    m.ingest(progress(clock))
+    for _ in range(6):
+        clock.t += 10
+        m.ingest(_record(clock, "heartbeat", phase="batch", batch_id=2, since_ms=clock.ms(-60)))
+        m.observe_broker(snapshot(clock, 100))
+        assert health(m) == "running"
+    clock.t += 31
+    m.observe_broker(snapshot(clock, 100))
+    assert health(m) == "dead" and m.tracks["shop/enrich"].figures.health_reason == "no progress record for 31s"
+
+
+def _iso(ms: int) -> str:
+    from weir.units import iso
+
+    return iso(ms)
+
+
+def test_a_new_runner_starting_a_processor_the_last_one_gave_up_or_stopped_is_starting(clock, tmp_path):
+    """The last runner gave enrich up (failed) and stopped another processor, late; a new runner starts: its state
+    file names them pending with its live process before it publishes anything. Starting, not dead nor stopped."""
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    gave_up = {"error": "ValueError: bad", "restarts": 3, "failures_in_row": 4, "next_restart_in_s": None}
+    m.ingest(_record(clock, "failure", **gave_up))
+    m.ingest(_record(clock, "state", "late", state="stopped"))
+    assert health(m) == "dead" and health(m, "shop/late") == "stopped"
+    clock.t += 30
+    run = tmp_path / "run"
+    run.mkdir()
+    body = {"pipeline": "shop", "pid": os.getpid(), "updated": "x", "started": _iso(clock.ms()), "stopping": False,
+            "processors": {n: {"state": "pending", "checkpoint": f"/cp/{n}"} for n in ("enrich", "late")}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    clock.t += 5
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == health(m, "shop/late") == "starting"
+    # A file older than the failure says nothing of it (another runner's, started before the failure).
+    m.ingest(_record(clock, "failure", **gave_up))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "dead"

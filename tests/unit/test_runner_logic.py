@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from weir.pipeline import Pipeline
@@ -9,6 +11,7 @@ from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.progress import in_records, offset_span, recount
 from weir.runtime.runner import _ran, stages
 from weir.runtime.versions import IncompatibleChange, check, read
+from weir.units import instant_ms
 
 
 def test_routes_are_counted_by_kind_and_destination():
@@ -403,3 +406,74 @@ def test_a_progress_event_built_from_spark_json_gives_the_books_their_figures_an
     assert figures["watermark"] == "2026-12-03T15:59:58.000Z"
     assert figures["sources"][0]["end_offset"] == {"t": {"0": 7}}
     assert math.isnan(progress.sources[0].inputRowsPerSecond)  # as PySpark's conversion of the Java object gives it
+
+
+def test_a_runner_publishes_a_heartbeat_naming_each_silent_processors_phase(tmp_path):
+    """Issue 58: the monitor called a live runner's starting processors and an 89 s batch dead, having heard
+    nothing of them for a minute. A processor that published nothing for HEARTBEAT gets a heartbeat record saying
+    what it does: starting, a batch in progress (which one, since when), idle; nothing once it has ended."""
+    from types import SimpleNamespace
+
+    from weir import wire
+    from weir.monitor import records
+    from weir.runtime.runner import HEARTBEAT
+
+    runner = _copy_runner(tmp_path, "beats")
+    every = HEARTBEAT.total_seconds()
+    published: list[tuple[str, dict]] = []
+
+    class Publisher:
+        quiet = every
+
+        def quiet_for(self, name: str) -> float:
+            return self.quiet
+
+        def publish(self, name: str, body: wire.Body) -> None:
+            if body.KIND != "heartbeat":
+                return  # the state records of a launch
+            published.append((name, body.fields()))
+            # what the monitor reads of it
+            line = json.dumps({"type": body.KIND, "pipeline": "beats", "processor": name, "at_ms": 1, **body.fields()})
+            assert isinstance(records.parse(line), records.Heartbeat)
+
+    runner.publisher = publisher = Publisher()
+    runner._heartbeats()  # not launched yet: pending since the runner's start
+    assert published == [("copy", {"phase": "pending", "since_ms": instant_ms(runner.started), "batch_id": None})]
+    runner._launch("copy")
+    launched = runner._phases["copy"][2]
+    published.clear()
+    runner._heartbeats()
+    assert published == [("copy", {"phase": "starting", "since_ms": launched, "batch_id": None})]
+    # Its query started: starting still, until its first batch or idle event.
+    runner.status["copy"].state = "running"
+    runner._builders["copy"] = SimpleNamespace(in_batch=None, direct=None)
+    published.clear()
+    runner._heartbeats()
+    assert [f["phase"] for _, f in published] == ["starting"]
+    # Batch 7 runs: one heartbeat per HEARTBEAT of silence, each naming it and when it was first seen.
+    runner._builders["copy"].in_batch = 7
+    published.clear()
+    runner._heartbeats()
+    runner._heartbeats()
+    [(_, first), (_, second)] = published
+    assert first["phase"] == "batch" and first["batch_id"] == 7 and second == first
+    # Not due: it published something within HEARTBEAT.
+    publisher.quiet = every - 1
+    published.clear()
+    runner._heartbeats()
+    assert published == []
+    # Between batches Spark's idle events speak for it every 10 s: a heartbeat only after 3 x HEARTBEAT.
+    runner._builders["copy"].in_batch = None
+    runner._spoke.add("copy")
+    publisher.quiet = every
+    runner._heartbeats()
+    assert published == []
+    publisher.quiet = 3 * every
+    runner._heartbeats()
+    assert [f["phase"] for _, f in published] == ["idle"]
+    # Waiting for the broker (its state records say so) or ended: none.
+    for state in ("waiting", "stopped", "finished", "failed"):
+        runner.status["copy"].state = state
+        published.clear()
+        runner._heartbeats()
+        assert published == []

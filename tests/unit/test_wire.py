@@ -100,4 +100,4 @@ def test_a_newer_writers_added_fields_do_not_stop_the_monitor():
     record = {"type": "state", "pipeline": "s", "processor": "p", "at_ms": 1, "state": "running", "later": 1}
     assert records.parse(json.dumps(record)).state == "running"
     with pytest.raises(records.UnknownKind):
-        records.parse(json.dumps(record | {"type": "heartbeat"}))
+        records.parse(json.dumps(record | {"type": "forecast"}))

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from weir import units
 from weir.config import redact_text
-from weir.monitor.compute import BEHIND, DEAD, STALLED, WAITING
+from weir.monitor.compute import BEHIND, DEAD, RUNNING, STALLED, STARTING, WAITING
 from weir.monitor.config import KINDS, AlertRule
 from weir.monitor.model import ProcessorFigures
 
@@ -60,6 +60,9 @@ VALUE: dict[str, Callable[[ProcessorFigures], Any]] = {
     "stalled": lambda f: f.health == STALLED,
     "dead": lambda f: f.health == DEAD,
     "waiting": lambda f: f.health == WAITING,
+    "starting": lambda f: f.health == STARTING,
+    "running": lambda f: f.health == RUNNING,
+    # Not starting nor running: both are bounded (stalled past batch_timeout), and a start is no fault.
     "unhealthy": lambda f: f.health in (BEHIND, STALLED, DEAD, WAITING),
     "dlq_rate": lambda f: f.rates.dlq,
     "late_rate": lambda f: f.rates.late,
@@ -106,7 +109,7 @@ class AlertEngine:
             out += [(o, facts.outputs[o], "") for o in names]
             if out or rule.target == "*":
                 return out
-        about_health = rule.kind in ("behind", "stalled", "dead", "waiting", "unhealthy")
+        about_health = rule.kind in ("behind", "stalled", "dead", "waiting", "starting", "running", "unhealthy")
         for key, f in facts.processors.items():
             if rule.target in ("*", key, f.name):
                 detail = f.health_reason if about_health else ""

@@ -99,7 +99,8 @@ def fetch_status(settings: Any, timeout: float = 2.0, path: str = "/api/overview
 
 # -- what `weir status` prints of an overview -----------------------------------------------------------------
 HEALTH_STYLE = {"healthy": "green", "behind": "yellow", "stalled": "dark_orange", "dead": "bold red",
-                "stopped": "dim", "unknown": "dim", "waiting": "magenta"}  # fmt: skip
+                "stopped": "dim", "unknown": "dim", "waiting": "magenta", "starting": "cyan",
+                "running": "blue"}  # fmt: skip
 
 
 def duration(seconds: float | None) -> str:

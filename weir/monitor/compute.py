@@ -23,9 +23,11 @@ class Health(StrEnum):
     STOPPED = "stopped"
     UNKNOWN = "unknown"
     WAITING = "waiting"  # on an unreachable broker: its sources and sinks wait it out
+    STARTING = "starting"  # its runner lives and starts it: no batch of this start yet (bounded by batch_timeout)
+    RUNNING = "running"  # a batch in progress for a while, its runner alive (bounded by batch_timeout)
 
 
-HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN, WAITING = tuple(Health)
+HEALTHY, BEHIND, STALLED, DEAD, STOPPED, UNKNOWN, WAITING, STARTING, RUNNING = tuple(Health)
 HEALTH_STATES = tuple(Health)
 
 
@@ -134,6 +136,7 @@ class HealthRules:
     stall_triggers: float = 2.0
     dead_after_ms: float = 60_000
     rate_tolerance: float = 0.1
+    batch_timeout_ms: float = 600_000  # a start or a batch in progress longer than this is stalled
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,11 @@ class HealthInput:
     failures_in_row: int = 0  # of the last failure record: 1 for a source processor, which is not restarted
     runner_alive: bool | None = None  # from <home>/run/<pipeline>.json; None when not known
     runner_state: str | None = None  # its state in that file ("waiting" while the broker is unreachable)
+    # What its runner says it does now (weir.wire.PHASES: its last heartbeat, a "starting" state not followed by a
+    # batch, or its state file), since when, and the batch in progress in phase "batch"; None: nothing said.
+    phase: str | None = None
+    phase_since_ms: int | None = None
+    phase_batch: int | None = None
     has_inputs: bool = True
     lag: int | None = None
     pending_since_ms: int | None = None  # since when the monitor has seen input pending without a break
@@ -197,15 +205,22 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
        restart since.
     3. waiting: its runner says it waits for the broker, or the monitor cannot reach the broker while the
        runner is alive: its sources and sinks wait the outage out, up to broker_unavailable_timeout.
-    then dead: no record at all for dead_after, or two trigger intervals and a batch if that is longer
-       (counted from the monitor's start for a processor only declared).
-    4. stalled: a partition is stuck (records pending on it, its offset frozen for the stall limit, while the
-       processor's other partitions advance); or input is pending and no batch has read it for
-       stall_triggers x max(trigger, longest recent batch), counted from when the input was first seen
-       pending or the last batch, whichever is later.
-    5. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
+    then silence: no record at all for dead_after, or two trigger intervals and a batch if that is longer
+       (counted from the monitor's start for a processor only declared): dead, unless its runner's process is
+       known to live (its state file): then starting when that file says so (a runner publishes nothing before
+       its Spark session and its tracing are done), else stalled (it lives, and says nothing).
+    4. starting: its runner starts it (pending, or started and no batch of this start run yet); stalled once a
+       start (not a pending wait for an earlier stage) has lasted batch_timeout.
+    5. stalled: a batch in progress for longer than batch_timeout; a partition is stuck (records pending on
+       it, its offset frozen for the stall limit, while the processor's other partitions advance); or input is
+       pending, no batch is known in progress, and no batch has read it for stall_triggers x max(trigger,
+       longest recent batch), counted from when the input was first seen pending or the last batch, whichever
+       is later.
+    6. running: a batch in progress (its runner's heartbeat says so), within batch_timeout: its lag and rates
+       move only when the batch commits, so behind is judged again then.
+    7. behind: input is pending and the lag grows (its troughs rise over behind_window), or records arrive
        faster than it commits them (input rate > processing rate x (1 + rate_tolerance)).
-    6. healthy; unknown before its first record while dead_after has not passed.
+    8. healthy; unknown before its first record while dead_after has not passed.
 
     With the broker unreachable, silence and stalls are not judged (the monitor cannot hear either way):
     the rest stands, and the figures are flagged stale by the caller.
@@ -224,28 +239,32 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
         return WAITING, "its runner cannot reach the broker: its sources and sinks wait (broker_unavailable_timeout)"
     if h.broker_down and h.runner_alive and h.lifecycle in (None, "starting", "running"):
         return WAITING, "the broker is unreachable: its sources and sinks wait (broker_unavailable_timeout)"
-    if h.broker_ok:
-        if h.last_record_ms is None:
-            silent = h.now_ms - h.monitor_start_ms
-            if silent > rules.dead_after_ms:
-                return DEAD, f"no progress record since the monitor started {silent / 1000:.0f}s ago"
-            return UNKNOWN, "no progress record yet"
-        silent = h.now_ms - h.last_record_ms
-        # A processor triggered every hour says nothing between its batches: silence means death only
-        # after two of its own trigger intervals (and a batch) have passed without a word.
-        if silent > max(rules.dead_after_ms, 2 * h.trigger_ms + (h.batch_ms or 0.0)):
-            return DEAD, f"no progress record for {silent / 1000:.0f}s"
+    starting = h.phase in ("pending", "starting")
+    if h.broker_ok and not (starting and h.runner_alive):
+        silence = _silence(h, rules)
+        if silence is not None:
+            if h.runner_alive:
+                return STALLED, f"its runner's process lives, but {silence}"
+            return DEAD, silence
+    if starting:
+        return _starting(h, rules)
     if h.last_record_ms is None:
         return UNKNOWN, "no progress record yet"
     pending = h.has_inputs and (h.lag or 0) > 0
+    in_batch = h.phase == "batch"
+    took = (h.now_ms - (h.phase_since_ms or h.now_ms)) / 1000
+    if in_batch and took * 1000 > rules.batch_timeout_ms:
+        return STALLED, f"batch {h.phase_batch} in progress for {took:.0f}s, past batch_timeout ({_s(rules)})"
     if h.stuck and h.broker_ok:
         more = f" (and {len(h.stuck) - 1} more)" if len(h.stuck) > 1 else ""
         return STALLED, f"partition {h.stuck[0]}{more}, while its other partitions advance"
-    if pending and h.broker_ok and h.pending_since_ms is not None:
+    if pending and not in_batch and h.broker_ok and h.pending_since_ms is not None:
         since = max(h.pending_since_ms, h.last_advance_ms or 0)
         limit = rules.stall_triggers * max(h.trigger_ms, h.batch_ms or 0.0)
         if h.now_ms - since > limit:
             return STALLED, f"{h.lag} records pending and no batch for {(h.now_ms - since) / 1000:.1f}s"
+    if in_batch:  # its lag and rates move only when the batch commits: judged again then
+        return RUNNING, f"batch {h.phase_batch} in progress for {took:.0f}s (stalled past batch_timeout, {_s(rules)})"
     if pending and h.growing:
         return BEHIND, f"lag growing ({h.lag} records)"
     if (
@@ -256,3 +275,35 @@ def health(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
     ):
         return BEHIND, f"input {h.input_rate:.1f}/s > processing {h.processing_rate:.1f}/s"
     return HEALTHY, "processing its input" if h.has_inputs else "running"
+
+
+def _s(rules: HealthRules) -> str:
+    return f"{rules.batch_timeout_ms / 1000:.0f}s"
+
+
+def _silence(h: HealthInput, rules: HealthRules) -> str | None:
+    """What the processor's silence says when it is past the limit (no record for dead_after, or two of its
+    triggers and a batch when that is longer), else None."""
+    if h.last_record_ms is None:
+        silent = h.now_ms - h.monitor_start_ms
+        if silent > rules.dead_after_ms:
+            return f"no progress record since the monitor started {silent / 1000:.0f}s ago"
+        return None
+    silent = h.now_ms - h.last_record_ms
+    # A processor triggered every hour says nothing between its batches (with a runner older than heartbeats):
+    # silence means death only after two of its own trigger intervals (and a batch) have passed without a word.
+    if silent > max(rules.dead_after_ms, 2 * h.trigger_ms + (h.batch_ms or 0.0)):
+        return f"no progress record for {silent / 1000:.0f}s"
+    return None
+
+
+def _starting(h: HealthInput, rules: HealthRules) -> tuple[Health, str]:
+    """A processor its runner has not started yet (pending: an earlier stage of an available-now run goes first,
+    as long as it takes) or is starting (bounded by batch_timeout)."""
+    took = (h.now_ms - h.phase_since_ms) / 1000 if h.phase_since_ms is not None else None
+    for_ = f" for {took:.0f}s" if took is not None else ""
+    if h.phase == "pending":
+        return STARTING, f"its runner lives, and has not launched it{for_} (its own start, or the stages before it)"
+    if took is not None and took * 1000 > rules.batch_timeout_ms:
+        return STALLED, f"starting for {took:.0f}s, no batch yet, past batch_timeout ({_s(rules)})"
+    return STARTING, f"its runner starts it{for_}: no batch yet (stalled past batch_timeout, {_s(rules)})"

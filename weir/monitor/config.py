@@ -59,7 +59,9 @@ KINDS: dict[str, tuple[str | None, Any, float | None, str]] = {
     "stalled": (None, None, None, "processor"),
     "dead": (None, None, None, "processor"),
     "waiting": (None, None, None, "processor"),  # on an unreachable broker
-    "unhealthy": (None, None, None, "processor"),  # behind, stalled, dead or waiting
+    "starting": (None, None, None, "processor"),  # its runner starts it, within batch_timeout
+    "running": (None, None, None, "processor"),  # a batch in progress for a while, within batch_timeout
+    "unhealthy": (None, None, None, "processor"),  # behind, stalled, dead or waiting (not starting nor running)
     "dlq_rate": (">", parse_ratio, None, "processor"),  # dead letters / input records over rate_window
     "late_rate": (">", parse_ratio, None, "processor"),  # late records / input records over rate_window
     "retention_left": ("<", parse_duration, None, "processor"),  # before retention deletes unprocessed records
@@ -190,6 +192,7 @@ class MonitorConfig(BaseModel):
     trigger: Seconds | None = Field(None, description="A processor's trigger when neither spec nor settings say.")
     stall_triggers: float = Field(2.0, gt=0, description="Stalled: no batch for this many triggers, input pending.")
     dead_after: Seconds = Field(60.0, gt=0, description="Dead: no record at all for this long.")
+    batch_timeout: Seconds = Field(600.0, gt=0, description="Stalled: a batch in progress, or a start, this long.")
     behind_window: Seconds = Field(60.0, gt=0, description="Window of lag growth and input/processing rates.")
     rate_window: Seconds = Field(300.0, gt=0, description="Window of dead-letter, late, violation, failure rates.")
     rate_tolerance: float = Field(0.1, ge=0, description="Behind when input rate > processing rate * (1 + this).")

@@ -17,7 +17,8 @@ DASHBOARD = r"""<!doctype html>
 <link rel="icon" href="data:,">
 <style>
   :root { --healthy:#2e7d32; --behind:#f9a825; --stalled:#ef6c00; --dead:#c62828; --waiting:#6a1b9a; --stopped:#757575;
-          --unknown:#9e9e9e; --bg:#fafafa; --fg:#212121; --muted:#757575; --line:#e0e0e0; }
+          --unknown:#9e9e9e; --starting:#0277bd; --running:#00897b;
+          --bg:#fafafa; --fg:#212121; --muted:#757575; --line:#e0e0e0; }
   body { font: 13px/1.4 system-ui, sans-serif; margin: 0; background: var(--bg); color: var(--fg); }
   header { display: flex; gap: 18px; align-items: center; padding: 8px 16px; background: #263238; color: #fff; }
   header h1 { font-size: 16px; margin: 0; }
@@ -100,7 +101,7 @@ const WINDOW_MS = 15 * 60 * 1000;
 const PALETTE = ["#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#558b2f", "#4e342e", "#283593", "#00695c",
                  "#e65100", "#37474f"];
 const COLORS = {healthy: "#2e7d32", behind: "#f9a825", stalled: "#ef6c00", dead: "#c62828", stopped: "#757575",
-                waiting: "#6a1b9a", unknown: "#9e9e9e"};
+                waiting: "#6a1b9a", unknown: "#9e9e9e", starting: "#0277bd", running: "#00897b"};
 let selected = null;           // a processor key, or null for all
 let overview = null;
 const store = {};              // "processor|series" or "output|name" -> [[t, v], ...]

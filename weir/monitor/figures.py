@@ -87,6 +87,7 @@ def figures(
                 left_s, left_tp = reported, (r.topic, r.partition)
     limit = rules.stall_triggers * max(trigger, t.pace_ms() or 0.0)
     stuck = compute.stuck_partitions(lag_by, committed, t.moved_ms, t.last_advance_ms, now, limit)
+    phase, since, in_batch = t.phase()
     state, reason = compute.health(
         HealthInput(
             now_ms=now, monitor_start_ms=m.start_ms, last_record_ms=t.last_record_ms,
@@ -96,7 +97,8 @@ def figures(
             pending_since_ms=t.pending_since_ms, trigger_ms=trigger, batch_ms=t.pace_ms(), growing=growing,
             # Rates only over half the window or more: between two batches the deficit is normal.
             input_rate=compute.rate(latest, now, w, w / 2), processing_rate=compute.rate(done, now, w, w / 2),
-            broker_ok=m.broker_ok, broker_down=m.broker_down, stuck=stuck,
+            broker_ok=m.broker_ok, broker_down=m.broker_down, stuck=stuck, phase=phase, phase_since_ms=since,
+            phase_batch=in_batch,
         ),
         rules,
     )  # fmt: skip

@@ -93,6 +93,16 @@ class Idle(Record):
 
 
 @dataclass(frozen=True)
+class Heartbeat(Record):
+    """The processor's runner lives; what the processor does (weir.wire.PHASES), since when, and the batch in
+    progress in phase "batch"."""
+
+    phase: str
+    since_ms: int
+    batch_id: int | None = None
+
+
+@dataclass(frozen=True)
 class RetentionReport(Record):
     topic: str
     partition: int
@@ -273,6 +283,8 @@ def parse(value: bytes | str | None, key: bytes | None = None) -> Record:
         return StateChange(**base, state=body.state, note=body.note)
     if isinstance(body, wire.Idle):
         return Idle(**base)
+    if isinstance(body, wire.Heartbeat):
+        return Heartbeat(**base, phase=body.phase, since_ms=body.since_ms, batch_id=body.batch_id)
     assert isinstance(body, wire.RetentionRisk)
     return RetentionReport(
         **base, topic=body.topic, partition=body.partition, reason=body.reason, time_left_ms=body.time_left_ms,

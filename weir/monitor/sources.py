@@ -287,7 +287,8 @@ def read_runs(home: str) -> list[dict]:
             pid = int(body["pid"])
             out.append({
                 "pipeline": str(body["pipeline"]), "alive": process_alive(pid) and not body.get("stopping"),
-                "updated": body.get("updated"), "processors": dict(body.get("processors") or {}),
+                "updated": body.get("updated"), "started": body.get("started"),
+                "processors": dict(body.get("processors") or {}),
             })  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.debug("weir monitor: skipped run file %s: %s", f, exc)

@@ -60,7 +60,9 @@ class Monitor:
         self.tracks: dict[str, Track] = {}
         self.topics: dict[str, TopicTrack] = {}
         self.timestamps: dict[tuple[TP, int], int | None] = {}
-        self.rules = HealthRules(config.stall_triggers, config.dead_after * 1000, config.rate_tolerance)
+        self.rules = HealthRules(
+            config.stall_triggers, config.dead_after * 1000, config.rate_tolerance, config.batch_timeout * 1000
+        )
         self.alerts = alerts or AlertEngine(config.rules, config.history)
         self.counts: Counter = Counter()  # records by kind, "bad", "unknown_kind", "duplicate"
         self.bad_reasons: deque[dict] = deque(maxlen=20)
@@ -200,20 +202,21 @@ class Monitor:
         """The runners' state files: [{"pipeline", "alive", "processors": {name: {state, checkpoint, ...}}}]."""
         # A processor can be named in several files (`weir run` of the whole pipeline once, of some of its
         # processors later): a live runner's file speaks for it, else the newest.
-        chosen: dict[tuple[str, str], tuple[tuple[bool, int], dict]] = {}
+        chosen: dict[tuple[str, str], tuple[tuple[bool, int], dict, int | None]] = {}
         for run in runs:
             rank = (bool(run.get("alive")), _updated_ms(run.get("updated")))
             for name, st in run.get("processors", {}).items():
                 key = (run["pipeline"], name)
                 if key not in chosen or rank >= chosen[key][0]:
-                    chosen[key] = (rank, st)
+                    chosen[key] = (rank, st, _updated_ms(run.get("started")) or None)
         with self.lock:
-            for (pipeline, name), ((alive, updated), st) in chosen.items():
+            for (pipeline, name), ((alive, updated), st, started) in chosen.items():
                 t = self._track(pipeline, name)
                 if t is None:
                     continue
                 t.checkpoint = t.checkpoint or st.get("checkpoint")
                 t.runner_state = st.get("state")
+                t.runner_started_ms = started
                 stopped = st.get("state") in ("stopped", "finished", "failed")
                 t.runner_alive = True if alive else (None if stopped else False)
                 # A dead runner's last word, unless the processor has said something since (a new runner whose
@@ -221,6 +224,15 @@ class Monitor:
                 newer = t.lifecycle_ms is None or updated >= t.lifecycle_ms
                 if not alive and stopped and newer and t.lifecycle not in ("stopped", "finished", "failed"):
                     t.lifecycle = st["state"]
+                # A new runner that started after the last one stopped, gave up or failed it starts it again: its
+                # file speaks before it publishes anything (its Spark session, its tracing), so the old end and
+                # the old failure are over.
+                later = started is not None and (t.lifecycle_ms is None or started >= t.lifecycle_ms)
+                if alive and later and st.get("state") in ("pending", "starting"):
+                    if t.lifecycle in ("stopped", "finished", "failed", "restarting"):
+                        t.lifecycle, t.lifecycle_ms = "starting", started
+                    if t.failed_at_ms is not None and t.failed_at_ms <= started:
+                        t.failed_at_ms = None
 
     def observe_checkpoint(self, key: str, committed: dict[TP, int]) -> None:
         with self.lock:
@@ -323,8 +335,8 @@ class Monitor:
                                                 "writers": []})  # fmt: skip
                     node.setdefault("writers", []).append(key)
                     edges.append({"from": key, "to": o})
-            order = [compute.DEAD, compute.STALLED, compute.WAITING, compute.BEHIND, compute.UNKNOWN, compute.STOPPED,
-                     compute.HEALTHY]  # fmt: skip
+            order = [compute.DEAD, compute.STALLED, compute.WAITING, compute.BEHIND, compute.UNKNOWN, compute.STARTING,
+                     compute.STOPPED, compute.RUNNING, compute.HEALTHY]  # fmt: skip
             for node in nodes.values():
                 if node["kind"] == "processor":
                     continue

@@ -15,7 +15,7 @@ from weir.monitor import compute
 from weir.monitor.compute import TP
 from weir.monitor.drift import Releases
 from weir.monitor.model import SAMPLED, Completeness, ProcessorFigures, Violation
-from weir.monitor.records import Failure, Progress, Record, RetentionReport, StateChange
+from weir.monitor.records import Failure, Heartbeat, Idle, Progress, Record, RetentionReport, StateChange
 from weir.monitor.series import Histogram, Ring
 
 BATCH_SERIES = ("input_rows", "spark_input_rate", "spark_processed_rate", "batch_ms", "scheduling_delay_ms", "dlq",
@@ -96,6 +96,11 @@ class Track:
     last_violation: Violation | None = None
     runner_alive: bool | None = None
     runner_state: str | None = None
+    runner_started_ms: int | None = None  # when its runner started, from its state file
+    # Its runner's last heartbeat while it is the processor's last word (a batch, an idle record, a failure or a
+    # state change after it says more), and since when a "starting" state has not been followed by a batch.
+    heartbeat: Heartbeat | None = None
+    starting_since_ms: int | None = None
     reports: dict[TP, RetentionReport] = field(default_factory=dict)
     offsets: deque = field(default_factory=lambda: deque(maxlen=2_000))  # (t, latest sum, committed sum)
     lag_samples: deque = field(default_factory=lambda: deque(maxlen=2_000))  # (t, lag)
@@ -136,8 +141,11 @@ class Track:
     def apply(self, record: Record, trigger_ms: float) -> None:
         """A record of this processor; `trigger_ms` its trigger (for the scheduling delay of a batch)."""
         self.first_seen_ms = self.first_seen_ms or record.at_ms
+        # A record older than what was heard last (one a publisher's next start published again) says nothing of now
+        latest = record.at_ms >= (self.last_record_ms or 0)
         self.last_record_ms = max(self.last_record_ms or 0, record.at_ms)
         self.client_rebuilds = dict(record.client_rebuilds)
+        self._phase(record, latest)
         if isinstance(record, Progress):
             self._progress(record, trigger_ms)
         elif isinstance(record, Failure):
@@ -158,6 +166,43 @@ class Track:
                     self.failed_at_ms = None  # restarted
         elif isinstance(record, RetentionReport):
             self.reports[(record.topic, record.partition)] = record
+
+    def _phase(self, record: Record, latest: bool) -> None:
+        """What the processor does now, as its records say: a heartbeat names its phase until another record says
+        more; a "starting" state holds until a batch, an idle record, a failure or an end."""
+        if isinstance(record, Heartbeat):
+            if latest:
+                self.heartbeat = record
+            return
+        if isinstance(record, RetentionReport) or not latest:
+            return
+        if isinstance(record, StateChange) and record.state in ("code_changed", "state_evolved"):
+            return
+        self.heartbeat = None
+        if isinstance(record, StateChange) and record.state == "starting":
+            self.starting_since_ms = record.at_ms
+        elif isinstance(record, Progress | Idle | Failure) or (
+            isinstance(record, StateChange) and record.state != "running"
+        ):
+            self.starting_since_ms = None
+
+    def phase(self) -> tuple[str | None, int | None, int | None]:
+        """(phase, since ms, batch in progress) of the processor now (weir.wire.PHASES), None when nothing says:
+        its live runner's state file when it names it pending or starting (a runner publishes nothing before its
+        Spark session and its tracing are done), else its last heartbeat, else a start not followed by a batch."""
+        hb = self.heartbeat
+        if self.runner_alive and self.runner_state in ("pending", "starting"):
+            since = self.runner_started_ms
+            if hb is not None and hb.phase == self.runner_state:
+                since = hb.since_ms
+            elif self.runner_state == "starting" and self.starting_since_ms is not None:
+                since = self.starting_since_ms
+            return self.runner_state, since, None
+        if hb is not None:
+            return hb.phase, hb.since_ms, hb.batch_id
+        if self.starting_since_ms is not None:
+            return "starting", self.starting_since_ms, None
+        return None, None, None
 
     def _progress(self, r: Progress, trigger_ms: float) -> None:
         prev = self.last_progress

@@ -83,6 +83,7 @@ class ProgressPublisher:
         self._backoff = heal.Backoff()
         self._swap = threading.Lock()
         self._carried: dict[str, int] = {}  # rebuilds in other processes (Spark's Python workers), carried back
+        self._said: dict[str, float] = {}  # processor -> when its last record was published (monotonic)
         self.replayed = len(replay.lines)
         with self._lock:
             for offset, *_ in replay.lines:
@@ -156,6 +157,7 @@ class ProgressPublisher:
         line = json.dumps(record, default=str, separators=(",", ":"))
         key = f"{self.pipeline}/{processor}"
         with self._lock:
+            self._said[processor] = time.monotonic()
             if self._slot.names(key):
                 self._slot.save(force=True)  # a key the mark names before its first line is written
             offset, end = self._write(line.encode() + b"\n")
@@ -166,6 +168,12 @@ class ProgressPublisher:
         with self._lock:
             self._slot.save()
         return record
+
+    def quiet_for(self, processor: str) -> float:
+        """Seconds since `processor`'s last record was published by this publisher (inf before its first)."""
+        with self._lock:
+            said = self._said.get(processor)
+        return float("inf") if said is None else time.monotonic() - said
 
     def _produce(self, topic: str, value: bytes, key: bytes, offset: int) -> None:
         """The line at `offset` of the log to `topic`; its delivery moves the mark."""

@@ -172,6 +172,9 @@ class Runner:
         self._by_query = {query_name(pipeline, p): p.name for p in self.selected}
         self._by_id: dict[str, str] = {}  # Spark's query id (kept across restarts) -> processor
         self.progress_log: str | None = None  # the progress log's name under <home>/progress (default: the pipeline's)
+        self._heart: threading.Thread | None = None  # publishes heartbeats (_beat)
+        self._spoke: set[str] = set()  # processors whose query ran a batch or reported idle since it was launched
+        self._phases: dict[str, tuple[str, int | None, int]] = {}  # processor -> (phase, batch, since epoch ms)
 
     # -- setup --------------------------------------------------------------------------------------------
     def checkpoint(self, proc: Processor) -> str:
@@ -275,6 +278,8 @@ class Runner:
         self._watch.start()
         self._supervisor = threading.Thread(target=self._supervise, name="weir-supervisor", daemon=True)
         self._supervisor.start()
+        self._heart = threading.Thread(target=self._beat, name="weir-heartbeat", daemon=True)
+        self._heart.start()
         return self
 
     def prepare(self, record: bool = True) -> dict[str, versions.Note]:
@@ -326,6 +331,8 @@ class Runner:
 
     def _launch(self, name: str) -> None:
         self.status[name].restart_at = None
+        self._spoke.discard(name)
+        self._phases[name] = ("starting", None, int(time.time() * 1000))
         self._set_state(name, "starting")
         self._launches.append(name)
 
@@ -597,6 +604,9 @@ class Runner:
         self._stop.set()
         if self._supervisor:
             self._supervisor.join(10)  # it leaves its loop within a quarter second
+        if self._heart is not None:
+            self._heart.join(10)  # it leaves its loop within a second, or after a heartbeat's publish
+            self._heart = None
         if self._watch is not None:
             self._watch.stop()
         with self._lock:
@@ -688,8 +698,65 @@ class Runner:
             return dict(self.status)
 
     # -- progress -----------------------------------------------------------------------------------------
+    def _beat(self) -> None:
+        """Until the runner stops: a heartbeat record (weir.wire.Heartbeat) for each processor that has published
+        nothing for HEARTBEAT (3 x HEARTBEAT between batches, where Spark's idle events speak every 10 s), naming
+        what it does, so that the monitor tells a start or a long batch from a runner that is gone. At most one
+        record per processor per HEARTBEAT; none while it waits for the broker (its state says so) or has ended.
+        Its own thread: the supervisor holds the runner's lock while a query starts, which is when it counts."""
+        while not self._stop.wait(1.0):
+            self._heartbeats()
+
+    def _heartbeats(self) -> None:
+        """One look at every processor: a heartbeat for each that is due one (see `_beat`)."""
+        every, publisher = HEARTBEAT.total_seconds(), self.publisher
+        for name in list(self.status) if publisher is not None else []:
+            if publisher.quiet_for(name) < every:
+                continue
+            try:
+                phase = self._phase(name)
+                if phase is None or (phase[0] == "idle" and publisher.quiet_for(name) < 3 * every):
+                    continue
+                since = self._since(name, *phase)
+                publisher.publish(name, wire.Heartbeat(phase=phase[0], batch_id=phase[1], since_ms=since))
+            except Exception:  # a bug or a full disk: said, and tried again a HEARTBEAT later, not every second
+                log.exception("weir: processor %s: its heartbeat failed", name)
+                self._stop.wait(every)
+
+    def _phase(self, name: str) -> tuple[str, int | None] | None:
+        """What a processor does now (weir.wire.PHASES) and the batch in progress; None when it has ended or waits
+        for the broker. Read without the runner's lock (which a starting query holds): plain attributes."""
+        st = self.status[name]
+        if st.state in ("pending", "starting", "restarting"):
+            return st.state, None
+        if st.state != "running":
+            return None
+        builder = self._builders.get(name)
+        batch = builder.in_batch if builder is not None else None
+        if batch is None and builder is not None and builder.direct is not None:
+            try:  # one streaming query: a batch planned and not committed runs
+                batch = builder.direct.running()
+            except OSError as exc:  # its checkpoint not listed this time: alive, its batch not named
+                log.debug("weir: processor %s: its running batch not known: %s", name, exc)
+        if batch is not None:
+            return "batch", batch
+        return ("idle", None) if name in self._spoke else ("starting", None)
+
+    def _since(self, name: str, phase: str, batch: int | None) -> int:
+        """When the runner first saw the processor in this phase (and batch), epoch ms: a start from its launch, a
+        pending processor from the runner's start, a batch from the first heartbeat that saw it (at most a
+        HEARTBEAT after it began)."""
+        known = self._phases.get(name)
+        if known is not None and known[:2] == (phase, batch):
+            return known[2]
+        since = units.instant_ms(self.started, "started") if phase == "pending" else int(time.time() * 1000)
+        self._phases[name] = (phase, batch, since)
+        return since
+
     def _on_idle(self, query_id: str) -> None:
         name = self._by_id.get(query_id)
+        if name is not None:
+            self._spoke.add(name)
         if name is not None and self.publisher is not None:
             self.publisher.publish(name, wire.Idle(query_id=query_id))
 
@@ -697,6 +764,7 @@ class Runner:
         name = self._by_query.get(progress.name)
         if name is None or self.publisher is None:
             return
+        self._spoke.add(name)
         figures = _initial_starts(spark_figures(progress), self.checkpoint(self.pipeline.processors[name]))
         counts = self.ledger.take(progress.name, figures["batch_id"])
         path = self._builders[name].direct
@@ -809,6 +877,9 @@ class Runner:
         tmp.replace(path)
 
 
+# A processor that has published nothing for this long gets a heartbeat record (Runner._beat): the monitor's
+# dead_after (60 s by default) of silence then means its runner is gone, never a start or a long batch.
+HEARTBEAT = timedelta(seconds=10)
 LAUNCH_WAIT_S = 60.0  # at most this long a query creating its sources holds back the next one (Runner._launch_next)
 LISTENER_WAIT_S = 10.0  # at most this long a stop waits for its queries' termination events (QueryListener.await_ended)
 
