@@ -51,7 +51,7 @@ def shadow_command(
     as_json: AsJson = False,
 ) -> None:
     """Run a candidate version of a processor beside the live one, on the same batches, into topics of its own
-    (`<topic>.shadow`), and compare its outputs with the live ones record by record (docs/releases.md)."""
+    (`<topic>.shadow`), and compare its outputs with the live ones, over what both have settled (docs/releases.md)."""
     from weir.pipeline.load import load as load_pipeline
     from weir.pipeline.validate import validate
 
@@ -132,20 +132,23 @@ def _print(report: ShadowReport, as_json: bool) -> None:
         spans = "; ".join(
             f"{t} {p}:[{s},{e})" for t, parts in sorted(report.ranges.items()) for p, (s, e) in sorted(parts.items())
         )
-        first, last = report.compared
-        lines.append(f"compared: batches {first}-{last}, {report.records_in} input records ({spans})")
+        lines.append(f"compared: {report.records_in} input records ({spans})")
+        batches = ", ".join(f"{side} batches {a}-{b}" for side, (a, b) in report.settled.items())
+        mark = f" up to watermark {report.watermark}" if report.watermark else ""
+        lines.append(f"and the results without an input record{mark}: {batches}")
     for line in lines:
         out.print(line, highlight=False, soft_wrap=True, markup=False)
     if report.books:
         books = new_table("", "live", "shadow", title="books over the compared input")
-        for k in ("in", "out", "filtered", "dlq", "late", "emitted"):
+        for k in report.books["live"]:
             cells = [report.books[side][k] for side in ("live", "shadow")]
             books.add_row(k, *(_share(n, report.records_in if k != "in" else 0) for n in cells))
         out.print(books)
     if report.topics:
-        table = new_table("topic", "same", "missing", "extra", "changed", title="records by topic")
-        for t, kinds in sorted(report.topics.items()):
-            table.add_row(t, *(str(kinds[k]) for k in ("same", "missing", "extra", "changed")))
+        kinds = ("same", "missing", "extra", "changed", "pending")
+        table = new_table("topic", *kinds, title="records by topic")
+        for t, counted in sorted(report.topics.items()):
+            table.add_row(t, *(str(counted[k]) for k in kinds))
         out.print(table)
     for e in report.examples:
         out.print(f"{e['kind']} in {e['topic']}: {e['record']}", highlight=False, soft_wrap=True, markup=False)

@@ -1,37 +1,46 @@
-"""The comparison of a shadow's outputs with the live ones, over the batches both have committed since it began.
+"""The comparison of a shadow's outputs with the live ones, over what both sides have settled (weir.shadow.settled).
 
-A record is matched by its input record (`weir.source`); a record without one (a window's or a session's result)
-by its batch and, where its topic's records have `window_start` and `window_end`, by (key, window), else by
-its bytes. Each match is `same`, `missing` (the shadow lacks it), `extra` (the live side lacks it) or `changed`;
-the counts and a few examples reach the driver, never the records. Beside them, each side's books over the
-compared input: records in, out, filtered, dead letters, late.
+Batch numbers are not compared: the sides cut their batches differently, and a result made from state is not
+tied to the batch that read its input. A record with an input record (`weir.source`) in the compared input
+offsets is matched by it; a window's or a session's result (its topic has `window_start` and `window_end`) by
+(key, window); any other result from state by its bytes (key and value), as one of a multiset: as many `same`
+as both sides hold, the rest `missing` (the shadow lacks it) or `extra` (the live side lacks it). Each input
+record's or window's match is `same`, `changed`, `missing` or `extra`. Records past what both settled are
+`pending`, never missing. The counts and a few examples reach the driver, never the records. Beside them, each
+side's books over the compared input (weir.shadow.books): in, out, filtered, duplicate, absorbed, dead letters,
+late, emitted.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
 from weir.config import Settings
-from weir.kafka.checkpoint import read_offsets
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
-from weir.kafka.offsets import Positions
 from weir.pipeline.model import Pipeline
 from weir.runtime.routing import header_value
+from weir.shadow import books, settled
 from weir.shadow.record import ShadowRecord
+from weir.shadow.start import SUFFIX
 
-KINDS = ("same", "missing", "extra", "changed")
+KINDS = ("same", "missing", "extra", "changed", "pending")
+DIFFERENT = ("missing", "extra", "changed")
 WINDOW_FIELDS = ("window_start", "window_end")
 
 
 @dataclass
 class ShadowReport:
-    """What `weir shadow --report` prints. `compared`: the batches both sides committed since the shadow began
-    (first, last; None before the shadow's first batch) and the input offsets they cover per partition."""
+    """What `weir shadow --report` prints. `compared`: the sides' batches since the shadow began up to the last
+    one whose results are settled (first, last of either side; None before both committed a batch since it
+    began); `ranges`: the compared input offsets per partition; `settled`: per side, its batches whose results are
+    compared; `watermark`: the lower of both sides' watermarks (results of later batches are pending; None
+    without an event-time watermark)."""
 
     pipeline: str
     processor: str
@@ -45,14 +54,16 @@ class ShadowReport:
     compared: tuple[int, int] | None
     ranges: dict[str, dict[int, tuple[int, int]]]
     records_in: int = 0
-    books: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> in, out, filtered, dlq, late, emitted
+    watermark: str | None = None
+    settled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    books: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> in, out, filtered, ..., emitted
     topics: dict[str, dict[str, int]] = field(default_factory=dict)  # live topic -> kind -> records
     examples: list[dict] = field(default_factory=list)  # topic, kind, record, live, shadow
     notes: list[str] = field(default_factory=list)
 
     @property
     def differences(self) -> int:
-        return sum(n for kinds in self.topics.values() for k, n in kinds.items() if k != "same")
+        return sum(n for kinds in self.topics.values() for k, n in kinds.items() if k in DIFFERENT)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -66,35 +77,48 @@ def compare(
     examples: int = 5,
 ) -> ShadowReport:  # fmt: skip
     """The comparison so far (driver: a few Spark jobs; only counts and `examples` per topic and kind come back)."""
-    live = read_offsets(rec.live_checkpoint)
-    mine = read_offsets(shadow_checkpoint)
-    last = min(live.committed_batch or -1, mine.committed_batch or -1)
-    compared = (rec.batch + 1, last) if last > rec.batch else None
-    hi = _lower(live.committed, mine.committed, rec.start) if compared else rec.start
-    ranges = {t: {p: (s, hi.get(t, {}).get(p, s)) for p, s in parts.items()} for t, parts in rec.start.items()}
+    sides = {"live": settled.side(rec.live_checkpoint, rec), "shadow": settled.side(shadow_checkpoint, rec)}
+    live, mine = sides["live"], sides["shadow"]
+    over = settled.settle(rec, sides)
+    ranges = over.ranges if over else {t: {p: (s, s) for p, s in parts.items()} for t, parts in rec.start.items()}
     report = ShadowReport(
         rec.pipeline, rec.processor, rec.live_version, rec.candidate_version, rec.code, rec.began, rec.stopped,
-        live.committed_batch, mine.committed_batch, compared, ranges,
+        live.committed, mine.committed, (over.first, max(over.until.values())) if over else None, ranges,
     )  # fmt: skip
-    if mine.committed_batch is not None and (live.committed_batch or -1) > mine.committed_batch:
-        report.notes.append(f"the shadow is {live.committed_batch - mine.committed_batch} batch(es) behind")
-    if compared is None:
+    behind = sum(
+        max(e - mine.end.get(t, {}).get(p, rec.start[t].get(p, e)), 0)
+        for t, parts in live.end.items() for p, e in parts.items()
+    )  # fmt: skip
+    if mine.committed is not None and behind:
+        report.notes.append(f"the shadow is {behind} input offset(s) behind the live processor")
+    if over is None:
         report.notes.append("no batch compared yet: the shadow has not committed a batch since it began")
         return report
+    report.watermark = _instant(over.watermark_ms) if over.watermark_ms else None  # None: no event time
+    report.settled = {s: (over.first, n) for s, n in over.until.items()}
     opts = settings.kafka_options()
     report.records_in = _count_inputs(spark, opts, ranges)
-    rows = _rows(spark, opts, settings.registry_conf(), pipeline, rec, ranges, compared).persist()
+    rows = _rows(spark, opts, settings.registry_conf(), pipeline, rec, over).persist()
     try:
-        matched = _matched(rows)
-        for r in matched.groupBy("o", "kind").count().collect():
-            report.topics.setdefault(r["o"], dict.fromkeys(KINDS, 0))[r["kind"]] = int(r["count"])
+        placed = {r["place"]: int(r["count"]) for r in rows.groupBy("place").count().collect()}
+        if placed.get("unplaced"):
+            report.notes.append(
+                f"{placed['unplaced']} record(s) carry neither an input record (weir.source) in the compared "
+                f"offsets or after them nor a batch (weir.task): not compared"
+            )
+        pending = rows.where(col("place") == "pending").groupBy("o").count().collect()
+        for r in pending:
+            report.topics.setdefault(r["o"], dict.fromkeys(KINDS, 0))["pending"] = int(r["count"])
+        matched = _matched(rows.where(col("place") == "settled"))
+        for r in matched.groupBy("o", "kind").agg(F.sum("n").alias("n")).collect():
+            report.topics.setdefault(r["o"], dict.fromkeys(KINDS, 0))[r["kind"]] = int(r["n"])
         rank = F.row_number().over(Window.partitionBy("o", "kind").orderBy("ident"))
         shown = matched.where(col("kind") != "same").withColumn("rank", rank).where(col("rank") <= examples)
         for r in shown.orderBy("o", "kind", "ident").collect():
             report.examples.append(
                 {"topic": r["o"], "kind": r["kind"], "record": r["ident"], "live": r["lt"], "shadow": r["st"]}
             )
-        report.books = _books(rows, pipeline, rec, report.records_in)
+        report.books = _books(spark, settings, rows.where(col("place") == "settled"), rec, over, report)
     finally:
         rows.unpersist()
     for t in rec.topics:
@@ -102,14 +126,8 @@ def compare(
     return report
 
 
-def _lower(a: Positions, b: Positions, start: Positions) -> Positions:
-    """Per partition of `start`, the lower of `a` and `b` (never below the start)."""
-    out: Positions = {}
-    for t, parts in start.items():
-        for p, s in parts.items():
-            ends = [x[t][p] for x in (a, b) if p in x.get(t, {})]
-            out.setdefault(t, {})[p] = max(s, min(ends)) if len(ends) == 2 else s
-    return out
+def _instant(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _count_inputs(spark: SparkSession, opts: dict[str, str], ranges: dict[str, dict[int, tuple[int, int]]]) -> int:
@@ -131,10 +149,12 @@ def _count_inputs(spark: SparkSession, opts: dict[str, str], ranges: dict[str, d
 
 def _rows(
     spark: SparkSession, opts: dict[str, str], registry: dict[str, str], pipeline: Pipeline, rec: ShadowRecord,
-    ranges: dict[str, dict[int, tuple[int, int]]], compared: tuple[int, int],
+    over: settled.Settled,
 ) -> DataFrame:  # fmt: skip
-    """Both sides' records of the compared batches: (side, o: the live topic, ident, key, value, src, text)."""
-    bounds = [(f"{t}/{p}", s, e) for t, parts in ranges.items() for p, (s, e) in parts.items()]
+    """Both sides' records since the shadow began: (side, o: the live topic, ident, bag, key, value, src, text,
+    place). `place`: "settled" (compared), "pending" (past what both sides settled) or "unplaced"; `bag`: whether
+    the record is matched by its bytes, as one of a multiset, rather than by its input record or window."""
+    bounds = [(f"{t}/{p}", s, e) for t, parts in over.ranges.items() for p, (s, e) in parts.items()]
     lo = F.create_map(*[x for b, s, _ in bounds for x in (F.lit(b), F.lit(s))])
     hi = F.create_map(*[x for b, _, e in bounds for x in (F.lit(b), F.lit(e))])
     frames = []
@@ -156,14 +176,20 @@ def _rows(
             src, task = header_value(SOURCE_HEADER), header_value(TASK_HEADER)
             fields = declared.fields() if declared is not None else []
             text = F.to_json(F.struct(*[col(f) for f in fields])) if fields else col("value").cast("string")
-            if all(w in fields for w in WINDOW_FIELDS):
+            windowed = all(w in fields for w in WINDOW_FIELDS)
+            if windowed:
                 by_row = F.concat_ws("|", F.hex(col("key")), *[col(w).cast("string") for w in WINDOW_FIELDS])
             else:
                 by_row = F.concat_ws("|", F.hex(col("key")), F.sha2(col("value"), 256))
+            batch = F.when(task.contains(":"), F.split(task, ":")[0].cast("long"))
+            results = F.when(batch.between(over.first, over.until[side]), F.lit("settled")).when(
+                batch > over.until[side], F.lit("pending")
+            )
             frames.append(
                 df.where(ours).select(
-                    F.lit(side).alias("side"), F.lit(live_topic).alias("o"), src.alias("src"), task.alias("task"),
-                    by_row.alias("by_row"), col("key"), col("value"), text.alias("text"),
+                    F.lit(side).alias("side"), F.lit(live_topic).alias("o"), src.alias("src"), results.alias("results"),
+                    by_row.alias("by_row"), F.lit(not windowed).alias("bag"), col("key"), col("value"),
+                    text.alias("text"),
                 )
             )  # fmt: skip
     rows = frames[0]
@@ -172,51 +198,71 @@ def _rows(
     parts = F.split(col("src"), "/")
     at = F.concat_ws("/", parts[0], parts[1])
     offset = parts[2].cast("long")
-    batch = F.split(col("task"), ":")[0].cast("long")
-    within = F.when(
-        col("src").isNotNull(), (offset >= F.element_at(lo, at)) & (offset < F.element_at(hi, at))
-    ).otherwise(col("task").contains(":") & batch.between(compared[0], compared[1]))
-    ident = F.coalesce(col("src"), F.concat_ws("|", batch.cast("string"), col("by_row")))
-    return rows.where(F.coalesce(within, F.lit(False))).select("side", "o", ident.alias("ident"), "key", "value",
-                                                                "src", "text")  # fmt: skip
+    by_input = F.when((offset >= F.element_at(lo, at)) & (offset < F.element_at(hi, at)), F.lit("settled")).when(
+        offset >= F.element_at(hi, at), F.lit("pending")
+    )
+    place = F.coalesce(F.when(col("src").isNotNull(), by_input).otherwise(col("results")), F.lit("unplaced"))
+    ident = F.coalesce(col("src"), col("by_row"))
+    bag = col("src").isNull() & col("bag")
+    return rows.select("side", "o", ident.alias("ident"), bag.alias("bag"), "key", "value", "src", "text",
+                       place.alias("place"))  # fmt: skip
 
 
 def _matched(rows: DataFrame) -> DataFrame:
-    """One row per (topic, ident): its kind, and each side's first record as text."""
+    """Per (topic, ident), each kind with its records `n` and each side's first record as text. A record with
+    an input record or a window counts once, as `same`, `changed`, `missing` or `extra`; records matched by their
+    bytes (results from state) are compared as multisets: as many `same` as both sides hold, the rest of
+    either side `missing` or `extra`."""
     pair = F.struct("key", "value")
-    g = rows.groupBy("o", "ident").agg(
+    g = rows.groupBy("o", "ident", "bag").agg(
         F.sort_array(F.collect_list(F.when(col("side") == "live", pair))).alias("lv"),
         F.sort_array(F.collect_list(F.when(col("side") == "shadow", pair))).alias("sv"),
         F.first(F.when(col("side") == "live", col("text")), ignorenulls=True).alias("lt"),
         F.first(F.when(col("side") == "shadow", col("text")), ignorenulls=True).alias("st"),
     )
-    kind = (
+    one = (
         F.when(F.size("lv") == 0, "extra")
         .when(F.size("sv") == 0, "missing")
         .when(col("lv") != col("sv"), "changed")
         .otherwise("same")
     )
-    return g.withColumn("kind", kind)
+    both = F.least(F.size("lv"), F.size("sv"))
+    kinds = F.when(
+        col("bag"),
+        F.array(
+            F.struct(F.lit("same").alias("kind"), both.alias("n")),
+            F.struct(F.lit("missing").alias("kind"), (F.size("lv") - both).alias("n")),
+            F.struct(F.lit("extra").alias("kind"), (F.size("sv") - both).alias("n")),
+        ),
+    ).otherwise(F.array(F.struct(one.alias("kind"), F.lit(1).alias("n"))))
+    out = g.select("o", "ident", "lt", "st", F.explode(kinds).alias("k")).where(col("k.n") > 0)
+    return out.select(
+        "o", "ident", col("k.kind").alias("kind"), col("k.n").alias("n"),
+        F.when(col("k.kind") != "extra", col("lt")).alias("lt"),
+        F.when(col("k.kind") != "missing", col("st")).alias("st"),
+    )  # fmt: skip
 
 
-def _books(rows: DataFrame, pipeline: Pipeline, rec: ShadowRecord, records_in: int) -> dict[str, dict[str, int]]:
-    """Each side's books over the compared input, from its records: out (input records with an output), dead
-    letters, late, emitted (results without an input record); filtered is what is left of `in`."""
-    inputs = [t for t in rec.start]
+def _books(
+    spark: SparkSession, settings: Settings, rows: DataFrame, rec: ShadowRecord, over: settled.Settled,
+    report: ShadowReport,
+) -> dict[str, dict[str, int]]:  # fmt: skip
+    """Each side's books over the compared input (weir.shadow.books)."""
+    inputs = list(rec.start)
     dlq, late = [f"{t}.dlq" for t in inputs], [f"{t}.late" for t in inputs]
     outputs = [t for t in rec.topics if t not in dlq and t not in late]
-    sourced = col("src").isNotNull()
-    agg = rows.groupBy("side").agg(
-        F.count_distinct(F.when(col("o").isin(outputs) & sourced, col("src"))).alias("out"),
-        F.count(F.when(col("o").isin(outputs) & ~sourced, F.lit(1))).alias("emitted"),
-        F.count_distinct(F.when(col("o").isin(dlq), col("src"))).alias("dlq"),
-        F.count_distinct(F.when(col("o").isin(late), col("src"))).alias("late"),
-    )
-    empty = {"in": records_in, "out": 0, "filtered": 0, "dlq": 0, "late": 0, "emitted": 0}
-    books = {s: dict(empty) for s in ("live", "shadow")}
-    for r in agg.collect():
-        books[r["side"]].update({k: int(r[k]) for k in ("out", "emitted", "dlq", "late")})
-    for b in books.values():
-        # Filtered (or absorbed into state, for a stateful processor): in without out, dead letter or late
-        b["filtered"] = max(b["in"] - b["out"] - b["dlq"] - b["late"], 0)
-    return books
+    wrote = books.written(rows, outputs, dlq, late)
+    opts = settings.kafka_options()
+    out = {}
+    for side, topic, processor in (
+        ("live", settings.progress_topic, rec.processor), ("shadow", settings.progress_topic + SUFFIX, rec.shadow)
+    ):  # fmt: skip
+        last, exact = over.books_until[side]
+        runner = books.runner_books(
+            spark, opts, settings.bootstrap_servers, settings.kafka, topic, rec.pipeline, processor,
+            (over.first, last), rec.began,
+        )  # fmt: skip
+        out[side] = books.balance(
+            side, report.records_in, wrote[side], runner, last - over.first + 1, exact, report.notes
+        )
+    return out
