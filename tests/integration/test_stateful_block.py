@@ -10,6 +10,8 @@ import json
 import random
 import re
 import shlex
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -177,6 +179,11 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     assert sorted(k["key"] for k in listed["keys"]) == ["d1", "d2"] and listed["buckets"] >= 1
     missing = cli.invoke(app, ["state", "devices.py", "watch", "--key", "d9"])
     assert missing.exit_code == 2 and "no state for key 'd9'" in missing.output
+    # As a user runs it: a process of its own, whose Spark session ran no streaming query, shows the same
+    alone = subprocess.run([sys.executable, "-c", "from weir.cli import app; app()", *documented_commands()[1]],
+                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert json.loads(alone.stdout) == listed
 
     # A declaration added with a migration: the query resumes from the same checkpoint, and d2's bucket, read by
     # the call for its new record, is rewritten by it (its total starts from the last 3 amounts it kept)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from weir.backfill.plan import BackfillError
-from weir.backfill.stateful import horizon, replay_span
+from weir.backfill.stateful import horizon, refuse, replay_span
 
 
 def test_a_window_reads_its_size_and_watermark_before_and_after_the_range():
@@ -36,16 +36,33 @@ def test_a_join_alone_needs_no_horizon():
         assert (h.before_ms, h.after_ms) == (0, 0)
 
 
-def test_a_running_aggregate_is_refused_naming_why():
-    blocks = [{"block": "running_aggregate", "key": "customer_id", "event_time": "", "aggregates": "{}"}]
-    with pytest.raises(BackfillError, match=r"running aggregate \(key 'customer_id'\).*a backfill of a range cannot"):
-        horizon(blocks)
-
-
-def test_keyed_state_of_ones_own_is_refused_naming_the_function():
+def test_keyed_state_of_ones_own_is_replayed_from_where_it_began_and_a_range_refused_naming_the_repair():
     blocks = [{"block": "stateful", "name": "spikes", "key": "customer_id", "watermark": "10 seconds"}]
-    with pytest.raises(BackfillError, match=r"@stateful 'spikes' \(key 'customer_id'\).*cannot rebuild it"):
-        horizon(blocks)
+    h = horizon(blocks)
+    assert h.from_start == ("@stateful 'spikes' (key 'customer_id')",) and not h.changelog
+    assert "rebuilt from the first offset the processor processed" in h.notes[0]
+    refuse(h, "shop.py", "alerts", "src-1", own_topics=True)  # a version into its own topics: repaired
+    with pytest.raises(
+        BackfillError,
+        match=r"@stateful 'spikes' \(key 'customer_id'\).*a time range cannot be "
+        r"backfilled.*`weir backfill shop.py alerts --version <V>`.*`weir run shop.py --reset alerts`",
+    ):
+        refuse(h, "shop.py", "alerts", None, own_topics=True)
+
+
+def test_a_running_aggregate_is_replayed_from_where_it_began_into_another_target_only():
+    blocks = [{"block": "running_aggregate", "key": "customer_id", "event_time": "", "aggregates": "{}"}]
+    h = horizon(blocks)
+    assert h.from_start and h.changelog
+    refuse(h, "shop.py", "lifetime", "src-1", own_topics=False)  # --into another target
+    with pytest.raises(
+        BackfillError,
+        match=r"running aggregate \(key 'customer_id'\).*other micro-batches.*"
+        r"`weir backfill shop.py lifetime --version src-1 --into <topic",
+    ):
+        refuse(h, "shop.py", "lifetime", "src-1", own_topics=True)
+    with pytest.raises(BackfillError, match=r"a time range cannot be backfilled.*--version <V> --into <topic"):
+        refuse(h, "shop.py", "lifetime", None, own_topics=False)
 
 
 def test_a_stream_stream_join_reads_its_interval_and_watermark_around_the_range():

@@ -235,8 +235,13 @@ def plan(
     recorded = _recorded_blocks(settings, proc) if proc.stateful else None
     if proc.stateful:  # one replay of the range widened by the blocks' horizon (weir.backfill.stateful)
         h = stateful.horizon(recorded or [])
+        own = into is None  # its own topics or sink
+        stateful.refuse(h, pipeline if isinstance(pipeline, str) else "<pipeline>", proc.name, version, own)
         scans = stateful_scans(lake, p, proc, t1, t2, h)
         lo, hi = stateful.replay_span(t1, t2, h)
+        if h.from_start:  # from where its state began: the lake's oldest hour at most
+            first = min((s.first_hour for s in scans.values() if s.first_hour is not None), default=None)
+            lo = min(lo, hour_start(first)) if first is not None else lo
         planned_chunks = [Chunk(hour_index(lo), lo, hi)]
     report = BackfillReport(
         backfill_id(p.name, proc.name, proc.version, t1, t2, target.description, scope),
@@ -281,10 +286,14 @@ def _recorded_blocks(settings: Settings, proc: Processor) -> list[dict[str, str]
 
 def stateful_scans(lake: Lake, p: Pipeline, proc: Processor, t1: datetime, t2: datetime, h: stateful.Horizon) -> dict:
     """The lake files a stateful replay reads: each input's hours of the range widened by the horizon; a join's
-    table (a Table input) whole."""
+    table (a Table input) whole, and every input whole for keyed state replayed from where it began."""
     lo, hi = stateful.replay_span(t1, t2, h)
     whole = (datetime(1970, 1, 1, tzinfo=UTC), hi + timedelta(days=1))
-    return {t: scan_topic(lake, t, *(whole if isinstance(p.topics[t], Table) else (lo, hi))) for t in proc.inputs}
+    everything = h.from_start  # keyed state: replayed from where it began
+    return {
+        t: scan_topic(lake, t, *(whole if everything or isinstance(p.topics[t], Table) else (lo, hi)))
+        for t in proc.inputs
+    }
 
 
 def version_ranges(settings: Settings, proc: Processor, version: str) -> dict[str, dict[int, list[tuple[int, int]]]]:

@@ -8,7 +8,12 @@ join's table from its beginning), to late enough after it that the range's windo
 holds are read from the lake, whatever the broker still has. A result belongs to the range when it is a window
 or session that overlaps it (by event time), or a row of an input record in it (late, dead letter, joined,
 first of its key). Into the processor's own topics only what they lack is written: a window by (key, window),
-a row of an input record by that record. docs/backfill.md, "Stateful processors".
+a row of an input record by that record.
+
+Keyed state of one's own (`@stateful`) may depend on every record of its key, so no horizon bounds it: a version's
+repair replays from where the processor's state began (the first offset it processed, per partition), warming the
+state up to the version's first offsets without delivering, then delivers what the version's offsets make and the
+topics lack (a row without an input record by its key and value). docs/backfill.md, "Stateful processors".
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pyspark.sql import functions as F
 from weir.backfill.plan import BackfillError, epoch_micros
 from weir.blocks.common import settings_noted
 from weir.blocks.window import interval_ms
+from weir.kafka.audit import audit
 from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER
 from weir.kafka.offsets import Positions
 from weir.kafka.replay import take_marks
@@ -39,6 +45,7 @@ from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.query import Bounds, Ledger, ProcessorQuery
 from weir.runtime.routing import header_value
 from weir.storage import paths
+from weir.storage.checkpoint import processor_checkpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -50,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("weir.backfill")
 WINDOW = ("window_start", "window_end")
 STALLED_S = 600.0  # a replay whose query makes no batch for this long is stopped, loudly
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
 @dataclass(frozen=True)
@@ -60,12 +68,16 @@ class Horizon:
     after_ms: int  # after it: the range's windows closed by the watermark
     keys: tuple[str, ...]  # the blocks' key columns: a window's identity with its bounds
     notes: tuple[str, ...] = ()
+    # Keyed state no bounded replay rebuilds (`@stateful`): the replay reads from where the state began, and only
+    # a version's offsets can be repaired (a time range's edges cut keys' histories); the blocks' names
+    from_start: tuple[str, ...] = ()
+    changelog: tuple[str, ...] = ()  # running aggregates: a replay's rows differ from streaming's by batch cuts
 
 
 def horizon(blocks: list[dict[str, str]]) -> Horizon:
     """The horizon of a processor whose blocks noted these settings (weir.blocks.common.settle)."""
     before = after = 0
-    keys, notes = [], []
+    keys, notes, from_start, changelog = [], [], [], []
     for b in blocks:
         kind = b.get("block", "")
         wm = interval_ms(b["watermark"], kind) if b.get("watermark") else 0
@@ -89,23 +101,52 @@ def horizon(blocks: list[dict[str, str]]) -> Horizon:
         elif kind == "deduplicate":
             before, after = max(before, interval_ms(b["horizon"], kind) + wm), max(after, wm)
         elif kind == "running_aggregate":
-            # Its rows are totals over every record of their key since the state began: no bounded replay
-            # rebuilds them, and a replay from the first record would re-emit every revision ever emitted.
-            raise BackfillError(
-                f"the processor holds a running aggregate (key {b.get('key')!r}): its rows total every record of "
-                "their key since its state began, which a backfill of a range cannot rebuild; backfill is not "
-                "supported for it (docs/blocks.md, Running aggregate)"
-            )
+            # Its rows are totals over every record of their key since the state began: rebuilt from where it
+            # began. Each row is the key's total at the end of a micro-batch, and a replay cuts other batches
+            # than streaming did: its rows differ from those delivered, so they go to another target only.
+            from_start.append(f"a running aggregate (key {b.get('key')!r})")
+            changelog.append(f"the running aggregate (key {b.get('key')!r})")
         elif kind == "stateful":
-            # The function's state may hold anything from any record of its key: no bounded replay rebuilds it.
-            raise BackfillError(
-                f"the processor holds the keyed state of @stateful {b.get('name')!r} (key {b.get('key')!r}), which "
-                "may depend on every record of its key since the state began; a backfill of a range cannot rebuild "
-                "it and backfill is not supported for it (docs/blocks.md, Keyed state of one's own)"
+            # The function's state may hold anything from any record of its key: it is rebuilt from where it began
+            from_start.append(f"@stateful {b.get('name')!r} (key {b.get('key')!r})")
+            notes.append(
+                f"the keyed state of @stateful {b.get('name')!r} is rebuilt from the first offset the processor "
+                "processed: the replay reads its inputs from there, and delivers only what the version's offsets make"
             )
         if b.get("key"):
             keys.append(b["key"])
-    return Horizon(before, after, tuple(dict.fromkeys(keys)), tuple(notes))
+    return Horizon(before, after, tuple(dict.fromkeys(keys)), tuple(notes), tuple(from_start), tuple(changelog))
+
+
+def refuse(h: Horizon, pipeline: str, processor: str, version: str | None, own_topics: bool) -> None:
+    """Keyed state that began before a backfill's offsets: a BackfillError naming the command that repairs, for a
+    time range (its edges cut keys' histories: only a version's offsets are repaired) and for a running aggregate
+    into its own topics (the replay's totals are of other batches than those delivered)."""
+    if not h.from_start:
+        return
+    held = ", ".join(h.from_start)
+    into = " --into <topic, parquet:path or postgres:table>" if h.changelog else ""
+    if version is None:
+        raise BackfillError(
+            f"processor {processor} holds the keyed state of {held}, which may depend on every record of its key "
+            f"since the state began: a time range cannot be backfilled. Repair the offsets a bad release processed "
+            f"with `weir backfill {pipeline} {processor} --version <V>{into}` (its state rebuilt from the processor's "
+            f"first offset; `weir audit {pipeline}` lists each version's offsets)"
+            + (
+                ""
+                if h.changelog
+                else f", or rebuild everything with `weir run {pipeline} --reset {processor}`; "
+                "both write only what its topics lack"
+            )
+            + " (docs/releases.md)"
+        )
+    if h.changelog and own_topics:
+        raise BackfillError(
+            f"processor {processor} holds {', '.join(h.changelog)}: each of its rows is a key's total at the end of "
+            f"a micro-batch, and a replay cuts other micro-batches than streaming did, so its rows would reach the "
+            f"processor's own topics beside those delivered. Write version {version}'s corrected rows elsewhere: "
+            f"`weir backfill {pipeline} {processor} --version {version}{into}` (docs/releases.md)"
+        )
 
 
 def replay_span(t1: datetime, t2: datetime, h: Horizon) -> tuple[datetime, datetime]:
@@ -122,6 +163,7 @@ class Replay:
     ranges: dict[str, dict[int, list[tuple[int, int]]]]
     read: dict[str, dict[int, int]]
     event_range: tuple[int, int] | None = None  # --version: its records' first and last record time, micros
+    warm: Positions | None = None  # keyed state from its start: the replay delivers nothing below these
 
 
 class StatefulRun:
@@ -166,11 +208,17 @@ class StatefulRun:
         if self.target.sink is not None:
             self.target.sink.open(f"{self.report.id}-replay")
 
+        warming = [replay.warm is not None]  # keyed state from its start: below the version, nothing delivered
+
         def each(batch: DataFrame, batch_id: int) -> None:
             # Cached: the stateful operator runs once per batch, for its books and for the range's delivery
             batch = batch.persist()
             try:
                 books = self.books(batch)
+                if warming[0]:
+                    total.add(books)
+                    ran.append(batch_id)
+                    return
                 frame = batch.where(belongs)
                 if windows is not None:
                     frame = self.without_delivered(frame, windows, h)
@@ -183,13 +231,41 @@ class StatefulRun:
             total.add(books)
             ran.append(batch_id)
 
-        try:
-            stream = query.streaming_result()
-            running = (
-                stream.writeStream.queryName(query.name).option("checkpointLocation", paths.spark_url(self.checkpoint))
-                .foreachBatch(each).trigger(availableNow=True).start()
+        def replay_to(q: ProcessorQuery, trailing: bool = True) -> dict[int, int]:
+            stream = q.streaming_result()
+            writer = (
+                stream.writeStream.queryName(q.name).option("checkpointLocation", paths.spark_url(self.checkpoint))
+                .foreachBatch(each).trigger(availableNow=True)
             )  # fmt: skip
-            inputs = self._wait(running)
+            # Without `trailing`, no batch without data after the last: a timer the watermark passes there fires in
+            # the next run's first batch instead, as it fired in the version's first batch when streamed. A query
+            # takes the session's settings when it starts.
+            before = self.spark.conf.get(NO_DATA_BATCHES, "true")
+            self.spark.conf.set(NO_DATA_BATCHES, str(trailing).lower())
+            try:
+                running = writer.start()
+            finally:
+                self.spark.conf.set(NO_DATA_BATCHES, before)
+            return self._wait(running)
+
+        try:
+            inputs: dict[int, int] = {}
+            if replay.warm is not None:
+                # Two runs of one query (one checkpoint, so one state): up to the version's first offsets, then on
+                # to its last; the batches of the second begin where the version began
+                b = replay.bounds
+                if any(replay.warm[t][p] > s for t, ps in b.start.items() if t in replay.warm for p, s in ps.items()):
+                    warm = {t: replay.warm.get(t, b.end[t]) for t in b.end}
+                    until = {t: {p: min(u, warm[t][p]) for p, u in ps.items()} for t, ps in b.lake_until.items()}
+                    # its own query, bounded below the version (a query's bounds are given, never set after);
+                    # it delivers nothing, so it reads nothing of what was delivered
+                    warming_query = ProcessorQuery(
+                        self.spark, effective, proc, self.settings, Ledger(), checkpoint=self.checkpoint, name=name,
+                        stamp={BACKFILL_HEADER: self.report.id}, bounds=Bounds(b.start, warm, until),
+                    )  # fmt: skip
+                    inputs |= replay_to(warming_query, trailing=False)
+                warming[0] = False
+            inputs |= replay_to(query)
         finally:
             query.delivered.unpersist()
             if windows is not None:
@@ -234,6 +310,12 @@ class StatefulRun:
             t2 = datetime.fromtimestamp((event_range[1] + 1) / 1e6, tz=UTC)
         else:
             t1, t2 = report.start, report.end
+        if h.from_start:
+            own = self.target.proc is self.p.processors.get(self.target.proc.name)  # no --into: its own target
+            refuse(h, self.p.name, self.target.proc.name, report.version, own)
+            if event_range is None:
+                raise AssertionError("refuse() refuses a time range of keyed state")
+            return self._from_start(inputs, tables, broker, lake, event_range)
         lo, hi = replay_span(t1, t2, h)
         start: Positions = {}
         end: Positions = {}
@@ -260,13 +342,7 @@ class StatefulRun:
                     lake_until.setdefault(topic, {})[p] = min(newest[0] + 1, e)
                 if r is not None:
                     ranges.setdefault(topic, {})[p] = r
-        for topic in tables:  # the whole changelog: from the lake's first offset where it has one
-            for p, top in broker.get(topic, {}).items():
-                first = lake.get(topic, {}).get(p)
-                if first is not None:
-                    start.setdefault(topic, {})[p] = first[2]
-                    lake_until.setdefault(topic, {})[p] = first[0] + 1
-                    end.setdefault(topic, {})[p] = top
+        _whole(tables, broker, lake, start, end, lake_until)
         if not start:
             raise BackfillError(f"neither the lake nor the broker holds a record of {', '.join(inputs)} to replay")
         if report.version is not None:
@@ -275,6 +351,61 @@ class StatefulRun:
         return Replay(Bounds(start, end, lake_until), ranges, replayed, event_range)
 
     _wait_s = 30.0  # for the broker's ends
+
+    def _from_start(
+        self, inputs: list[str], tables: list[str], broker: Positions, lake: dict, event_range: tuple[int, int]
+    ) -> Replay:
+        """A version's replay for keyed state that may depend on every record of its key: per partition, from the
+        first offset the processor processed (where its state began, over every run: `weir audit`), warming up
+        to the version's first offset and delivering to its last. A partition the version read nothing of is
+        cut, both times, at its first record at or after the version's first record time (from the lake)."""
+        report, proc = self.report, self.target.proc
+        began = state_began(self.settings, proc.name, proc.checkpoint)
+        start: Positions = {}
+        end: Positions = {}
+        warm: Positions = {}
+        lake_until: Positions = {}
+        for topic in inputs:
+            spans = report.ranges.get(topic, {})
+            cut: dict[int, int] | None = None
+            for p, top in broker.get(topic, {}).items():
+                s = began.get((topic, p))
+                newest = lake.get(topic, {}).get(p)
+                if s is None:  # never read by the processor: nothing of it is in its state
+                    continue
+                if spans.get(p):
+                    w, e = spans[p][0][0], spans[p][-1][1]
+                else:
+                    cut = self._cuts(topic, event_range[0]) if cut is None else cut
+                    w = e = cut.get(p, newest[0] + 1 if newest is not None else s)
+                    if p not in cut:
+                        report.notes.append(f"{topic} partition {p}: version {report.version} read none of it and "
+                                            f"the lake holds no record of it from that version's time on: its replay "
+                                            f"ends at offset {w}")  # fmt: skip
+                w, e = max(w, s), min(max(e, s), top)
+                start.setdefault(topic, {})[p], warm.setdefault(topic, {})[p] = s, min(w, e)
+                end.setdefault(topic, {})[p] = e
+                if newest is not None:
+                    lake_until.setdefault(topic, {})[p] = min(newest[0] + 1, e)
+        _whole(tables, broker, lake, start, end, lake_until)
+        if not start:
+            raise BackfillError(f"processor {proc.name} processed no offset of {', '.join(inputs)} its checkpoint "
+                                "records: no state to rebuild")  # fmt: skip
+        replayed = {t: {p: end[t][p] - s for p, s in parts.items()} for t, parts in start.items()}
+        return Replay(Bounds(start, end, lake_until), report.ranges, replayed, event_range, warm)
+
+    def _cuts(self, topic: str, micros: int) -> dict[int, int]:
+        """Per partition of the lake's files of `topic`: its first offset whose record time is at or after
+        `micros`."""
+        scan = self.report.topics.get(topic)
+        if scan is None or not scan.files:
+            return {}
+        ts = F.unix_micros(F.col("timestamp"))
+        rows = (
+            self.files(topic, scan.files).groupBy("partition")
+            .agg(F.min(F.when(ts >= F.lit(micros), F.col("offset"))).alias("o")).collect()
+        )  # fmt: skip
+        return {int(r["partition"]): int(r["o"]) for r in rows if r["o"] is not None}
 
     def _lake_last(self, topic: str) -> dict[int, tuple[int, int, int]]:
         """Per partition of the replay hours' lake files of `topic`: (its newest offset, its newest record time
@@ -475,6 +606,31 @@ class StatefulRun:
             filesystem.delete_dir(path)
         except (FileNotFoundError, OSError):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _whole(
+    tables: list[str], broker: Positions, lake: dict, start: Positions, end: Positions, until: Positions
+) -> None:
+    """A join's tables in a replay: the whole changelog, from the lake's first offset where it has one."""
+    for topic in tables:
+        for p, top in broker.get(topic, {}).items():
+            first = lake.get(topic, {}).get(p)
+            if first is not None:
+                start.setdefault(topic, {})[p] = first[2]
+                until.setdefault(topic, {})[p] = first[0] + 1
+                end.setdefault(topic, {})[p] = top
+
+
+def state_began(settings: Settings, processor: str, checkpoint: str) -> dict[tuple[str, int], int]:
+    """Per input partition, the first offset the processor processed over every run its checkpoint and history
+    record (resets included): where its state began."""
+    found = audit(processor, processor_checkpoint(settings.checkpoint_root, checkpoint))
+    began: dict[tuple[str, int], int] = {}
+    for epoch in found.epochs:
+        for tp, ranges in epoch.processed.items():
+            if ranges:
+                began[tp] = min(began.get(tp, ranges[0][0]), *(s for s, _ in ranges))
+    return began
 
 
 def within(ranges: dict[int, list[tuple[int, int]]]) -> Column:

@@ -24,6 +24,10 @@ class NoKeyedState(ValueError):
 
 def operators(spark: SparkSession, checkpoint: str) -> list[int]:
     """The stateful operators of a query's checkpoint, by id (Spark's state-metadata source)."""
+    # The state store's readers report to the driver's StateStoreCoordinator, which Spark registers with the
+    # session's StreamingQueryManager: in a process that ran no streaming query (`weir state`) it is made here,
+    # else every read of RocksDB state fails (RpcEndpointNotFoundException, CANNOT_LOAD_STATE_STORE)
+    spark.streams.active  # noqa: B018
     meta = spark.read.format("state-metadata").load(checkpoint)
     return sorted({int(r.operatorId) for r in meta.select("operatorId").collect()})
 

@@ -1,7 +1,8 @@
 """`weir backfill PIPELINE PROCESSOR --from T1 --to T2 [--into TARGET] [--dry-run] [--json]`.
 
-Bad input (unknown processor, a source or stateful processor, unparseable or empty or future range, no
-data in the lake, foreign files in the lake, an unknown target) is one red line and exit code 2; a failure
+Bad input (unknown processor, a source processor, a time range of keyed state (`@stateful`, a running
+aggregate: the line names `--version`), unparseable or empty or future range, no data in the lake, foreign files
+in the lake, an unknown target) is one red line and exit code 2; a failure
 while running is one red line naming the chunk and exit code 1. A progress bar (on stderr) advances per
 chunk; the report (stdout) gives the rows read per input partition, written per destination,
 dead-lettered and filtered.
@@ -65,8 +66,8 @@ def backfill_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-run a processor over a time range of its inputs' archive in the lake (a stateless one by chunks, a
-    stateful one by a replay that rebuilds its state first), or a stateless one over the offsets a code version
-    processed; only what streaming did not deliver is written (docs/backfill.md)."""
+    stateful one by a replay that rebuilds its state first), or over the offsets a code version processed (keyed
+    state rebuilt from where it began); only what streaming did not deliver is written (docs/backfill.md)."""
     from weir.backfill.run import plan
     from weir.sinks.base import SinkError
     from weir.storage.lake import LakeError
