@@ -664,7 +664,7 @@ def main(
     orders_stop = threading.Event()
     try:
         console.print(f"starting the embedded broker on {broker.bootstrap} (run directory {run_dir}) ...")
-        broker.start()
+        broker.start(tied=True)  # a demo killed takes its broker with it
         postgres, why_postgres = start_postgres()
         console.print(why_postgres)
         registry, why_registry = start_registry(postgres.dsn if postgres is not None else None)

@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from weir import jvm
 from weir.config import load, redact_text
+from weir.process import die_with_parent
 
 HOST = "127.0.0.1"
 MEMORY = "memory://tansu/"
@@ -128,8 +129,10 @@ class BrokerProcess:
         """The broker's command line and environment; called once per start, after the directory exists."""
         raise NotImplementedError
 
-    def launch(self) -> subprocess.Popen[bytes]:
-        """Start the process without waiting for it to answer (a cluster's nodes must all be up to elect)."""
+    def launch(self, tied: bool = False) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to answer (a cluster's nodes must all be up to elect).
+        `tied`: it ends with the process that started it, even one killed (the demo's broker); by default it
+        outlives it (`weir broker start`)."""
         pid = self._pid()
         if pid is not None:
             raise BrokerError(
@@ -151,15 +154,17 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the CLI that started it, and Ctrl-C in its terminal
+                preexec_fn=die_with_parent if tied else None,
             )
         self.pid_file.write_text(str(proc.pid))
         return proc
 
-    def start(self, timeout: float | None = None) -> BrokerStatus:
-        """Start the broker and wait until it answers metadata; a no-op when ours already runs."""
+    def start(self, timeout: float | None = None, tied: bool = False) -> BrokerStatus:
+        """Start the broker and wait until it answers metadata; a no-op when ours already runs. `tied`: see
+        `launch`."""
         if self._pid() is not None and answers_metadata(self.bootstrap):
             return self.status()
-        return self.wait_ready(self.launch(), timeout)
+        return self.wait_ready(self.launch(tied), timeout)
 
     def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float | None = None) -> BrokerStatus:
         timeout = timeout or self.start_timeout
