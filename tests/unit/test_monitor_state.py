@@ -319,6 +319,24 @@ def test_runner_state_files(clock, tmp_path):
     assert health(m) == "healthy"
 
 
+def test_a_runner_stopping_its_queries_is_not_a_process_gone(clock, tmp_path):
+    """The demo's loaded run: a runner that stops writes its file with "stopping" while its queries still say
+    running; its process lives. Not dead ("its runner's process is gone" fired for all 12 processors); dead once
+    the process is gone with a query not stopped."""
+    run = tmp_path / "run"
+    run.mkdir()
+    body = {"pipeline": "shop", "pid": os.getpid(), "updated": "x", "stopping": True,
+            "processors": {"enrich": {"state": "running", "checkpoint": "/cp/shop/enrich"}}}  # fmt: skip
+    (run / "shop.json").write_text(json.dumps(body))
+    m = monitor(clock)
+    m.ingest(progress(clock))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "healthy", m.tracks["shop/enrich"].figures.health_reason
+    (run / "shop.json").write_text(json.dumps({**body, "pid": _dead_pid()}))
+    m.observe_runs(read_runs(str(tmp_path)))
+    assert health(m) == "dead" and "runner's process is gone" in m.tracks["shop/enrich"].figures.health_reason
+
+
 def test_declared_pipelines_and_unknown_rule_targets(clock):
     from weir.config import Settings
     from weir.monitor.service import declare_pipeline, unknown_targets

@@ -285,8 +285,10 @@ def read_runs(home: str) -> list[dict]:
         try:
             body = json.loads(f.read_text())
             pid = int(body["pid"])
+            live = process_alive(pid)
             out.append({
-                "pipeline": str(body["pipeline"]), "alive": process_alive(pid) and not body.get("stopping"),
+                "pipeline": str(body["pipeline"]), "alive": live and not body.get("stopping"),
+                "stopping": live and bool(body.get("stopping")),  # its process lives and stops its queries
                 "updated": body.get("updated"), "started": body.get("started"),
                 "processors": dict(body.get("processors") or {}),
             })  # fmt: skip

@@ -199,18 +199,19 @@ class Monitor:
             self.progress.error = error
 
     def observe_runs(self, runs: list[dict]) -> None:
-        """The runners' state files: [{"pipeline", "alive", "processors": {name: {state, checkpoint, ...}}}]."""
+        """The runners' state files: [{"pipeline", "alive", "stopping", "processors": {name: {state, checkpoint,
+        ...}}}]."""
         # A processor can be named in several files (`weir run` of the whole pipeline once, of some of its
         # processors later): a live runner's file speaks for it, else the newest.
-        chosen: dict[tuple[str, str], tuple[tuple[bool, int], dict, int | None]] = {}
+        chosen: dict[tuple[str, str], tuple[tuple[bool, int], dict, int | None, bool]] = {}
         for run in runs:
             rank = (bool(run.get("alive")), _updated_ms(run.get("updated")))
             for name, st in run.get("processors", {}).items():
                 key = (run["pipeline"], name)
                 if key not in chosen or rank >= chosen[key][0]:
-                    chosen[key] = (rank, st, _updated_ms(run.get("started")) or None)
+                    chosen[key] = (rank, st, _updated_ms(run.get("started")) or None, bool(run.get("stopping")))
         with self.lock:
-            for (pipeline, name), ((alive, updated), st, started) in chosen.items():
+            for (pipeline, name), ((alive, updated), st, started, stopping) in chosen.items():
                 t = self._track(pipeline, name)
                 if t is None:
                     continue
@@ -218,7 +219,9 @@ class Monitor:
                 t.runner_state = st.get("state")
                 t.runner_started_ms = started
                 stopped = st.get("state") in ("stopped", "finished", "failed")
-                t.runner_alive = True if alive else (None if stopped else False)
+                # A runner that stops its queries lives on until each has stopped (its file says "stopping"
+                # before their states say stopped): not a process that is gone
+                t.runner_alive = True if alive else (None if stopped or stopping else False)
                 # A dead runner's last word, unless the processor has said something since (a new runner whose
                 # file is not written yet already sends progress).
                 newer = t.lifecycle_ms is None or updated >= t.lifecycle_ms
