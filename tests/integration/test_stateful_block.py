@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from _pipe import Rec, produce, source, wait_for
+from funnel import funnel_truth as merged_truth
 from pyspark.sql import functions as F
 from test_window import BASE_MS, check_accounting, run_routed
 from typer.testing import CliRunner
@@ -276,21 +277,8 @@ def _funnel(order: str):
 
 
 def funnel_truth(evts: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
-    """The funnel in plain Python over (user, kind, ts ms) merged in event-time order (a timer before the records
-    at its instant; purchases before views at one instant, as their topics sort)."""
-    viewed: dict[str, int] = {}
-    out = []
-    for user, kind, ts in sorted(evts, key=lambda e: (e[2], e[1])):
-        if user in viewed and viewed[user] + FUNNEL_WITHIN_MS <= ts:
-            out.append((user, "abandoned", viewed.pop(user) + FUNNEL_WITHIN_MS))
-        if kind == "views":
-            viewed[user] = ts
-        elif user in viewed:
-            out.append((user, "converted", ts))
-            del viewed[user]
-        else:
-            out.append((user, "bought unseen", ts))
-    return sorted(out + [(u, "abandoned", v + FUNNEL_WITHIN_MS) for u, v in viewed.items()])
+    """The funnel in plain Python over (user, kind, ts ms) merged in event-time order (tests/funnel.py)."""
+    return merged_truth(evts, FUNNEL_WITHIN_MS)
 
 
 def test_ordered_a_funnel_over_two_inputs_read_at_different_positions_gives_the_merged_streams_rows(

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
+from funnel import funnel_truth
 from test_bucketed import Clock, FakeHandle
 
 from weir.blocks import keystate, ordering
@@ -114,19 +115,7 @@ def abandoned(user, fired, state, timers):
 
 def truth(events: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
     """The funnel in plain Python over (user, topic, ts ms) in event-time order: the rows it should give."""
-    viewed: dict[str, int] = {}
-    out = []
-    for user, topic, ts in sorted(events, key=lambda e: (e[2], e[1])):
-        if user in viewed and viewed[user] + WITHIN_MS <= ts:  # its window closed (the timer comes first)
-            out.append((user, "abandoned", viewed.pop(user) + WITHIN_MS))
-        if topic == "views":
-            viewed[user] = ts
-        elif user in viewed:
-            out.append((user, "converted", ts))
-            del viewed[user]
-        else:
-            out.append((user, "bought unseen", ts))
-    return sorted(out + [(u, "abandoned", v + WITHIN_MS) for u, v in viewed.items()])
+    return funnel_truth(events, WITHIN_MS)
 
 
 def processor(handle: FakeHandle, order: str) -> _Keyed:

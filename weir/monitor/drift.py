@@ -160,11 +160,11 @@ class Releases:
         *_, before, now = self.versions.values()
         found = Drift(now.version, before.version, now.since_ms, n=now.counts["in"], n_before=before.counts["in"])
         names = list(dict.fromkeys([*before.names(), *now.names()]))
+        n1, n2 = now.counts["in"], before.counts["in"]
         critical = NormalDist().inv_cdf(1 - P_FAMILY / (2 * len(names)))
         for group in (ROUTES, [n for n in names if n.startswith(OUTPUT)], TOTALS):
             for name in group:
                 x1, x2 = now.counts.get(name, 0), before.counts.get(name, 0)
-                n1, n2 = now.counts["in"], before.counts["in"]
                 z = (z_score if x1 <= n1 and x2 <= n2 else rate_z)(x1, n1, x2, n2)
                 if z is None or abs(z) < critical:
                     continue
