@@ -21,8 +21,9 @@ from datetime import datetime
 import pyarrow.parquet as pq
 import pytest
 import typer
-from _pipe import Rec, produce, source
+from _pipe import produce, source
 from pyspark.sql import functions as F
+from test_backfill_stateful import PER_MINUTE, USERS, minute  # the same minutes of records
 from typer.testing import CliRunner
 
 from weir.backfill import BackfillError, backfill
@@ -34,9 +35,6 @@ from weir.pipeline import Pipeline
 from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
-T0_MS = 1_795_200_000_000  # 2026-11-20T16:00:00Z, a whole minute
-USERS = ("u1", "u2", "u3")
-PER_MINUTE = 120  # records per minute of event time: one every 0.5 s, users in turn (40 each)
 EVERY, DROPPED = 5, 15  # a row at every 5th record of a user; the bad version drops those of every 15th
 
 
@@ -68,16 +66,6 @@ def declare(prefix: str, bad: bool) -> Pipeline:
         return rule(df.withColumn("ts", F.timestamp_millis("ts_ms")))
 
     return p
-
-
-def minute(k: int) -> list[Rec]:
-    """Minute k of event time: records every 0.5 s, users in turn, each user on one partition."""
-    out = []
-    for i in range(PER_MINUTE):
-        user, at = USERS[i % 3], T0_MS + 60_000 * k + 500 * i
-        value = json.dumps({"user": user, "amount": float(i), "ts_ms": at}).encode()
-        out.append(Rec(USERS.index(user) % 2, user.encode(), value, (), at))
-    return out
 
 
 def held(spark, bootstrap: str, topic: str) -> Counter:
