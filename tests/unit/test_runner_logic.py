@@ -436,6 +436,10 @@ def test_a_runner_publishes_a_heartbeat_naming_each_silent_processors_phase(tmp_
             line = json.dumps({"type": body.KIND, "pipeline": "beats", "processor": name, "at_ms": 1, **body.fields()})
             assert isinstance(records.parse(line), records.Heartbeat)
 
+        def publish_if_quiet(self, name: str, body: wire.Body, since: float) -> bool:
+            self.publish(name, body)
+            return True
+
     runner.publisher = publisher = Publisher()
     runner._heartbeats()  # not launched yet: pending since the runner's start
     assert published == [("copy", {"phase": "pending", "since_ms": instant_ms(runner.started), "batch_id": None})]
@@ -477,3 +481,45 @@ def test_a_runner_publishes_a_heartbeat_naming_each_silent_processors_phase(tmp_
         published.clear()
         runner._heartbeats()
         assert published == []
+
+
+def test_a_heartbeat_read_before_a_batchs_record_is_not_published_after_it(tmp_path):
+    """CI of stop 63: a processor's heartbeat thread read "starting" (no batch yet), its first batch's record was
+    published, then the heartbeat: the monitor's last word for a processor that had run its batch said starting.
+    A heartbeat is published only if nothing was published for its processor since its phase was read."""
+    from types import SimpleNamespace
+
+    from weir import wire
+    from weir.runtime.progress import ProgressPublisher
+    from weir.runtime.runner import HEARTBEAT
+
+    runner = _copy_runner(tmp_path, "beats")
+    publisher = ProgressPublisher("beats", {"bootstrap.servers": "127.0.0.1:1"}, str(tmp_path / "progress"))
+    sent: list[dict] = []
+    publisher._producer = SimpleNamespace(
+        produce=lambda topic, value, key, on_delivery=None: sent.append(json.loads(value)),
+        poll=lambda timeout: 0, flush=lambda timeout: 0, purge=lambda: None,
+    )  # fmt: skip
+    runner.publisher = publisher
+    runner._launch("copy")
+    runner.status["copy"].state = "running"
+    runner._builders["copy"] = SimpleNamespace(in_batch=None, direct=None)
+    looked = runner._phase
+
+    def phase_then_a_batch(name: str):
+        seen = looked(name)  # starting: no batch yet
+        publisher.publish(name, wire.Idle(query_id="q"))  # the batch thread speaks between the look and the beat
+        runner._spoke.add(name)
+        return seen
+
+    runner._phase = phase_then_a_batch
+    publisher._said["copy"] -= HEARTBEAT.total_seconds()  # its launch's state record a HEARTBEAT ago: one is due
+    sent.clear()
+    runner._heartbeats()
+    assert [r["type"] for r in sent] == ["idle"]  # no heartbeat after it
+    runner._phase = looked
+    publisher._said["copy"] -= 3 * HEARTBEAT.total_seconds()
+    runner._heartbeats()  # nothing in between: published
+    assert [r["type"] for r in sent] == ["idle", "heartbeat"] and sent[-1]["phase"] == "idle"
+    assert sent[0]["at_ms"] <= sent[1]["at_ms"]
+    publisher.close(0.1)

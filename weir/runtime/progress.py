@@ -148,15 +148,29 @@ class ProgressPublisher:
 
     def publish(self, processor: str, body: wire.Body) -> dict:
         """Publish `body` as `processor`'s record (weir.wire: the envelope is this publisher's); the record as
-        published."""
-        envelope = wire.Envelope(
-            type=body.KIND, pipeline=self.pipeline, processor=processor, at=now_iso(), at_ms=int(time.time() * 1000),
-            progress_undelivered=self.undelivered, client_rebuilds=self.rebuilds(),
-        )  # fmt: skip
-        record = {**envelope.model_dump(mode="json"), **body.fields()}
-        line = json.dumps(record, default=str, separators=(",", ":"))
+        published. Records are stamped in the order they are written."""
+        record = self._publish(processor, body, None)
+        assert record is not None  # published unconditionally
+        return record
+
+    def publish_if_quiet(self, processor: str, body: wire.Body, since: float) -> bool:
+        """Publish `body` only if nothing was published for `processor` after `since` (a time.monotonic()): a
+        heartbeat read before a batch's record must not follow it, naming a phase already over. Whether it was."""
+        return self._publish(processor, body, since) is not None
+
+    def _publish(self, processor: str, body: wire.Body, quiet_since: float | None) -> dict | None:
+        rebuilds = self.rebuilds()
         key = f"{self.pipeline}/{processor}"
         with self._lock:
+            said = self._said.get(processor)
+            if quiet_since is not None and said is not None and said > quiet_since:
+                return None
+            envelope = wire.Envelope(
+                type=body.KIND, pipeline=self.pipeline, processor=processor, at=now_iso(),
+                at_ms=int(time.time() * 1000), progress_undelivered=self.undelivered, client_rebuilds=rebuilds,
+            )  # fmt: skip
+            record = {**envelope.model_dump(mode="json"), **body.fields()}
+            line = json.dumps(record, default=str, separators=(",", ":"))
             self._said[processor] = time.monotonic()
             if self._slot.names(key):
                 self._slot.save(force=True)  # a key the mark names before its first line is written

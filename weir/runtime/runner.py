@@ -714,11 +714,14 @@ class Runner:
             if publisher.quiet_for(name) < every:
                 continue
             try:
+                looked = time.monotonic()
                 phase = self._phase(name)
                 if phase is None or (phase[0] == "idle" and publisher.quiet_for(name) < 3 * every):
                     continue
                 since = self._since(name, *phase)
-                publisher.publish(name, wire.Heartbeat(phase=phase[0], batch_id=phase[1], since_ms=since))
+                # Not after a record published since the look (a batch's): its phase would be one already over
+                beat = wire.Heartbeat(phase=phase[0], batch_id=phase[1], since_ms=since)
+                publisher.publish_if_quiet(name, beat, looked)
             except Exception:  # a bug or a full disk: said, and tried again a HEARTBEAT later, not every second
                 log.exception("weir: processor %s: its heartbeat failed", name)
                 self._stop.wait(every)
