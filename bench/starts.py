@@ -1,5 +1,7 @@
 """Starts of the shop pipeline (examples/shop, 7 queries): failed starts and the time to every processor's first
-batch, `weir run` as a real process, N times in a row (issue 27: "no failed start").
+batch, `weir run` as a real process, N times in a row (issue 27: "no failed start"); and `weir state` of its
+@stateful processor asked while it runs (answered by the runner) against the same question with no runner (a Spark
+session of the command's own), per start.
 
     .venv/bin/python bench/starts.py [--starts 10] [--rate 200] [--pip-spark-home] [--no-plain]
 
@@ -72,6 +74,9 @@ def one_start(base: Path, n: int, env: dict, wait: float, expected: list[str]) -
             if r["type"] == "progress" and r["processor"] not in first:
                 first[r["processor"]] = r["at_ms"] / 1000 - began
         time.sleep(1)
+    # `weir state` of the @stateful watch, as a person asks it: answered by the live runner, then (after it
+    # stopped) by a Spark session of the command's own, the baseline of the same checkpoint
+    asked = state_took(env) if "watch" in first and proc.poll() is None else None
     os.killpg(proc.pid, signal.SIGINT)
     try:
         code = proc.wait(180)
@@ -79,8 +84,11 @@ def one_start(base: Path, n: int, env: dict, wait: float, expected: list[str]) -
         os.killpg(proc.pid, signal.SIGKILL)
         code = proc.wait(30)
     log.close()
+    alone = state_took(env) if asked is not None else None
     failures = [r for r in records(home) if r["type"] == "failure"]
     return {
+        "state_runner_s": asked,
+        "state_alone_s": alone,
         "every_first_batch_s": max(first.values()) if set(first) >= set(expected) else None,
         "without_a_batch": sorted(set(expected) - set(first)),
         "first_batch_s": min(first.values()) if first else None,
@@ -89,6 +97,21 @@ def one_start(base: Path, n: int, env: dict, wait: float, expected: list[str]) -
         "exit": code,
         "load": os.getloadavg()[0],
     }
+
+
+def state_took(env: dict) -> float | None:
+    """Seconds `weir state` of the shop's watch took (None: it failed, said on the console)."""
+    began = time.monotonic()
+    argv = [sys.executable, "-m", "weir.cli", "state", PIPELINE, "watch", "--limit", "5", "--json"]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    took = time.monotonic() - began
+    if done.returncode != 0:
+        Console().print(f"weir state failed: {done.stderr[-500:]}", markup=False)
+        return None
+    body = json.loads(done.stdout)
+    Console().print(f"weir state: {took:.1f} s, served by {body.get('served_by', 'its own session')}, the read "
+                    f"{body.get('read_s', '-')} s of it", markup=False)  # fmt: skip
+    return took
 
 
 PLAIN_QUERY = """
@@ -149,7 +172,7 @@ def main() -> None:
         modes["pip SPARK_HOME"] = {**env, "SPARK_HOME": str(Path(pyspark.__file__).parent)}
     table = Table(title=f"{args.starts} starts of the shop pipeline per mode ({len(expected)} queries)")
     for column in ("mode", "start", "failed starts", "first batch s", "every processor's first batch s",
-                   "exit", "load"):  # fmt: skip
+                   "weir state s: runner / alone", "exit", "load"):  # fmt: skip
         table.add_column(column)
     totals: dict[str, int] = {}
 
@@ -157,7 +180,7 @@ def main() -> None:
         totals[mode] += got["failures"]
         console.print(mode, n, got)
         table.add_row(mode, str(n + 1), f"{got['failures']} {' '.join(got['errors'])}".strip(),
-                      _s(got["first_batch_s"]), _s(got["every_first_batch_s"]), str(got["exit"]),
+                      _s(got["first_batch_s"]), _s(got["every_first_batch_s"]), _state(got), str(got["exit"]),
                       f"{got['load']:.1f}")  # fmt: skip
 
     try:
@@ -174,6 +197,14 @@ def main() -> None:
     console.print(table)
     for mode, n in totals.items():
         console.print(f"{mode}: {n} failed starts in {args.starts} runs")
+
+
+def _state(got: dict) -> str:
+    """`weir state`'s time answered by the live runner / by a session of its own, and their ratio."""
+    runner, alone = got.get("state_runner_s"), got.get("state_alone_s")
+    if runner is None or alone is None:
+        return "-"
+    return f"{runner:.1f} / {alone:.1f} ({runner / alone:.2f}x)"
 
 
 def _s(v: float | None) -> str:

@@ -158,6 +158,10 @@ def spark_session(
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
+        # Pools, so that a person's question to a running pipeline (runtime/control.py: a pool of its own) takes
+        # the next free task slot instead of queueing behind every query's jobs. The queries' jobs share the
+        # default pool, first in first out, as without pools.
+        "spark.scheduler.mode": "FAIR",
     }
     if master.startswith("local"):
         # The hostname here resolves to a non-loopback address; keep the driver, its workers and the UI

@@ -368,6 +368,23 @@ def audit_summary(runner: Runner) -> str:
     )
 
 
+def state_summary(settings: Settings, processor: str = "watch", limit: int = 3) -> str:
+    """`weir state` of a `@stateful` processor while the pipeline runs, as a user runs it (a process of its own):
+    the running pipeline answers from its Spark session (docs/blocks.md, "Inspecting it"), its time said."""
+    argv = ["weir", "state", MONITOR_SPEC, processor, "--limit", str(limit)]
+    began = time.monotonic()
+    try:
+        shown = subprocess.run([sys.executable, "-m", "weir.cli", *argv[1:]], capture_output=True, text=True,
+                               env=monitor_env(settings, os.environ), cwd=REPO, timeout=180, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"{' '.join(argv)}: no answer within 180 s"
+    took = time.monotonic() - began
+    if shown.returncode != 0:
+        return f"{' '.join(argv)} failed after {took:.1f} s: {(shown.stderr or shown.stdout).strip()[-500:]}"
+    by = "a Spark session of its own" if "no live runner" in shown.stderr else "the running pipeline"
+    return f"{' '.join(argv)} (answered in {took:.1f} s by {by}):\n{shown.stdout.rstrip()}"
+
+
 def groups_summary(bootstrap: str, runner: Runner) -> str:
     """Each processor's consumer group (docs/delivery.md, "Consumer group offsets") read as lag tools read it, by
     OffsetFetch: the log end minus the committed offset, over its input partitions."""
@@ -744,6 +761,8 @@ def main(
             # version's books with the live enrich's (one batch of them); the real-time story shows big_order's alerts.
             waits = [(f"the real-time {name}'s first records out", lambda s, n=name: s[n].totals.out > 0)
                      for name in sorted(fast)]  # fmt: skip
+            waits.insert(0, ("watch's first batch (weir state shows its keyed state)",
+                             lambda s: s["watch"].batches > 0))  # fmt: skip
             if release:
                 waits.insert(0, ("the live enrich's first batch (the release story compares with its books)",
                                  lambda s: s["enrich"].batches > 0))  # fmt: skip
@@ -758,6 +777,8 @@ def main(
                 if not came(runner.snapshot()):
                     console.print(f"[yellow]no {what} within {FIRST_OUTPUT_S:.0f} s: the demo goes on without[/yellow]")
         elapsed = time.monotonic() - (started or launching)
+        if not stop.is_set():  # asked while it runs: the runner answers from its own session
+            console.print(state_summary(settings), highlight=False, markup=False)
         if not release:
             orders_stop.set()
         if ingest is not None:

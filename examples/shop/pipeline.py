@@ -10,8 +10,9 @@
                                                            updates it (allowed lateness: its next revision)
     lifetime(orders.enriched) ──► customers.lifetime       every customer's totals so far, a running aggregate
     watch(orders.enriched) ──► customers.signals           a rule of one's own with keyed state and a timer
-                                                           (@stateful): an order over twice the customer's
-                                                           recent average, a customer gone quiet
+                                                           (@stateful, in event-time order across batches): an
+                                                           order over twice the customer's recent average, a
+                                                           customer gone quiet
     alert(spend.by_customer_5m) ──► alerts                 stateless: windows whose spend tops the threshold
     spend_lake(spend.by_customer_5m) ──► a Delta table     a sink that upserts each window by (customer_id,
                                                            window_start): one row per window, its last revision
@@ -151,14 +152,16 @@ def lifetime_totals(orders: DataFrame) -> DataFrame:
 
 
 @stateful(
-    key="customer_id", event_time="event_time", watermark=WATERMARK, ttl=timedelta(hours=1),
+    key="customer_id", event_time="event_time", watermark=WATERMARK, ttl=timedelta(hours=1), order="event_time",
     output="rule STRING, amount DOUBLE, at TIMESTAMP",
     state={"recent": ListOf("double", keep=5), "orders": Value("bigint")},
 )  # fmt: skip
 def signals(customer_id: str, records: list[dict], state, timers):
-    """Per customer, in event-time order: an order over twice the average of their last 5 is a spike; a customer
-    with no order for QUIET_AFTER of event time after their latest has gone quiet (a timer, moved by each
-    order). State: the last 5 amounts and the order count, cleared an hour after the last order."""
+    """Per customer, in event-time order across micro-batches (`order="event_time"`: a customer's orders are held
+    until the watermark passes them, so "the last 5" are the 5 placed before, whatever batch brought them): an
+    order over twice the average of their last 5 is a spike; a customer with no order for QUIET_AFTER of event
+    time after their latest has gone quiet (a timer, moved by each order). State: the last 5 amounts and the order
+    count, cleared an hour after the last order."""
     for r in records:
         amount = r["amount"]
         if amount is None:

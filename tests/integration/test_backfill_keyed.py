@@ -14,6 +14,7 @@ the bad version's minute with totals over every record since the first; into its
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from datetime import datetime
@@ -29,6 +30,7 @@ from typer.testing import CliRunner
 from weir.backfill import BackfillError, backfill
 from weir.blocks import Value, running_aggregate, stateful
 from weir.cli.backfill import backfill_command
+from weir.cli.state import state_command
 from weir.config import load
 from weir.kafka import Admin
 from weir.pipeline import Pipeline
@@ -36,6 +38,8 @@ from weir.runtime.runner import Runner
 
 pytestmark = pytest.mark.integration
 EVERY, DROPPED = 5, 15  # a row at every 5th record of a user; the bad version drops those of every 15th
+state_app = typer.Typer()
+state_app.command()(state_command)
 
 
 def _counter(bad: bool):
@@ -95,13 +99,27 @@ def test_a_bad_release_of_keyed_state_is_repaired_by_its_version_exactly_once(sp
              lake=str(tmp_path / "lake"), restart_backoff=0.2)  # fmt: skip
     events, counts = f"{prefix}.events", f"{prefix}.counts"
     Admin(bootstrap).create_topic(events, 2)
+    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", bootstrap), ("CHECKPOINT_ROOT", s.checkpoint_root),
+                       ("LAKE", s.lake)):  # fmt: skip
+        monkeypatch.setenv(f"WEIR_{key}", value)
+    spec = tmp_path / "bk.py"
+    spec.write_text(f"from tests.integration.test_backfill_keyed import declare\np = declare({prefix!r}, False)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     for k, bad in enumerate((False, True, False)):  # a minute each: good, bad, good again
         produce(bootstrap, events, minute(k))
         runner = Runner(declare(prefix, bad), s, spark=spark, available_now=True).start()
         try:
             assert runner.wait(300)
+            if k == 2:  # `weir state` asks the live runner (its session), which reads the checkpoint's state
+                shown = CliRunner().invoke(state_app, [f"{spec}:p", "funnel", "--limit", "100", "--json"])
+                assert shown.exit_code == 0, shown.output
+                kept = json.loads(shown.stdout)
+                assert kept["served_by"] == os.getpid(), kept  # not a session of the command's own
+                n = {k["key"]: k["state"]["n"] for k in kept["keys"]}
+                assert n == {u: 3 * PER_MINUTE // len(USERS) for u in USERS}, kept  # 3 minutes of each user's
         finally:
             runner.stop()
+    assert not list((tmp_path / "home" / "run").glob("*.control"))  # a stopped runner answers no more
     expected = clean_run(3)
     streamed = held(spark, bootstrap, counts)
     lost = expected - streamed
@@ -122,12 +140,6 @@ def test_a_bad_release_of_keyed_state_is_repaired_by_its_version_exactly_once(sp
     assert after == expected, (after - expected, expected - after)  # each row once: a clean run's
 
     # The command line: a second repair writes nothing; a time range is refused naming the commands that repair
-    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", bootstrap), ("CHECKPOINT_ROOT", s.checkpoint_root),
-                       ("LAKE", s.lake)):  # fmt: skip
-        monkeypatch.setenv(f"WEIR_{key}", value)
-    spec = tmp_path / "bk.py"
-    spec.write_text(f"from tests.integration.test_backfill_keyed import declare\np = declare({prefix!r}, False)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
     app = typer.Typer()
     app.command()(backfill_command)
     result = CliRunner().invoke(app, [f"{spec}:p", "funnel", "--version", v_bad, "--json"])

@@ -52,6 +52,9 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     assert audit is not None and "0 more than once, 0 silent gap(s)" in audit, said[-4000:]
     assert "lag of each processor's consumer group, as kafka-consumer-groups reads it: weir.shop.enrich" in said
     assert "latest records of customers.signals:" in said, said[-4000:]  # @stateful: a rule and a timer
+    # `weir state` while the pipeline runs: answered by the runner's session, not a Spark start of its own
+    state = r"weir state examples.shop.pipeline:shop watch --limit 3 \(answered in [\d.]+ s by the running pipeline"
+    assert re.search(state, said), said[-4000:]
     assert "latest records of orders.attributed:" in said, said[-4000:]  # a stream-stream join
     # big_order runs in Spark's real-time mode (docs/realtime.md): the live table says so, its alerts are out
     assert re.search(r"│ big_or\S* +│[^\n]*│ real", said), said[-4000:]  # names and "real time" wrap in narrow columns

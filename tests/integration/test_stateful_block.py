@@ -25,7 +25,7 @@ from test_window import BASE_MS, check_accounting, run_routed
 from typer.testing import CliRunner
 
 from weir.blocks import ListOf, Value, stateful
-from weir.blocks.inspect import read_state, summary
+from weir.blocks.inspect import question, read_state, summary
 from weir.cli import app
 from weir.kafka import Admin
 from weir.pipeline.routes import ABSORB, DLQ, EMIT, EXPIRED, LATE
@@ -169,6 +169,11 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     assert kept["d2"]["timers"] == [due.isoformat()]
     assert [k["key"] for k in read_state(spark, checkpoint, key="d2")] == ["d2"]
     assert summary(spark, checkpoint)["buckets"] >= 1
+    # `weir state`'s one read (question): the same figures, and keys as read_state reads them, at most the limit
+    for limit in (1, 5):
+        asked = question(spark, checkpoint, None, limit)
+        assert {k: asked[k] for k in ("buckets", "bytes", "shapes")} == summary(spark, checkpoint)
+        assert len(asked["keys"]) == min(limit, 2) and all(kept[k["key"]] == k for k in asked["keys"])
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "devices.py").write_text(PIPELINE.format(topic=topic_name))
@@ -176,7 +181,7 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
     shown = [cli.invoke(app, args) for args in documented_commands()]
     assert all(r.exit_code == 0 for r in shown), [r.output for r in shown]
     assert "d2" in shown[0].output and "d1" not in shown[0].output and f"{due:%H:%M:%S}" in shown[0].output
-    listed = json.loads(shown[1].output)
+    listed = json.loads(shown[1].stdout)
     assert sorted(k["key"] for k in listed["keys"]) == ["d1", "d2"] and listed["buckets"] >= 1
     missing = cli.invoke(app, ["state", "devices.py", "watch", "--key", "d9"])
     assert missing.exit_code == 2 and "no state for key 'd9'" in missing.output

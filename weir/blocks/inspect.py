@@ -32,12 +32,14 @@ def operators(spark: SparkSession, checkpoint: str) -> list[int]:
     return sorted({int(r.operatorId) for r in meta.select("operatorId").collect()})
 
 
-def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, limit: int = 100) -> Iterator[dict]:
+def read_state(
+    spark: SparkSession, checkpoint: str, key: str | None = None, limit: int = 100, ops: list[int] | None = None
+) -> Iterator[dict]:
     """The keys of every `@stateful` block of the query at `checkpoint` (as of its last committed batch), at most
     `limit`; only `key` (as text) when given. Each: operator id, key, state, timers, last write
     (keystate.inspected). NoKeyedState when the checkpoint has no stateful operator; one whose keys all expired
-    or were cleared keeps nothing, and reads as no key."""
-    ops = operators(spark, checkpoint)
+    or were cleared keeps nothing, and reads as no key. `ops`: its `operators`, when the caller has them."""
+    ops = operators(spark, checkpoint) if ops is None else ops
     if not ops:
         raise NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
     shown = 0
@@ -56,18 +58,58 @@ def read_state(spark: SparkSession, checkpoint: str, key: str | None = None, lim
                     return
 
 
-def summary(spark: SparkSession, checkpoint: str) -> dict[str, Any]:
+def summary(spark: SparkSession, checkpoint: str, ops: list[int] | None = None) -> dict[str, Any]:
     """Buckets and stored bytes of every `@stateful` block at `checkpoint`, and its buckets by stored shape (more
-    than one while a migration has buckets left to rewrite: keystate.migrate_bucket), counted by Spark: nothing
-    collected but a row per shape."""
+    than one while a migration has buckets left to rewrite: keystate.migrate_bucket). One row per bucket reaches
+    the driver, its shape and size: a block has a fixed number of buckets (weir.blocks.common.bucket_count),
+    whatever its keys, and one stage without a shuffle costs a question to a running pipeline half what a grouping
+    did. `ops`: its `operators`, when the caller has them."""
     out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
-    for op in operators(spark, checkpoint):
+    for op in operators(spark, checkpoint) if ops is None else ops:
         df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
         if "value" not in df.columns:
             continue
-        mine = df.where(F.col("value.shape").startswith(_PREFIX)).groupBy(F.col("value.shape").alias("shape"))
-        for got in mine.agg(F.count("*").alias("n"), F.sum(F.length("value.keys")).alias("b")).collect():
-            out["buckets"] += int(got["n"])
-            out["bytes"] += int(got["b"] or 0)
-            out["shapes"][got["shape"]] = out["shapes"].get(got["shape"], 0) + int(got["n"])
+        mine = df.where(F.col("value.shape").startswith(_PREFIX))
+        for shape, size in mine.select("value.shape", F.length("value.keys")).collect():
+            out["buckets"] += 1
+            out["bytes"] += int(size or 0)
+            out["shapes"][shape] = out["shapes"].get(shape, 0) + 1
     return out
+
+
+def question(spark: SparkSession, checkpoint: str, key: str | None, limit: int) -> dict[str, Any]:
+    """What `weir state` shows: `read_state`'s keys (at most `limit`, or `key`'s) and the `summary`.
+
+    Without a key, in one read of the state: each bucket's shape and size, and the bytes of the first `limit`
+    buckets of each partition (every bucket keeps a key, unless all of its keys expired): the driver gets at most
+    `limit` buckets per partition, and a question to a running pipeline loads its state store once, not twice.
+    Should those buckets hold fewer than `limit` keys while others were left unread, the keys are read as
+    `read_state` reads them."""
+    ops = operators(spark, checkpoint)
+    if key is not None or not ops:
+        keys = list(read_state(spark, checkpoint, key=key, limit=limit, ops=ops))
+        return {"checkpoint": checkpoint, **summary(spark, checkpoint, ops=ops), "keys": keys}
+    out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
+    keys: list[dict] = []
+    unread = False
+    # monotonically_increasing_id: the partition in its upper 31 bits, the row's place in it in the lower 33
+    first = F.monotonically_increasing_id() % F.lit(1 << 33) < F.lit(limit)
+    for op in ops:
+        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
+        if "value" not in df.columns:
+            continue
+        mine = df.where(F.col("value.shape").startswith(_PREFIX))
+        rows = mine.select("value.shape", F.length("value.keys"), F.when(first, F.col("value.keys"))).collect()
+        for shape, size, data in rows:
+            out["buckets"] += 1
+            out["bytes"] += int(size or 0)
+            out["shapes"][shape] = out["shapes"].get(shape, 0) + 1
+            if data is None:
+                unread = unread or bool(size)
+                continue
+            for entry in keystate.inspected(bytes(data), shape, "weir state") if len(keys) < limit else ():
+                keys.append({"operator": op, **entry})
+    keys = keys[:limit]
+    if len(keys) < limit and unread:
+        keys = list(read_state(spark, checkpoint, limit=limit, ops=ops))
+    return {"checkpoint": checkpoint, **out, "keys": keys}

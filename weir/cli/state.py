@@ -5,13 +5,18 @@ the last committed batch; nothing is changed (docs/blocks.md, "Keyed state of on
 from __future__ import annotations
 
 import json
+from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from weir.cli.common import AsJson, Spec, clean_errors, out
-from weir.config import load
+from weir.cli.common import AsJson, Spec, clean_errors, err, out
+from weir.config import Settings, load
 from weir.tables import new_table
+
+# A live runner answers within this, or the command fails naming it (it may be busy with a long batch)
+ANSWER_WITHIN = timedelta(minutes=2)
 
 
 @clean_errors
@@ -23,25 +28,25 @@ def state_command(
     as_json: AsJson = False,
 ) -> None:
     """Show the keyed state of a processor's @stateful blocks: per key its variables, timers and last write."""
-    from weir.blocks.inspect import read_state, summary
     from weir.cli.audit import checkpoints_of_spec
-    from weir.spark import spark_session
+    from weir.runtime.control import ask
 
     settings = load()
     name, checkpoints = checkpoints_of_spec(pipeline, settings)
     if processor not in checkpoints:
         raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {', '.join(sorted(checkpoints))})")
-    checkpoint = checkpoints[processor]
-    if "spark_log_level" not in settings.model_fields_set:  # a person reads this output: Spark's warnings are noise
-        settings = settings.model_copy(update={"spark_log_level": "ERROR"})
-    spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
-    keys = list(read_state(spark, checkpoint, key=key, limit=limit))
+    # A live runner of it answers from its own Spark session, in seconds; else a session of this command's own
+    params = {"key": key, "limit": limit}
+    total = ask(Path(settings.home) / "run", name, processor, params, ANSWER_WITHIN)
+    if total is None:
+        err.print(f"weir state: no live runner of {name} runs {processor} here: reading its checkpoint with a "
+                  "Spark session of its own (tens of seconds)", highlight=False, markup=False)  # fmt: skip
+        total = _read_alone(name, processor, checkpoints[processor], settings, key, limit)
+    keys = total.pop("keys")
     if key is not None and not keys:
         raise ValueError(f"{name}/{processor}: no state for key {key!r}")
-    total = summary(spark, checkpoint)
     if as_json:
-        out.print_json(json.dumps({"processor": processor, "checkpoint": checkpoint, **total, "keys": keys},
-                                  default=str))  # fmt: skip
+        out.print_json(json.dumps({**total, "keys": keys}, default=str))
         return
     table = new_table("key", "state", "timers", "written", "held", title=f"weir state {name} {processor}")
     for k in keys:
@@ -55,3 +60,14 @@ def state_command(
         f"{shapes}",
         highlight=False, markup=False, soft_wrap=True,
     )  # fmt: skip
+
+
+def _read_alone(name: str, processor: str, checkpoint: str, settings: Settings, key: str | None, limit: int) -> dict:
+    """What `ask` gets from a live runner, read with a Spark session of this process's own."""
+    from weir.blocks.inspect import question
+    from weir.spark import spark_session
+
+    if "spark_log_level" not in settings.model_fields_set:  # a person reads this output: Spark's warnings are noise
+        settings = settings.model_copy(update={"spark_log_level": "ERROR"})
+    spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
+    return {"processor": processor, **question(spark, checkpoint, key, limit)}

@@ -41,6 +41,7 @@ from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
+from weir.runtime.control import Control
 from weir.runtime.folding import Folder
 from weir.runtime.listener import QueryListener
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
@@ -173,6 +174,7 @@ class Runner:
         self._by_id: dict[str, str] = {}  # Spark's query id (kept across restarts) -> processor
         self.progress_log: str | None = None  # the progress log's name under <home>/progress (default: the pipeline's)
         self._heart: threading.Thread | None = None  # publishes heartbeats (_beat)
+        self._control: Control | None = None  # answers `weir state` from this session (runtime/control.py)
         self._spoke: set[str] = set()  # processors whose query ran a batch or reported idle since it was launched
         self._phases: dict[str, tuple[str, int | None, int]] = {}  # processor -> (phase, batch, since epoch ms)
 
@@ -280,7 +282,14 @@ class Runner:
         self._supervisor.start()
         self._heart = threading.Thread(target=self._beat, name="weir-heartbeat", daemon=True)
         self._heart.start()
+        # `weir state` asks this session (seconds) rather than starting one (tens of seconds): runtime/control.py
+        self._control = Control(self.spark, self._running_checkpoint, self._state_path().with_suffix(".control"))
+        self._control.start()
         return self
+
+    def _running_checkpoint(self, name: str) -> str | None:
+        """The checkpoint of processor `name` if this runner runs it (its control endpoint's questions)."""
+        return self.checkpoint(self.pipeline.processors[name]) if name in self.status else None
 
     def prepare(self, record: bool = True) -> dict[str, versions.Note]:
         """Trace every processor (its function on its inputs' schemas, its result checked against its outputs)
@@ -602,6 +611,9 @@ class Runner:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._control is not None:  # no question from here: the session stops its queries
+            self._control.stop()
+            self._control = None
         if self._supervisor:
             self._supervisor.join(10)  # it leaves its loop within a quarter second
         if self._heart is not None:
@@ -848,17 +860,21 @@ class Runner:
                 log.error("weir: processor %s batch %s: %s", name, figures["batch_id"], gap.describe())
             counts.gaps.append(gap.to_json() | {"kind": kind, "batch": figures["batch_id"]})
 
+    def _state_path(self) -> Path:
+        """This runner's state file (see _write_state); its control file shares its name (runtime/control.py)."""
+        name = self.pipeline.name
+        if len(self.selected) < len(self.pipeline.processors):
+            names = ",".join(sorted(p.name for p in self.selected))
+            name += "." + hashlib.sha256(names.encode()).hexdigest()[:8]
+        return Path(self.settings.home) / "run" / f"{name}.json"
+
     def _write_state(self) -> None:
         """`<home>/run/<pipeline>.json`: what `weir status` reads (pid, per-processor state). A runner of
         some processors only (`--processors`) has a file of its own, `<pipeline>.<digest of their names>.json`,
         so that runners sharing the pipeline's processors between them do not overwrite each other's."""
         if self.lost is not None:
             return  # the runner that took the locks over writes this file now
-        name = self.pipeline.name
-        if len(self.selected) < len(self.pipeline.processors):
-            names = ",".join(sorted(p.name for p in self.selected))
-            name += "." + hashlib.sha256(names.encode()).hexdigest()[:8]
-        path = Path(self.settings.home) / "run" / f"{name}.json"
+        path = self._state_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {
             "pipeline": self.pipeline.name,

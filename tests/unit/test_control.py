@@ -1,0 +1,86 @@
+"""A live runner's control endpoint (weir/runtime/control.py), without Spark: the state readers stand in."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from weir.blocks import inspect
+from weir.runtime.control import Control, Unanswered, ask
+
+WITHIN = timedelta(seconds=10)
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A control endpoint of runner `shop` (processor `watch`), its state file beside it, as a runner writes them."""
+    asked: list[tuple] = []
+
+    def question(spark, checkpoint, key, limit):
+        asked.append((checkpoint, key, limit))
+        if checkpoint.endswith("empty"):
+            raise inspect.NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
+        entry = {"operator": 0, "key": key or "c1", "state": {"n": 3}, "timers": [], "written": None, "held": 0}
+        return {"checkpoint": checkpoint, "buckets": 1, "bytes": 10, "shapes": {"s": 1}, "keys": [entry]}
+
+    monkeypatch.setattr(inspect, "question", question)
+    run = tmp_path / "run"
+    run.mkdir()
+    processors = {"watch": {"state": "running"}, "stateless": {"state": "running"}}
+    (run / "shop.json").write_text(json.dumps({"pipeline": "shop", "pid": os.getpid(), "processors": processors}))
+    cps = {"watch": "/cps/shop/watch", "stateless": "/cps/shop/empty"}
+    pools: list[tuple[str, str]] = []
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(setLocalProperty=lambda k, v: pools.append((k, v))))
+    control = Control(spark, cps.get, run / "shop.control").start()
+    yield run, control, asked
+    assert set(pools) <= {("spark.scheduler.pool", "weir-control")}  # its jobs take slots before the queries'
+    control.stop()
+
+
+def test_a_live_runner_answers_a_state_question_from_its_session(served):
+    run, _, asked = served
+    got = ask(run, "shop", "watch", {"key": "c9", "limit": 5}, WITHIN)
+    assert got is not None and got["served_by"] == os.getpid() and got["checkpoint"] == "/cps/shop/watch"
+    assert got["keys"] == [{"operator": 0, "key": "c9", "state": {"n": 3}, "timers": [], "written": None, "held": 0}]
+    assert got["buckets"] == 1 and asked == [("/cps/shop/watch", "c9", 5)]
+    # The token is its user's alone
+    assert stat.S_IMODE((run / "shop.control").stat().st_mode) == 0o600
+
+
+def test_what_no_live_runner_here_runs_is_the_askers_to_read(served, tmp_path):
+    run, _, _ = served
+    assert ask(run, "other", "watch", {}, WITHIN) is None  # another pipeline
+    assert ask(run, "shop", "nope", {}, WITHIN) is None  # a processor it does not run
+    assert ask(tmp_path / "nothing", "shop", "watch", {}, WITHIN) is None  # no run directory
+    # A killed runner's files: its pid is gone
+    dead = {"url": "http://127.0.0.1:9", "token": "x", "pid": 2**22 + 7}
+    (run / "old.control").write_text(json.dumps(dead))
+    (run / "old.json").write_text(json.dumps({"pipeline": "old", "pid": dead["pid"], "processors": {"watch": {}}}))
+    assert ask(run, "old", "watch", {}, WITHIN) is None
+
+
+def test_a_refusal_names_what_was_wrong_and_a_wrong_token_fails_loudly(served):
+    run, _, _ = served
+    with pytest.raises(ValueError, match="/cps/shop/empty holds no keyed state"):
+        ask(run, "shop", "stateless", {}, WITHIN)
+    body = json.loads((run / "shop.control").read_text())
+    (run / "shop.control").write_text(json.dumps(body | {"token": "wrong"}))
+    with pytest.raises(Unanswered, match=r"the runner of shop \(pid \d+\) failed to answer: a valid bearer token"):
+        ask(run, "shop", "watch", {}, WITHIN)
+
+
+def test_a_stopped_runner_leaves_no_control_file_and_answers_no_more(served):
+    run, control, _ = served
+    url = json.loads((run / "shop.control").read_text())["url"]
+    control.stop()
+    assert not (run / "shop.control").exists()
+    assert ask(run, "shop", "watch", {}, WITHIN) is None
+    import urllib.request
+
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/state/watch", timeout=5)
