@@ -119,6 +119,7 @@ def redaction_confs(confs: dict[str, str]) -> dict[str, str]:
 
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
+POOLS = Path(__file__).with_name("fairscheduler.xml")  # Spark's scheduler pools (spark.scheduler.allocation.file)
 
 
 def log_confs(confs: dict[str, str], level: str) -> dict[str, str]:
@@ -158,10 +159,11 @@ def spark_session(
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
-        # Pools, so that a person's question to a running pipeline (runtime/control.py: a pool of its own) takes
-        # the next free task slot instead of queueing behind every query's jobs. The queries' jobs share the
-        # default pool, first in first out, as without pools.
+        # Pools (weir/fairscheduler.xml), so that a person's question to a running pipeline (runtime/control.py)
+        # takes the next free task slot instead of queueing behind every query's jobs. The queries' jobs share
+        # the default pool, first in first out, as without pools.
         "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": POOLS.as_uri(),
     }
     if master.startswith("local"):
         # The hostname here resolves to a non-loopback address; keep the driver, its workers and the UI
