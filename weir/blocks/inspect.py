@@ -60,35 +60,31 @@ def read_state(
 
 def summary(spark: SparkSession, checkpoint: str, ops: list[int] | None = None) -> dict[str, Any]:
     """Buckets and stored bytes of every `@stateful` block at `checkpoint`, and its buckets by stored shape (more
-    than one while a migration has buckets left to rewrite: keystate.migrate_bucket). One row per bucket reaches
-    the driver, its shape and size: a block has a fixed number of buckets (weir.blocks.common.bucket_count),
-    whatever its keys, and one stage without a shuffle costs a question to a running pipeline half what a grouping
-    did. `ops`: its `operators`, when the caller has them."""
-    out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
-    for op in operators(spark, checkpoint) if ops is None else ops:
-        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
-        if "value" not in df.columns:
-            continue
-        mine = df.where(F.col("value.shape").startswith(_PREFIX))
-        for shape, size in mine.select("value.shape", F.length("value.keys")).collect():
-            out["buckets"] += 1
-            out["bytes"] += int(size or 0)
-            out["shapes"][shape] = out["shapes"].get(shape, 0) + 1
-    return out
+    than one while a migration has buckets left to rewrite: keystate.migrate_bucket). `ops`: its `operators`,
+    when the caller has them."""
+    return _read(spark, checkpoint, operators(spark, checkpoint) if ops is None else ops, 0)[0]
 
 
 def question(spark: SparkSession, checkpoint: str, key: str | None, limit: int) -> dict[str, Any]:
-    """What `weir state` shows: `read_state`'s keys (at most `limit`, or `key`'s) and the `summary`.
-
-    Without a key, in one read of the state: each bucket's shape and size, and the bytes of the first `limit`
-    buckets of each partition (every bucket keeps a key, unless all of its keys expired): the driver gets at most
-    `limit` buckets per partition, and a question to a running pipeline loads its state store once, not twice.
-    Should those buckets hold fewer than `limit` keys while others were left unread, the keys are read as
-    `read_state` reads them."""
+    """What `weir state` shows: `read_state`'s keys (at most `limit`, or `key`'s) and the `summary`, in one read
+    of the state when no key is asked for (`_read`). Should the buckets read hold fewer than `limit` keys while
+    others were left unread, the keys are read as `read_state` reads them."""
     ops = operators(spark, checkpoint)
     if key is not None or not ops:
         keys = list(read_state(spark, checkpoint, key=key, limit=limit, ops=ops))
         return {"checkpoint": checkpoint, **summary(spark, checkpoint, ops=ops), "keys": keys}
+    out, keys, unread = _read(spark, checkpoint, ops, limit)
+    if len(keys) < limit and unread:
+        keys = list(read_state(spark, checkpoint, limit=limit, ops=ops))
+    return {"checkpoint": checkpoint, **out, "keys": keys}
+
+
+def _read(spark: SparkSession, checkpoint: str, ops: list[int], limit: int) -> tuple[dict[str, Any], list[dict], bool]:
+    """One read of the state of `ops`: (the summary, at most `limit` keys, whether a bucket with keys was left
+    unread). Each bucket's shape and size reach the driver (a block has a fixed number of buckets,
+    weir.blocks.common.bucket_count, whatever its keys: one stage, no shuffle), and the bytes of the first `limit`
+    buckets of each partition (every bucket keeps a key unless all of its keys expired): a question to a running
+    pipeline loads its state store once."""
     out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
     keys: list[dict] = []
     unread = False
@@ -106,10 +102,6 @@ def question(spark: SparkSession, checkpoint: str, key: str | None, limit: int) 
             out["shapes"][shape] = out["shapes"].get(shape, 0) + 1
             if data is None:
                 unread = unread or bool(size)
-                continue
-            for entry in keystate.inspected(bytes(data), shape, "weir state") if len(keys) < limit else ():
-                keys.append({"operator": op, **entry})
-    keys = keys[:limit]
-    if len(keys) < limit and unread:
-        keys = list(read_state(spark, checkpoint, limit=limit, ops=ops))
-    return {"checkpoint": checkpoint, **out, "keys": keys}
+            elif len(keys) < limit:
+                keys += [{"operator": op, **e} for e in keystate.inspected(bytes(data), shape, "weir state")]
+    return out, keys[:limit], unread
