@@ -31,7 +31,7 @@ def state_command(
     name, checkpoints = checkpoints_of_spec(pipeline, settings)
     if processor not in checkpoints:
         raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {', '.join(sorted(checkpoints))})")
-    checkpoint = checkpoints[processor]
+    checkpoint = checkpoints[processor].url
     if "spark_log_level" not in settings.model_fields_set:  # a person reads this output: Spark's warnings are noise
         settings = settings.model_copy(update={"spark_log_level": "ERROR"})
     spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
