@@ -123,9 +123,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "bench" / "peers"
 sys.path.insert(0, str(ROOT))
 
+from weir.checkpoint.offsets import from_json, parsed  # noqa: E402
 from weir.kafka import Admin  # noqa: E402
 from weir.kafka.broker import embedded_broker, free_port  # noqa: E402
-from weir.kafka.offsets import from_json, parsed  # noqa: E402
 
 console = Console(width=max(160, shutil.get_terminal_size().columns))
 INPUT = "events"

@@ -33,6 +33,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from weir.checkpoint.files import Checkpoint  # noqa: E402
 from weir.kafka import Admin  # noqa: E402
 from weir.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from weir.kafka.options import parse_sink  # noqa: E402
@@ -123,7 +124,7 @@ def main() -> None:
         data = {k: batches(names[k], n) for k in ("raw", "plain", "guarded")}  # built before the clocks run
         rows.append(("raw", timed(lambda: raw(broker.bootstrap, data["raw"]))))
         rows.append(("unguarded", timed(lambda: sink(broker.bootstrap, data["plain"], None))))
-        checkpoint = str(scratch / "ck")
+        checkpoint = Checkpoint(str(scratch / "ck"))
         topics = [names["guarded"], names["side1"], names["side2"]]
         first = begin(checkpoint, "bench", 1, topics, client, 30)
         rows.append(("first write", timed(lambda: sink(broker.bootstrap, data["guarded"], first))))

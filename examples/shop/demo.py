@@ -355,7 +355,7 @@ def lake_summary(root: str, topic: str) -> str:
 def audit_summary(runner: Runner) -> str:
     """`weir audit` of the run, from its checkpoints (docs/delivery.md, "Audit"): every input offset each processor
     processed, how often, and every hole (a silent gap, a counted loss, a batch in flight)."""
-    from weir.kafka.audit import IN_FLIGHT, audit
+    from weir.checkpoint.audit import IN_FLIGHT, audit
 
     audits = [audit(name, runner.checkpoint(proc)) for name, proc in runner.pipeline.processors.items()]
     processed = sum(s.size for a in audits for p in a.partitions for s in p.segments if not s.kind)

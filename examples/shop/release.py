@@ -42,10 +42,9 @@ def begin_shadow(spark: SparkSession, pipeline: Pipeline, settings: Settings) ->
     """The candidate run as a shadow of the live `enrich`, on the live batches from now on (from its first, when
     it has committed none yet); None before the live query started."""
     from weir.shadow.start import begin, plan
-    from weir.storage.checkpoint import Checkpoint, read_text
 
     sh = plan(pipeline, "enrich", CODE, settings)
-    if read_text(Checkpoint(sh.live_checkpoint).metadata) is None:
+    if not sh.live_checkpoint.has_run():
         return None  # the live query has not started yet
     runner = sh.runner(spark=spark)
     runner.lock()
@@ -109,10 +108,10 @@ def exactly_once(spark: SparkSession, settings: Settings, pipeline: Pipeline) ->
     reach the driver."""
     import json
 
-    from weir.kafka.checkpoint import read_offsets
+    from weir.checkpoint.files import processor_checkpoint
+    from weir.checkpoint.log import read_offsets
     from weir.kafka.headers import PROCESSOR_HEADER, SOURCE_HEADER
     from weir.runtime.routing import header_value
-    from weir.storage.checkpoint import processor_checkpoint
 
     cp = processor_checkpoint(settings.checkpoint_root, pipeline.processors["enrich"].checkpoint)
     ends = read_offsets(cp).committed.get("orders", {})

@@ -28,10 +28,11 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import read_offsets
 from weir.cli import app
 from weir.config import load
 from weir.kafka import Admin
-from weir.kafka.checkpoint import read_offsets
 from weir.runtime.status import collect
 from weir.testing.environment import TEST_SPARK_CONF
 
@@ -82,7 +83,7 @@ def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 def committed_ends(home: Path, processor: str, topic: str) -> dict[int, int]:
     """The ends of `processor`'s last committed batch in `topic`, from its checkpoint (named by the state file)."""
     checkpoint = json.loads((home / "run" / "audit.json").read_text())["processors"][processor]["checkpoint"]
-    return read_offsets(checkpoint).committed.get(topic, {})
+    return read_offsets(Checkpoint(checkpoint)).committed.get(topic, {})
 
 
 def test_killed_restarted_reset_and_backfilled_reports_no_gap_and_a_doctored_skip_is_named(

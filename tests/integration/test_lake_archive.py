@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from _pipe import Rec, produce
 
+from weir.checkpoint.files import Checkpoint
 from weir.config import load
 from weir.kafka import Admin
 from weir.lake.compact import compact, vacuum
@@ -119,7 +120,7 @@ def test_archived_topic_lands_in_its_delta_table_once_per_record_for_any_reader(
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)
     r.stop()
-    assert reset(str(tmp_path / "checkpoints" / "_archive" / topic))
+    assert reset(Checkpoint(str(tmp_path / "checkpoints" / "_archive" / topic)))
     produce(bootstrap, topic, records(260, 300))
     r = Runner(pipeline(prefix), s, spark=spark, available_now=True).start()
     assert r.wait(300)

@@ -21,10 +21,10 @@ from _pipe import Rec, delete_records, end_offsets, produce, run_available_now, 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from weir.checkpoint.offsets import OffsetRange
 from weir.config import load
 from weir.kafka import Admin
 from weir.kafka.fallback import LakeIndex
-from weir.kafka.offsets import OffsetRange
 from weir.lake.archive import archiver_name
 from weir.pipeline import Pipeline
 from weir.runtime import query as query_module
@@ -433,7 +433,7 @@ def test_retention_guard_publishes_an_archiver_lagging_its_topic_retention(spark
 
 def test_fallback_counts_round_trip_in_the_offset_and_sum_in_the_progress_record():
     """Pure: @lakeFallback next to @dataLoss, never taken for a topic; the progress record's summary."""
-    from weir.kafka.offsets import DataLoss, LakeFallback, fallback_from_json, from_json, to_json
+    from weir.checkpoint.offsets import DataLoss, LakeFallback, fallback_from_json, from_json, to_json
 
     fb = LakeFallback().add([OffsetRange("t", 0, 5, 20), OffsetRange("t", 1, 0, 0)])
     fb = fb.add([OffsetRange("t", 1, 3, 9)])

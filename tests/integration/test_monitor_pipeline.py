@@ -34,8 +34,9 @@ from _pipe import Rec, produce, wait_for
 from _serving import serving
 from confluent_kafka import Producer
 
+from weir.checkpoint.files import processor_checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
 from weir.config import Settings, load
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.monitor.config import MonitorConfig
 from weir.monitor.server import create_app
 from weir.monitor.service import MonitorService, declare_pipeline
@@ -179,7 +180,7 @@ class Env:
 
     def committed(self, processor: str) -> dict[str, int]:
         """Next offset per input partition as the processor's checkpoint commits it ("topic/partition")."""
-        cp = f"{self.root}/checkpoints/{self.pipeline.processors[processor].checkpoint}"
+        cp = processor_checkpoint(f"{self.root}/checkpoints", self.pipeline.processors[processor].checkpoint)
         try:
             committed = read_offsets(cp).committed
         except CheckpointError:  # no batch planned yet

@@ -14,8 +14,8 @@ import json
 import pytest
 from _pipe import Rec, delete_records, produce, unique
 
+from weir.checkpoint.offsets import from_json, starts_from_json
 from weir.kafka import Admin
-from weir.kafka.offsets import from_json, starts_from_json
 from weir.kafka.read import DataLossError
 from weir.kafka.source import KafkaDataSource, KafkaStreamReader
 from weir.kafka.tolake import KAFKA_STRUCT

@@ -13,6 +13,7 @@ import pytest
 from _pipe import consume_all
 from pyspark.sql import functions as F
 
+from weir.checkpoint.files import Checkpoint
 from weir.kafka import Admin
 from weir.kafka.replay import Guard, begin, skipped
 
@@ -41,7 +42,7 @@ def write(df, bootstrap: str, guard: Guard | None) -> None:
 def test_a_replay_writes_only_what_the_cut_first_attempt_did_not_deliver(spark, bootstrap, tmp_path) -> None:
     topic = f"guard-{uuid.uuid4().hex[:8]}"
     Admin(bootstrap).create_topic(topic, 2)
-    checkpoint = str(tmp_path / "ck")
+    checkpoint = Checkpoint(str(tmp_path / "ck"))
     client = {"bootstrap.servers": bootstrap}
     batch = spark.createDataFrame(rows(topic, "p", 400, sourced=300), SCHEMA).repartition(3, "id")
     batch.cache().count()  # the same rows in the same tasks for both attempts, as a replayed batch has
@@ -93,7 +94,7 @@ def test_a_rows_copy_in_another_topic_is_not_taken_for_a_delivered_one(spark, bo
     a, b = f"guard-a-{uuid.uuid4().hex[:8]}", f"guard-b-{uuid.uuid4().hex[:8]}"
     for t in (a, b):
         Admin(bootstrap).create_topic(t, 1)
-    checkpoint, client = str(tmp_path / "ck"), {"bootstrap.servers": bootstrap}
+    checkpoint, client = Checkpoint(str(tmp_path / "ck")), {"bootstrap.servers": bootstrap}
     hs = [("weir.processor", b"p"), ("weir.source", b"in/0/7")]
     batch = spark.createDataFrame([(0, a, b"k", b"v", hs), (1, b, b"k", b"v", hs)], SCHEMA).coalesce(1)
     first = begin(checkpoint, "p", 3, [a, b], client, 30)
@@ -109,7 +110,7 @@ def test_a_windows_row_equal_to_one_of_the_batch_before_is_written(spark, bootst
     # true end, batch 7's read-back sees batch 6's equal rows of the same task, which are not batch 7's.
     topic = f"guard-{uuid.uuid4().hex[:8]}"
     Admin(bootstrap).create_topic(topic, 1)
-    checkpoint, client = str(tmp_path / "ck"), {"bootstrap.servers": bootstrap}
+    checkpoint, client = Checkpoint(str(tmp_path / "ck")), {"bootstrap.servers": bootstrap}
     windows = spark.createDataFrame(rows(topic, "p", 20, sourced=0), SCHEMA).coalesce(1)
     write(windows, bootstrap, begin(checkpoint, "p", 6, [topic], client, 30))
     begin(checkpoint, "p", 7, [topic], client, 30)
@@ -127,7 +128,7 @@ def test_a_windows_row_equal_to_one_of_the_batch_before_is_written(spark, bootst
 def test_another_pipelines_processor_of_the_same_name_is_another_writer(spark, bootstrap, tmp_path) -> None:
     topic = f"guard-{uuid.uuid4().hex[:8]}"
     Admin(bootstrap).create_topic(topic, 1)
-    checkpoint, client = str(tmp_path / "ck"), {"bootstrap.servers": bootstrap}
+    checkpoint, client = Checkpoint(str(tmp_path / "ck")), {"bootstrap.servers": bootstrap}
     mine = spark.createDataFrame(rows(topic, "p", 30, sourced=20, pipeline="shop"), SCHEMA).coalesce(1)
     first = begin(checkpoint, "p", 2, [topic], client, 30, pipeline="shop")
     write(mine.where(F.col("id") < 10), bootstrap, first)  # cut after 10 rows

@@ -23,10 +23,10 @@ from _pipe import Rec, produce, source
 from pyspark.sql import functions as F
 from typer.testing import CliRunner
 
+from weir.checkpoint.log import read_offsets
 from weir.cli.shadow import shadow_command
 from weir.config import load
 from weir.kafka import Admin
-from weir.kafka.checkpoint import read_offsets
 from weir.pipeline import Pipeline
 from weir.runtime.runner import Runner
 from weir.shadow.compare import compare

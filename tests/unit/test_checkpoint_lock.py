@@ -1,4 +1,4 @@
-"""One runner per processor checkpoint (weir/storage/lock.py): refused while held, taken over when stale, on a
+"""One runner per processor checkpoint (weir/checkpoint/lock.py): refused while held, taken over when stale, on a
 local directory and on a real S3 server (moto)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from weir.storage import lock as locks
-from weir.storage.checkpoint import Checkpoint
-from weir.storage.lock import CheckpointLock, LeaseKeeper, LockHeld, LockLost
+from weir.checkpoint import lock as locks
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.lock import CheckpointLock, LeaseKeeper, LockHeld, LockLost
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -4,10 +4,11 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
 from weir.cli import app
 from weir.config import Settings, redact
 from weir.kafka.broker import BrokerError, EmbeddedBroker
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 
 runner = CliRunner()
 
@@ -111,11 +112,11 @@ def test_checkpoint_offsets(tmp_path):
         f'v1\n{meta}\n{{"t": {{"0": 9}}, "@dataLoss": {{"skippedOffsets": 3, "events": 1}}}}\n'
     )
     (cp / "commits" / "0").write_text("v1\n{}\n")
-    offsets = read_offsets(str(cp))
+    offsets = read_offsets(Checkpoint(str(cp)))
     assert offsets.committed_batch == 0 and offsets.planned_batch == 1
     assert offsets.committed == {"t": {0: 5}} and offsets.planned == {"t": {0: 9}}
     with pytest.raises(CheckpointError, match="not a streaming checkpoint"):
-        read_offsets(str(tmp_path))
+        read_offsets(Checkpoint(str(tmp_path)))
 
 
 def test_status_without_runs_says_so(tmp_path, monkeypatch):

@@ -21,14 +21,19 @@ def served(tmp_path, monkeypatch):
     """A control endpoint of runner `shop` (processor `watch`), its state file beside it, as a runner writes them."""
     asked: list[tuple] = []
 
-    def question(spark, checkpoint, key, limit):
+    def question(spark, checkpoint, key, limit, ops):
         asked.append((checkpoint, key, limit))
+        assert ops == ([] if checkpoint.endswith("empty") else [0])
         if checkpoint.endswith("empty"):
             raise inspect.NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
         entry = {"operator": 0, "key": key or "c1", "state": {"n": 3}, "timers": [], "written": None, "held": 0}
         return {"checkpoint": checkpoint, "buckets": 1, "bytes": 10, "shapes": {"s": 1}, "keys": [entry]}
 
     monkeypatch.setattr(inspect, "question", question)
+    looked: list[str] = []  # the operators of a checkpoint are read until it has some, then once
+    monkeypatch.setattr(
+        inspect, "operators", lambda spark, cp: looked.append(cp) or ([] if cp.endswith("empty") else [0])
+    )
     run = tmp_path / "run"
     run.mkdir()
     processors = {"watch": {"state": "running"}, "stateless": {"state": "running"}}
@@ -37,23 +42,25 @@ def served(tmp_path, monkeypatch):
     pools: list[tuple[str, str]] = []
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLocalProperty=lambda k, v: pools.append((k, v))))
     control = Control(spark, cps.get, run / "shop.control").start()
-    yield run, control, asked
+    yield run, control, asked, looked
     assert set(pools) <= {("spark.scheduler.pool", "weir-control")}  # its jobs take slots before the queries'
     control.stop()
 
 
 def test_a_live_runner_answers_a_state_question_from_its_session(served):
-    run, _, asked = served
+    run, _, asked, looked = served
     got = ask(run, "shop", "watch", {"key": "c9", "limit": 5}, WITHIN)
     assert got is not None and got["served_by"] == os.getpid() and got["checkpoint"] == "/cps/shop/watch"
     assert got["keys"] == [{"operator": 0, "key": "c9", "state": {"n": 3}, "timers": [], "written": None, "held": 0}]
     assert got["buckets"] == 1 and asked == [("/cps/shop/watch", "c9", 5)]
+    assert ask(run, "shop", "watch", {}, WITHIN)["keys"][0]["key"] == "c1"
+    assert looked == ["/cps/shop/watch"]  # its operators read once for both questions
     # The token is its user's alone
     assert stat.S_IMODE((run / "shop.control").stat().st_mode) == 0o600
 
 
 def test_what_no_live_runner_here_runs_is_the_askers_to_read(served, tmp_path):
-    run, _, _ = served
+    run, _, _, _ = served
     assert ask(run, "other", "watch", {}, WITHIN) is None  # another pipeline
     assert ask(run, "shop", "nope", {}, WITHIN) is None  # a processor it does not run
     assert ask(tmp_path / "nothing", "shop", "watch", {}, WITHIN) is None  # no run directory
@@ -65,7 +72,7 @@ def test_what_no_live_runner_here_runs_is_the_askers_to_read(served, tmp_path):
 
 
 def test_a_refusal_names_what_was_wrong_and_a_wrong_token_fails_loudly(served):
-    run, _, _ = served
+    run, _, _, _ = served
     with pytest.raises(ValueError, match="/cps/shop/empty holds no keyed state"):
         ask(run, "shop", "stateless", {}, WITHIN)
     body = json.loads((run / "shop.control").read_text())
@@ -75,7 +82,7 @@ def test_a_refusal_names_what_was_wrong_and_a_wrong_token_fails_loudly(served):
 
 
 def test_a_stopped_runner_leaves_no_control_file_and_answers_no_more(served):
-    run, control, _ = served
+    run, control, _, _ = served
     url = json.loads((run / "shop.control").read_text())["url"]
     control.stop()
     assert not (run / "shop.control").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from weir.checkpoint.files import Checkpoint
 from weir.kafka import replay
 from weir.kafka.sink import runs
 from weir.runtime.direct import _tally
@@ -28,22 +29,22 @@ def _marks(t: int) -> replay.Marks:
 
 
 def test_a_replay_reads_back_from_the_newest_marks_at_or_below_its_batch(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     assert replay.newest_marks(cp, 3) is None
     replay.note_marks(cp, "p", 0, _marks(0), "pipe", committed=None)
     replay.note_marks(cp, "p", 4, _marks(40), "pipe", committed=2)
     assert replay.newest_marks(cp, 3) == (0, _marks(0))  # batch 3 began before the marks of 4 were taken
     assert replay.newest_marks(cp, 4) == (4, _marks(40))
     assert replay.newest_marks(cp, 9) == (4, _marks(40))
-    guard = replay.StreamGuard("p", cp, "pipe", replay=3).for_batch(3, attempt=0)
+    guard = replay.StreamGuard("p", cp.url, "pipe", replay=3).for_batch(3, attempt=0)
     assert guard.replay and guard.marks == _marks(0) and guard.batch == 3 and guard.pipeline == "pipe"
-    fresh = replay.StreamGuard("p", cp, "pipe", replay=3).for_batch(5, attempt=0)
+    fresh = replay.StreamGuard("p", cp.url, "pipe", replay=3).for_batch(5, attempt=0)
     assert not fresh.replay and fresh.marks == {}  # a first attempt reads nothing back
-    assert replay.StreamGuard("p", cp, "pipe").for_batch(5, attempt=1).marks == _marks(40)  # a retried task does
+    assert replay.StreamGuard("p", cp.url, "pipe").for_batch(5, attempt=1).marks == _marks(40)  # a retried task does
 
 
 def test_marks_no_later_batch_needs_are_deleted(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     for first in (0, 3, 6):
         replay.note_marks(cp, "p", first, _marks(first), None, committed=None)
     replay.note_marks(cp, "p", 9, _marks(9), None, committed=5)  # batch 6 next: the marks of 6 serve it
@@ -56,7 +57,7 @@ def test_a_replay_without_marks_is_refused_loudly(tmp_path):
 
 
 def test_a_fallback_adopts_the_newest_marks_as_the_failed_batchs_own(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     assert not replay.adopt(cp, "p", 4, "pipe")
     replay.note_marks(cp, "p", 2, _marks(2), "pipe", committed=None)
     assert replay.adopt(cp, "p", 4, "pipe")

@@ -1,4 +1,4 @@
-"""The source option followCheckpoint (weir/kafka/follow.py): a shadow query's batches end where the followed
+"""The source option followCheckpoint (weir/checkpoint/follow.py): a shadow query's batches end where the followed
 query's logged batches ended, one by one. Hand-made checkpoint directories as Spark writes them, no Spark, no
 broker (the stream reader's broker look-ups are stubbed)."""
 
@@ -11,8 +11,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.types import StructType
 
-from weir.kafka import offsets as off
-from weir.kafka.follow import Follower
+from weir.checkpoint import offsets as off
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.follow import Follower
 from weir.kafka.options import OptionError, parse_source
 from weir.kafka.source import KafkaStreamReader
 
@@ -46,7 +47,7 @@ def three(tmp_path):
 
 def test_each_batch_end_gives_the_next_batch_end(three):
     cp, ends = three
-    f = Follower(cp, ("orders",))
+    f = Follower(Checkpoint(str(cp)), ("orders",))
     assert f.next_end(ends[0]) == ends[1]  # from where batch 0 began
     assert f.next_end(ends[1]) == ends[2]  # only partition 0 advanced: still beyond
     assert f.next_end(ends[2]) == ends[3]  # a planned batch not yet committed counts too
@@ -55,15 +56,15 @@ def test_each_batch_end_gives_the_next_batch_end(three):
 
 
 def test_no_log_yet_plans_nothing(tmp_path):
-    assert Follower(str(tmp_path / "missing"), ["orders"]).next_end(orders(0, 0)) is None
+    assert Follower(Checkpoint(str(tmp_path / "missing")), ["orders"]).next_end(orders(0, 0)) is None
     (tmp_path / "empty" / "offsets").mkdir(parents=True)
-    f = Follower(str(tmp_path / "empty"), ["orders"])
+    f = Follower(Checkpoint(str(tmp_path / "empty")), ["orders"])
     assert f.next_end(orders(0, 0)) is None and not f.aligned(orders(0, 0))
 
 
 def test_new_batches_are_seen_as_the_followed_query_plans_them(three, tmp_path):
     cp, ends = three
-    f = Follower(cp, ("orders",))
+    f = Follower(Checkpoint(str(cp)), ("orders",))
     assert f.next_end(ends[3]) is None
     batch(tmp_path / "live", 3, (orders(25, 31), ends[3]), committed=False)
     assert f.next_end(ends[3]) == orders(25, 31)
@@ -71,7 +72,7 @@ def test_new_batches_are_seen_as_the_followed_query_plans_them(three, tmp_path):
 
 def test_a_start_between_two_logged_ends_is_not_aligned(three):
     cp, ends = three
-    f = Follower(cp, ("orders",))
+    f = Follower(Checkpoint(str(cp)), ("orders",))
     between = orders(12, 12)  # past batch 1's end, short of batch 2's
     assert not f.aligned(between)
     assert f.next_end(between) == ends[2]  # the next batch reaching past it: a batch of another size
@@ -81,7 +82,7 @@ def test_a_start_between_two_logged_ends_is_not_aligned(three):
 def test_a_start_behind_a_purged_log_is_not_aligned(three, tmp_path):
     cp, ends = three
     (tmp_path / "live" / "offsets" / "0").unlink()  # Spark purged batch 0
-    f = Follower(cp, ("orders",))
+    f = Follower(Checkpoint(str(cp)), ("orders",))
     assert f.aligned(ends[1])  # where the first batch still logged began
     assert not f.aligned(ends[0])
     assert f.next_end(ends[0]) == ends[2]  # batch 1's end is the first one logged past it
@@ -94,22 +95,22 @@ def test_two_topics_in_separate_source_lines(tmp_path):
     batch(cp, 0, (a0, a0), (b0, b0))  # a batch without records on either topic (a watermark batch)
     batch(cp, 1, (a1, a0), (b0, b0))  # only a advanced
     batch(cp, 2, (a1, a1), (b2, b0))  # only b advanced
-    follow_a, follow_b = Follower(str(cp), ["a"]), Follower(str(cp), ["b"])
+    follow_a, follow_b = Follower(Checkpoint(str(cp)), ["a"]), Follower(Checkpoint(str(cp)), ["b"])
     assert follow_a.next_end(a0) == a1 and follow_a.next_end(a1) is None
     assert follow_b.next_end(b0) == b2 and follow_b.next_end(b2) is None
-    both = Follower(str(cp), ("a", "b"))
+    both = Follower(Checkpoint(str(cp)), ("a", "b"))
     assert both.next_end({**a0, **b0}) == {**a1, **b0}
     assert both.next_end({**a1, **b0}) == {**a1, **b2}
     assert both.aligned({**a1, **b0}) and not both.aligned({**a1, **b2, "a": {0: 6}})
     # Lines of topics the follower does not read are ignored
-    assert Follower(str(cp), ["c"]).next_end({}) is None
+    assert Follower(Checkpoint(str(cp)), ["c"]).next_end({}) is None
 
 
 def test_a_partition_new_to_the_start_is_beyond_it(tmp_path):
     cp = tmp_path / "live"
     batch(cp, 0, (orders(10, 12), orders(0, 0)))
     batch(cp, 1, ({"orders": {0: 10, 1: 12, 2: 4}}, {"orders": {0: 10, 1: 12, 2: 0}}))  # partition 2 was added
-    f = Follower(str(cp), ["orders"])
+    f = Follower(Checkpoint(str(cp)), ["orders"])
     assert f.next_end(orders(10, 12)) == {"orders": {0: 10, 1: 12, 2: 4}}
     assert f.next_end({"orders": {0: 10}}) == orders(10, 12)  # batch 0 already reads partition 1 past it
     assert f.next_end({"orders": {0: 11, 1: 0}}) is None  # no logged batch reaches partition 0's offset 11

@@ -15,6 +15,7 @@ from typing import ClassVar
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from weir.checkpoint.files import Checkpoint
 from weir.config import load
 from weir.kafka.groups import GroupCommitter, batch_ends
 
@@ -170,7 +171,7 @@ def test_a_start_commits_the_checkpoints_last_committed_ends_unless_a_batch_come
             (checkpoint / "commits").mkdir(exist_ok=True)
             (checkpoint / "commits" / str(batch)).write_text("v1\n{}\n")
     groups = GroupCommitter(settings(tmp_path), "shop", consumer=fake)
-    groups.resume({"enrich": str(checkpoint), "fresh": str(tmp_path / "never-ran")})
+    groups.resume({"enrich": Checkpoint(str(checkpoint)), "fresh": Checkpoint(str(tmp_path / "never-ran"))})
     groups.close()
     assert [(c.config["group.id"], c.commits) for c in fake.made] == [("weir.shop.enrich", [{("t", 0): 9}])]
 

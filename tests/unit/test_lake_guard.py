@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from weir.checkpoint.files import Checkpoint
 from weir.lake.guard import PartitionState, RetentionGuard, assess, retention_ms
 
 HOUR = 3_600_000
@@ -93,7 +94,9 @@ def test_tick_checks_once_per_interval_and_never_raises(monkeypatch, tmp_path):
 
     monkeypatch.setattr(guard, "timestamps_at", lambda client, wanted: {tp: 0 for tp in wanted})
     published = []
-    archivers = [guard.Archiver("archive.t", "t", str(tmp_path / "no-checkpoint"), Lake(str(tmp_path / "lake")))]
+    archivers = [
+        guard.Archiver("archive.t", "t", Checkpoint(str(tmp_path / "no-checkpoint")), Lake(str(tmp_path / "lake")))
+    ]
 
     def publish(processor, body):
         published.append((body.KIND, processor, body.fields()))

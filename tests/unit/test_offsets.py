@@ -1,6 +1,7 @@
 import itertools
 
-from weir.kafka.offsets import DataLoss, OffsetRange, cap, from_json, split, to_json
+from weir.checkpoint.offsets import DataLoss, OffsetRange, from_json, to_json
+from weir.kafka.offsets import cap, split
 
 
 def test_json_round_trip_keeps_data_loss_counts():

@@ -10,10 +10,10 @@ import socket
 
 import pytest
 
+from weir.checkpoint.lock import LockHeld
 from weir.config import load
 from weir.pipeline import Pipeline
 from weir.runtime.status import collect
-from weir.storage.lock import LockHeld
 
 
 def runner(tmp_path, processors=None, lease=15.0):
@@ -86,7 +86,7 @@ def test_status_shows_this_run_as_soon_as_it_holds_its_locks_not_the_last_runs_t
 def test_a_runner_whose_lock_was_taken_over_stops_and_leaves_the_state_file_to_the_taker(tmp_path):
     import time
 
-    from weir.storage.lock import CheckpointLock
+    from weir.checkpoint.lock import CheckpointLock
 
     paused = runner(tmp_path, lease=0.3)
     paused.lock()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from weir.checkpoint.files import Checkpoint
 from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.progress import in_records, offset_span, recount
@@ -82,13 +83,13 @@ def _proc(stateful: bool, version: str, inputs=("a",)):
 
 
 def test_a_new_checkpoint_records_the_version(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     assert check(_proc(True, "1"), cp, "struct<x:string>") is None
     assert read(cp).version == "1"
 
 
 def test_stateless_code_changes_resume_with_a_note(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     check(_proc(False, "1"), cp, "struct<x:string>")
     note = check(_proc(False, "2"), cp, "struct<y:string>")
     assert note == "processor proc: code version 1 -> 2"
@@ -96,12 +97,12 @@ def test_stateless_code_changes_resume_with_a_note(tmp_path):
 
 
 def test_stateful_change_of_result_shape_is_refused_with_the_way_out(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     check(_proc(True, "1"), cp, "struct<x:string,n:bigint>")
     with pytest.raises(IncompatibleChange) as info:
         check(_proc(True, "2"), cp, "struct<x:string,total:double>")
     message = str(info.value)
-    assert "from the state in " + cp + ": its result lost field n (bigint); since the state was written, its " \
+    assert "from the state in " + cp.url + ": its result lost field n (bigint); since the state was written, its " \
            "result gained field total (double), nullable" in message  # fmt: skip
     assert "the code changed (1 -> 2)" in message
     assert "weir run --reset proc" in message
@@ -109,13 +110,13 @@ def test_stateful_change_of_result_shape_is_refused_with_the_way_out(tmp_path):
 
 
 def test_stateful_code_change_with_the_same_shape_resumes(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     check(_proc(True, "1"), cp, "struct<x:string>")
     assert check(_proc(True, "2"), cp, "struct<x:string>") is not None
 
 
 def test_stateful_change_of_inputs_is_refused(tmp_path):
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     check(_proc(True, "1", ("a",)), cp, "s")
     with pytest.raises(IncompatibleChange, match=r"inputs changed from \['a'\] to \['a', 'b'\]"):
         check(_proc(True, "2", ("a", "b")), cp, "s")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from weir.checkpoint.files import Checkpoint
 from weir.config import load
 from weir.pipeline import Pipeline
 from weir.pipeline.model import Shadow
@@ -43,7 +44,7 @@ def copied(root: Path) -> set[str]:
 
 def test_a_shadow_checkpoint_is_the_live_one_as_of_a_committed_batch(tmp_path):
     live = live_checkpoint(tmp_path)
-    n = seed(str(live), str(tmp_path / "shadow"), 2)
+    n = seed(Checkpoint(str(live)), Checkpoint(str(tmp_path / "shadow")), 2)
     got = copied(tmp_path / "shadow")
     assert got == {
         "offsets/0", "offsets/1", "offsets/2", "commits/0", "commits/1", "commits/2", "metadata", "sources/0/0",
@@ -54,9 +55,9 @@ def test_a_shadow_checkpoint_is_the_live_one_as_of_a_committed_batch(tmp_path):
     assert (tmp_path / "shadow/offsets/2").read_text() == (live / "offsets/2").read_text()
     assert json.loads((tmp_path / "shadow/metadata").read_text())["id"] != "live-query-id"  # a run of its own
     with pytest.raises(SeedError, match="exists already"):
-        seed(str(live), str(tmp_path / "shadow"), 2)
+        seed(Checkpoint(str(live)), Checkpoint(str(tmp_path / "shadow")), 2)
     with pytest.raises(SeedError, match=r"has no .*commits/3"):
-        seed(str(live), str(tmp_path / "other"), 3)  # batch 3 is not committed
+        seed(Checkpoint(str(live)), Checkpoint(str(tmp_path / "other")), 3)  # batch 3 is not committed
 
 
 def declare(fn_source: str = "def keep(df):\n    return df\n") -> Pipeline:
@@ -111,7 +112,7 @@ def test_a_shadow_is_refused_for_what_writes_no_topic(tmp_path):
         plan(p, "nope", "x.py", s)
     sh = plan(p, "keep", str(_file(tmp_path)), s)
     assert sh.shadow.name == "keep.shadow" and sh.shadow.checkpoint == "p/keep.shadow"
-    assert sh.shadow.shadow.follow == sh.live_checkpoint and sh.checkpoint.endswith("p/keep.shadow")
+    assert sh.shadow.shadow.follow == sh.live_checkpoint.url and sh.checkpoint.url.endswith("p/keep.shadow")
 
 
 def _file(tmp_path: Path) -> Path:

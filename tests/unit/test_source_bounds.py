@@ -10,10 +10,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from weir.kafka import offsets as off
+from weir.checkpoint import offsets as off
+from weir.checkpoint.offsets import OffsetRange
 from weir.kafka import source
 from weir.kafka.fallback import LakeIndex, LakePartition
-from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import OptionError, parse_source
 from weir.kafka.read import DataLossError
 from weir.kafka.source import KafkaPartition, KafkaStreamReader, _bounds

@@ -1,5 +1,5 @@
 """The one-pass stateless batch's distinct count of input records (weir/runtime/tally.py) and the planned span
-it is laid over (weir/kafka/checkpoint.planned_span): bitmaps laid over each partition's span, their bits
+it is laid over (weir/checkpoint/log.planned_span): bitmaps laid over each partition's span, their bits
 counted, sources outside every span reported, and batches too large for the bitmaps refused. No Spark: the
 aggregates' results are hand-made bitmaps, as Spark's `bitmap_construct_agg` returns them (4 KiB, bit i of a
 bitmap is byte i // 8, bit i % 8)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from weir.kafka.checkpoint import planned_span
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import planned_span
 from weir.runtime.tally import BITS, MAX_BITMAPS, OUTSIDE, SourceTally
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
@@ -48,12 +49,12 @@ def write_batch(cp, n: int, line: dict) -> None:
 
 def test_the_planned_span_is_the_logged_start_and_end_of_the_batch(tmp_path):
     write_batch(tmp_path, 3, {"t": {"0": 50, "1": 9}, "@start": {"t": {"0": 40, "1": 9}}})
-    assert planned_span(str(tmp_path), 3, "t") == {0: (40, 50), 1: (9, 9)}
-    assert planned_span(str(tmp_path), 3, "other") is None
-    assert planned_span(str(tmp_path), 4, "t") is None  # not planned
+    assert planned_span(Checkpoint(str(tmp_path)), 3, "t") == {0: (40, 50), 1: (9, 9)}
+    assert planned_span(Checkpoint(str(tmp_path)), 3, "other") is None
+    assert planned_span(Checkpoint(str(tmp_path)), 4, "t") is None  # not planned
     write_batch(tmp_path, 5, {"t": {"0": 60, "1": 12}, "@start": {"t": {"0": 50}}})
-    assert planned_span(str(tmp_path), 5, "t") is None  # where partition 1 starts is not logged
+    assert planned_span(Checkpoint(str(tmp_path)), 5, "t") is None  # where partition 1 starts is not logged
     write_batch(tmp_path, 6, {"t": {"0": 70}})  # Spark's connector (or weir-kafka before @start): no start logged
-    assert planned_span(str(tmp_path), 6, "t") == {0: (60, 70)}  # it starts where the batch before ended
+    assert planned_span(Checkpoint(str(tmp_path)), 6, "t") == {0: (60, 70)}  # it starts where the batch before ended
     write_batch(tmp_path, 8, {"t": {"0": 80}})
-    assert planned_span(str(tmp_path), 8, "t") is None  # the batch before is not in the log
+    assert planned_span(Checkpoint(str(tmp_path)), 8, "t") is None  # the batch before is not in the log

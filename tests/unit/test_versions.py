@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from weir.checkpoint.files import Checkpoint
 from weir.pipeline.model import Processor
 from weir.runtime import versions
 
@@ -17,7 +18,7 @@ def counts(version: str = "src-bc9a09054e0c") -> Processor:
 
 
 def test_a_refusal_names_the_field_the_input_schema_and_the_block_setting_that_changed(tmp_path):
-    cp = str(tmp_path / "counts")
+    cp = Checkpoint(str(tmp_path / "counts"))
     versions.check(counts(), cp, "struct<device:string,n:bigint>", {"readings": "device STRING, celsius DOUBLE"},
                    [BLOCK])  # fmt: skip
     with pytest.raises(versions.IncompatibleChange) as refused:
@@ -34,7 +35,7 @@ def test_a_refusal_names_the_field_the_input_schema_and_the_block_setting_that_c
 
 
 def test_graph_only_looks_and_an_older_record_is_still_compared(tmp_path):
-    cp = str(tmp_path / "counts")
+    cp = Checkpoint(str(tmp_path / "counts"))
     versions.write(cp, versions.VersionRecord("counts", "src-1", True, ["readings"], "struct<a:int,b:map<string,int>>"))
     with pytest.raises(versions.IncompatibleChange, match=r"its result's field a changed from int to bigint; the "
                        r"code changed \(src-1 -> src-2\)"):  # fmt: skip
@@ -59,7 +60,7 @@ def test_shapes_compare_per_output_topic_and_schemas_field_by_field():
 
 
 def test_a_nullable_field_gained_resumes_and_says_so_a_state_setting_changed_refuses(tmp_path):
-    cp = str(tmp_path / "counts")
+    cp = Checkpoint(str(tmp_path / "counts"))
     schemas = {"readings": "device STRING, celsius DOUBLE"}
     versions.check(counts(), cp, "struct<device:string,celsius:double>", schemas, [BLOCK], required={"": ["device"]})
     evolved = {"readings": "device STRING, celsius DOUBLE, humidity DOUBLE"}
@@ -102,8 +103,6 @@ def test_a_result_change_is_refused_when_sparks_own_operator_keeps_its_rows(tmp_
 
 
 def test_the_operators_of_a_checkpoints_state_are_read_from_sparks_metadata(tmp_path):
-    from weir.storage.checkpoint import Checkpoint
-
     cp = tmp_path / "cp"
     assert Checkpoint(str(cp)).state_operators() == []
     v1 = cp / "state" / "0" / "_metadata"
@@ -137,7 +136,7 @@ def test_changed_stateful_declarations_resume_only_with_a_migration():
 
 
 def test_a_note_says_which_state_record_it_is(tmp_path) -> None:
-    cp = str(tmp_path / "cp")
+    cp = Checkpoint(str(tmp_path / "cp"))
     versions.check(counts(), cp, "struct<device:string,celsius:double>", required={"": ["device"]}, blocks=[BLOCK])
     grown = versions.check(counts(), cp, "struct<device:string,celsius:double,humidity:double>", blocks=[BLOCK],
                            required={"": ["device"]})  # fmt: skip

@@ -40,9 +40,10 @@ from weir.backfill.plan import (
 )
 from weir.backfill.scan import TopicScan, chunk_rows, scan_offsets, scan_topic, span
 from weir.backfill.target import Target, resolve
+from weir.checkpoint.audit import Backfilled, audit, spans_text
+from weir.checkpoint.files import processor_checkpoint
 from weir.config import Settings, load
 from weir.kafka.admin import Admin
-from weir.kafka.audit import Backfilled, audit, spans_text
 from weir.kafka.headers import BACKFILL_HEADER
 from weir.kafka.options import parse_source
 from weir.kafka.source import KAFKA_COLUMNS, value_ddl
@@ -56,8 +57,6 @@ from weir.runtime.query import Ledger, ProcessorQuery, union
 from weir.runtime.runner import SIDE_TOPIC_CONFIG
 from weir.sinks.delta_read import DeltaDataSource
 from weir.spark import register_source, spark_session
-from weir.storage import paths
-from weir.storage.checkpoint import Checkpoint, processor_checkpoint, write_json
 from weir.storage.lake import Lake
 
 if TYPE_CHECKING:
@@ -298,13 +297,13 @@ def stateful_scans(lake: Lake, p: Pipeline, proc: Processor, t1: datetime, t2: d
 
 def version_ranges(settings: Settings, proc: Processor, version: str) -> dict[str, dict[int, list[tuple[int, int]]]]:
     """The input offsets `version` of the processor processed, per topic and partition, from its checkpoint and the
-    history beside it (weir.kafka.audit); a BackfillError naming the versions there are when it ran none."""
+    history beside it (weir.checkpoint.audit); a BackfillError naming the versions there are when it ran none."""
     checkpoint = processor_checkpoint(settings.checkpoint_root, proc.checkpoint)
     found = audit(proc.name, checkpoint).versions()
     if version not in found:
         known = "; ".join(f"{v}: {spans_text(spans)}" for v, spans in sorted(found.items())) or "none"
         raise BackfillError(f"processor {proc.name} ran no batch of version {version!r} that its checkpoint "
-                            f"{checkpoint} records (versions: {known}); `weir audit` lists them")  # fmt: skip
+                            f"{checkpoint.url} records (versions: {known}); `weir audit` lists them")  # fmt: skip
     return _by_topic(found[version])
 
 
@@ -316,7 +315,7 @@ def _by_topic(spans: dict[tuple[str, int], list[tuple[int, int]]]) -> dict[str, 
 
 
 def ranges_text(ranges: dict[str, dict[int, list[tuple[int, int]]]]) -> str:
-    """A report's ranges as `weir audit` prints them (weir.kafka.audit.spans_text)."""
+    """A report's ranges as `weir audit` prints them (weir.checkpoint.audit.spans_text)."""
     return spans_text({(t, p): rs for t, ps in ranges.items() for p, rs in ps.items()})
 
 
@@ -369,14 +368,14 @@ def _replay(spark: SparkSession, planned: Planned, on_chunk: Callable[[ChunkPlan
     report, target, settings = planned.report, planned.target, planned.settings
     lake = Lake(settings.lake)
     files = LakeFiles(spark, lake, {t: input_schema(planned.pipeline, t) for t in target.proc.inputs}, report)
-    history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
+    checkpoint = processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)
     began = now_iso()
 
     def rescan(h: stateful.Horizon) -> None:
         t1, t2 = report.start, report.end
         report.topics = stateful_scans(lake, planned.pipeline, target.proc, t1, t2, h)
 
-    run = stateful.StatefulRun(spark, planned.pipeline, target, report, settings, files, history)
+    run = stateful.StatefulRun(spark, planned.pipeline, target, report, settings, files, checkpoint)
     counts = run.run(rescan)
     report.counts.add(counts)
     report.chunks_run = 1
@@ -384,8 +383,8 @@ def _replay(spark: SparkSession, planned: Planned, on_chunk: Callable[[ChunkPlan
     for dest, n in counts.outputs.items():
         (report.dead_lettered if dest in dlqs else report.written)[dest] = n
     spans = {(t, p): rs for t, ps in report.ranges.items() for p, rs in ps.items()}
-    record = paths.join(history, f"{report.id}.{int(time.time() * 1000)}.json")
-    write_json(record, Backfilled(report.id, began, spans).to_json() | {"target": report.target})
+    record = checkpoint.backfill_record(report.id, int(time.time() * 1000))
+    checkpoint.write_backfill(record, Backfilled(report.id, began, spans).to_json() | {"target": report.target})
     if on_chunk is not None:
         on_chunk(report.plan[0], counts)
 
@@ -473,8 +472,8 @@ class _Run:
         self.spark, self.lake, self.target, self.report = spark, lake, target, report
         self.ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}  # input offsets read, for `weir audit`
         self.began = now_iso()
-        history = Checkpoint(processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)).backfills
-        self.record = paths.join(history, f"{report.id}.{int(time.time() * 1000)}.json")
+        self.checkpoint = processor_checkpoint(settings.checkpoint_root, target.proc.checkpoint)
+        self.record = self.checkpoint.backfill_record(report.id, int(time.time() * 1000))
         self.schemas = {t: input_schema(p, t) for t in target.proc.inputs}
         self._files = LakeFiles(spark, lake, self.schemas, report)
         effective = replace(p, topics=target.topics, processors={**p.processors, target.proc.name: target.proc})
@@ -563,4 +562,4 @@ class _Run:
         """Write the ranges read so far into the processor's checkpoint history (rewritten after each chunk, so a
         backfill that stops half-way says how far it went)."""
         record = Backfilled(self.report.id, self.began, dict(self.ranges))
-        write_json(self.record, record.to_json() | {"target": self.report.target})
+        self.checkpoint.write_backfill(self.record, record.to_json() | {"target": self.report.target})

@@ -22,9 +22,7 @@ import functools
 import json
 import logging
 import operator
-import shutil
 import time
-import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,9 +33,10 @@ from pyspark.sql import functions as F
 from weir.backfill.plan import BackfillError, epoch_micros
 from weir.blocks.common import settings_noted
 from weir.blocks.window import interval_ms
-from weir.kafka.audit import audit
+from weir.checkpoint.audit import audit
+from weir.checkpoint.files import Checkpoint, processor_checkpoint
+from weir.checkpoint.offsets import Positions
 from weir.kafka.headers import BACKFILL_HEADER, PROCESSOR_HEADER
-from weir.kafka.offsets import Positions
 from weir.kafka.replay import take_marks
 from weir.pipeline.model import Table
 from weir.pipeline.routes import ABSORBED, EMIT, ROUTE
@@ -45,7 +44,6 @@ from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.query import Bounds, Ledger, ProcessorQuery
 from weir.runtime.routing import header_value
 from weir.storage import paths
-from weir.storage.checkpoint import processor_checkpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -172,11 +170,13 @@ class StatefulRun:
 
     def __init__(
         self, spark: SparkSession, p: Pipeline, target: Target, report: Any, settings: Settings,
-        files: Any, history: str,
+        files: Any, live: Checkpoint,
     ) -> None:  # fmt: skip
         self.spark, self.p, self.target, self.report, self.settings = spark, p, target, report, settings
         self.files = files  # (topic, [LakeFile]) -> DataFrame of the stream's columns (_Run._files)
-        self.checkpoint = paths.join(history, f"{report.id}.replay-{uuid.uuid4().hex[:8]}")
+        # The replay's own checkpoint, in the history of the processor's (`live`): a new one per run
+        self.replay = live.backfill_replay(report.id)
+        self.checkpoint = self.replay.url
 
     def run(self, rescan: Any) -> Counts:
         """Trace the processor (its blocks' settings give the horizon), find the replay's offsets in the lake
@@ -601,11 +601,7 @@ class StatefulRun:
 
     def _drop_checkpoint(self) -> None:
         """The replay's checkpoint is of no use after it: a rerun replays from the lake again."""
-        filesystem, path = paths.resolve(self.checkpoint)
-        try:
-            filesystem.delete_dir(path)
-        except (FileNotFoundError, OSError):
-            shutil.rmtree(path, ignore_errors=True)
+        self.replay.discard()
 
 
 def _whole(

@@ -65,11 +65,14 @@ def summary(spark: SparkSession, checkpoint: str, ops: list[int] | None = None) 
     return _read(spark, checkpoint, operators(spark, checkpoint) if ops is None else ops, 0)[0]
 
 
-def question(spark: SparkSession, checkpoint: str, key: str | None, limit: int) -> dict[str, Any]:
+def question(
+    spark: SparkSession, checkpoint: str, key: str | None, limit: int, ops: list[int] | None = None
+) -> dict[str, Any]:
     """What `weir state` shows: `read_state`'s keys (at most `limit`, or `key`'s) and the `summary`, in one read
     of the state when no key is asked for (`_read`). Should the buckets read hold fewer than `limit` keys while
-    others were left unread, the keys are read as `read_state` reads them."""
-    ops = operators(spark, checkpoint)
+    others were left unread, the keys are read as `read_state` reads them. `ops`: its `operators`, when the
+    caller has them."""
+    ops = operators(spark, checkpoint) if ops is None else ops
     if key is not None or not ops:
         keys = list(read_state(spark, checkpoint, key=key, limit=limit, ops=ops))
         return {"checkpoint": checkpoint, **summary(spark, checkpoint, ops=ops), "keys": keys}

@@ -1,5 +1,5 @@
 """`weir audit <pipeline>`: which input offsets each processor processed, how many times, and every hole, from
-the checkpoints and the history beside them (weir/kafka/audit.py); no Spark, no broker. docs/delivery.md."""
+the checkpoints and the history beside them (weir/checkpoint/audit.py); no Spark, no broker. docs/delivery.md."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import Annotated
 
 import typer
 
+from weir.checkpoint.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, UNKNOWN_NOTE, ProcessorAudit, audit, spans_text
+from weir.checkpoint.files import Checkpoint, archive_name, default_name, processor_checkpoint
 from weir.cli.common import AsJson, clean_errors, out
 from weir.config import Settings, load
-from weir.kafka.audit import IN_FLIGHT, LOSS, SILENT, UNKNOWN, UNKNOWN_NOTE, ProcessorAudit, audit, spans_text
-from weir.storage.checkpoint import archive_name, default_name, processor_checkpoint
 from weir.tables import new_table
 
 SILENT_GAP_EXIT = 1
 COUNTED_LOSS_EXIT = 3  # with --strict only
 
 
-def checkpoints_of_spec(spec: str, settings: Settings) -> tuple[str, dict[str, str]]:
+def checkpoints_of_spec(spec: str, settings: Settings) -> tuple[str, dict[str, Checkpoint]]:
     """(pipeline name, {processor: checkpoint}) of a pipeline spec, archivers and views included."""
     # Imported when needed: loading a spec pickles its functions by value with PySpark's cloudpickle (no
     # session starts); a pipeline named by a state file needs neither.
@@ -33,14 +33,16 @@ def checkpoints_of_spec(spec: str, settings: Settings) -> tuple[str, dict[str, s
     return p.name, {n: processor_checkpoint(settings.checkpoint_root, c) for n, c in names.items()}
 
 
-def checkpoints_of_runs(name: str, settings: Settings) -> dict[str, str]:
+def checkpoints_of_runs(name: str, settings: Settings) -> dict[str, Checkpoint]:
     """{processor: checkpoint} from the state files of the runners of pipeline `name` ({} if none ran here)."""
-    found: dict[str, str] = {}
+    found: dict[str, Checkpoint] = {}
     run_dir = Path(settings.home) / "run"
     for f in sorted(run_dir.glob("*.json")) if run_dir.is_dir() else []:
         body = json.loads(f.read_text())
         if body.get("pipeline") == name:
-            found |= {n: st["checkpoint"] for n, st in body.get("processors", {}).items() if st.get("checkpoint")}
+            found |= {
+                n: Checkpoint(st["checkpoint"]) for n, st in body.get("processors", {}).items() if st.get("checkpoint")
+            }
     return found
 
 

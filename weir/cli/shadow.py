@@ -110,7 +110,8 @@ def _compared(spark, p, processor: str, settings) -> ShadowReport:
     rec = record.read(checkpoint)
     if rec is None:
         raise ShadowError(
-            f"no shadow of {processor} ({checkpoint}): begin one with `weir shadow <pipeline> {processor} --code FILE`"
+            f"no shadow of {processor} ({checkpoint.url}): begin one with "
+            f"`weir shadow <pipeline> {processor} --code FILE`"
         )
     return compare(spark, settings, p, rec, checkpoint)
 

@@ -41,7 +41,7 @@ def state_command(
     if total is None:
         err.print(f"weir state: no live runner of {name} runs {processor} here: reading its checkpoint with a "
                   "Spark session of its own (tens of seconds)", highlight=False, markup=False)  # fmt: skip
-        total = _read_alone(name, processor, checkpoints[processor], settings, key, limit)
+        total = _read_alone(name, processor, checkpoints[processor].url, settings, key, limit)
     keys = total.pop("keys")
     if key is not None and not keys:
         raise ValueError(f"{name}/{processor}: no state for key {key!r}")

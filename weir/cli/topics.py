@@ -107,9 +107,10 @@ def offsets(
     as_json: AsJson = False,
 ) -> None:
     """Show a query's committed offsets per topic-partition and its lag against the topic."""
-    from weir.kafka.checkpoint import read_offsets
+    from weir.checkpoint.files import Checkpoint
+    from weir.checkpoint.log import read_offsets
 
-    cp = read_offsets(checkpoint)
+    cp = read_offsets(Checkpoint(checkpoint))
     tps = sorted({(t, p) for pos in (cp.committed, cp.planned) for t, ps in pos.items() for p in ps})
     latest = admin(bootstrap).end_offsets(tps)
     rows = []

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from weir.checkpoint.offsets import OffsetRange
 from weir.formats.base import Decoder
 from weir.formats.keys import decode_records
-from weir.kafka.offsets import OffsetRange
 from weir.kafka.read import CHUNK, DataLossError
 from weir.storage.lake import Lake, Range, coverage_of, ranges_of
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
+from weir.checkpoint.offsets import Positions, parsed
 from weir.config import Settings, redact_text
 from weir.kafka import heal
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.log import client_log
-from weir.kafka.offsets import Positions, parsed
 
 log = logging.getLogger("weir.pipeline")
 # A synchronous commit waits for the group's coordinator at most session.timeout.ms (librdkafka 2.16, measured:
@@ -61,7 +62,7 @@ def _offsets(parts: Any) -> bool:
 @dataclass
 class _Commit:
     ends: Positions | None  # None: the last committed batch's ends, read from `checkpoint` by the thread
-    checkpoint: str | None = None
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass
@@ -106,7 +107,7 @@ class GroupCommitter:
     def group(self, processor: str) -> str:
         return self._settings.offsets_group(self.pipeline, processor) or ""
 
-    def resume(self, checkpoints: dict[str, str]) -> GroupCommitter:
+    def resume(self, checkpoints: dict[str, Checkpoint]) -> GroupCommitter:
         """At a start, each processor's checkpoint: a kill between Spark's commit of a batch and this thread's
         commit of its ends left the group behind, and a restart with nothing new to read runs no batch to catch
         it up. The thread commits the checkpoint's last committed batch's ends, unless a batch's come first."""
@@ -191,7 +192,7 @@ class GroupCommitter:
     def _commit(self, processor: str, commit: _Commit) -> None:
         group = self.group(processor)
         try:
-            ends = commit.ends if commit.ends is not None else self._checkpoint_ends(commit.checkpoint or "")
+            ends = commit.ends if commit.ends is not None else self._checkpoint_ends(commit.checkpoint)
             if not ends:
                 return
             offsets = [TopicPartition(t, p, o) for t, parts in sorted(ends.items()) for p, o in sorted(parts.items())]
@@ -216,7 +217,9 @@ class GroupCommitter:
                 "weir: processor %s: consumer group %s committed again, after %d failures", processor, group, streak
             )
 
-    def _checkpoint_ends(self, checkpoint: str) -> Positions:
+    def _checkpoint_ends(self, checkpoint: Checkpoint | None) -> Positions:
+        if checkpoint is None:  # never: a commit without ends names its checkpoint
+            return {}
         try:
             return read_offsets(checkpoint).committed
         except CheckpointError:

@@ -1,20 +1,20 @@
 """One checkpoint, two Kafka readers: a processor's offset log handed from weir-kafka to Spark's connector and back.
 
 weir-kafka logs a batch's end offset with weir's keys beside the positions (`@start`, `@dataLoss`, `@lakeFallback`,
-`@admission`: kafka/offsets.py); Spark's connector parses an offset as positions only and fails on anything else.
+`@admission`: checkpoint/offsets.py); Spark's connector parses an offset as positions only and fails on anything else.
 A processor reads through the connector except where only weir-kafka can (runtime/reading.py), so one checkpoint
 may see both. At a start Spark reads the offsets of the log's last batch, and of the one before when the last is
 not committed (where it starts): those two are handed over, before the query starts.
 
 - To the connector (`to_connector`): each is written with positions only. Its weir-kafka form is kept first, at
-  `weir/plans/<batch>`, which the checkpoint's readers read in its place (kafka/checkpoint.py): `weir audit` still
+  `weir/plans/<batch>`, which the checkpoint's readers read in its place (checkpoint/log.py): `weir audit` still
   sees where the batch began reading and what it counted.
 - To weir-kafka (`to_weir_kafka`): weir-kafka reads the connector's offsets as they are, but its cumulative counts
   (`@dataLoss`, `@lakeFallback`) would start again from nothing: the last handed-over plan's are written into the
   two batches' offsets, so that a count carried from batch to batch never falls back.
 
-A rewritten offsets file is published whole (storage/paths.write_atomic). On a local filesystem Hadoop's checksum of
-it (`.<batch>.crc`) is removed: a stale one fails Spark's read, a missing one is not checked.
+A rewritten offsets file is published whole, its Hadoop checksum dropped on a local filesystem
+(Checkpoint.rewrite_offset_file, checkpoint/files.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 import logging
 
-from weir.kafka.offsets import DATA_LOSS_KEY, LAKE_FALLBACK_KEY
-from weir.storage import paths
-from weir.storage.checkpoint import Checkpoint, batches, read_text
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.offsets import DATA_LOSS_KEY, LAKE_FALLBACK_KEY
 
 log = logging.getLogger("weir")
 CARRIED = (DATA_LOSS_KEY, LAKE_FALLBACK_KEY)  # weir-kafka's counts carried from batch to batch
@@ -49,51 +48,43 @@ def positions_only(offset: dict) -> dict:
 
 
 def _last(cp: Checkpoint) -> list[int]:
-    return batches(cp.offsets)[-2:]
+    return cp.planned_batches()[-2:]
 
 
 def _publish(cp: Checkpoint, batch: int, text: str, offsets: list[dict | None]) -> None:
     lines = text.split("\n")
     pairs = zip(offsets, lines[2:], strict=True)
     body = [json.dumps(o, separators=(",", ":")) if o is not None else line for o, line in pairs]
-    filesystem, path = paths.resolve(cp.offset_file(batch))
-    paths.write_atomic(filesystem, path, "\n".join([*lines[:2], *body]).encode())
-    parent, name = path.rsplit("/", 1)
-    crc = f"{parent}/.{name}.crc"
-    if type(filesystem).__name__ == "LocalFileSystem" and filesystem.get_file_info(crc).size is not None:
-        filesystem.delete_file(crc)
+    cp.rewrite_offset_file(batch, "\n".join([*lines[:2], *body]))
 
 
-def to_connector(checkpoint: str) -> list[int]:
+def to_connector(cp: Checkpoint) -> list[int]:
     """Hand the log's last batches to Spark's connector (see the module); the batches rewritten."""
-    cp = Checkpoint(checkpoint)
     done = []
     for batch in _last(cp):
-        text = read_text(cp.offset_file(batch)) or ""
+        text = cp.read_offset_file(batch) or ""
         offsets = source_offsets(text)
         if not any(o is not None and any(k.startswith("@") for k in o) for o in offsets):
             continue
-        if read_text(cp.plan(batch)) is None:  # kept first: a crash between the two leaves both forms readable
-            filesystem, path = paths.resolve(cp.plan(batch))
-            paths.write_atomic(filesystem, path, text.encode())
+        if cp.read_plan(batch) is None:  # kept first: a crash between the two leaves both forms readable
+            cp.write_plan(batch, text)
         _publish(cp, batch, text, [None if o is None else positions_only(o) for o in offsets])
         done.append(batch)
     if done:
         log.info("weir: %s: batches %s handed over to Spark's Kafka connector (weir-kafka's plans kept in %s)",
-                 checkpoint, done, cp.plans)  # fmt: skip
+                 cp.url, done, cp.plans)  # fmt: skip
     return done
 
 
-def to_weir_kafka(checkpoint: str) -> list[int]:
+def to_weir_kafka(cp: Checkpoint) -> list[int]:
     """Hand the log's last batches back to weir-kafka (see the module); the batches rewritten."""
-    cp = Checkpoint(checkpoint)
-    saved = batches(cp.plans)
+    saved = cp.handed_batches()
     if not saved:
         return []
-    counts = source_offsets(read_text(cp.plan(saved[-1])) or "")
+    counts = source_offsets(cp.read_plan(saved[-1]) or "")
     done = []
     for batch in _last(cp):
-        text = read_text(cp.offset_file(batch)) or ""
+        text = cp.read_offset_file(batch) or ""
         offsets = source_offsets(text)
         changed = False
         for i, offset in enumerate(offsets):
@@ -107,5 +98,5 @@ def to_weir_kafka(checkpoint: str) -> list[int]:
             done.append(batch)
     if done:
         log.info("weir: %s: batches %s handed back to weir-kafka, its counts carried from batch %d's plan",
-                 checkpoint, done, saved[-1])  # fmt: skip
+                 cp.url, done, saved[-1])  # fmt: skip
     return done

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from weir.checkpoint.offsets import OffsetRange
 from weir.formats.base import Decoder
 from weir.formats.keys import decode_records
 from weir.kafka.log import BrokerUnavailable, client_log, is_outage
-from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import SourceOptions
 
 log = logging.getLogger("weir.kafka")

@@ -19,13 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyarrow import fs as pafs
 
+from weir.checkpoint.files import Checkpoint
 from weir.kafka.headers import BACKFILL_HEADER, PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
 from weir.kafka.log import client_log, is_outage, pooled, servers_of
 from weir.kafka.outage import ride_out
-from weir.storage import paths
-from weir.storage.checkpoint import Checkpoint
 
 Marks = dict[str, dict[int, int]]  # topic -> partition -> high-water mark before the batch's first write
 
@@ -111,20 +109,13 @@ class Rewrite:
         """What this task skipped, for the runner's accounting: written only by a task that read back."""
         if self.seen is None or self.guard.reports is None:
             return
-        filesystem, path = paths.resolve(self.guard.reports)
-        body = json.dumps({"skipped": self.skipped, "left": sum(self.seen.values())}).encode()
-        paths.write_atomic(filesystem, f"{path}/{self.task}.json", body)
+        body = {"skipped": self.skipped, "left": sum(self.seen.values())}
+        Checkpoint.write_mark_report(self.guard.reports, self.task, body)
 
 
 def skipped(reports: str) -> int:
     """The rows the tasks of a guarded write skipped as already delivered, from their reports (driver)."""
-    filesystem, path = paths.resolve(reports)
-    total = 0
-    for info in filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
-        if info.path.endswith(".json"):
-            with filesystem.open_input_stream(info.path) as f:
-                total += int(json.loads(f.read())["skipped"])
-    return total
+    return sum(int(report["skipped"]) for report in Checkpoint.read_mark_reports(reports))
 
 
 def _bytes(v: Any) -> bytes | None:
@@ -218,7 +209,7 @@ def delivered(settings: dict, guard: Guard, timeout: float) -> Counter:
 
 
 def begin(
-    checkpoint: str,
+    cp: Checkpoint,
     processor: str,
     batch_id: int,
     topics: list[str],
@@ -230,14 +221,11 @@ def begin(
     its marks in `<checkpoint>/weir/marks/<batch>.json`; a later begin of the same batch (Spark replays it after
     a crash or a failed attempt) finds them there and is a replay, written as its first attempt wrote (see
     Guard). Marks of older batches are deleted: Spark replays only the last batch."""
-    cp = Checkpoint(checkpoint)
-    filesystem, base = paths.resolve(cp.marks)
-    _, path = paths.resolve(cp.mark(batch_id))
     reports = cp.mark_reports(batch_id)
-    if filesystem.get_file_info(path).type == pafs.FileType.File:
-        with filesystem.open_input_stream(path) as f:
-            guard = Guard.from_option(f.read().decode())
-        _delete(filesystem, paths.resolve(reports)[1])  # the reports of an earlier attempt are not this one's
+    noted = cp.read_mark(batch_id)
+    if noted is not None:
+        guard = Guard.from_option(noted)
+        Checkpoint.drop_mark_reports(reports)  # the reports of an earlier attempt are not this one's
         return replace(guard, processor=processor, replay=True, reports=reports)
     marks = ride_out(
         lambda bound: take_marks(client, topics, timeout=bound),
@@ -246,20 +234,9 @@ def begin(
         timeout_s,
     )
     guard = Guard(processor, marks, replay=False, reports=reports, pipeline=pipeline, batch=batch_id)
-    paths.write_atomic(filesystem, path, guard.to_option().encode())
-    for info in filesystem.get_file_info(pafs.FileSelector(base)):
-        done = info.base_name.split(".", 1)[0]
-        if done.isdigit() and int(done) < batch_id:
-            _delete(filesystem, info.path)
+    cp.write_mark(batch_id, guard.to_option())
+    cp.drop_marks_before(batch_id)
     return guard
-
-
-def _delete(filesystem: pafs.FileSystem, path: str) -> None:
-    kind = filesystem.get_file_info(path).type
-    if kind == pafs.FileType.Directory:
-        filesystem.delete_dir(path)
-    elif kind == pafs.FileType.File:
-        filesystem.delete_file(path)
 
 
 # -- a processor's streaming write (weir.runtime.direct) ----------------------------------------------------
@@ -271,65 +248,47 @@ def _delete(filesystem: pafs.FileSystem, path: str) -> None:
 
 
 def note_marks(
-    checkpoint: str, processor: str, first: int, marks: Marks, pipeline: str | None, committed: int | None
+    cp: Checkpoint, processor: str, first: int, marks: Marks, pipeline: str | None, committed: int | None
 ) -> None:
     """Marks taken before batch `first` was planned (driver), valid for it and every later batch; marks no
     batch after `committed` can need are deleted."""
-    cp = Checkpoint(checkpoint)
-    filesystem, base = paths.resolve(cp.marks)
-    guard = Guard(processor, marks, replay=False, pipeline=pipeline, batch=first)
-    paths.write_atomic(filesystem, paths.resolve(cp.mark(first))[1], guard.to_option().encode())
-    noted = _noted(filesystem, base)
+    cp.write_mark(first, Guard(processor, marks, replay=False, pipeline=pipeline, batch=first).to_option())
+    noted = cp.noted_marks()
     if committed is None:
         return
     # The newest marks at or below the next batch to run serve it and every later one: older ones serve none.
     keep = max((b for b in noted if b <= committed + 1), default=None)
     for b in noted:
         if keep is not None and b < keep:
-            _delete(filesystem, paths.resolve(cp.mark(b))[1])
-            _delete(filesystem, paths.resolve(cp.mark_reports(b))[1])
+            cp.drop_marks(b)
 
 
 def forget_reports(reports: str) -> None:
     """Delete a batch's task reports (`Guard.reports`): they were counted, or are an earlier attempt's."""
-    filesystem, path = paths.resolve(reports)
-    _delete(filesystem, path)
+    Checkpoint.drop_mark_reports(reports)
 
 
-def _noted(filesystem: pafs.FileSystem, base: str) -> list[int]:
-    found = []
-    for info in filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
-        name = info.base_name
-        if name.endswith(".json") and name[:-5].isdigit():
-            found.append(int(name[:-5]))
-    return sorted(found)
-
-
-def newest_marks(checkpoint: str, batch: int) -> tuple[int, Marks] | None:
+def newest_marks(cp: Checkpoint, batch: int) -> tuple[int, Marks] | None:
     """The newest marks noted at or below `batch` (their batch id and marks), None when there are none."""
-    cp = Checkpoint(checkpoint)
-    filesystem, base = paths.resolve(cp.marks)
-    noted = [b for b in _noted(filesystem, base) if b <= batch]
+    noted = [b for b in cp.noted_marks() if b <= batch]
     if not noted:
         return None
-    with filesystem.open_input_stream(paths.resolve(cp.mark(noted[-1]))[1]) as f:
-        return noted[-1], Guard.from_option(f.read().decode()).marks
+    text = cp.read_mark(noted[-1])
+    if text is None:
+        raise FileNotFoundError(f"{cp.mark(noted[-1])} does not exist")
+    return noted[-1], Guard.from_option(text).marks
 
 
-def adopt(checkpoint: str, processor: str, batch: int, pipeline: str | None) -> bool:
+def adopt(cp: Checkpoint, processor: str, batch: int, pipeline: str | None) -> bool:
     """Batch `batch` of a streaming write runs again one batch at a time (foreachBatch, `begin`): the newest
     marks at or below it become its own, so that `begin` finds them and reads back what the streaming attempt
     delivered. False when no marks lie at or below it (nothing of it was written by a streaming write)."""
-    found = newest_marks(checkpoint, batch)
+    found = newest_marks(cp, batch)
     if found is None:
         return False
     noted, marks = found
     if noted != batch:
-        cp = Checkpoint(checkpoint)
-        filesystem, path = paths.resolve(cp.mark(batch))
-        paths.write_atomic(
-            filesystem, path, Guard(processor, marks, pipeline=pipeline, batch=batch).to_option().encode()
-        )
+        cp.write_mark(batch, Guard(processor, marks, pipeline=pipeline, batch=batch).to_option())
     return True
 
 
@@ -358,7 +317,7 @@ class StreamGuard:
         """Batch `batch`'s guard in a task of attempt `attempt`: with the newest marks when it writes again."""
         if batch != self.replay and attempt == 0:
             return Guard(self.processor, {}, replay=False, pipeline=self.pipeline, batch=batch)
-        found = newest_marks(self.checkpoint, batch)
+        found = newest_marks(Checkpoint(self.checkpoint), batch)
         if found is None:
             raise RuntimeError(
                 f"weir-kafka sink: {self.processor} writes batch {batch} again, but no replay marks at or below it "

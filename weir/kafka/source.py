@@ -26,6 +26,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from weir.checkpoint import offsets as form
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.follow import Follower
+from weir.checkpoint.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.formats import ERROR_COLUMN, KeyedDecoder, key_fields, value_format
 from weir.formats.base import Decoder
 from weir.formats.ddl import parse_fields
@@ -34,9 +38,7 @@ from weir.kafka import heal
 from weir.kafka import offsets as off
 from weir.kafka.admission import ADMISSION_KEY, Controller, Decision, memory_cap, read_measurement
 from weir.kafka.fallback import LakeIndex, LakePartition, read_lake
-from weir.kafka.follow import Follower
 from weir.kafka.log import TP, BrokerUnavailable, LogView
-from weir.kafka.offsets import DataLoss, LakeFallback, OffsetRange, Positions
 from weir.kafka.options import OptionError, SourceOptions, parse_sink, parse_source
 from weir.kafka.outage import ride_out
 from weir.kafka.read import DataLossError, read_range
@@ -337,7 +339,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             bounds = self._discover(must_exist=bool(self.opts.topics))
             if isinstance(self.opts.ending, dict):
                 _resolve(self.opts.ending, bounds, "endingOffsets")  # refuses partitions that do not exist
-            self._initial = off.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
+            self._initial = form.to_json(_resolve(self.opts.starting, bounds, "startingOffsets"))
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -414,8 +416,8 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         return loss, fallback.add(ranges)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        positions, loss = off.from_json(start)
-        fallback = off.fallback_from_json(start)
+        positions, loss = form.from_json(start)
+        fallback = form.fallback_from_json(start)
         self._discover()
         self._lake = {}  # the lake's manifests are read again each trigger that needs them
         eff, loss = self._effective_start(positions, loss)
@@ -457,13 +459,13 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._uncounted_loss.events:
             loss = DataLoss(loss.skipped_offsets + self._uncounted_loss.skipped_offsets, loss.events + 1)
             self._uncounted_loss = DataLoss()
-        if end == positions and loss == off.from_json(start)[1] and fallback == off.fallback_from_json(start):
+        if end == positions and loss == form.from_json(start)[1] and fallback == form.fallback_from_json(start):
             # No batch: the offset must equal the start's exactly, or Spark would run an empty batch for it.
             self._catching_up = False
             return start
         # The plan carries its start (every partition it covers, new ones too): `partitions` reads from it.
         planned = {t: {p: eff[t][p] for p in parts} for t, parts in end.items()}
-        out = off.to_json(end, loss, fallback, start=planned)
+        out = form.to_json(end, loss, fallback, start=planned)
         if decision is not None:
             admitted = _records(eff, end)
             self._catching_up = waiting > admitted
@@ -477,7 +479,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         adjustment), within what the broker has and never below where this batch starts (`eff`); partitions the
         plan does not name stay at `eff`. None when the followed query has not planned further."""
         if self._follower is None:
-            self._follower = Follower(self.opts.follow, self.opts.topics)
+            self._follower = Follower(Checkpoint(self.opts.follow), self.opts.topics)
         planned = self._follower.next_end(start)
         if not self._follow_warned and not self._follower.aligned(start):
             self._follow_warned = True
@@ -527,10 +529,10 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         latest: Positions = {}
         for (t, p), (_, hi) in self._bounds.items():
             latest.setdefault(t, {})[p] = hi
-        return off.to_json(latest)
+        return form.to_json(latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        until, _ = off.from_json(end)
+        until, _ = form.from_json(end)
         begin = self._planned_start(start, end)
         wanted = [(t, p) for t, parts in until.items() for p in parts]
         if any(tp not in self._bounds for tp in wanted):
@@ -582,13 +584,13 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         end of the batch before (`start`, as Spark hands it), partition by partition: a difference must be a skip
         the plan counted in `@dataLoss`, or batch 0's start asked again (Spark's second `initialOffset`, which
         this source answers from the plan). Anything else is refused: offsets no batch reads, or read twice."""
-        previous, loss_before = off.from_json(start)
-        planned = off.starts_from_json(end)
+        previous, loss_before = form.from_json(start)
+        planned = form.starts_from_json(end)
         if planned is None:
             return previous  # an offset logged before plans carried their start
-        _, loss_after = off.from_json(end)
+        _, loss_after = form.from_json(end)
         counted = loss_after.skipped_offsets - loss_before.skipped_offsets
-        initial = self._initial is not None and off.from_json(self._initial)[0] == previous
+        initial = self._initial is not None and form.from_json(self._initial)[0] == previous
         for t, parts in planned.items():
             for p, s in parts.items():
                 was = previous.get(t, {}).get(p)
@@ -612,9 +614,9 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         """A batch planned before retention passed it and replayed after (a restart after a crash mid-batch)
         reads more from the lake, or skips more, than its logged offset counts: the difference goes into the
         next offset."""
-        logged, before = off.fallback_from_json(end), off.fallback_from_json(start)
+        logged, before = form.fallback_from_json(end), form.fallback_from_json(start)
         extra = sum(p.end - p.start for p in lake) - (logged.offsets - before.offsets)
-        extra_loss = skipped - (off.from_json(end)[1].skipped_offsets - off.from_json(start)[1].skipped_offsets)
+        extra_loss = skipped - (form.from_json(end)[1].skipped_offsets - form.from_json(start)[1].skipped_offsets)
         key = json.dumps(end, sort_keys=True)
         if (extra <= 0 and extra_loss <= 0) or key == self._replay_counted:
             return

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from weir.kafka.checkpoint import logged_end
+from weir.checkpoint.files import Checkpoint, archive_name
+from weir.checkpoint.log import logged_end
 from weir.kafka.tolake import ARCHIVE_COLUMNS, TABLE_OPTION, TAG_PROPERTY, KafkaArchiveSource
 from weir.pipeline.model import Pipeline, Processor
 from weir.sinks.base import Delivery, Sink, Written
 from weir.sinks.delta import clean_staging, spark_writes, write_files, write_files_spark
 from weir.storage import delta, paths
-from weir.storage.checkpoint import Checkpoint, archive_name
 from weir.storage.lake import PARTITION_BY, TABLE_CONFIG, Lake, LakeError, Range
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class ArchiveSink(Sink):
         """This topic's next offsets per partition and the data-loss events logged for batch `batch_id`."""
         if self.checkpoint is None:
             return None
-        return logged_end(self.checkpoint, batch_id, self.topic)
+        return logged_end(Checkpoint(self.checkpoint), batch_id, self.topic)
 
     def _ranges(self, batch_id: int, observed: dict[int, tuple[int, int, int]]) -> list[Range]:
         """The offset range each partition's part of the batch covered: from the previous batch's logged end

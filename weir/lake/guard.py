@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from weir import wire
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
 from weir.kafka.admin import Admin
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.log import client_log
 from weir.lake.archive import ArchiveSink
 
@@ -137,11 +138,11 @@ def timestamps_at(client: dict[str, str], wanted: dict[tuple[str, int], int], ti
 class Archiver:
     processor: str
     topic: str
-    checkpoint: str
+    checkpoint: Checkpoint
     lake: Lake
 
 
-def archivers(processors: Iterable[Processor], checkpoint: Callable[[Processor], str]) -> list[Archiver]:
+def archivers(processors: Iterable[Processor], checkpoint: Callable[[Processor], Checkpoint]) -> list[Archiver]:
     """The archivers among `processors` (those whose sink is the lake's `ArchiveSink`), each with the
     checkpoint location `checkpoint(processor)` its query uses."""
     return [

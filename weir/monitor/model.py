@@ -105,7 +105,7 @@ class Accounting:
 
 @dataclass(frozen=True, slots=True)
 class Completeness:
-    """What `weir audit` says of the processor's checkpoint (weir/kafka/audit.py), when the monitor reads
+    """What `weir audit` says of the processor's checkpoint (weir/checkpoint/audit.py), when the monitor reads
     checkpoints: silent gaps (None: not audited), counted losses, in flight, and the first gaps by name."""
 
     silent_gaps: int | None = None

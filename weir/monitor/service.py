@@ -12,13 +12,13 @@ import threading
 import time
 from typing import Any
 
+from weir.checkpoint.files import processor_checkpoint
 from weir.config import Settings
 from weir.monitor.alerts import AlertEngine, Webhook
 from weir.monitor.config import MonitorConfig, parse_duration
 from weir.monitor.sources import BrokerPoller, ProgressReader, read_audit, read_checkpoint, read_runs, read_views
 from weir.monitor.state import Monitor
 from weir.monitor.store import StateFile
-from weir.storage.checkpoint import processor_checkpoint
 
 log = logging.getLogger("weir.monitor")
 _CLIENT_ID = re.compile(r"#(consumer|producer|admin)-\d+")
@@ -73,7 +73,7 @@ def declare_pipeline(monitor: Monitor, pipeline: Any, settings: Settings) -> Non
         sink = proc.sink.name if proc.sink is not None else None
         monitor.declare(
             pipeline.name, proc.name, proc.inputs, [*proc.outputs, *([sink] if sink else [])], trigger,
-            processor_checkpoint(settings.checkpoint_root, proc.checkpoint),
+            processor_checkpoint(settings.checkpoint_root, proc.checkpoint).url,
         )  # fmt: skip
 
 

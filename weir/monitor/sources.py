@@ -301,10 +301,11 @@ def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
     """Committed next offsets of a query from its checkpoint."""
     # Imported when first asked: it loads pyarrow (tens of MB), which a monitor watching no checkpoint never
     # needs (docs/monitor.md, its memory).
-    from weir.kafka.checkpoint import CheckpointError, read_offsets
+    from weir.checkpoint.files import Checkpoint
+    from weir.checkpoint.log import CheckpointError, read_offsets
 
     try:
-        committed = read_offsets(checkpoint).committed
+        committed = read_offsets(Checkpoint(checkpoint)).committed
     except (CheckpointError, OSError, ValueError):
         return None
     return {(t, p): off for t, parts in committed.items() for p, off in parts.items()}
@@ -313,18 +314,19 @@ def read_checkpoint(checkpoint: str) -> dict[TP, int] | None:
 def read_audit(name: str, checkpoint: str, cache: dict) -> Completeness:
     """`weir audit`'s figures of one processor's checkpoint; `cache` (the caller's, per processor) keeps the
     offset files read, for the run that wrote them (a reset starts a new run, whose batch 0 is another file)."""
-    from weir.kafka.audit import SILENT, audit
-    from weir.storage.checkpoint import Checkpoint
+    from weir.checkpoint.audit import SILENT, audit
+    from weir.checkpoint.files import Checkpoint
 
+    cp = Checkpoint(checkpoint)
     try:
-        run = Checkpoint(checkpoint).run_id()
+        run = cp.run_id()
     except (OSError, ValueError, KeyError):
         run = None
     if cache.get("run") != run:
         cache.clear()
         cache["run"], cache["batches"] = run, {}
     try:
-        a = audit(name, checkpoint, cache["batches"] if run else None)
+        a = audit(name, cp, cache["batches"] if run else None)
     except (OSError, ValueError) as exc:
         return Completeness(error=str(exc))
     gaps = tuple(f"{p.topic}/{p.partition} {s.start}-{s.end - 1}" for p, s in a.holes(SILENT)[:5])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from weir.kafka.offsets import batch_start, from_json, parsed
+from weir.checkpoint.offsets import batch_start, from_json, parsed
 
 READ_OBSERVATION = "weir.read:"  # + topic: the observation of an input stream's records, per partition
 OTHER = "other"  # records of partitions beyond the declared ones (checked in total only)

@@ -47,6 +47,7 @@ class Control:
         self.spark, self.checkpoint, self.file = spark, checkpoint, file
         self._token = secrets.token_urlsafe(32)
         self._one = threading.Lock()
+        self._ops: dict[str, list[int]] = {}  # each checkpoint's stateful operators, once it has any
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -87,7 +88,7 @@ class Control:
         runner's session. 404: not a processor of this runner; 409: it keeps no keyed state; 503: busy."""
         from starlette.responses import JSONResponse
 
-        from weir.blocks.inspect import NoKeyedState, question
+        from weir.blocks.inspect import NoKeyedState, operators, question
 
         processor = request.path_params["processor"]
         checkpoint = self.checkpoint(processor)
@@ -103,7 +104,11 @@ class Control:
             # A pool of its own (spark.scheduler.mode FAIR, weir/spark.py): its tasks take the next free slots
             # rather than waiting for the queries' jobs queued before them. A property of this thread only.
             self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
-            answer = question(self.spark, checkpoint, key, limit)
+            # A running query's stateful operators stay as its first batch made them: read once (a job saved)
+            ops = self._ops.get(checkpoint) or operators(self.spark, checkpoint)
+            if ops:
+                self._ops[checkpoint] = ops
+            answer = question(self.spark, checkpoint, key, limit, ops)
         except NoKeyedState as exc:
             return JSONResponse({"error": str(exc)}, status_code=409)
         finally:

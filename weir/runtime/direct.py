@@ -35,8 +35,6 @@ from weir.kafka import sink as kafka_sink
 from weir.pipeline.routes import DLQ, EMIT, OUT, ROUTE
 from weir.runtime import completeness, rebuild, routing
 from weir.runtime.accounting import Counts, from_routes
-from weir.storage import checkpoint as cp_store
-from weir.storage.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -84,7 +82,7 @@ def refusal(q: PathQuery) -> str | None:
         (q.bounds is not None or q.archive or q.view is not None, "a replay, an archiver or a view"),
         # A rebuild's skips of what was delivered before the reset happen in foreachBatch's write (see
         # PathQuery._start_rebuild), which notes it at its first write: the marker is read here
-        (q.delivered is not None or (q.checkpoint and rebuild.pending(q.checkpoint)), "a rebuild after a reset"),
+        (q.delivered is not None or (q.checkpoint and rebuild.pending(q.cp)), "a rebuild after a reset"),
         (q.fell_back is not None, f"it fell back: {q.fell_back}"),
     ]
     return next((why for bad, why in reasons if bad), None)
@@ -95,7 +93,7 @@ class Direct:
 
     def __init__(self, q: PathQuery) -> None:
         self.q = q
-        self.cp = Checkpoint(q.checkpoint)
+        self.cp = q.cp
         self.reports = str(Path(q.settings.home) / "run" / "commits" / q.name)
         self.replay: int | None = None  # the batch planned and not committed at the start: written again
         self._routes_own = False
@@ -175,9 +173,9 @@ class Direct:
         # marks of its own (its attempt wrote nothing: a streaming attempt always has marks at or below it), and
         # every later batch; they are where the check of what the query's writes appended starts.
         self._origin = self._take()
-        if self.replay is None or replay.newest_marks(q.checkpoint, self.replay) is None:
+        if self.replay is None or replay.newest_marks(q.cp, self.replay) is None:
             first = self.replay if self.replay is not None else (planned + 1 if planned is not None else 0)
-            replay.note_marks(q.checkpoint, q.proc.name, first, self._origin, q.pipeline.name, committed)
+            replay.note_marks(q.cp, q.proc.name, first, self._origin, q.pipeline.name, committed)
         if self.replay is not None:  # what tasks of an earlier attempt skipped is not this attempt's
             replay.forget_reports(self.cp.mark_reports(self.replay))
         # An earlier process's reports are no batch's of this one (a replay's commit writes its own)
@@ -213,7 +211,7 @@ class Direct:
         marks become its own (replay.adopt), so its foreachBatch attempt reads back what this one delivered."""
         planned, committed = self._logged()
         if _uncommitted(planned, committed) is not None:
-            replay.adopt(self.q.checkpoint, self.q.proc.name, planned, self.q.pipeline.name)
+            replay.adopt(self.q.cp, self.q.proc.name, planned, self.q.pipeline.name)
         log.warning("weir: processor %s failed on the direct path (%s); it runs one batch at a time from batch %s "
                     "on", self.q.proc.name, why, planned)  # fmt: skip
         return planned
@@ -231,7 +229,7 @@ class Direct:
     # -- marks ----------------------------------------------------------------------------------------------
     def _logged(self) -> tuple[int | None, int | None]:
         """The last batch in the offset log and the last committed one."""
-        planned, committed = cp_store.batches(self.cp.offsets), cp_store.batches(self.cp.commits)
+        planned, committed = self.cp.planned_batches(), self.cp.committed_batches()
         return (max(planned) if planned else None), (max(committed) if committed else None)
 
     def _take(self) -> replay.Marks:
@@ -260,7 +258,7 @@ class Direct:
                         batch, exc)  # fmt: skip
             return
         if before == after:
-            replay.note_marks(q.checkpoint, q.proc.name, (after or 0) + 1, marks, q.pipeline.name, committed)
+            replay.note_marks(q.cp, q.proc.name, (after or 0) + 1, marks, q.pipeline.name, committed)
         for gap in completeness.check_writes(self._origin, marks, self._written):
             short = gap.records - self._short.get(gap.topic, 0)  # the part not published by an earlier check
             if short > 0:

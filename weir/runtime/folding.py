@@ -2,7 +2,7 @@
 
 Spark holds the last `spark.sql.streaming.minBatchesToRetain` (100) batches of a checkpoint's log; `weir audit`
 would call everything below them `unknown`. The runner hands each finished batch to a Folder, which folds the
-committed batches into the checkpoint's `weir/folded.json` (kafka/audit.py `fold`) every few batches, a
+committed batches into the checkpoint's `weir/folded.json` (checkpoint/audit.py `fold`) every few batches, a
 quarter of the retained ones at most, on a thread of its own: the progress listener never waits for storage.
 """
 
@@ -12,7 +12,8 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from weir.kafka import audit
+from weir.checkpoint import audit
+from weir.checkpoint.files import Checkpoint
 
 log = logging.getLogger("weir.pipeline")
 EVERY = 10  # batches between folds, when Spark retains enough of them
@@ -28,12 +29,12 @@ class Folder:
         self.every = every(retained)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="weir-fold")
         self._lock = threading.Lock()
-        self._last: dict[str, int] = {}  # per checkpoint: the batch of the last fold asked for
-        self._running: dict[str, Future] = {}
-        self._caches: dict[str, dict] = {}  # per checkpoint: offset files already read (never rewritten)
-        self.failures: dict[str, int] = {}  # per checkpoint: folds that failed (published with its progress)
+        self._last: dict[Checkpoint, int] = {}  # per checkpoint: the batch of the last fold asked for
+        self._running: dict[Checkpoint, Future] = {}
+        self._caches: dict[Checkpoint, dict] = {}  # per checkpoint: offset files already read (never rewritten)
+        self.failures: dict[Checkpoint, int] = {}  # per checkpoint: folds that failed (published with its progress)
 
-    def finished(self, checkpoint: str, batch: int) -> None:
+    def finished(self, checkpoint: Checkpoint, batch: int) -> None:
         """A batch of the checkpoint committed: fold when `every` batches passed since the last fold (and none
         is running; the next one takes these batches too)."""
         with self._lock:
@@ -46,16 +47,16 @@ class Folder:
             self._last[checkpoint] = batch
             self._running[checkpoint] = self._pool.submit(self._fold, checkpoint)
 
-    def _fold(self, checkpoint: str) -> None:
+    def _fold(self, checkpoint: Checkpoint) -> None:
         try:
             audit.fold(checkpoint, self._caches.setdefault(checkpoint, {}))
         except Exception as exc:  # the batches stay in the log: the next fold takes them
             with self._lock:
                 self.failures[checkpoint] = self.failures.get(checkpoint, 0) + 1
-            log.warning("weir: folding the coverage of %s failed (retried after the next batches): %s", checkpoint,
+            log.warning("weir: folding the coverage of %s failed (retried after the next batches): %s", checkpoint.url,
                         exc)  # fmt: skip
 
-    def failed(self, checkpoint: str) -> int:
+    def failed(self, checkpoint: Checkpoint) -> int:
         """Folds of the checkpoint that failed since the runner started."""
         with self._lock:
             return self.failures.get(checkpoint, 0)

@@ -26,11 +26,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from weir import units, wire
+from weir.checkpoint.offsets import START_KEY, batch_start, from_json, parsed
+from weir.checkpoint.offsets import to_json as offsets_json
 from weir.kafka import heal
 from weir.kafka.admission import ADMISSION_KEY
 from weir.kafka.log import client_log
-from weir.kafka.offsets import START_KEY, batch_start, from_json, parsed
-from weir.kafka.offsets import to_json as offsets_json
 from weir.runtime import acked
 
 log = logging.getLogger("weir.pipeline")

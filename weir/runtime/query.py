@@ -29,14 +29,16 @@ from pyspark.sql.types import StructType
 
 from weir import units
 from weir.blocks.common import col
+from weir.checkpoint import log as checkpoint_log
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.offsets import Positions
 from weir.config import ProcessorSettings, Settings
 from weir.formats import ERROR_COLUMN
 from weir.kafka import admission, connector, replay
-from weir.kafka import checkpoint as checkpoint_log
 from weir.kafka import sink as kafka_sink
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import LogView
-from weir.kafka.offsets import Positions, span_bounds
+from weir.kafka.offsets import span_bounds
 from weir.kafka.source import KAFKA_COLUMN_NAMES
 from weir.lake.archive import ARCHIVE_FORMAT, ArchiveSink
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Table, Topic
@@ -211,6 +213,11 @@ class ProcessorQuery:
             self.delivered = self.read_delivered(delivered).persist()
 
     @property
+    def cp(self) -> Checkpoint:
+        """The checkpoint's files (weir.checkpoint); `checkpoint` is its location, as Spark and the sinks take it."""
+        return Checkpoint(self.checkpoint)
+
+    @property
     def guard(self) -> replay.Guard | None:
         """The running batch's replay guard (a streaming batch's write; docs/delivery.md, "Replays"). Its marks
         are taken while the driver plans the batch (`_mark`): the first use waits for them, and every write
@@ -303,7 +310,7 @@ class ProcessorQuery:
             by_partition=self.proc.sink is not None and self.proc.sink.commits_by_partition,
         )  # fmt: skip
         with self._log_view() as view:
-            self.reader = reading.choose(fixed, self.checkpoint, self.proc.inputs, view)
+            self.reader = reading.choose(fixed, self.cp, self.proc.inputs, view)
         self._checked_at = time.monotonic()
         if not self.reader.connector:
             log.info("weir: processor %s reads through weir-kafka: %s", self.proc.name, self.reader.why)
@@ -349,7 +356,7 @@ class ProcessorQuery:
         self._checked_at = time.monotonic()
         try:
             with self._log_view() as view:
-                return reading.caught_up(self.checkpoint, self.proc.inputs, view)
+                return reading.caught_up(self.cp, self.proc.inputs, view)
         except Exception as exc:  # asked again at the next check: the fallback reads on meanwhile
             log.warning("weir: processor %s: whether its lake fallback is over is not known (%s)", self.proc.name,
                         _brief(exc))  # fmt: skip
@@ -501,7 +508,7 @@ class ProcessorQuery:
         if not single or not self.checkpoint or (self._marks is None and self._guard is None):
             return None
         topic = self.proc.inputs[0]
-        return SourceTally.of(topic, checkpoint_log.planned_span(self.checkpoint, batch_id, topic))
+        return SourceTally.of(topic, checkpoint_log.planned_span(self.cp, batch_id, topic))
 
     def _one_pass(self, batch: DataFrame, batch_id: int, tally: SourceTally) -> Counts:
         """A stateless batch in one Spark job. Observations in that job count what the books need: the records
@@ -809,7 +816,7 @@ class ProcessorQuery:
         self._rebuild_checked = True
         if not self.checkpoint or self.delivered is not None:
             return
-        found = rebuild.pending(self.checkpoint)
+        found = rebuild.pending(self.cp)
         if found is None:
             return
         if not self.written_topics():
@@ -819,14 +826,14 @@ class ProcessorQuery:
             wait = self.settings.broker_wait // timedelta(milliseconds=1)
             marks = replay.take_marks(self.settings.client_config(), topics, timeout=min(30.0, wait / 1000))
             found.marks = {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}
-            rebuild.save(self.checkpoint, found)
+            rebuild.save(self.cp, found)
         if not found.marks:  # none of its topics existed: nothing was delivered
-            rebuild.done(self.checkpoint)
+            rebuild.done(self.cp)
             return
         self.delivered = self.read_delivered(sorted(found.marks), found.marks).persist()
         if found.delivered is None:
             found.delivered = int(self.delivered.agg(F.coalesce(F.sum("n"), F.lit(0))).first()[0])
-            rebuild.save(self.checkpoint, found)
+            rebuild.save(self.cp, found)
         self.rebuild = found
         log.info("weir: %s rebuilds after a reset (since %s): %d rows it delivered before are not written again",
                  self.name, found.since, found.remaining)  # fmt: skip
@@ -836,10 +843,10 @@ class ProcessorQuery:
         """Note the running batch's skips; once every delivered row was met, the rebuild ends."""
         if self.in_batch is not None and skipped:
             self.rebuild.skipped[str(self.in_batch)] = skipped
-            rebuild.save(self.checkpoint, self.rebuild)
+            rebuild.save(self.cp, self.rebuild)
         if self.rebuild.remaining is not None and self.rebuild.remaining <= 0:
             log.info("weir: %s met every row it delivered before its reset; it writes as usual", self.name)
-            rebuild.done(self.checkpoint)
+            rebuild.done(self.cp)
             self.delivered.unpersist()
             self.delivered, self.rebuild = None, None
 
@@ -1044,7 +1051,7 @@ class ProcessorQuery:
         topics = self.written_topics()
         client = self.settings.client_config()
         wait = self.settings.broker_wait // timedelta(milliseconds=1)
-        return replay.begin(self.checkpoint, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
+        return replay.begin(self.cp, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
 
     def _unappended(self, batch_id: int) -> list[completeness.Gap]:
         """What the batch before wrote and its topics do not hold: its records per topic against how far the

@@ -34,12 +34,12 @@ from typing import Literal
 
 from confluent_kafka import KafkaException
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
+from weir.checkpoint.offsets import Positions
 from weir.kafka import handover
 from weir.kafka.admission import FlowOptions, memory_cap
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.kafka.log import TP, BrokerUnavailable, LogView
-from weir.kafka.offsets import Positions
-from weir.storage.checkpoint import Checkpoint
 
 log = logging.getLogger("weir")
 ReaderKind = Literal["connector", "weir-kafka"]
@@ -89,17 +89,17 @@ def behind_log_start(committed: Positions, bounds: dict[TP, tuple[int, int]]) ->
     return out
 
 
-def choose(fixed: str | None, checkpoint: str, topics: Iterable[str], view: LogView) -> Reader:
+def choose(fixed: str | None, checkpoint: Checkpoint, topics: Iterable[str], view: LogView) -> Reader:
     """The reader of a query about to start: weir-kafka for a `fixed` reason, a broker listing wrong offsets, or a
     lake fallback the checkpoint needs now (offsets retention deleted before they were read); else the connector,
     to which the checkpoint's last batches are handed over. A weir-kafka start hands them back to it."""
     reader = _choose(fixed, checkpoint, list(topics), view)
-    if Checkpoint(checkpoint).exists():
+    if checkpoint.exists():
         (handover.to_connector if reader.connector else handover.to_weir_kafka)(checkpoint)
     return reader
 
 
-def _choose(fixed: str | None, checkpoint: str, topics: list[str], view: LogView) -> Reader:
+def _choose(fixed: str | None, checkpoint: Checkpoint, topics: list[str], view: LogView) -> Reader:
     if fixed is not None:
         return Reader("weir-kafka", fixed)
     try:
@@ -116,7 +116,7 @@ def _choose(fixed: str | None, checkpoint: str, topics: list[str], view: LogView
     return CONNECTOR
 
 
-def caught_up(checkpoint: str, topics: Iterable[str], view: LogView) -> bool:
+def caught_up(checkpoint: Checkpoint, topics: Iterable[str], view: LogView) -> bool:
     """Whether a processor in a lake fallback is past it: every partition's next offset in the newer part of what
     the broker holds (CATCH_UP_SHARE), so that retention does not send it straight back to weir-kafka."""
     committed = _committed(checkpoint)
@@ -139,8 +139,8 @@ def _partitions(view: LogView, topics: list[str]) -> list[TP]:
     return [(t, p) for t in topics for p in found.get(t, [])]
 
 
-def _committed(checkpoint: str) -> Positions:
-    if not Checkpoint(checkpoint).exists():
+def _committed(checkpoint: Checkpoint) -> Positions:
+    if not checkpoint.exists():
         return {}
     try:
         return read_offsets(checkpoint).committed

@@ -27,7 +27,6 @@ task fails the query, and the next start settles the tail.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any
@@ -36,13 +35,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import read_offsets
 from weir.kafka import connector, replay
-from weir.kafka.checkpoint import read_offsets
 from weir.kafka.headers import SOURCE_HEADER
 from weir.runtime import completeness, routing
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.direct import HANDED, ROUTES, Direct
-from weir.storage import checkpoint as cp_store
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -80,18 +79,17 @@ def refusal(q: PathQuery) -> str | None:
 
 
 # -- the tail ----------------------------------------------------------------------------------------------
-def tail_marks(checkpoint: str) -> replay.Marks | None:
+def tail_marks(cp: Checkpoint) -> replay.Marks | None:
     """The tail's marks (None: no real-time run left writes that no commit covers)."""
-    found = cp_store.read_text(cp_store.Checkpoint(checkpoint).realtime_tail)
+    found = cp.read_realtime_tail()
     if found is None:
         return None
-    raw = json.loads(found)["marks"]
+    raw = found["marks"]
     return {t: {int(p): int(o) for p, o in ps.items()} for t, ps in raw.items()}
 
 
-def note_tail(checkpoint: str, marks: replay.Marks) -> None:
-    cp_store.write_json(cp_store.Checkpoint(checkpoint).realtime_tail,
-                        {"marks": {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}})  # fmt: skip
+def note_tail(cp: Checkpoint, marks: replay.Marks) -> None:
+    cp.write_realtime_tail({"marks": {t: {str(p): o for p, o in ps.items()} for t, ps in marks.items()}})
 
 
 def _position() -> tuple[Column, Column]:
@@ -113,9 +111,9 @@ def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
     input records the commits have not passed ((topic, source) rows, cached; None: nothing), and its reach per
     input partition. With nothing to skip, the tail's marks move up to now: nothing of this run is written yet."""
     topics, topic = q.written_topics(), q.proc.inputs[0]
-    marks = tail_marks(q.checkpoint)
-    done = cp_store.batches(cp_store.Checkpoint(q.checkpoint).commits)
-    committed = read_offsets(q.checkpoint).committed.get(topic, {}) if done else {}
+    marks = tail_marks(q.cp)
+    done = q.cp.committed_batches()
+    committed = read_offsets(q.cp).committed.get(topic, {}) if done else {}
     if marks:
         rows = q.read_since(sorted(marks), marks)
         partition, offset = _position()
@@ -131,7 +129,7 @@ def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
                      "written again", q.proc.name, found)  # fmt: skip
             return rows, reach(rows)
         rows.unpersist()
-    note_tail(q.checkpoint, replay.take_marks(q.settings.client_config(), topics, timeout=30.0))
+    note_tail(q.cp, replay.take_marks(q.settings.client_config(), topics, timeout=30.0))
     return None, {}
 
 
@@ -187,8 +185,8 @@ class RealTime(Direct):
         _, committed = self._logged()
         first = (committed + 1) if committed is not None else 0
         self._origin = self._take()
-        if replay.newest_marks(q.checkpoint, first) is None:  # a micro-batch fallback's replay reads back from them
-            replay.note_marks(q.checkpoint, q.proc.name, first, self._origin, q.pipeline.name, committed)
+        if replay.newest_marks(q.cp, first) is None:  # a micro-batch fallback's replay reads back from them
+            replay.note_marks(q.cp, q.proc.name, first, self._origin, q.pipeline.name, committed)
         client = {f"kafka.{k}": v for k, v in connector.java_client(q.settings.client_config()).items()}
         every = q.proc.realtime
         assert every is not None
@@ -263,7 +261,7 @@ class RealTime(Direct):
             if all(p in ends and ends[p][1] >= o for p, o in self.reach.items()):
                 self.reach = {}
         if self._taken is not None and self._taken[0] <= batch + 1 and not self.reach:
-            note_tail(q.checkpoint, self._taken[1])
+            note_tail(q.cp, self._taken[1])
             self._taken = None
         try:
             marks = self._take()

@@ -11,16 +11,11 @@ as usual. `--reset --republish` leaves no marker: everything is written again. d
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from pyarrow import fs
-
+from weir.checkpoint.files import Checkpoint
 from weir.runtime import versions
-from weir.storage import paths
-
-MARKER = "weir/reset.json"
 
 
 @dataclass
@@ -39,12 +34,7 @@ class Rebuild:
         return None if self.delivered is None else self.delivered - sum(self.skipped.values())
 
 
-def _path(checkpoint: str) -> tuple[fs.FileSystem, str]:
-    filesystem, root = paths.resolve(checkpoint)
-    return filesystem, paths.join(root, MARKER)
-
-
-def reset(checkpoint: str, republish: bool = False) -> bool:
+def reset(checkpoint: Checkpoint, republish: bool = False) -> bool:
     """Delete a processor's checkpoint (`versions.reset`) and, unless `republish`, leave the marker of a
     rebuild that skips what was delivered. True when there was a checkpoint."""
     existed = versions.reset(checkpoint)
@@ -53,22 +43,16 @@ def reset(checkpoint: str, republish: bool = False) -> bool:
     return existed
 
 
-def pending(checkpoint: str) -> Rebuild | None:
+def pending(checkpoint: Checkpoint) -> Rebuild | None:
     """The marker of a rebuild still skipping what was delivered, or None."""
-    filesystem, path = _path(checkpoint)
-    if filesystem.get_file_info(path).type != fs.FileType.File:
-        return None
-    with filesystem.open_input_stream(path) as f:
-        return Rebuild(**json.loads(f.read().decode()))
+    raw = checkpoint.read_reset_marker()
+    return None if raw is None else Rebuild(**raw)
 
 
-def save(checkpoint: str, rebuild: Rebuild) -> None:
-    filesystem, path = _path(checkpoint)
-    paths.write_atomic(filesystem, path, json.dumps(asdict(rebuild)).encode())
+def save(checkpoint: Checkpoint, rebuild: Rebuild) -> None:
+    checkpoint.write_reset_marker(asdict(rebuild))
 
 
-def done(checkpoint: str) -> None:
+def done(checkpoint: Checkpoint) -> None:
     """Remove the marker: the rebuild met every row that was delivered."""
-    filesystem, path = _path(checkpoint)
-    if filesystem.get_file_info(path).type == fs.FileType.File:
-        filesystem.delete_file(path)
+    checkpoint.drop_reset_marker()

@@ -27,14 +27,16 @@ from pyspark.sql import SparkSession
 
 from weir import units, wire
 from weir.blocks.common import settings_noted
+from weir.checkpoint.audit import SILENT, audit
+from weir.checkpoint.files import Checkpoint, processor_checkpoint
+from weir.checkpoint.lock import CheckpointLock, LeaseKeeper
+from weir.checkpoint.log import initial_offsets
+from weir.checkpoint.offsets import to_json as offsets_json
 from weir.config import Settings, load
 from weir.kafka import heal
 from weir.kafka.admin import Admin
-from weir.kafka.audit import SILENT, audit
-from weir.kafka.checkpoint import initial_offsets
 from weir.kafka.groups import GroupCommitter
 from weir.kafka.log import servers_of
-from weir.kafka.offsets import to_json as offsets_json
 from weir.lake.archive import with_archivers
 from weir.lake.guard import RetentionGuard, archivers
 from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
@@ -49,8 +51,6 @@ from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
 from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, SlowPlans, metadata_probe
 from weir.spark import spark_session
-from weir.storage.checkpoint import Checkpoint, processor_checkpoint
-from weir.storage.lock import CheckpointLock, LeaseKeeper
 
 log = logging.getLogger("weir.pipeline")
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * 86_400_000), "retention.bytes": "-1"}
@@ -179,7 +179,7 @@ class Runner:
         self._phases: dict[str, tuple[str, int | None, int]] = {}  # processor -> (phase, batch, since epoch ms)
 
     # -- setup --------------------------------------------------------------------------------------------
-    def checkpoint(self, proc: Processor) -> str:
+    def checkpoint(self, proc: Processor) -> Checkpoint:
         return processor_checkpoint(self.settings.checkpoint_root, proc.checkpoint)
 
     def create_topics(self) -> list[str]:
@@ -214,7 +214,7 @@ class Runner:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def lock(self) -> list[str]:
-        """Take the lock of every selected processor's checkpoint (storage/lock.py), all or none: LockHeld names
+        """Take the lock of every selected processor's checkpoint (checkpoint/lock.py), all or none: LockHeld names
         the runner that holds one. Returns (and logs) the notes of stale locks taken over. From here on the
         state file is this run's: `weir status` shows it starting, not the last run's totals."""
         if self._locks:
@@ -223,7 +223,7 @@ class Runner:
         try:
             for proc in sorted(self.selected, key=lambda p: p.checkpoint):
                 what = f"processor {proc.name} of pipeline {self.pipeline.name}"
-                lock = CheckpointLock(Checkpoint(self.checkpoint(proc)).lock, what, lease)
+                lock = CheckpointLock(self.checkpoint(proc).lock, what, lease)
                 note = lock.acquire()
                 taken.append(lock)
                 if note:
@@ -247,7 +247,7 @@ class Runner:
     def start(self) -> Runner:
         self.lock()
         # The JVM outlives a SIGKILLed driver for a moment (it stops when it sees its stdin closed): the next
-        # runner waits for it too before it takes the locks over (storage/lock.py).
+        # runner waits for it too before it takes the locks over (checkpoint/lock.py).
         jvm = getattr(self.spark.sparkContext._gateway, "proc", None)
         for lock in self._locks if jvm is not None else []:
             lock.assist(jvm.pid)
@@ -289,7 +289,7 @@ class Runner:
 
     def _running_checkpoint(self, name: str) -> str | None:
         """The checkpoint of processor `name` if this runner runs it (its control endpoint's questions)."""
-        return self.checkpoint(self.pipeline.processors[name]) if name in self.status else None
+        return self.checkpoint(self.pipeline.processors[name]).url if name in self.status else None
 
     def prepare(self, record: bool = True) -> dict[str, versions.Note]:
         """Trace every processor (its function on its inputs' schemas, its result checked against its outputs)
@@ -307,7 +307,7 @@ class Runner:
         incompatible = False
         for proc in self.selected:
             b = ProcessorQuery(
-                self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc),
+                self.spark, self.pipeline, proc, self.settings, self.ledger, self.checkpoint(proc).url,
                 available_now=self.available_now,
             )  # fmt: skip
             try:
@@ -885,7 +885,7 @@ class Runner:
             # Kafka clients rebuilt because they could not go on, per kind: this process's and its workers'
             "client_rebuilds": self.publisher.rebuilds() if self.publisher is not None else heal.rebuilds(),
             "processors": {
-                n: {**st.to_json(), "checkpoint": self.checkpoint(self.pipeline.processors[n])}
+                n: {**st.to_json(), "checkpoint": self.checkpoint(self.pipeline.processors[n]).url}
                 for n, st in self.status.items()
             },
         }
@@ -911,7 +911,7 @@ def _creating_sources(query: Any) -> bool:
         return False
 
 
-def gaps_warning(processor: str, checkpoint: str) -> str | None:
+def gaps_warning(processor: str, checkpoint: Checkpoint) -> str | None:
     """What a start says of a checkpoint whose history skips input offsets no batch read (`weir audit`'s silent
     gaps, named as it names them), or None: the run goes on from where the checkpoint is, and those offsets stay
     unread unless backfilled (a backfill's ranges cover them) or the processor is reset."""
@@ -966,13 +966,12 @@ def _ran(progress: dict | None) -> int | None:
     return None
 
 
-def _initial_starts(figures: dict, checkpoint: str) -> dict:
+def _initial_starts(figures: dict, cp: Checkpoint) -> dict:
     """`figures` with the start of batch 0 where Spark's Kafka connector logged it (its initial offset, in the
     checkpoint) and Spark's progress does not say: the books check batch 0's reads as any other's."""
     sources = figures["sources"]
     if figures["batch_id"] != 0 or all(s["start_offset"] is not None for s in sources):
         return figures
-    cp = Checkpoint(checkpoint)
     starts = [s["start_offset"] if s["start_offset"] is not None else initial_offsets(cp, i)
               for i, s in enumerate(sources)]  # fmt: skip
     return figures | {"sources": [s | {"start_offset": offsets_json(o) if isinstance(o, dict) else o}

@@ -12,15 +12,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
 from weir.config import Settings
 from weir.kafka import Admin, BrokerUnavailable
-from weir.kafka.checkpoint import CheckpointError, read_offsets
 from weir.process import process_alive
 
 
 def _lag(settings: Settings, checkpoint: str) -> int | None:
     try:
-        cp = read_offsets(checkpoint)
+        cp = read_offsets(Checkpoint(checkpoint))
     except CheckpointError:
         return None
     tps = sorted({(t, p) for t, ps in cp.committed.items() for p in ps})

@@ -12,57 +12,27 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
-
-from pyarrow import fs
+from dataclasses import dataclass
 
 from weir import units
-from weir.kafka import audit
-from weir.kafka.checkpoint import CheckpointError, read_log
+from weir.checkpoint import audit
+from weir.checkpoint.files import Checkpoint, VersionRecord
+from weir.checkpoint.log import CheckpointError, read_log
 from weir.pipeline.model import Processor
-from weir.storage import paths
-from weir.storage.checkpoint import VERSION_RECORD, Checkpoint, batches, json_files, write_json
 
 log = logging.getLogger("weir.pipeline")
-
-RECORD = VERSION_RECORD
 
 
 class IncompatibleChange(RuntimeError):
     """A processor's new code cannot use the state its checkpoint holds."""
 
 
-@dataclass
-class VersionRecord:
-    processor: str
-    version: str
-    stateful: bool
-    inputs: list[str]
-    result_schema: str
-    input_schemas: dict[str, str] = field(default_factory=dict)  # declared DDL by input topic; {} before 2026-11
-    blocks: list[dict[str, str]] = field(default_factory=list)  # the stateful blocks' settings, in call order
-    # Each start whose version changed: {"version", "first_batch" (the first batch it ran), "at"}; the audit
-    # attributes batches to versions by them (kafka/audit.py releases_of), for `weir backfill --version`.
-    releases: list[dict] = field(default_factory=list)
-    # The result's non-nullable fields by output topic ("" for one DataFrame): a field added may be nullable only.
-    required: dict[str, list[str]] = field(default_factory=dict)
+def read(checkpoint: Checkpoint) -> VersionRecord | None:
+    return checkpoint.read_version_record()
 
 
-def _location(checkpoint: str) -> tuple[fs.FileSystem, str]:
-    return paths.resolve(Checkpoint(checkpoint).version_record)
-
-
-def read(checkpoint: str) -> VersionRecord | None:
-    filesystem, path = _location(checkpoint)
-    if filesystem.get_file_info(path).type == fs.FileType.NotFound:
-        return None
-    with filesystem.open_input_stream(path) as f:
-        return VersionRecord(**json.loads(f.read().decode()))
-
-
-def write(checkpoint: str, record: VersionRecord) -> None:
-    filesystem, path = _location(checkpoint)
-    paths.write_atomic(filesystem, path, json.dumps(asdict(record), indent=1).encode())
+def write(checkpoint: Checkpoint, record: VersionRecord) -> None:
+    checkpoint.write_version_record(record)
 
 
 # The block settings a restart may change, since no state depends on them: a watermark's delay, deduplication's
@@ -144,7 +114,7 @@ class Note(str):
 
 
 def check(
-    proc: Processor, checkpoint: str, result_schema: str, input_schemas: dict[str, str] | None = None,
+    proc: Processor, checkpoint: Checkpoint, result_schema: str, input_schemas: dict[str, str] | None = None,
     blocks: list[dict[str, str]] | None = None, record: bool = True, required: dict[str, list[str]] | None = None,
 ) -> Note | None:  # fmt: skip
     """Raise IncompatibleChange, or store the current version (unless `record` is False: `weir graph` only
@@ -160,7 +130,7 @@ def check(
         notes.append(f"code version {stored.version} -> {current.version}")
     if stored is not None and proc.stateful:
         # Checked whatever the version says: the same source can build other state (a closure's value).
-        decision = decide(stored, current, Checkpoint(checkpoint).state_operators())
+        decision = decide(stored, current, checkpoint.state_operators())
         if decision.refused:
             # What else changed since the state was written explains the refusal: an input's declared schema (a
             # field added), a change the state could take, the code.
@@ -171,7 +141,8 @@ def check(
                 else f"the code changed ({stored.version} -> {current.version})"
             )
             raise IncompatibleChange(
-                f"processor {proc.name}: cannot resume from the state in {checkpoint}: {'; '.join(decision.refused)}"
+                f"processor {proc.name}: cannot resume from the state in {checkpoint.url}: "
+                f"{'; '.join(decision.refused)}"
                 + (f"; since the state was written, {'; '.join(causes)}" if causes else "")
                 + f"; {code}. Restore what changed, or rebuild the state from the earliest offsets of its inputs "
                 f"with `weir run --reset {proc.name}` (it publishes nothing its outputs already hold)."
@@ -186,7 +157,7 @@ def check(
     return Note(f"processor {proc.name}: {'; '.join(notes)}", "code_changed" if changed else "state_evolved")
 
 
-def _releases(checkpoint: str, stored: VersionRecord | None, version: str) -> list[dict]:
+def _releases(checkpoint: Checkpoint, stored: VersionRecord | None, version: str) -> list[dict]:
     """The stored releases, and this start's when its version is not the last one's: it runs from the batch after
     the last committed one (a batch planned and not committed runs again, under this version)."""
     releases = list(stored.releases) if stored is not None else []
@@ -197,9 +168,9 @@ def _releases(checkpoint: str, stored: VersionRecord | None, version: str) -> li
     return [*releases, {"version": version, "first_batch": next_batch(checkpoint), "at": units.now_iso()}]
 
 
-def next_batch(checkpoint: str) -> int:
+def next_batch(checkpoint: Checkpoint) -> int:
     """The id of the first batch a start of the checkpoint's query runs: the one after its last committed batch."""
-    committed = batches(Checkpoint(checkpoint).commits)
+    committed = checkpoint.committed_batches()
     if committed:
         return committed[-1] + 1
     kept = audit.folded(checkpoint)  # Spark purged every commit (never: it keeps the last ones) but a fold kept them
@@ -287,32 +258,25 @@ def _setting(block: dict[str, str], name: str) -> str | None:
     return block.get(name, SETTING_DEFAULTS.get(name))
 
 
-def reset(checkpoint: str) -> bool:
+def reset(checkpoint: Checkpoint) -> bool:
     """Delete a processor's checkpoint (offsets, state and version); True when there was one. Its coverage (the
-    input ranges its committed batches read, weir/kafka/audit.py) is kept first in the checkpoint's history,
+    input ranges its committed batches read, weir/checkpoint/audit.py) is kept first in the checkpoint's history,
     which the reset leaves, so `weir audit` still states what that run processed."""
-    filesystem, path = _location(checkpoint)
-    root = path.rsplit("/", 1)[0]
-    if filesystem.get_file_info(root).type == fs.FileType.NotFound:
+    if not checkpoint.occupied():
         return False
     keep_history(checkpoint)
-    filesystem.delete_dir(root)
-    return True
+    return checkpoint.delete()
 
 
-def keep_history(checkpoint: str) -> str:
+def keep_history(checkpoint: Checkpoint) -> str:
     """Write the coverage of the checkpoint's run into its history (`resets/<n>.json`); where it went. A run
     whose log cannot be read is kept as such, with the reason: the audit then says it does not know."""
-    cp = Checkpoint(checkpoint)
     stored = read(checkpoint)
     try:
         epoch = audit.epoch_of(read_log(checkpoint), label="reset", prefix=audit.folded(checkpoint),
                                releases=audit.releases_of(checkpoint))  # fmt: skip
     except (CheckpointError, ValueError) as exc:
         epoch = audit.Epoch("reset", error=str(exc))
-        log.warning("weir: reset of %s: its coverage is not known: %s", checkpoint, exc)
+        log.warning("weir: reset of %s: its coverage is not known: %s", checkpoint.url, exc)
     epoch.at, epoch.version = units.now_iso(), stored.version if stored else None
-    n = len(json_files(cp.resets)) + 1
-    where = paths.join(cp.resets, f"{n:06d}.json")
-    write_json(where, epoch.to_json())
-    return where
+    return checkpoint.write_reset(epoch.to_json())

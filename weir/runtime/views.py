@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from weir.blocks.common import col
+from weir.checkpoint.files import default_name
 from weir.config import Settings
 from weir.formats import ERROR_COLUMN
 from weir.formats.ddl import parse_fields
@@ -27,7 +28,6 @@ from weir.pipeline.model import VIEW_PREFIX, Pipeline, Processor, View
 from weir.pipeline.routes import DLQ, OUT, ROUTE
 from weir.runtime import routing
 from weir.sinks.view import APPLY, DEAD, DELETE, FATE, REFUSED, TS, ViewSink, ViewSpec
-from weir.storage.checkpoint import default_name
 from weir.storage.views import location
 
 _COMPLEX = (T.ArrayType, T.StructType, T.MapType)

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import col
 
+from weir.checkpoint.files import Checkpoint
 from weir.config import Settings
 from weir.kafka.headers import PIPELINE_HEADER, PROCESSOR_HEADER, SOURCE_HEADER, TASK_HEADER
 from weir.pipeline.model import Pipeline
@@ -73,11 +74,11 @@ class ShadowReport:
 
 
 def compare(
-    spark: SparkSession, settings: Settings, pipeline: Pipeline, rec: ShadowRecord, shadow_checkpoint: str,
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, rec: ShadowRecord, shadow_checkpoint: Checkpoint,
     examples: int = 5,
 ) -> ShadowReport:  # fmt: skip
     """The comparison so far (driver: a few Spark jobs; only counts and `examples` per topic and kind come back)."""
-    sides = {"live": settled.side(rec.live_checkpoint, rec), "shadow": settled.side(shadow_checkpoint, rec)}
+    sides = {"live": settled.side(Checkpoint(rec.live_checkpoint), rec), "shadow": settled.side(shadow_checkpoint, rec)}
     live, mine = sides["live"], sides["shadow"]
     over = settled.settle(rec, sides)
     ranges = over.ranges if over else {t: {p: (s, s) for p, s in parts.items()} for t, parts in rec.start.items()}

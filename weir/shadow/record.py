@@ -3,14 +3,10 @@ side's writes of it begin, which the comparison needs whichever process runs it 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 
-from weir.kafka.offsets import Positions
-from weir.storage import paths
-from weir.storage.checkpoint import read_text, write_json
-
-RECORD = "weir/shadow.json"
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.offsets import Positions
 
 
 @dataclass
@@ -51,14 +47,10 @@ class ShadowRecord:
         })  # fmt: skip
 
 
-def location(checkpoint: str) -> str:
-    return paths.join(checkpoint, RECORD)
+def read(checkpoint: Checkpoint) -> ShadowRecord | None:
+    raw = checkpoint.read_shadow_record()
+    return None if raw is None else ShadowRecord.from_json(raw)
 
 
-def read(checkpoint: str) -> ShadowRecord | None:
-    text = read_text(location(checkpoint))
-    return None if text is None else ShadowRecord.from_json(json.loads(text))
-
-
-def write(checkpoint: str, record: ShadowRecord) -> None:
-    write_json(location(checkpoint), record.to_json())
+def write(checkpoint: Checkpoint, record: ShadowRecord) -> None:
+    checkpoint.write_shadow_record(record.to_json())

@@ -19,13 +19,12 @@ logged one after it would have been.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from weir.kafka.checkpoint import LoggedBatch, read_log
-from weir.kafka.offsets import Positions
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import LoggedBatch, batch_watermark_ms, read_log
+from weir.checkpoint.offsets import Positions
 from weir.shadow.record import ShadowRecord
-from weir.storage.checkpoint import Checkpoint, read_text
 
 SIDES = ("live", "shadow")
 
@@ -70,12 +69,11 @@ class Settled:
     books_until: dict[str, tuple[int, bool]]
 
 
-def side(checkpoint: str, rec: ShadowRecord) -> Side:
+def side(cp: Checkpoint, rec: ShadowRecord) -> Side:
     """A side's committed batches after the shadow began, restricted to its input topics."""
-    log = read_log(checkpoint)
+    log = read_log(cp)
     committed = [b for b in log.batches if b.committed]
     last = committed[-1].batch if committed else None
-    cp = Checkpoint(checkpoint)
     kept = [_batch(cp, b, rec) for b in committed if b.batch > rec.batch]
     return Side(last, kept)
 
@@ -87,18 +85,7 @@ def _batch(cp: Checkpoint, b: LoggedBatch, rec: ShadowRecord) -> Batch:
         end.update({t: dict(parts) for t, parts in line.end.items() if t in rec.start})
         if start is not None:
             start = None if line.start is None else {**start, **{t: p for t, p in line.start.items() if t in rec.start}}
-    return Batch(b.batch, start, end, watermark_ms(cp, b.batch))
-
-
-def watermark_ms(cp: Checkpoint, batch: int) -> int:
-    """The event-time watermark batch `batch` ran at (its offset file's metadata; 0 without one, as Spark's)."""
-    text = read_text(cp.offset_file(batch)) or ""
-    lines = text.splitlines()
-    try:
-        meta = json.loads(lines[1]) if len(lines) > 1 else {}
-    except ValueError:
-        meta = {}
-    return int(meta.get("batchWatermarkMs", 0)) if isinstance(meta, dict) else 0
+    return Batch(b.batch, start, end, batch_watermark_ms(cp, b.batch))
 
 
 def lower(a: Positions, b: Positions, start: Positions) -> Positions:

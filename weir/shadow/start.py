@@ -11,10 +11,11 @@ from datetime import timedelta
 
 from pyspark.sql import SparkSession
 
+from weir.checkpoint.files import Checkpoint, processor_checkpoint
+from weir.checkpoint.log import CheckpointError, read_offsets
+from weir.checkpoint.offsets import Positions
 from weir.config import Settings
 from weir.kafka.admin import Admin
-from weir.kafka.checkpoint import CheckpointError, read_offsets
-from weir.kafka.offsets import Positions
 from weir.kafka.replay import Guard, take_marks
 from weir.pipeline.load import load_module
 from weir.pipeline.model import Pipeline, Processor, Shadow, code_version
@@ -24,8 +25,6 @@ from weir.runtime.runner import SIDE_TOPIC_CONFIG, Runner
 from weir.shadow import record
 from weir.shadow.record import ShadowRecord
 from weir.shadow.seed import seed
-from weir.storage import paths
-from weir.storage.checkpoint import Checkpoint, processor_checkpoint, read_text
 
 log = logging.getLogger("weir.shadow")
 SUFFIX = ".shadow"
@@ -47,11 +46,11 @@ class Shadowing:
     code: str
 
     @property
-    def live_checkpoint(self) -> str:
+    def live_checkpoint(self) -> Checkpoint:
         return processor_checkpoint(self.settings.checkpoint_root, self.live.checkpoint)
 
     @property
-    def checkpoint(self) -> str:
+    def checkpoint(self) -> Checkpoint:
         return processor_checkpoint(self.settings.checkpoint_root, self.shadow.checkpoint)
 
     def live_topics(self) -> list[str]:
@@ -70,7 +69,7 @@ class Shadowing:
         return runner
 
 
-def shadow_checkpoint(settings: Settings, live: Processor) -> str:
+def shadow_checkpoint(settings: Settings, live: Processor) -> Checkpoint:
     """Where the shadow of `live` keeps its checkpoint (and its record): beside the live one."""
     return processor_checkpoint(settings.checkpoint_root, live.checkpoint + SUFFIX)
 
@@ -96,7 +95,7 @@ def plan(pipeline: Pipeline, processor: str, code: str, settings: Settings) -> S
         fn=fn,
         version=version,
         checkpoint=live.checkpoint + SUFFIX,  # shadow_checkpoint
-        shadow=Shadow(follow=processor_checkpoint(settings.checkpoint_root, live.checkpoint), suffix=SUFFIX),
+        shadow=Shadow(follow=processor_checkpoint(settings.checkpoint_root, live.checkpoint).url, suffix=SUFFIX),
     )
     return Shadowing(pipeline, live, shadow, settings, code)
 
@@ -138,9 +137,8 @@ def begin(sh: Shadowing, *, restart: bool = False) -> tuple[ShadowRecord, bool]:
                 f"{found.began}; this candidate is {sh.shadow.version}: --restart drops that shadow and begins anew"
             )
         return found, True
-    filesystem, path = paths.resolve(sh.checkpoint)
-    if Checkpoint(sh.checkpoint).exists():
-        filesystem.delete_dir(path)
+    if sh.checkpoint.exists():
+        sh.checkpoint.delete()
     live_topics = sh.live_topics()
     _create(sh, live_topics)
     client = sh.settings.client_config()
@@ -153,7 +151,7 @@ def begin(sh: Shadowing, *, restart: bool = False) -> tuple[ShadowRecord, bool]:
     stored = versions.read(sh.live_checkpoint)
     rec = ShadowRecord(
         pipeline=sh.pipeline.name, processor=sh.live.name, shadow=sh.shadow.name,
-        live_checkpoint=sh.live_checkpoint, batch=batch, start=start, live_from=live_from,
+        live_checkpoint=sh.live_checkpoint.url, batch=batch, start=start, live_from=live_from,
         shadow_from=shadow_from, live_version=stored.version if stored else None,
         candidate_version=sh.shadow.version, code=sh.code, began=now_iso(),
         topics={t: sh.shadow.shadow.topic(t) for t in live_topics},
@@ -192,11 +190,11 @@ def _where_live_is(sh: Shadowing, topics: list[str], client: dict, wait: float) 
     read, so a later batch that wrote before them must have noted its marks (marks come before any write,
     kafka/replay.py): their lower value is taken. A batch committed meanwhile: noted again. A live query that
     started and committed nothing yet begins at its inputs' earliest offsets, as a new checkpoint does."""
-    cp = Checkpoint(sh.live_checkpoint)
+    cp = sh.live_checkpoint
     for _ in range(SEED_TRIES):
         ends = take_marks(client, topics, timeout=wait)
         n, start = _committed(sh, cp)
-        text = read_text(cp.mark(n + 1))
+        text = cp.read_mark(n + 1)
         if text is not None:
             for t, parts in Guard.from_option(text).marks.items():
                 for p, o in parts.items():
@@ -219,9 +217,9 @@ def _committed(sh: Shadowing, cp: Checkpoint) -> tuple[int, Positions]:
         offsets = None
     if offsets is not None and offsets.committed_batch is not None:
         return offsets.committed_batch, offsets.committed
-    if read_text(cp.metadata) is None:
+    if not cp.has_run():
         raise ShadowError(
-            f"processor {sh.live.name} has not run yet ({sh.live_checkpoint}): run it first (weir run); a shadow "
+            f"processor {sh.live.name} has not run yet ({sh.live_checkpoint.url}): run it first (weir run); a shadow "
             f"begins where the live processor is"
         )
     admin = Admin(sh.settings.bootstrap_servers, sh.settings.kafka)

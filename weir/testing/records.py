@@ -22,13 +22,13 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from weir import units
+from weir.checkpoint.offsets import OffsetRange
 from weir.config import load
 from weir.formats import RecordWriter, record_writer
 from weir.formats.ddl import arrow_type, parse_fields
 from weir.kafka.admin import Admin
 from weir.kafka.headers import ERROR_HEADER, PROCESSOR_HEADER, SOURCE_HEADER
 from weir.kafka.log import client_log
-from weir.kafka.offsets import OffsetRange
 from weir.kafka.options import parse_source
 from weir.kafka.read import read_range, to_batch
 from weir.kafka.source import KAFKA_COLUMNS, decoder, value_ddl

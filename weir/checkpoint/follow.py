@@ -2,7 +2,7 @@
 
 A shadow query runs a candidate version of a processor beside the live one. Its weir-kafka source plans no batch
 of its own: each batch ends where the live query's next logged batch ended, so both see the same batches, and with
-them the same watermarks. This module reads the live query's checkpoint (weir.kafka.checkpoint) and answers where
+them the same watermarks. This module reads the live query's checkpoint (weir.checkpoint.log) and answers where
 the shadow's next batch ends; the source caps that at what its broker has.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weir.kafka.checkpoint import CheckpointError, SourceLine, read_log
-from weir.kafka.offsets import Positions
-from weir.storage.checkpoint import Checkpoint, batches
+from weir.checkpoint.files import Checkpoint, batches
+from weir.checkpoint.log import CheckpointError, SourceLine, read_log
+from weir.checkpoint.offsets import Positions
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Follower:
     source each), and only these topics' lines count; a partition the followed plan does not name is the
     caller's to leave where it is."""
 
-    def __init__(self, checkpoint: str, topics: tuple[str, ...] | list[str]) -> None:
+    def __init__(self, checkpoint: Checkpoint, topics: tuple[str, ...] | list[str]) -> None:
         self.checkpoint = checkpoint
         self.topics = frozenset(topics)
         # Offset files are never rewritten (read_log): each is read once, and a purged one is dropped from here.
@@ -83,7 +83,7 @@ class Follower:
     def _no_log_yet(self) -> bool:
         """Whether the checkpoint has no offset log (yet): the followed query may start after the follower."""
         try:
-            return not batches(Checkpoint(self.checkpoint).offsets)
+            return not batches(self.checkpoint.offsets)
         except (ValueError, OSError):
             return False  # not a location at all: read_log's error says so
 

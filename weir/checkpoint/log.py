@@ -2,9 +2,9 @@
 pyarrow's filesystems open: file://, s3://, gs://, hdfs://).
 
 Spark writes `offsets/<batch>` when it plans a batch and `commits/<batch>` when the batch's output is
-committed (storage/checkpoint.py says where). The offsets file holds a version line, a metadata line, then one
+committed (checkpoint/files.py says where). The offsets file holds a version line, a metadata line, then one
 line per source: `{"topic": {"partition": next_offset}}`, which weir-kafka follows with counts under keys
-starting with "@": "@start" (where the batch starts reading), "@dataLoss", "@lakeFallback" (kafka/offsets.py).
+starting with "@": "@start" (where the batch starts reading), "@dataLoss", "@lakeFallback" (checkpoint/offsets.py).
 Spark's own Kafka connector logs positions only: its batch starts where the batch before ended (batch 0 where the
 connector's initial offset, `sources/<source>/0`, says), and weir-kafka's cumulative counts carry over it. A batch
 handed over from weir-kafka to the connector is read in weir-kafka's form, kept at `weir/plans/<batch>`
@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from weir.kafka.offsets import DataLoss, LakeFallback, Positions, fallback_from_json, from_json, starts_from_json
+from weir.checkpoint.files import Checkpoint, batches, read_text
+from weir.checkpoint.offsets import DataLoss, LakeFallback, Positions, fallback_from_json, from_json, starts_from_json
 from weir.storage import paths
-from weir.storage.checkpoint import Checkpoint, batches, read_text
 
 
 class CheckpointError(RuntimeError):
@@ -55,7 +55,7 @@ class LoggedBatch:
 class OffsetLog:
     """Every batch the checkpoint's offset log still holds (Spark purges old ones), oldest first."""
 
-    checkpoint: str
+    checkpoint: Checkpoint
     batches: list[LoggedBatch] = field(default_factory=list)
 
 
@@ -72,8 +72,8 @@ def _source_lines(text: str) -> list[SourceLine]:
     return out
 
 
-def _open(checkpoint: str) -> tuple[Checkpoint, list[int], set[int]]:
-    cp = Checkpoint(checkpoint)
+def _open(cp: Checkpoint) -> tuple[list[int], set[int]]:
+    checkpoint = cp.url
     try:
         paths.resolve(checkpoint)
     except (ValueError, OSError) as exc:
@@ -88,7 +88,7 @@ def _open(checkpoint: str) -> tuple[Checkpoint, list[int], set[int]]:
         committed = set(batches(cp.commits)) & set(planned)
     except OSError as exc:
         raise CheckpointError(f"cannot list {checkpoint}: {exc}") from None
-    return cp, planned, committed
+    return planned, committed
 
 
 def _lines(cp: Checkpoint, batch: int, handed: set[int] | None = None) -> list[SourceLine]:
@@ -136,9 +136,9 @@ def _merged(lines: list[SourceLine]) -> tuple[Positions, DataLoss]:
     return positions, loss
 
 
-def read_offsets(checkpoint: str) -> CheckpointOffsets:
+def read_offsets(cp: Checkpoint) -> CheckpointOffsets:
     """The last committed and the last planned batch's positions."""
-    cp, planned, committed = _open(checkpoint)
+    planned, committed = _open(cp)
     done = max(committed) if committed else None
     committed_pos, loss = _merged(_lines(cp, done)) if done is not None else ({}, DataLoss())
     handed = [b for b in batches(cp.plans) if done is not None and b <= done]
@@ -148,16 +148,16 @@ def read_offsets(checkpoint: str) -> CheckpointOffsets:
     return CheckpointOffsets(done, planned[-1] if planned else None, committed_pos, planned_pos, loss)
 
 
-def read_log(checkpoint: str, cache: dict[int, tuple[SourceLine, ...]] | None = None) -> OffsetLog:
+def read_log(cp: Checkpoint, cache: dict[int, tuple[SourceLine, ...]] | None = None) -> OffsetLog:
     """Every batch of the offset log, with whether it is committed: what `weir audit` checks. `cache` keeps the
     batches read, for a caller that reads the log again (Spark never rewrites a batch's offsets file, and a handover
     keeps the form read here; a reset deletes the checkpoint, and a caller's cache with it: the monitor keys it by
     the run id)."""
-    cp, planned, committed = _open(checkpoint)
+    planned, committed = _open(cp)
     cache = {} if cache is None else cache
     for b in [b for b in cache if b not in planned]:
         del cache[b]
-    out = OffsetLog(checkpoint)
+    out = OffsetLog(cp)
     handed = set(batches(cp.plans)) if any(b not in cache for b in planned) else set()
     for b in planned:
         if b not in cache:
@@ -170,24 +170,23 @@ def read_log(checkpoint: str, cache: dict[int, tuple[SourceLine, ...]] | None = 
     return out
 
 
-def logged_end(checkpoint: str, batch: int, topic: str) -> tuple[dict[int, int], int] | None:
+def logged_end(cp: Checkpoint, batch: int, topic: str) -> tuple[dict[int, int], int] | None:
     """`topic`'s next offsets per partition and the data-loss events logged for batch `batch`, or None when
     the log has no such batch or topic."""
     if batch < 0:
         return None
-    text = read_text(Checkpoint(checkpoint).offset_file(batch))
+    text = read_text(cp.offset_file(batch))
     for line in _source_lines(text or ""):
         if topic in line.end:
             return line.end[topic], line.loss.events
     return None
 
 
-def planned_span(checkpoint: str, batch: int, topic: str) -> dict[int, tuple[int, int]] | None:
+def planned_span(cp: Checkpoint, batch: int, topic: str) -> dict[int, tuple[int, int]] | None:
     """`topic`'s (first, end) offsets per partition as batch `batch` was planned (its `@start` and its end), or
     None when the log has no such batch or topic, or the plan does not say where a partition starts."""
     if batch < 0:
         return None
-    cp = Checkpoint(checkpoint)
     for i, line in enumerate(_lines(cp, batch)):
         if topic in line.end:
             end = line.end[topic]
@@ -200,3 +199,14 @@ def planned_span(checkpoint: str, batch: int, topic: str) -> dict[int, tuple[int
                 return None
             return {p: (start[p], e) for p, e in end.items()}
     return None
+
+
+def batch_watermark_ms(cp: Checkpoint, batch: int) -> int:
+    """The event-time watermark batch `batch` ran at (its offset file's metadata; 0 without one, as Spark's)."""
+    text = read_text(cp.offset_file(batch)) or ""
+    lines = text.splitlines()
+    try:
+        meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        meta = {}
+    return int(meta.get("batchWatermarkMs", 0)) if isinstance(meta, dict) else 0

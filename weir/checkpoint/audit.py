@@ -20,15 +20,14 @@ Pure: files in, figures out; no Spark, no broker, so the monitor runs it too. do
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from weir.kafka.checkpoint import CheckpointError, OffsetLog, read_log
-from weir.kafka.offsets import LakeFallback
-from weir.storage.checkpoint import Checkpoint, json_files, read_text, write_json
+from weir.checkpoint.files import Checkpoint
+from weir.checkpoint.log import CheckpointError, OffsetLog, read_log
+from weir.checkpoint.offsets import LakeFallback
 
 TP = tuple[str, int]
 Spans = dict[TP, list[tuple[int, int]]]
@@ -205,14 +204,13 @@ def _version_at(releases: list[Release], batch: int) -> str | None:
     return found
 
 
-def releases_of(checkpoint: str) -> list[Release]:
+def releases_of(cp: Checkpoint) -> list[Release]:
     """The code versions the checkpoint's runs started, with the first batch each ran, from its version record
     (weir/runtime/versions.py writes it at every start whose version changed); [] when it keeps none."""
-    raw = read_text(Checkpoint(checkpoint).version_record)
-    if raw is None:
+    record = cp.read_version_record()
+    if record is None:
         return []
-    record = json.loads(raw)
-    return sorted((int(r["first_batch"]), str(r["version"])) for r in record.get("releases") or [])
+    return sorted((int(r["first_batch"]), str(r["version"])) for r in record.releases or [])
 
 
 @dataclass(frozen=True)
@@ -374,36 +372,35 @@ class ProcessorAudit:
         }  # fmt: skip
 
 
-def folded(checkpoint: str) -> Epoch | None:
+def folded(cp: Checkpoint) -> Epoch | None:
     """The coverage of the checkpoint's batches folded so far (`fold`), or None when none were."""
-    text = read_text(Checkpoint(checkpoint).folded)
-    return None if text is None else Epoch.from_json(json.loads(text))
+    raw = cp.read_folded()
+    return None if raw is None else Epoch.from_json(raw)
 
 
-def fold(checkpoint: str, cache: dict | None = None) -> Epoch | None:
+def fold(cp: Checkpoint, cache: dict | None = None) -> Epoch | None:
     """Fold the committed batches of the checkpoint's log into its `weir/folded.json`, before Spark purges them:
     the coverage so far, compact (touching ranges joined), which the audit and a reset read as the log's prefix.
     Run by the runner every few batches (on its own thread); the same batches folded again change nothing."""
-    log = read_log(checkpoint, cache)
+    log = read_log(cp, cache)
     done = [b.batch for b in log.batches if b.committed]
-    prefix = folded(checkpoint)
+    prefix = folded(cp)
     if not done or (prefix is not None and prefix.batches and prefix.batches[1] >= done[-1]):
         return prefix
     upto = OffsetLog(log.checkpoint, [b for b in log.batches if b.batch <= done[-1]])
-    epoch = epoch_of(upto, FOLDED, prefix, releases_of(checkpoint))
-    write_json(Checkpoint(checkpoint).folded, epoch.to_json())
+    epoch = epoch_of(upto, FOLDED, prefix, releases_of(cp))
+    cp.write_folded(epoch.to_json())
     return epoch
 
 
-def history(checkpoint: str) -> tuple[list[Epoch], list[Backfilled]]:
+def history(cp: Checkpoint) -> tuple[list[Epoch], list[Backfilled]]:
     """The runs resets deleted (oldest first) and the backfills, from the checkpoint's history."""
-    cp = Checkpoint(checkpoint)
     epochs = []
-    for n, (_, raw) in enumerate(json_files(cp.resets), 1):
+    for n, raw in enumerate(cp.read_resets(), 1):
         ep = Epoch.from_json(raw)
         ep.label = f"before reset {n}"
         epochs.append(ep)
-    return epochs, [Backfilled.from_json(raw) for _, raw in json_files(cp.backfills)]
+    return epochs, [Backfilled.from_json(raw) for raw in cp.read_backfills()]
 
 
 def _runs_text(numbers: list[int]) -> str:
@@ -423,20 +420,20 @@ UNKNOWN_NOTE = (
 )  # the same for every processor: `weir audit` prints it once
 
 
-def audit(processor: str, checkpoint: str, cache: dict | None = None) -> ProcessorAudit:
+def audit(processor: str, cp: Checkpoint, cache: dict | None = None) -> ProcessorAudit:
     """A processor's audit from its checkpoint and the history beside it. `cache` (kept by a caller that audits
     again, the monitor) spares re-reading offset files already read: Spark never rewrites one."""
-    result = ProcessorAudit(processor, checkpoint)
+    result = ProcessorAudit(processor, cp.url)
     try:
-        result.epochs, result.backfills = history(checkpoint)
+        result.epochs, result.backfills = history(cp)
     except OSError as exc:
         result.notes.append(f"the history beside the checkpoint cannot be read: {exc}")
     for ep in result.epochs:
         if ep.error:
             result.notes.append(f"{ep.label} ({ep.at}): its coverage was not kept: {ep.error}")
-    if Checkpoint(checkpoint).exists():
+    if cp.exists():
         try:
-            current = epoch_of(read_log(checkpoint, cache), prefix=folded(checkpoint), releases=releases_of(checkpoint))
+            current = epoch_of(read_log(cp, cache), prefix=folded(cp), releases=releases_of(cp))
             result.epochs.append(current)
         except (CheckpointError, ValueError) as exc:
             result.notes.append(str(exc))
