@@ -60,6 +60,19 @@ def is_outage(err: KafkaError) -> bool:
     return err.code() in _OUTAGE_CODES or bool(err.retriable())
 
 
+# Partition errors that say its leader moves or is being elected: asked again, within the caller's timeout
+_LEADER_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.REPLICA_NOT_AVAILABLE,
+}  # fmt: skip
+LEADER_WAIT_S = 0.25  # between two asks: librdkafka refreshes the partition's leader meanwhile
+
+
+def _leader_moving(err: KafkaError) -> bool:
+    return err.code() in _LEADER_MOVING
+
+
 def servers_of(client: dict) -> str:
     """The bootstrap servers of client settings, as errors and state records name them (credentials redacted)."""
     return str(redact(client).get("bootstrap.servers"))
@@ -90,6 +103,7 @@ class LogView:
         `quirks`: the broker's, when known (else asked of its metadata at the first use)."""
         self.timeout = timeout
         self._quirks = quirks
+        self.leader_retries = 0  # partitions asked again for their offsets while their leader moved (_list)
         # The probe needs end-of-partition events and must never join a group or jump on a bad offset.
         self.settings = {
             "group.id": f"weir-probe-{uuid.uuid4().hex[:12]}",
@@ -256,14 +270,28 @@ class LogView:
         Through the probe consumer's offsets_for_times (one request per partition leader, the consumer's own
         isolation level), not the admin client's list_offsets: that call segfaulted inside confluent-kafka five
         times on a loaded machine (a C binding of its result; the older consumer call never did here)."""
-        try:
-            found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=self.timeout)
-        except KafkaException as exc:
-            raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
-        failed = [tp.error for tp in found if tp.error is not None]
-        if failed:
-            raise _unreachable(self.settings, "list offsets", KafkaException(failed[0]), self.timeout)
-        return {(tp.topic, tp.partition): tp.offset for tp in found}
+        deadline = time.monotonic() + self.timeout
+        out: dict[TP, int] = {}
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=left)
+            except KafkaException as exc:
+                raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
+            out |= {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
+            failed = [tp for tp in found if tp.error is not None]
+            if not failed:
+                return out
+            # A partition whose leader moves or is being elected (a topic just created, a broker restarting) is
+            # asked again, by the protocol, once the client has refreshed its metadata: until the view's timeout
+            if time.monotonic() >= deadline or not all(_leader_moving(tp.error) for tp in failed):
+                raise _unreachable(self.settings, "list offsets", KafkaException(failed[0].error), self.timeout)
+            self.leader_retries += len(failed)
+            first = failed[0]
+            said = f"{first.topic}/{first.partition}: {first.error.str()}"
+            client_log.log(logging.INFO, f"weir: list offsets asked again of {len(failed)} partition(s): {said}")
+            tps = [(tp.topic, tp.partition) for tp in failed]
+            time.sleep(LEADER_WAIT_S)
 
     def _fetched_bounds(self, at: dict[TP, int]) -> dict[TP, tuple[int, int]]:
         """(log start, high-water mark) of each partition from a fetch at offset `at` (the Fetch response carries
