@@ -206,6 +206,14 @@ def weir_env(tmp: Path, bootstrap: str, **extra: str) -> dict[str, str]:
     }
 
 
+def settings_env(monkeypatch, s) -> None:
+    """The environment of a `weir` command run in this process on settings `s`: its home, broker, checkpoints and
+    lake (a test's CLI checks read what its runners wrote)."""
+    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", s.bootstrap_servers),
+                       ("CHECKPOINT_ROOT", s.checkpoint_root), ("LAKE", s.lake)):  # fmt: skip
+        monkeypatch.setenv(f"WEIR_{key}", value)
+
+
 def start_weir(spec: Path, env: dict[str, str], log: Path, *args: str, **extra: str) -> subprocess.Popen:
     """`weir run spec *args` in a session of its own (see kill_tree); stdout and stderr appended to `log`."""
     with open(log, "ab") as out:

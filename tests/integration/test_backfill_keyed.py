@@ -22,7 +22,7 @@ from datetime import datetime
 import pyarrow.parquet as pq
 import pytest
 import typer
-from _pipe import produce, source
+from _pipe import produce, settings_env, source
 from pyspark.sql import functions as F
 from test_backfill_stateful import PER_MINUTE, USERS, minute  # the same minutes of records
 from typer.testing import CliRunner
@@ -99,9 +99,7 @@ def test_a_bad_release_of_keyed_state_is_repaired_by_its_version_exactly_once(sp
              lake=str(tmp_path / "lake"), restart_backoff=0.2)  # fmt: skip
     events, counts = f"{prefix}.events", f"{prefix}.counts"
     Admin(bootstrap).create_topic(events, 2)
-    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", bootstrap), ("CHECKPOINT_ROOT", s.checkpoint_root),
-                       ("LAKE", s.lake)):  # fmt: skip
-        monkeypatch.setenv(f"WEIR_{key}", value)
+    settings_env(monkeypatch, s)
     spec = tmp_path / "bk.py"
     spec.write_text(f"from tests.integration.test_backfill_keyed import declare\np = declare({prefix!r}, False)\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from _pipe import Rec, produce, source
+from _pipe import Rec, produce, settings_env, source
 from pyspark.sql import functions as F
 from typer.testing import CliRunner
 
@@ -113,9 +113,7 @@ def test_backfilling_a_buggy_version_replays_exactly_its_offsets_and_restores_a_
     assert all(json.loads(r["value"])["cents"] == json.loads(r["value"])["id"] * 25 for r in everything)
 
     # The command line: the plan names the ranges; a rerun writes nothing again
-    for key, value in (("HOME", s.home), ("BOOTSTRAP_SERVERS", bootstrap), ("CHECKPOINT_ROOT", s.checkpoint_root),
-                       ("LAKE", s.lake)):  # fmt: skip
-        monkeypatch.setenv(f"WEIR_{key}", value)
+    settings_env(monkeypatch, s)
     spec = tmp_path / "bv.py"
     spec.write_text(f"from tests.integration.test_backfill_version import declare\np = declare({prefix!r}, False)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
