@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from weir.blocks import inspect
-from weir.runtime.control import Control, Unanswered, ask
+from weir.runtime.control import Control, Unanswered, ask, spec_key
 
 WITHIN = timedelta(seconds=10)
 
@@ -37,7 +37,9 @@ def served(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     processors = {"watch": {"state": "running"}, "stateless": {"state": "running"}}
-    (run / "shop.json").write_text(json.dumps({"pipeline": "shop", "pid": os.getpid(), "processors": processors}))
+    spec = spec_key(str(tmp_path / "shop.py"))  # as `weir run shop.py` writes it
+    state = {"pipeline": "shop", "spec": spec, "pid": os.getpid(), "processors": processors}
+    (run / "shop.json").write_text(json.dumps(state))
     cps = {"watch": "/cps/shop/watch", "stateless": "/cps/shop/empty"}
     pools: list[tuple[str, str]] = []
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLocalProperty=lambda k, v: pools.append((k, v))))
@@ -49,11 +51,11 @@ def served(tmp_path, monkeypatch):
 
 def test_a_live_runner_answers_a_state_question_from_its_session(served):
     run, _, asked, looked = served
-    got = ask(run, "shop", "watch", {"key": "c9", "limit": 5}, WITHIN)
+    got = ask(run, "watch", {"key": "c9", "limit": 5}, WITHIN, pipeline="shop")
     assert got is not None and got["served_by"] == os.getpid() and got["checkpoint"] == "/cps/shop/watch"
     assert got["keys"] == [{"operator": 0, "key": "c9", "state": {"n": 3}, "timers": [], "written": None, "held": 0}]
-    assert got["buckets"] == 1 and asked == [("/cps/shop/watch", "c9", 5)]
-    assert ask(run, "shop", "watch", {}, WITHIN)["keys"][0]["key"] == "c1"
+    assert got["buckets"] == 1 and asked == [("/cps/shop/watch", "c9", 5)] and got["pipeline"] == "shop"
+    assert ask(run, "watch", {}, WITHIN, pipeline="shop")["keys"][0]["key"] == "c1"
     assert looked == ["/cps/shop/watch"]  # its operators read once for both questions
     # The token is its user's alone
     assert stat.S_IMODE((run / "shop.control").stat().st_mode) == 0o600
@@ -61,24 +63,24 @@ def test_a_live_runner_answers_a_state_question_from_its_session(served):
 
 def test_what_no_live_runner_here_runs_is_the_askers_to_read(served, tmp_path):
     run, _, _, _ = served
-    assert ask(run, "other", "watch", {}, WITHIN) is None  # another pipeline
-    assert ask(run, "shop", "nope", {}, WITHIN) is None  # a processor it does not run
-    assert ask(tmp_path / "nothing", "shop", "watch", {}, WITHIN) is None  # no run directory
+    assert ask(run, "watch", {}, WITHIN, pipeline="other") is None  # another pipeline
+    assert ask(run, "nope", {}, WITHIN, pipeline="shop") is None  # a processor it does not run
+    assert ask(tmp_path / "nothing", "watch", {}, WITHIN, pipeline="shop") is None  # no run directory
     # A killed runner's files: its pid is gone
     dead = {"url": "http://127.0.0.1:9", "token": "x", "pid": 2**22 + 7}
     (run / "old.control").write_text(json.dumps(dead))
     (run / "old.json").write_text(json.dumps({"pipeline": "old", "pid": dead["pid"], "processors": {"watch": {}}}))
-    assert ask(run, "old", "watch", {}, WITHIN) is None
+    assert ask(run, "watch", {}, WITHIN, pipeline="old") is None
 
 
 def test_a_refusal_names_what_was_wrong_and_a_wrong_token_fails_loudly(served):
     run, _, _, _ = served
     with pytest.raises(ValueError, match="/cps/shop/empty holds no keyed state"):
-        ask(run, "shop", "stateless", {}, WITHIN)
+        ask(run, "stateless", {}, WITHIN, pipeline="shop")
     body = json.loads((run / "shop.control").read_text())
     (run / "shop.control").write_text(json.dumps(body | {"token": "wrong"}))
     with pytest.raises(Unanswered, match=r"the runner of shop \(pid \d+\) failed to answer: a valid bearer token"):
-        ask(run, "shop", "watch", {}, WITHIN)
+        ask(run, "watch", {}, WITHIN, pipeline="shop")
 
 
 def test_a_stopped_runner_leaves_no_control_file_and_answers_no_more(served):
@@ -86,8 +88,23 @@ def test_a_stopped_runner_leaves_no_control_file_and_answers_no_more(served):
     url = json.loads((run / "shop.control").read_text())["url"]
     control.stop()
     assert not (run / "shop.control").exists()
-    assert ask(run, "shop", "watch", {}, WITHIN) is None
+    assert ask(run, "watch", {}, WITHIN, pipeline="shop") is None
     import urllib.request
 
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/state/watch", timeout=5)
+
+
+def test_a_runner_is_found_by_the_spec_it_was_started_from_without_loading_it(served, tmp_path, monkeypatch):
+    run, _, _, _ = served
+    monkeypatch.chdir(tmp_path)
+    # The same file however it is named; the pipeline's name comes from the runner
+    for spec in ("shop.py", str(tmp_path / "shop.py"), f"../{tmp_path.name}/shop.py"):
+        assert ask(run, "watch", {}, WITHIN, spec=spec)["pipeline"] == "shop"
+    assert ask(run, "watch", {}, WITHIN, spec="shop.py:other") is None  # another pipeline of the file
+    assert ask(run, "watch", {}, WITHIN, spec="elsewhere/shop.py") is None
+    assert ask(run, "nope", {}, WITHIN, spec="shop.py") is None  # a processor it does not run
+    # A module is the module of the directory it is imported from
+    assert spec_key("shop.pipeline") == f"shop.pipeline:@{os.path.realpath(tmp_path)}"
+    monkeypatch.chdir(run)
+    assert spec_key("shop.pipeline") != f"shop.pipeline:@{os.path.realpath(tmp_path)}"

@@ -114,6 +114,7 @@ def test_the_operators_of_a_checkpoints_state_are_read_from_sparks_metadata(tmp_
         (v2 / str(batch)).write_text(f'v2\n{{"operatorInfo":{{"operatorId":1,"operatorName":"{name}"}}}}')
     (v2 / ".4.crc").write_text("crc")
     assert Checkpoint(str(cp)).state_operators() == ["dedupe", "transformWithStateInPandasExec"]
+    assert Checkpoint(str(cp)).operators() == {0: "dedupe", 1: "transformWithStateInPandasExec"}
 
 
 def test_changed_stateful_declarations_resume_only_with_a_migration():

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from weir.blocks import keystate
+from weir.checkpoint.files import Checkpoint
 
 _PREFIX = "stateful "  # of a @stateful block's stored shape (keyed._Spec.shape)
 
@@ -23,13 +24,13 @@ class NoKeyedState(ValueError):
 
 
 def operators(spark: SparkSession, checkpoint: str) -> list[int]:
-    """The stateful operators of a query's checkpoint, by id (Spark's state-metadata source)."""
+    """The ids of the query's transformWithState operators (where `@stateful` blocks keep their buckets), from the
+    checkpoint's operator metadata: what Spark's state-metadata source reads, without a job."""
     # The state store's readers report to the driver's StateStoreCoordinator, which Spark registers with the
     # session's StreamingQueryManager: in a process that ran no streaming query (`weir state`) it is made here,
     # else every read of RocksDB state fails (RpcEndpointNotFoundException, CANNOT_LOAD_STATE_STORE)
     spark.streams.active  # noqa: B018
-    meta = spark.read.format("state-metadata").load(checkpoint)
-    return sorted({int(r.operatorId) for r in meta.select("operatorId").collect()})
+    return [op for op, name in Checkpoint(checkpoint).operators().items() if "transformWithState" in name]
 
 
 def read_state(

@@ -447,13 +447,19 @@ class Checkpoint:
         return str(read_json(self.metadata)["id"]).replace("-", "")[:8]
 
     def state_operators(self) -> list[str]:
-        """The names of the stateful operators whose state the checkpoint holds, by operator id: Spark's operator
-        metadata (`state/<id>/_metadata/metadata`, or the latest of `_metadata/v2/<batch>` for transformWithState),
-        a first line naming its format, then JSON. [] without state."""
+        """The names of the stateful operators whose state the checkpoint holds, by operator id. [] without
+        state."""
+        return list(self.operators().values())
+
+    def operators(self) -> dict[int, str]:
+        """The stateful operators whose state the checkpoint holds: id -> name, from Spark's operator metadata
+        (`state/<id>/_metadata/metadata`, or the latest of `_metadata/v2/<batch>` for transformWithState), a
+        first line naming its format, then JSON; what Spark's state-metadata source reads, without a job.
+        {} without state."""
         from pyarrow import fs
 
         filesystem, path = paths.resolve(self.state)
-        names = []
+        found = {}
         for op in sorted(filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True)), key=lambda i: i.path):
             if op.type != fs.FileType.Directory or not op.base_name.isdigit():
                 continue
@@ -462,8 +468,8 @@ class Checkpoint:
             if text is None and (versions := batches(paths.join(meta, "v2"))):
                 text = read_text(paths.join(meta, "v2", str(versions[-1])))
             if text is not None:
-                names.append(json.loads(text.partition("\n")[2])["operatorInfo"]["operatorName"])
-        return names
+                found[int(op.base_name)] = json.loads(text.partition("\n")[2])["operatorInfo"]["operatorName"]
+        return dict(sorted(found.items()))
 
 
 def batches(location: str) -> list[int]:

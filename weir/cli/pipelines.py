@@ -109,7 +109,7 @@ def run(
     settings = load()
     if republish and not reset:
         raise ValueError("--republish goes with --reset <processor>: it says what the reset writes again")
-    runner = Runner(p, settings, available_now=once, processors=processor or None)
+    runner = Runner(p, settings, available_now=once, processors=processor or None, spec=pipeline)
     # The checkpoints' locks before anything touches them, a reset included: a runner already running these
     # processors is named in one line (LockHeld, exit 2), a stale lock of a dead one is taken over (logged).
     runner.lock()

@@ -32,16 +32,21 @@ def state_command(
     from weir.runtime.control import ask
 
     settings = load()
-    name, checkpoints = checkpoints_of_spec(pipeline, settings)
-    if processor not in checkpoints:
-        raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {', '.join(sorted(checkpoints))})")
-    # A live runner of it answers from its own Spark session, in seconds; else a session of this command's own
-    params = {"key": key, "limit": limit}
-    total = ask(Path(settings.home) / "run", name, processor, params, ANSWER_WITHIN)
+    run_dir, params = Path(settings.home) / "run", {"key": key, "limit": limit}
+    # A live runner answers from its own Spark session, in seconds: first one started from this very spec, found
+    # without loading the pipeline (whose imports cost seconds on a loaded machine)
+    total = ask(run_dir, processor, params, ANSWER_WITHIN, spec=pipeline)
     if total is None:
-        err.print(f"weir state: no live runner of {name} runs {processor} here: reading its checkpoint with a "
-                  "Spark session of its own (tens of seconds)", highlight=False, markup=False)  # fmt: skip
-        total = _read_alone(name, processor, checkpoints[processor].url, settings, key, limit)
+        name, checkpoints = checkpoints_of_spec(pipeline, settings)
+        if processor not in checkpoints:
+            has = ", ".join(sorted(checkpoints))
+            raise ValueError(f"pipeline {name} has no processor {processor!r} (it has {has})")
+        total = ask(run_dir, processor, params, ANSWER_WITHIN, pipeline=name)
+        if total is None:
+            err.print(f"weir state: no live runner of {name} runs {processor} here: reading its checkpoint with a "
+                      "Spark session of its own (tens of seconds)", highlight=False, markup=False)  # fmt: skip
+            total = _read_alone(name, processor, checkpoints[processor].url, settings, key, limit)
+    name = total["pipeline"]
     keys = total.pop("keys")
     if key is not None and not keys:
         raise ValueError(f"{name}/{processor}: no state for key {key!r}")
@@ -70,4 +75,4 @@ def _read_alone(name: str, processor: str, checkpoint: str, settings: Settings, 
     if "spark_log_level" not in settings.model_fields_set:  # a person reads this output: Spark's warnings are noise
         settings = settings.model_copy(update={"spark_log_level": "ERROR"})
     spark = spark_session(f"weir-state-{name}-{processor}", settings=settings)
-    return {"processor": processor, **question(spark, checkpoint, key, limit)}
+    return {"pipeline": name, "processor": processor, **question(spark, checkpoint, key, limit)}

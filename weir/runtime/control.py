@@ -122,10 +122,30 @@ class Control:
         return JSONResponse(json.loads(json.dumps(body, default=str)))
 
 
-def ask(run_dir: Path, pipeline: str, processor: str, params: dict[str, Any], timeout: timedelta) -> dict | None:
-    """`processor`'s keyed state from a live runner of `pipeline` that runs it (GET /state), or None when no live
-    runner here does (none runs, or one was killed and left its file). The runner's refusal (it keeps no keyed
-    state) is a ValueError with its words; a runner that does not answer within `timeout` is Unanswered."""
+def spec_key(spec: str) -> str:
+    """A pipeline spec (`path/to/file.py[:name]`, `package.module[:name]`) as runners and askers compare it without
+    loading it: a file by its real path, a module by its name and the directory it is imported from (weir's
+    loader puts the working directory first)."""
+    target, _, name = spec.partition(":")
+    if target.endswith(".py") or "/" in target:
+        return f"{os.path.realpath(target)}:{name}"
+    return f"{target}:{name}@{os.path.realpath(os.getcwd())}"
+
+
+def ask(
+    run_dir: Path,
+    processor: str,
+    params: dict[str, Any],
+    timeout: timedelta,
+    *,
+    pipeline: str | None = None,
+    spec: str | None = None,
+) -> dict | None:
+    """`processor`'s keyed state from a live runner that runs it (GET /state): a runner of the pipeline named
+    `pipeline`, or of the one `weir run` loaded from `spec` (found without loading it). None when no live runner
+    here does (none runs, or one was killed and left its file). The runner's refusal (it keeps no keyed state) is
+    a ValueError with its words; a runner that does not answer within `timeout` is Unanswered."""
+    key = spec_key(spec) if spec is not None else None
     for file in sorted(run_dir.glob("*.control")) if run_dir.is_dir() else []:
         state = file.with_suffix(".json")
         try:
@@ -133,8 +153,11 @@ def ask(run_dir: Path, pipeline: str, processor: str, params: dict[str, Any], ti
         except (OSError, ValueError) as exc:  # a runner that is stopping removes its files
             log.debug("weir: control file %s not read: %s", file, exc)
             continue
-        if run.get("pipeline") != pipeline or processor not in (run.get("processors") or {}):
+        if pipeline is not None and run.get("pipeline") != pipeline:
             continue
+        if (key is not None and run.get("spec") != key) or processor not in (run.get("processors") or {}):
+            continue
+        name = run["pipeline"]
         if not process_alive(int(control["pid"])) or control["pid"] != run.get("pid"):
             continue
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
@@ -142,20 +165,20 @@ def ask(run_dir: Path, pipeline: str, processor: str, params: dict[str, Any], ti
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {control['token']}"})
         try:
             with urllib.request.urlopen(request, timeout=timeout.total_seconds()) as response:
-                return json.loads(response.read())
+                return {"pipeline": name, **json.loads(response.read())}
         except urllib.error.HTTPError as exc:
             said = _error(exc)
             if exc.code in (404, 409):
                 raise ValueError(said) from None
-            raise Unanswered(f"the runner of {pipeline} (pid {control['pid']}) failed to answer: {said}") from None
+            raise Unanswered(f"the runner of {name} (pid {control['pid']}) failed to answer: {said}") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ConnectionRefusedError):  # it stops, or its port is another's now
                 continue
-            who = f"the runner of {pipeline} (pid {control['pid']}) at {control['url']}"
+            who = f"the runner of {name} (pid {control['pid']}) at {control['url']}"
             raise Unanswered(f"{who}: {exc.reason}") from None
         except TimeoutError:
             raise Unanswered(
-                f"the runner of {pipeline} (pid {control['pid']}) did not answer within {timeout.total_seconds():.0f}s"
+                f"the runner of {name} (pid {control['pid']}) did not answer within {timeout.total_seconds():.0f}s"
             ) from None
     return None
 

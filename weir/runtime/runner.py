@@ -43,7 +43,7 @@ from weir.pipeline.model import DeclarationError, Pipeline, Processor, Topic
 from weir.pipeline.validate import validate
 from weir.runtime import completeness, versions
 from weir.runtime.accounting import Counts
-from weir.runtime.control import Control
+from weir.runtime.control import Control, spec_key
 from weir.runtime.folding import Folder
 from weir.runtime.listener import QueryListener
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
@@ -131,8 +131,12 @@ class Runner:
         available_now: bool = False,
         processors: list[str] | None = None,
         archive: list[str] | None = None,
+        spec: str | None = None,
     ) -> None:
         self.settings = settings or load()
+        # The spec `weir run` loaded it from, in its state file: `weir state` of that spec finds this runner
+        # without loading the pipeline itself (runtime/control.py)
+        self.spec = spec_key(spec) if spec is not None else None
         # Topics declared archived=True get their archiver, a processor like the others.
         # Views get their processors too (weir.runtime.views): each is maintained by a sink processor.
         # A topic whose schema is only in the registry reads it now, once for the whole run (docs/formats.md).
@@ -878,6 +882,7 @@ class Runner:
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {
             "pipeline": self.pipeline.name,
+            "spec": self.spec,
             "pid": os.getpid(),
             "updated": now_iso(),
             "started": self.started,
