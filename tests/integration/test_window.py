@@ -14,6 +14,7 @@ import pytest
 from _pipe import QUERY_TIMEOUT_S, Rec, end_offsets, produce, run_to_end, source
 from pyspark.sql import functions as F
 
+from weir.blocks.inspect import NoKeyedState, question
 from weir.blocks.window import interval_ms, tumbling_window
 from weir.kafka import Admin
 from weir.pipeline.routes import ABSORB, DLQ, DUPLICATE, EMIT, EXPIRED, FILTERED, LATE, OUT, ROUTES
@@ -334,6 +335,9 @@ def test_windows_survive_a_restart(spark, bootstrap, topic_name, tmp_path) -> No
     assert {(r.customer_id, ms(r.window_start), r.n, r.q, r._route, r.offset) for r in third} == {
         ("c1", BASE_MS, None, None, "late", 5),
     }
+    # `weir state` of a window's query: its buckets are no @stateful block's, which it says (not a failed read)
+    with pytest.raises(NoKeyedState, match="ckpt holds no @stateful block's keyed state: its query keeps the state"):
+        question(spark, checkpoint, None, 5)
 
 
 def test_allowed_lateness_updates_a_closed_window_once_per_late_record_and_routes_beyond_it(

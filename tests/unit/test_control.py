@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -23,6 +24,8 @@ def served(tmp_path, monkeypatch):
 
     def question(spark, checkpoint, key, limit, ops):
         asked.append((checkpoint, key, limit))
+        if checkpoint.endswith("broken"):
+            raise RuntimeError("[CANNOT_LOAD_STATE_STORE] An error occurred during loading state.\n\tat org.apache")
         assert ops == ([] if checkpoint.endswith("empty") else [0])
         if checkpoint.endswith("empty"):
             raise inspect.NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
@@ -36,11 +39,11 @@ def served(tmp_path, monkeypatch):
     )
     run = tmp_path / "run"
     run.mkdir()
-    processors = {"watch": {"state": "running"}, "stateless": {"state": "running"}}
+    processors = {"watch": {"state": "running"}, "stateless": {"state": "running"}, "broken": {"state": "running"}}
     spec = spec_key(str(tmp_path / "shop.py"))  # as `weir run shop.py` writes it
     state = {"pipeline": "shop", "spec": spec, "pid": os.getpid(), "processors": processors}
     (run / "shop.json").write_text(json.dumps(state))
-    cps = {"watch": "/cps/shop/watch", "stateless": "/cps/shop/empty"}
+    cps = {"watch": "/cps/shop/watch", "stateless": "/cps/shop/empty", "broken": "/cps/shop/broken"}
     pools: list[tuple[str, str]] = []
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLocalProperty=lambda k, v: pools.append((k, v))))
     control = Control(spark, cps.get, run / "shop.control").start()
@@ -77,6 +80,10 @@ def test_a_refusal_names_what_was_wrong_and_a_wrong_token_fails_loudly(served):
     run, _, _, _ = served
     with pytest.raises(ValueError, match="/cps/shop/empty holds no keyed state"):
         ask(run, "stateless", {}, WITHIN, pipeline="shop")
+    # A read that fails says why (its first line), not a bare HTTP 500
+    said = r"shop \(pid \d+\) failed to answer: reading broken's state failed: \[CANNOT_LOAD_STATE_STORE\] An error"
+    with pytest.raises(Unanswered, match=said + r" occurred during loading state\.$"):
+        ask(run, "broken", {}, WITHIN, pipeline="shop")
     body = json.loads((run / "shop.control").read_text())
     (run / "shop.control").write_text(json.dumps(body | {"token": "wrong"}))
     with pytest.raises(Unanswered, match=r"the runner of shop \(pid \d+\) failed to answer: a valid bearer token"):
@@ -108,3 +115,22 @@ def test_a_runner_is_found_by_the_spec_it_was_started_from_without_loading_it(se
     assert spec_key("shop.pipeline") == f"shop.pipeline:@{os.path.realpath(tmp_path)}"
     monkeypatch.chdir(run)
     assert spec_key("shop.pipeline") != f"shop.pipeline:@{os.path.realpath(tmp_path)}"
+
+
+def test_the_runner_warms_its_state_reader_once_with_a_processor_that_keeps_keyed_state(served):
+    run, control, asked, _ = served
+
+    def settled(n: int) -> list:
+        deadline = time.monotonic() + 10
+        while len(asked) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # a second read, were there one, would show now
+        return asked
+
+    control.warm("stateless")  # its blocks keep no @stateful state: the next warms it
+    assert settled(1) == [("/cps/shop/empty", None, 1)]
+    control.warm("watch")
+    assert settled(2)[1:] == [("/cps/shop/watch", None, 1)]
+    control.warm("watch")  # once warm, never again
+    ask(run, "watch", {}, WITHIN, pipeline="shop")
+    assert settled(3)[2:] == [("/cps/shop/watch", None, 20)]

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from weir.blocks import keystate
 from weir.checkpoint.files import Checkpoint
@@ -38,17 +39,12 @@ def read_state(
 ) -> Iterator[dict]:
     """The keys of every `@stateful` block of the query at `checkpoint` (as of its last committed batch), at most
     `limit`; only `key` (as text) when given. Each: operator id, key, state, timers, last write
-    (keystate.inspected). NoKeyedState when the checkpoint has no stateful operator; one whose keys all expired
-    or were cleared keeps nothing, and reads as no key. `ops`: its `operators`, when the caller has them."""
-    ops = operators(spark, checkpoint) if ops is None else ops
-    if not ops:
-        raise NoKeyedState(f"{checkpoint} holds no keyed state: its query has no stateful operator")
+    (keystate.inspected). NoKeyedState when the checkpoint keeps no `@stateful` block's state (_stateful_buckets);
+    one whose keys all expired or were cleared keeps nothing, and reads as no key. `ops`: its `operators`, when
+    the caller has them."""
     shown = 0
-    for op in ops:
-        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
-        if "value" not in df.columns:
-            continue
-        rows = df.where(F.col("value.shape").startswith(_PREFIX)).select("value.shape", "value.keys")
+    for op, buckets in _stateful_buckets(spark, checkpoint, operators(spark, checkpoint) if ops is None else ops):
+        rows = buckets.select("value.shape", "value.keys")
         for shape, data in rows.toLocalIterator():
             for entry in keystate.inspected(bytes(data) if data is not None else None, shape, "weir state"):
                 if key is not None and str(entry["key"]) != key:
@@ -94,12 +90,8 @@ def _read(spark: SparkSession, checkpoint: str, ops: list[int], limit: int) -> t
     unread = False
     # monotonically_increasing_id: the partition in its upper 31 bits, the row's place in it in the lower 33
     first = F.monotonically_increasing_id() % F.lit(1 << 33) < F.lit(limit)
-    for op in ops:
-        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
-        if "value" not in df.columns:
-            continue
-        mine = df.where(F.col("value.shape").startswith(_PREFIX))
-        rows = mine.select("value.shape", F.length("value.keys"), F.when(first, F.col("value.keys"))).collect()
+    for op, buckets in _stateful_buckets(spark, checkpoint, ops):
+        rows = buckets.select("value.shape", F.length("value.keys"), F.when(first, F.col("value.keys"))).collect()
         for shape, size, data in rows:
             out["buckets"] += 1
             out["bytes"] += int(size or 0)
@@ -109,3 +101,19 @@ def _read(spark: SparkSession, checkpoint: str, ops: list[int], limit: int) -> t
             elif len(keys) < limit:
                 keys += [{"operator": op, **e} for e in keystate.inspected(bytes(data), shape, "weir state")]
     return out, keys[:limit], unread
+
+
+def _stateful_buckets(spark: SparkSession, checkpoint: str, ops: list[int]) -> list[tuple[int, DataFrame]]:
+    """(operator, its `@stateful` buckets) of each operator in `ops` that keeps `@stateful` blocks' state: all of
+    weir's stateful blocks keep buckets in transformWithState, but a window's, a dedup's or a join's bucket holds
+    no `keys` of a `@stateful` block. NoKeyedState, naming the checkpoint, when none does."""
+    found = []
+    for op in ops:
+        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
+        value = df.schema["value"].dataType if "value" in df.columns else None
+        if isinstance(value, StructType) and {"shape", "keys"} <= set(value.fieldNames()):
+            found.append((op, df.where(F.col("value.shape").startswith(_PREFIX))))
+    if not found:
+        what = "the state of weir's other blocks (windows, dedup, joins)" if ops else "no state: no stateful operator"
+        raise NoKeyedState(f"{checkpoint} holds no @stateful block's keyed state: its query keeps {what}")
+    return found

@@ -50,6 +50,7 @@ class Control:
         self._ops: dict[str, list[int]] = {}  # each checkpoint's stateful operators, once it has any
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._warmed = False
 
     def start(self) -> Control:
         # Imported here: the runner's own, not loaded by the commands that only ask
@@ -83,12 +84,50 @@ class Control:
             self._thread.join(10)  # uvicorn leaves its loop within its graceful shutdown (3 s)
             self._thread = None
 
+    def warm(self, processor: str) -> None:
+        """Read `processor`'s keyed state once, in the background (the weir-control pool), unless a read already
+        succeeded: the first read of state in a runner loads Spark's state data source and compiles its code (at
+        two busy loops, 13 s of a first answer's 16 s; the next reads took 3.5-5 s), so the first person to ask
+        waits what every later one does. The runner calls it after a stateful processor's first batch; a
+        processor without `@stateful` state leaves it to the next. Skipped while a question is answered."""
+        if not self._warmed:
+            threading.Thread(target=self._warm, args=(processor,), name="weir-control-warm", daemon=True).start()
+
+    def _warm(self, processor: str) -> None:
+        from weir.blocks.inspect import NoKeyedState
+
+        checkpoint = self.checkpoint(processor)
+        if checkpoint is None or not self._one.acquire(blocking=False):
+            return
+        began = time.monotonic()
+        try:
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
+            self._question(checkpoint, None, 1)
+            self._warmed = True
+            log.info("weir: state reader warmed with %s in %.1fs", processor, time.monotonic() - began)
+        except NoKeyedState:
+            pass  # its blocks keep no @stateful state: the next stateful processor warms it
+        except Exception as exc:  # a person's question will say what fails; the runner goes on
+            log.warning("weir: warming the state reader with %s failed: %s", processor, str(exc).splitlines()[:1])
+        finally:
+            self._one.release()
+
+    def _question(self, checkpoint: str, key: str | None, limit: int) -> dict[str, Any]:
+        """inspect.question with the checkpoint's stateful operators read once per runner."""
+        from weir.blocks.inspect import operators, question
+
+        # A running query's stateful operators stay as its first batch made them: read once
+        ops = self._ops.get(checkpoint) or operators(self.spark, checkpoint)
+        if ops:
+            self._ops[checkpoint] = ops
+        return question(self.spark, checkpoint, key, limit, ops)
+
     def _state(self, request: Any) -> Any:
         """GET /state/{processor}?key=K&limit=N: `weir state --json`'s body (weir.blocks.inspect), read in the
         runner's session. 404: not a processor of this runner; 409: it keeps no keyed state; 503: busy."""
         from starlette.responses import JSONResponse
 
-        from weir.blocks.inspect import NoKeyedState, operators, question
+        from weir.blocks.inspect import NoKeyedState
 
         processor = request.path_params["processor"]
         checkpoint = self.checkpoint(processor)
@@ -104,13 +143,14 @@ class Control:
             # A pool of its own (spark.scheduler.mode FAIR, weir/spark.py): its tasks take the next free slots
             # rather than waiting for the queries' jobs queued before them. A property of this thread only.
             self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
-            # A running query's stateful operators stay as its first batch made them: read once (a job saved)
-            ops = self._ops.get(checkpoint) or operators(self.spark, checkpoint)
-            if ops:
-                self._ops[checkpoint] = ops
-            answer = question(self.spark, checkpoint, key, limit, ops)
+            answer = self._question(checkpoint, key, limit)
+            self._warmed = True
         except NoKeyedState as exc:
             return JSONResponse({"error": str(exc)}, status_code=409)
+        except Exception as exc:  # the asker gets the reason, not a bare 500; the runner's log the traceback
+            log.exception("weir: weir state of %s failed", processor)
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+            return JSONResponse({"error": f"reading {processor}'s state failed: {said}"}, status_code=500)
         finally:
             self._one.release()
         body = {

@@ -821,6 +821,7 @@ class Runner:
             st.watermark = figures["watermark"]
             st.admission = figures["admission"]
             st.totals.add(counts)
+            first = st.batches == 1
             if st.state == "waiting" and self._watch is not None:
                 # A finished batch planned against the broker, so it answers again: "running" at once
                 self._watch.heard()
@@ -834,6 +835,9 @@ class Runner:
         # The batch committed before Spark reported its progress: its coverage can be kept before Spark purges it
         self._folder.finished(checkpoint, figures["batch_id"])
         self._groups.offer(name, figures["sources"])  # committed to the group by its own thread
+        control = self._control  # None once the runner stops
+        if first and self.pipeline.processors[name].stateful and control is not None:
+            control.warm(name)  # so that the first `weir state` is answered as fast as the next
 
     def _check_reads(self, name: str, progress: Any, figures: dict, counts: Counts) -> None:
         """The records the batch's inputs yielded, per partition (observed in the job that read them, or in weir's
