@@ -134,3 +134,26 @@ def test_the_runner_warms_its_state_reader_once_with_a_processor_that_keeps_keye
     control.warm("watch")  # once warm, never again
     ask(run, "watch", {}, WITHIN, pipeline="shop")
     assert settled(3)[2:] == [("/cps/shop/watch", None, 20)]
+
+
+def test_the_operators_asked_are_those_keeping_a_bucket_as_their_metadata_says(tmp_path):
+    """`weir state` reads the operators that keep weir's `bucket` variable; a join's (its own variables) and Spark's
+    own (v1 metadata, no variables) are not read, which a read of them would fail on."""
+
+    def v2(op: int, *variables: str) -> None:
+        where = tmp_path / "state" / str(op) / "_metadata" / "v2"
+        where.mkdir(parents=True)
+        props = {"stateVariables": [{"stateName": v, "stateVariableType": "ValueState"} for v in variables]}
+        info = {"operatorId": op, "operatorName": "transformWithStateInPandasExec"}
+        meta = {"operatorInfo": info, "operatorPropertiesJson": json.dumps(props)}
+        (where / "3").write_text("v2\n" + json.dumps(meta))
+
+    spark = SimpleNamespace(streams=SimpleNamespace(active=[]))
+    assert inspect.operators(spark, str(tmp_path)) == []
+    v1 = tmp_path / "state" / "0" / "_metadata"
+    v1.mkdir(parents=True)
+    (v1 / "metadata").write_text('v1\n{"operatorInfo":{"operatorId":0,"operatorName":"dedupe"},"stateStoreInfo":[]}')
+    v2(1, "$eventTimers_keyToTimestamp", "pairs")  # a stream-stream join's
+    v2(2, "bucket", "$eventTimers_keyToTimestamp")  # a window's or a @stateful block's
+    v2(10, "bucket")
+    assert inspect.operators(spark, str(tmp_path)) == [2, 10]

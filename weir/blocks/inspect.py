@@ -7,6 +7,7 @@ command, not a data path, bounded by `limit` keys (and a `key` looked for stops 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,13 +26,19 @@ class NoKeyedState(ValueError):
 
 
 def operators(spark: SparkSession, checkpoint: str) -> list[int]:
-    """The ids of the query's transformWithState operators (where `@stateful` blocks keep their buckets), from the
-    checkpoint's operator metadata: what Spark's state-metadata source reads, without a job."""
+    """The ids of the query's operators that keep a `bucket` state variable (where weir's transformWithState
+    blocks, `@stateful` among them, keep their state), from the checkpoint's operator metadata: what Spark's
+    state-metadata source reads, without a job. A join's operator keeps other variables."""
     # The state store's readers report to the driver's StateStoreCoordinator, which Spark registers with the
     # session's StreamingQueryManager: in a process that ran no streaming query (`weir state`) it is made here,
     # else every read of RocksDB state fails (RpcEndpointNotFoundException, CANNOT_LOAD_STATE_STORE)
     spark.streams.active  # noqa: B018
-    return [op for op, name in Checkpoint(checkpoint).operators().items() if "transformWithState" in name]
+    found = []
+    for op, meta in Checkpoint(checkpoint).operator_metadata().items():
+        variables = json.loads(meta.get("operatorPropertiesJson") or "{}").get("stateVariables") or []
+        if any(v.get("stateName") == "bucket" for v in variables):
+            found.append(op)
+    return found
 
 
 def read_state(
@@ -114,6 +121,8 @@ def _stateful_buckets(spark: SparkSession, checkpoint: str, ops: list[int]) -> l
         if isinstance(value, StructType) and {"shape", "keys"} <= set(value.fieldNames()):
             found.append((op, df.where(F.col("value.shape").startswith(_PREFIX))))
     if not found:
-        what = "the state of weir's other blocks (windows, dedup, joins)" if ops else "no state: no stateful operator"
-        raise NoKeyedState(f"{checkpoint} holds no @stateful block's keyed state: its query keeps {what}")
+        raise NoKeyedState(
+            f"{checkpoint} holds no @stateful block's keyed state (what state its query keeps, if any, is a "
+            "window's, a dedup's or a join's)"
+        )
     return found

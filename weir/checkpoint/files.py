@@ -452,15 +452,19 @@ class Checkpoint:
         return list(self.operators().values())
 
     def operators(self) -> dict[int, str]:
-        """The stateful operators whose state the checkpoint holds: id -> name, from Spark's operator metadata
-        (`state/<id>/_metadata/metadata`, or the latest of `_metadata/v2/<batch>` for transformWithState), a
-        first line naming its format, then JSON; what Spark's state-metadata source reads, without a job.
+        """The stateful operators whose state the checkpoint holds: id -> name (operator_metadata)."""
+        return {op: meta["operatorInfo"]["operatorName"] for op, meta in self.operator_metadata().items()}
+
+    def operator_metadata(self) -> dict[int, dict]:
+        """Spark's metadata of each stateful operator, by id (`state/<id>/_metadata/metadata`, or the latest of
+        `_metadata/v2/<batch>` for transformWithState, whose `operatorPropertiesJson` names its state variables):
+        a first line naming its format, then JSON; what Spark's state-metadata source reads, without a job.
         {} without state."""
         from pyarrow import fs
 
         filesystem, path = paths.resolve(self.state)
         found = {}
-        for op in sorted(filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True)), key=lambda i: i.path):
+        for op in filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True)):
             if op.type != fs.FileType.Directory or not op.base_name.isdigit():
                 continue
             meta = paths.join(self.state, op.base_name, "_metadata")
@@ -468,7 +472,7 @@ class Checkpoint:
             if text is None and (versions := batches(paths.join(meta, "v2"))):
                 text = read_text(paths.join(meta, "v2", str(versions[-1])))
             if text is not None:
-                found[int(op.base_name)] = json.loads(text.partition("\n")[2])["operatorInfo"]["operatorName"]
+                found[int(op.base_name)] = json.loads(text.partition("\n")[2])
         return dict(sorted(found.items()))
 
 
