@@ -185,7 +185,7 @@ def ask(
     `pipeline`, or of the one `weir run` loaded from `spec` (found without loading it). None when no live runner
     here does (none runs, or one was killed and left its file). The runner's refusal (it keeps no keyed state) is
     a ValueError with its words; a runner that does not answer within `timeout` is Unanswered."""
-    key = spec_key(spec) if spec is not None else None
+    started_from = spec_key(spec) if spec is not None else None
     for file in sorted(run_dir.glob("*.control")) if run_dir.is_dir() else []:
         state = file.with_suffix(".json")
         try:
@@ -195,7 +195,9 @@ def ask(
             continue
         if pipeline is not None and run.get("pipeline") != pipeline:
             continue
-        if (key is not None and run.get("spec") != key) or processor not in (run.get("processors") or {}):
+        if started_from is not None and run.get("spec") != started_from:
+            continue
+        if processor not in (run.get("processors") or {}):
             continue
         name = run["pipeline"]
         if not process_alive(int(control["pid"])) or control["pid"] != run.get("pid"):
