@@ -612,13 +612,16 @@ def release_story(spark, pipeline: Pipeline, settings: Settings, shadow: tuple |
     console.print(f"releasing enrich {version} anyway: the monitor compares its books with the previous version's ...")
     runner = Runner(candidate, settings, spark=spark).start()
     try:
-        alert = release.drift_alert(settings)
+        alert = release.drift_alert(settings, runner)
     finally:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         runner.stop()
     dropped = runner.snapshot()["enrich"].totals.filtered  # its committed batches' (the live enrich filters none)
     if alert is None:
-        console.print(f"[yellow]no release_drift alert within {release.DRIFT_WAIT_S:.0f} s[/yellow]")
+        console.print(
+            f"[yellow]no release_drift alert within {release.DRIFT_WAIT_S:.0f} s of the candidate's first "
+            f"batch (or no batch within {release.FIRST_BATCH_WAIT_S:.0f} s)[/yellow]"
+        )
     else:
         console.print(f"weir monitor: release_drift firing: {alert}", highlight=False, soft_wrap=True, markup=False)
     if stop.is_set():
