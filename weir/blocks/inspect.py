@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from weir.blocks import keystate
+from weir.blocks.bucketed import BucketLogic
 from weir.checkpoint.files import Checkpoint
 
 _PREFIX = "stateful "  # of a @stateful block's stored shape (keyed._Spec.shape)
@@ -36,7 +37,7 @@ def operators(spark: SparkSession, checkpoint: str) -> list[int]:
     found = []
     for op, meta in Checkpoint(checkpoint).operator_metadata().items():
         variables = json.loads(meta.get("operatorPropertiesJson") or "{}").get("stateVariables") or []
-        if any(v.get("stateName") == "bucket" for v in variables):
+        if any(v.get("stateName") == BucketLogic.state_name for v in variables):
             found.append(op)
     return found
 
@@ -116,7 +117,8 @@ def _stateful_buckets(spark: SparkSession, checkpoint: str, ops: list[int]) -> l
     no `keys` of a `@stateful` block. NoKeyedState, naming the checkpoint, when none does."""
     found = []
     for op in ops:
-        df = spark.read.format("statestore").option("operatorId", op).option("stateVarName", "bucket").load(checkpoint)
+        reader = spark.read.format("statestore").option("operatorId", op)
+        df = reader.option("stateVarName", BucketLogic.state_name).load(checkpoint)
         value = df.schema["value"].dataType if "value" in df.columns else None
         if isinstance(value, StructType) and {"shape", "keys"} <= set(value.fieldNames()):
             found.append((op, df.where(F.col("value.shape").startswith(_PREFIX))))
