@@ -44,7 +44,7 @@ KIND = "pg"  # the ledger's kind: units "snapshot" and "changes"
 EVERY_ROW = sql.SQL("true")
 POLL_HINT = "or, without logical decoding, copy the table and poll it: --poll-by COLUMN (docs/ingest.md)"
 COUNTS = ("snapshot_rows", "changes", "inserts", "updates", "deletes", "batches", "resumed", "retries", "waits",
-          "read_backs", "rows_found")  # fmt: skip
+          "read_backs", "rows_found", "quiet_advances")  # fmt: skip
 _CHANGE = re.compile(r"^table (?P<table>.+?): (?P<op>INSERT|UPDATE|DELETE): (?P<rest>.*)$", re.S)
 _COLUMN = re.compile(r"""\s*(?P<name>"(?:[^"]|"")+"|[^\[\s]+)\[(?P<type>[^\]]+)\]:(?P<value>'(?:[^']|'')*'|\S+)""")
 _INTEGER = ("smallint", "integer", "bigint")
@@ -227,11 +227,22 @@ class PgJob:
 
     def step(self, conn: psycopg.Connection) -> int:
         """One batch of changes: peek, produce, wait for the acks, advance the slot. The changes taken."""
+        # The server's flushed WAL end, read before the peek: when the peek then finds no change, every
+        # transaction committed before it was empty for this slot (DDL, ANALYZE, another database's writes: the
+        # WAL is the whole server's), and the slot moves there, so a quiet table does not keep the server's WAL.
+        end = conn.execute(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() "
+            "END)::text"
+        ).fetchone()[0]  # fmt: skip
         rows = conn.execute(
             "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, NULL, %s, 'include-xids', '0', "
             "'skip-empty-xacts', '1')", (self.slot, self.batch),
         ).fetchall()  # fmt: skip
         if not rows:
+            if end is not None and end != self.lsn:
+                conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, end))
+                self.lsn = end
+                self.counts["quiet_advances"] += 1
             return 0
         changes, at = [], {}
         wanted = self.table if "." in self.table else f"public.{self.table}"
