@@ -62,7 +62,7 @@ from weir.process import die_with_parent
 from weir.runtime.accounting import Counts
 
 if TYPE_CHECKING:
-    from weir.runtime.runner import Runner
+    from weir.runtime.runner import ProcessorStatus, Runner
 
 # Piped to a file, rich would assume 80 columns and squeeze the table; a terminal keeps its own width.
 console = Console(width=None if sys.stdout.isatty() else 130)
@@ -102,7 +102,7 @@ def live_table(snapshot: dict, elapsed: float, duration: float, live: bool = Tru
         state = st.state if st.state in ("running", "finished") else f"[yellow]{st.state}[/]"
         violations = f"[red]{t.violations}[/]" if t.violations else "0"
         table.add_row(
-            name, state, _n(st.input_rate), "real time" if name in realtime else _admission(st.admission),
+            name, state, _n(st.input_rate), _mode(st) if name in realtime else _admission(st.admission),
             *[_n(getattr(t, f)) for f in FIGURES],
             violations, str(st.restarts),
         )  # fmt: skip
@@ -164,6 +164,20 @@ def _minute(row: dict) -> str:
 
     more = f"avg {amount(row.get('avg_order'))}, p95 {amount(row.get('p95_order'))}, {row.get('buyers') or 0} buyers"
     return f"{row['category']} {amount(row.get('revenue'))} ({more})"
+
+
+def _mode(st: ProcessorStatus) -> str:
+    """A real-time processor's mode now: "real time", or micro-batches while it stays away after a starved batch or
+    a failure (docs/realtime.md)."""
+    return "real time" if st.realtime is not False else "micro-batches for now"
+
+
+def realtime_line(name: str, st: ProcessorStatus) -> str:
+    """How a real-time processor's batches ran: how many in real time, and each time it left real time, why."""
+    line = f"{name}: {st.realtime_batches:,} of its {st.batches:,} batches in real time"
+    if st.realtime_left:
+        line += f"; it left real time {st.realtime_left} time(s) for micro-batches, the last because it {st.note}"
+    return line
 
 
 def _admission(a: dict | None) -> str:
@@ -795,6 +809,8 @@ def main(
         stopped, runner = runner, None
         snapshot = stopped.snapshot()
         console.print(live_table(snapshot, elapsed, duration, live=False, realtime=fast))
+        for name in sorted(fast):
+            console.print(realtime_line(name, snapshot[name]), highlight=False, markup=False)
         topics = sorted({*pipeline.topics, *(f"{t}.{side}" for t in pipeline.topics for side in ("dlq", "late"))})
         console.print(balance_table(snapshot))
         console.print(topic_table(Admin(broker.bootstrap), topics))

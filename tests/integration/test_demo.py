@@ -57,7 +57,9 @@ def test_the_demo_runs_to_its_summaries_and_exits_0(tmp_path):
     assert re.search(state, said), said[-4000:]
     assert "latest records of orders.attributed:" in said, said[-4000:]  # a stream-stream join
     # big_order runs in Spark's real-time mode (docs/realtime.md): the live table says so, its alerts are out
-    assert re.search(r"│ big_or\S* +│[^\n]*│ real", said), said[-4000:]  # names and "real time" wrap in narrow columns
+    # (or, when its real-time batches starved on a loaded machine, micro-batches for now: said with why)
+    assert re.search(r"│ big_or\S* +│[^\n]*│ (real|micro)", said), said[-4000:]  # names, modes wrap in narrow columns
+    assert re.search(r"big_order: [1-9][\d,]* of its [\d,]+ batches in real time", said), said[-4000:]
     assert re.search(r"latest records of alerts.big_orders:\n  \{'order_id'", said), said[-4000:]
     assert re.search(r"spend.by_customer_5m: [\d,]+ window records, [\d,]+ of them updates for late orders", said)
     # spend_lake upserts: as many rows as windows, each once, however many revisions the topic holds (in 30 s few or

@@ -126,3 +126,84 @@ def test_a_real_time_processor_writes_every_record_once_through_sigkill_and_a_ba
     assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-2000:]
     found = json.loads(audit.stdout)["processors"][0]
     assert found["silent_gaps"] == 0 and found["more_than_once_offsets"] == 0 and found["lost_offsets"] == 0, found
+
+
+HELD = (
+    PIPELINE
+    + """
+hold = p.topic("{prefix}.hold", schema="id BIGINT NOT NULL", key="id", partitions=4)
+held = p.topic("{prefix}.held", schema="id BIGINT NOT NULL", key="id", partitions=1)
+
+
+def slowly(i):
+    import time
+
+    time.sleep(25)  # the task holds its slot: the real-time query's next batch plans, and its tasks wait
+    return i
+
+
+@p.processor(inputs=[hold], outputs=[held])
+def holder(df):
+    return df.withColumn("id", F.udf(slowly, "bigint")("id"))
+"""
+)
+
+
+def test_a_real_time_batch_whose_tasks_begin_after_its_end_sends_the_processor_to_micro_batches(bootstrap, tmp_path):
+    """A micro-batch processor's four tasks hold every task slot of local[4] (local[2] and a slot per real-time
+    task) for 25 s: the real-time batch planned meanwhile ends, by Spark's clock, before its tasks begin, and reads
+    nothing of the orders waiting. The processor leaves real time, says why in its state record, runs micro-batches,
+    returns to real time; every kept order comes out once."""
+    prefix = uuid.uuid4().hex[:8]
+    home = tmp_path / "home"
+    spec = tmp_path / "rt_pipeline.py"
+    spec.write_text(textwrap.dedent(HELD.format(prefix=prefix)))
+    Admin(bootstrap).create_topic(f"{prefix}.orders", 2)
+    Admin(bootstrap).create_topic(f"{prefix}.hold", 4)
+    env = weir_env(tmp_path, bootstrap)
+    sender = Sender(bootstrap, f"{prefix}.orders")
+    proc = start_weir(spec, env, tmp_path / "run.log")
+    log = tmp_path / "run.log"
+    try:
+        sender.thread.start()
+        wait_running(proc, lambda: any(r["input_rows"] and r["realtime"] for r in progress(home)), 240,
+                     "a real-time batch's progress", tmp_path)  # fmt: skip
+        produce(
+            bootstrap, f"{prefix}.hold", [Rec(p, str(p).encode(), json.dumps({"id": p}).encode()) for p in range(4)]
+        )
+        wait_running(proc, lambda: "leaves real time (real-time batch" in log.read_text(), 240,
+                     "the starved batch's fallback", tmp_path)  # fmt: skip
+
+        def starved_batches() -> list[int]:
+            return [r["batch_id"] for r in progress(home) if r["realtime"] and not r["input_rows"]]
+
+        starved = wait_running(proc, starved_batches, 60, "the starved batch's progress", tmp_path)[0]
+
+        def real_time_again() -> bool:
+            return any(r["realtime"] and r["input_rows"] and r["batch_id"] > starved for r in progress(home))
+
+        wait_running(proc, real_time_again, 240, "a real-time batch after the micro-batches", tmp_path)
+        assert "alerts returns to the direct path" in log.read_text()
+        sender.stop.set()
+        sender.thread.join(60)
+        kept = sorted(i for i in range(sender.next) if i % 100 >= 50)
+
+        def out_ids() -> list[int]:
+            return [json.loads(m.value())["id"] for m in consume_all(bootstrap, f"{prefix}.big")]
+
+        wait_running(proc, lambda: len(out_ids()) >= len(kept), 300, f"{len(kept)} kept orders out", tmp_path)
+        time.sleep(3)  # a late duplicate would show now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    finally:
+        sender.stop.set()
+        if proc.poll() is None:
+            kill_tree(proc)
+
+    ids = out_ids()
+    assert sorted(ids) == kept, f"lost {sorted(set(kept) - set(ids))[:10]}, twice {len(ids) - len(set(ids))}"
+    notes = [r["note"] for r in records(home) if r["type"] == "state" and r["processor"] == "alerts" and r["note"]]
+    assert any(n.startswith("runs micro-batches for a while: real-time batch ") for n in notes), notes
+    books = [r for r in progress(home) if r["processor"] == "alerts"]
+    assert all(r["accounting"]["balanced"] and not r["accounting"]["violations"] for r in books), books[-3:]
+    assert any(r["realtime"] is None and r["input_rows"] and r["batch_id"] > starved for r in books)  # micro-batches

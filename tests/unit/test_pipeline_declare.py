@@ -1,3 +1,5 @@
+import subprocess
+import sys
 import textwrap
 from datetime import timedelta
 
@@ -227,3 +229,35 @@ def test_weir_graph_shows_every_part_that_runs_http_sources_archivers_and_views(
     assert "hot [topic, 1p] ──► view latest [key device; the settings' store; view.latest]" in text
     assert '"http:0" -> "topic:readings";' in text and '"proc:archive.readings"' in text
     assert '"proc:view.latest"' not in text and '"view:latest"' in text
+
+
+def test_a_udf_made_while_the_pipeline_loads_is_refused_naming_its_line_and_what_to_do(tmp_path):
+    """PySpark makes a UDF only in a running session, and weir starts Spark after loading the pipeline: `@F.udf`
+    on a module-level function fails there. One line names the file's line and the fix, not PySpark's bare
+    SESSION_OR_CONTEXT_NOT_EXISTS. A process of its own: no session of this run's may be active in it."""
+    spec = tmp_path / "udf_pipe.py"
+    spec.write_text(
+        textwrap.dedent(
+            """
+            from pyspark.sql import functions as F
+            from weir.pipeline import Pipeline
+            p = Pipeline("mini")
+            src = p.topic("src", "x INT")
+            dst = p.topic("dst", "x INT")
+
+            @F.udf("int")
+            def double(x):
+                return 2 * x
+
+            @p.processor(inputs=[src], outputs=[dst])
+            def copy(src):
+                return src.select(double("x").alias("x"))
+            """
+        )
+    )
+    found = subprocess.run([sys.executable, "-m", "weir.cli", "graph", str(spec), "--declaration-only"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert found.returncode == 2, found.stdout + found.stderr
+    said = found.stdout + found.stderr
+    assert f"{spec}:8: the pipeline asks for a Spark session while it loads" in said, said
+    assert "make UDFs inside the processor's function" in said and "Traceback" not in said, said

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ import weir
 from weir.pipeline import Pipeline
 from weir.pipeline.model import REALTIME_CHECKPOINT_EVERY, DeclarationError
 from weir.pipeline.validate import problems
-from weir.runtime.realtime import task_attempts
+from weir.runtime.realtime import backlog, starved, task_attempts
 from weir.runtime.runner import realtime_confs, realtime_master
 
 
@@ -89,3 +90,24 @@ def test_a_realtime_session_gives_each_task_one_attempt():
     assert task_attempts("spark://host:7077", None) == 4  # Spark's default
     assert task_attempts("spark://host:7077", "1") == 1
     assert task_attempts("local-cluster[2,1,1024]", "2") == 2
+
+
+def _figures(batch: int, read: int, start: dict, latest: dict) -> dict:
+    """A real-time batch's progress figures as weir.runtime.progress gives them (offsets as Spark's JSON text)."""
+    return {"batch_id": batch, "input_rows": read, "duration_ms": {"addBatch": 13285},
+            "sources": [{"start_offset": json.dumps({"orders": start}), "latest_offset": json.dumps({"orders": latest}),
+                         "end_offset": json.dumps({"orders": start})}]}  # fmt: skip
+
+
+def test_the_backlog_is_what_waited_past_each_partitions_start_when_the_batch_was_planned():
+    figures = _figures(0, 0, {"0": 0, "1": 1379, "2": 5}, {"0": 7239, "1": 1379, "2": 4, "3": 10})
+    assert backlog(figures["sources"]) == 7239  # partition 2's end below its start, 3 without a start: nothing
+    assert backlog([{"start_offset": None, "latest_offset": None}]) == 0
+
+
+def test_a_real_time_batch_that_read_nothing_of_a_backlog_sends_it_to_micro_batches():
+    waiting = {"0": 7239, "1": 7230}
+    assert starved("big_order", _figures(1, 1023, {"0": 0, "1": 0}, waiting)) is None  # it read
+    assert starved("big_order", _figures(2, 0, {"0": 364, "1": 166}, {"0": 364, "1": 166})) is None  # none waited
+    why = starved("big_order", _figures(3, 0, {"0": 364, "1": 166}, waiting))
+    assert why is not None and why.startswith("real-time batch 3 read nothing of a backlog (13,939 records at its")

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 
@@ -29,6 +30,21 @@ def _syntax(exc: SyntaxError, where: str) -> str:
     """One line for a pipeline file that does not parse: the file, the line, the column and what is wrong."""
     column = f":{exc.offset}" if exc.offset else ""
     return f"{exc.filename or where}:{exc.lineno}{column}: {exc.msg}"
+
+
+def _needs_spark(exc: BaseException, path: Path) -> str | None:
+    """One line for a pipeline file that asked for Spark while it loaded (a `@udf` on a module-level function, a
+    DataFrame built at import): weir loads the pipeline first, to learn what session it needs. None: another error."""
+    if "SESSION_OR_CONTEXT_NOT_EXISTS" not in str(exc):
+        return None
+    here = str(path.resolve())
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if str(Path(f.filename).resolve()) == here]
+    at = f"{path}:{lines[-1]}" if lines else str(path)
+    return (
+        f"{at}: the pipeline asks for a Spark session while it loads, and weir starts Spark after loading it (to learn "
+        "what the pipeline needs): make UDFs inside the processor's function (F.udf(f, 'bigint') there, not @F.udf "
+        "at the top of the file), and build DataFrames there too"
+    )
 
 
 def load(spec: str) -> Pipeline:
@@ -73,6 +89,10 @@ def load_module(target: str, what: str = "pipeline") -> ModuleType:
             module_spec.loader.exec_module(module)
         except SyntaxError as exc:
             raise DeclarationError(_syntax(exc, str(path))) from None
+        except Exception as exc:
+            if (why := _needs_spark(exc, path)) is None:
+                raise
+            raise DeclarationError(why) from None
         # Spark's workers cannot import a module loaded from a file path: ship its functions by value.
         cloudpickle.register_pickle_by_value(module)
     else:

@@ -105,6 +105,9 @@ class Direct:
         self._written: dict[str, int] = {}  # records the batches since the start wrote, per topic
         self._short: dict[str, int] = {}  # per topic: records the checks found unappended so far
         self._checked_at = 0.0
+        # Why the path should give way to micro-batches now, though it did not fail (a real-time path whose
+        # batches read nothing: weir.runtime.realtime); the runner restarts the processor on them. None: it runs on.
+        self.starved: str | None = None
 
     # -- the query ----------------------------------------------------------------------------------------
     def build(self) -> DataFrame | None:

@@ -1112,10 +1112,22 @@ class ProcessorQuery:
     def failed(self, exc: BaseException) -> None:
         """The query failed (the runner restarts it): a direct query falls back to one batch at a time."""
         if self.direct is not None:
-            self.fell_back = _brief(exc)
-            failed_at = self.direct.fall_back(self.fell_back)
-            self.direct = None
-            self._back_at = self._fallbacks.fell(failed_at)
+            self.fall_back(_brief(exc))
+
+    @property
+    def starved(self) -> str | None:
+        """Why the running direct query should give way to one batch at a time though it runs (a real-time query
+        whose batches read nothing: weir.runtime.realtime); None: it runs on."""
+        return self.direct.starved if self.direct is not None else None
+
+    def fall_back(self, why: str) -> None:
+        """The direct query gives way to one batch at a time, for `why`; the runner restarts it, and returns it to
+        the direct path after a while (direct.Fallbacks)."""
+        assert self.direct is not None
+        self.fell_back = why
+        failed_at = self.direct.fall_back(why)
+        self.direct = None
+        self._back_at = self._fallbacks.fell(failed_at)
 
     @property
     def back_to_direct(self) -> bool:

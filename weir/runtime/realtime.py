@@ -19,6 +19,14 @@ A record that does not decode fails the query (a real-time query has no second b
 processor runs micro-batches for a while (the direct path's fallback), which dead-letter it, then real time
 again. What holds and what does not: docs/realtime.md.
 
+A starved batch. Spark ends a real-time batch a checkpoint interval after the driver plans it, wherever its tasks
+are then: on a loaded driver, or with task slots taken, they may begin after that end and read nothing, batch after
+batch, while the input's backlog grows (seen: 12 s from plan to tasks on 2 cores at load 12, with 10 s batches).
+Such a batch, with records waiting past its start, has lost a whole checkpoint interval (5 minutes by default), and
+its successors likely will: the processor leaves real time for micro-batches, which read by offsets and so move on
+at any load (the runner restarts it, as after a failure, and publishes why in its state record); it returns to real
+time as after any fallback, each fallback in a row staying twice as long (direct.Fallbacks).
+
 No task is retried. A task Spark retried inside a real-time batch would read its partition again from the batch's
 start and write again what the failed attempt wrote (the tail is settled when the query starts, not in its tasks):
 `weir run` gives a session that runs real-time processors one attempt per task (`task_attempts`), so that a failed
@@ -37,6 +45,7 @@ from pyspark.sql.functions import col
 
 from weir.checkpoint.files import Checkpoint
 from weir.checkpoint.log import read_offsets
+from weir.checkpoint.offsets import parsed
 from weir.kafka import connector, replay
 from weir.kafka.headers import SOURCE_HEADER
 from weir.runtime import completeness, routing
@@ -133,6 +142,40 @@ def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
     return None, {}
 
 
+def backlog(sources: list[dict]) -> int:
+    """Records a batch's input held past its start when Spark planned it: its sources' latest offsets less their
+    start offsets (progress figures; a partition without both counts nothing)."""
+    waiting = 0
+    for s in sources:
+        start, latest = parsed(s.get("start_offset")), parsed(s.get("latest_offset"))
+        for t, parts in latest.items():
+            first = start.get(t)
+            if not isinstance(parts, dict) or not isinstance(first, dict):
+                continue
+            for p, end in parts.items():
+                begin = first.get(p)
+                if isinstance(begin, int) and isinstance(end, int) and end > begin:
+                    waiting += end - begin
+    return waiting
+
+
+def starved(processor: str, figures: dict) -> str | None:
+    """Why `processor` should leave real time after the real-time batch of progress `figures`: it read nothing
+    although records waited past its start (module doc). None: it runs on."""
+    waiting = backlog(figures.get("sources") or [])
+    if int(figures.get("input_rows") or 0) or not waiting:
+        return None
+    batch, took = figures["batch_id"], (figures.get("duration_ms") or {}).get("addBatch")
+    log.warning("weir: processor %s real-time batch %d read nothing of %d records waiting past its start (its "
+                "tasks' stage took %s)", processor, batch, waiting,
+                "an unknown time" if took is None else f"{took / 1000:.1f} s")  # fmt: skip
+    return (
+        f"real-time batch {batch} read nothing of a backlog ({waiting:,} records at its start): Spark ends a "
+        "real-time batch a checkpoint interval after it plans it, and its tasks began too late (a loaded driver, or "
+        "task slots taken)"
+    )
+
+
 class RealTime(Direct):
     """One real-time processor's query: built by `build`, started by `start`, its batches' books by `counts`."""
 
@@ -209,7 +252,7 @@ class RealTime(Direct):
         """The query failed: the processor runs micro-batches from the first batch no commit covers; the tail
         keeps what this run wrote from being written again."""
         _, committed = self._logged()
-        log.warning("weir: processor %s failed in real time (%s); it runs micro-batches for a while",
+        log.warning("weir: processor %s leaves real time (%s); it runs micro-batches for a while",
                     self.q.proc.name, why)  # fmt: skip
         return (committed + 1) if committed is not None else 0
 
@@ -222,6 +265,8 @@ class RealTime(Direct):
         """Batch `figures["batch_id"]`'s books: the rows routed and the records the input handed the function
         (Observations) against what Spark's Kafka sink wrote (its numOutputRows) and the rows found in the tail."""
         batch = figures["batch_id"]
+        if (why := starved(self.q.proc.name, figures)) is not None:
+            self.starved = why
         observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
         got, handed = observed.get(f"{ROUTES}{self.q.name}"), observed.get(f"{HANDED}{self.q.name}")
         skipped = {d: int(n) for d, n in observed.get(f"{SKIPPED}{self.q.name}", {}).items() if d != "_none"}

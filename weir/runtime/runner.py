@@ -75,6 +75,9 @@ class ProcessorStatus:
     totals: Counts = field(default_factory=Counts)
     restart_at: float | None = None
     note: str | None = None
+    realtime_batches: int = 0  # of `batches`, those that ran in Spark's real-time mode (weir.runtime.realtime)
+    realtime_left: int = 0  # times it left real time for micro-batches though it did not fail (a starved batch)
+    realtime: bool | None = None  # whether its last batch ran in real time (None: no batch yet)
 
     def to_json(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "totals"}
@@ -436,6 +439,13 @@ class Runner:
                             self._restart_between_batches(name, q, "returns to the direct path")
                         elif self._builders[name].back_to_connector:
                             self._restart_between_batches(name, q, "returns to Spark's Kafka connector")
+                        elif (starved := self._builders[name].starved) is not None:
+                            self._builders[name].fall_back(starved)
+                            st = self.status[name]
+                            st.realtime_left += 1
+                            st.note = f"runs micro-batches for a while: {starved}"
+                            self._set_state(name, "restarting", note=st.note)
+                            self._restart_between_batches(name, q, "runs micro-batches for a while")
                         elif (outlasted := self._outlasted(name)) is not None:
                             self._give_up_waiting(name, q, outlasted)
                         else:
@@ -517,7 +527,8 @@ class Runner:
         """A processor that fell back from the direct path ran its batches one at a time, or one past its lake
         fallback on weir-kafka: it is stopped after its running batch and started again, on the direct path
         (weir.runtime.direct) or on the connector (weir.runtime.reading)."""
-        log.info("weir: processor %s %s after batch %s", name, why, self._builders[name].ran)
+        ran = self._builders[name].ran
+        log.info("weir: processor %s %s%s", name, why, "" if ran is None else f" after batch {ran}")
         self._finish_batch(name, query)
         try:
             query.stop()
@@ -811,8 +822,11 @@ class Runner:
             )  # fmt: skip
         st = self.status[name]
         checkpoint = self.checkpoint(self.pipeline.processors[name])
+        every = self._builders[name].realtime_figure()
         with self._lock:
             st.batches += 1
+            st.realtime = every is not None
+            st.realtime_batches += every is not None
             st.failures_in_row = 0
             st.last_batch_id = figures["batch_id"]
             st.last_batch_at = figures["batch_at"]
@@ -828,7 +842,7 @@ class Runner:
                 self._set_state(name, "running")
         self.publisher.publish(name, wire.Progress(
             **figures, accounting=wire.Accounting(**counts.to_json()), restarts=st.restarts,
-            reader=self._builders[name].reader_figure(), realtime=self._builders[name].realtime_figure(),
+            reader=self._builders[name].reader_figure(), realtime=every,
             version=next(p.version for p in self.selected if p.name == name),
             fold_failures=self._folder.failed(checkpoint), **self._groups.figures(name),
         ))  # fmt: skip
