@@ -176,7 +176,7 @@ def realtime_line(name: str, st: ProcessorStatus) -> str:
     """How a real-time processor's batches ran: how many in real time, and each time it left real time, why."""
     line = f"{name}: {st.realtime_batches:,} of its {st.batches:,} batches in real time"
     if st.realtime_left:
-        line += f"; it left real time {st.realtime_left} time(s) for micro-batches, the last because it {st.note}"
+        line += f"; it left real time for micro-batches {st.realtime_left} time(s), the last: {st.realtime_left_why}"
     return line
 
 

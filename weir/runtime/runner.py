@@ -77,6 +77,7 @@ class ProcessorStatus:
     note: str | None = None
     realtime_batches: int = 0  # of `batches`, those that ran in Spark's real-time mode (weir.runtime.realtime)
     realtime_left: int = 0  # times it left real time for micro-batches though it did not fail (a starved batch)
+    realtime_left_why: str | None = None  # why it left the last time
     realtime: bool | None = None  # whether its last batch ran in real time (None: no batch yet)
 
     def to_json(self) -> dict:
@@ -442,9 +443,8 @@ class Runner:
                         elif (starved := self._builders[name].starved) is not None:
                             self._builders[name].fall_back(starved)
                             st = self.status[name]
-                            st.realtime_left += 1
-                            st.note = f"runs micro-batches for a while: {starved}"
-                            self._set_state(name, "restarting", note=st.note)
+                            st.realtime_left, st.realtime_left_why = st.realtime_left + 1, starved
+                            self._set_state(name, "restarting", note=f"runs micro-batches for a while: {starved}")
                             self._restart_between_batches(name, q, "runs micro-batches for a while")
                         elif (outlasted := self._outlasted(name)) is not None:
                             self._give_up_waiting(name, q, outlasted)
@@ -798,6 +798,9 @@ class Runner:
         figures = _initial_starts(spark_figures(progress), self.checkpoint(self.pipeline.processors[name]))
         counts = self.ledger.take(progress.name, figures["batch_id"])
         path = self._builders[name].direct
+        # Whether this batch ran in real time, read before its books: they may send the processor to micro-batches
+        # (a starved batch), which the supervisor acts on at once
+        every = self._builders[name].realtime_figure()
         if counts is None and path is not None:  # one streaming query: its books come from Spark and its writer
             counts = path.counts(figures, progress)
         counts = counts or Counts()
@@ -822,7 +825,6 @@ class Runner:
             )  # fmt: skip
         st = self.status[name]
         checkpoint = self.checkpoint(self.pipeline.processors[name])
-        every = self._builders[name].realtime_figure()
         with self._lock:
             st.batches += 1
             st.realtime = every is not None
