@@ -47,6 +47,11 @@ def progress(home) -> list[dict]:
     return [r for r in records(home) if r["type"] == "progress"]
 
 
+def out_ids(bootstrap: str, prefix: str) -> list[int]:
+    """The ids of the orders in the processor's output topic, as many times as they are there."""
+    return [json.loads(m.value())["id"] for m in consume_all(bootstrap, f"{prefix}.big")]
+
+
 class Sender:
     """Sends orders id by id at a steady pace in a thread, each amount id % 100 (half of them kept)."""
 
@@ -95,10 +100,8 @@ def test_a_real_time_processor_writes_every_record_once_through_sigkill_and_a_ba
         sender.thread.join(60)
         kept = sorted(i for i in range(sender.next) if i % 100 >= 50)
 
-        def out_ids() -> list[int]:
-            return [json.loads(m.value())["id"] for m in consume_all(bootstrap, f"{prefix}.big")]
-
-        wait_running(proc, lambda: len(out_ids()) >= len(kept), 300, f"{len(kept)} kept orders out", tmp_path)
+        wait_running(proc, lambda: len(out_ids(bootstrap, prefix)) >= len(kept), 300, f"{len(kept)} kept orders out",
+                     tmp_path)  # fmt: skip
         wait_running(proc, lambda: len(consume_all(bootstrap, f"{prefix}.orders.dlq")) >= 1, 120,
                      "the bad record's dead letter", tmp_path)  # fmt: skip
         time.sleep(3)  # a late duplicate would show now
@@ -109,7 +112,7 @@ def test_a_real_time_processor_writes_every_record_once_through_sigkill_and_a_ba
         if proc.poll() is None:
             kill_tree(proc)
 
-    ids = out_ids()
+    ids = out_ids(bootstrap, prefix)
     assert written > 0, "nothing was written before the kill"
     assert sorted(ids) == kept, f"lost {sorted(set(kept) - set(ids))[:10]}, twice {len(ids) - len(set(ids))}"
     letters = consume_all(bootstrap, f"{prefix}.orders.dlq")
@@ -188,10 +191,8 @@ def test_a_real_time_batch_whose_tasks_begin_after_its_end_sends_the_processor_t
         sender.thread.join(60)
         kept = sorted(i for i in range(sender.next) if i % 100 >= 50)
 
-        def out_ids() -> list[int]:
-            return [json.loads(m.value())["id"] for m in consume_all(bootstrap, f"{prefix}.big")]
-
-        wait_running(proc, lambda: len(out_ids()) >= len(kept), 300, f"{len(kept)} kept orders out", tmp_path)
+        wait_running(proc, lambda: len(out_ids(bootstrap, prefix)) >= len(kept), 300, f"{len(kept)} kept orders out",
+                     tmp_path)  # fmt: skip
         time.sleep(3)  # a late duplicate would show now
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
@@ -200,7 +201,7 @@ def test_a_real_time_batch_whose_tasks_begin_after_its_end_sends_the_processor_t
         if proc.poll() is None:
             kill_tree(proc)
 
-    ids = out_ids()
+    ids = out_ids(bootstrap, prefix)
     assert sorted(ids) == kept, f"lost {sorted(set(kept) - set(ids))[:10]}, twice {len(ids) - len(set(ids))}"
     notes = [r["note"] for r in records(home) if r["type"] == "state" and r["processor"] == "alerts" and r["note"]]
     assert any(n.startswith("runs micro-batches for a while: real-time batch ") for n in notes), notes
