@@ -330,10 +330,11 @@ def test_pipeline_processor_reads_from_the_lake_and_publishes_it(spark, bootstra
     assert fallbacks[-1]["offsets"] == 15 + 20
     assert sum(f["batch_offsets"] for f in fallbacks) == 15 + 20
     assert all(x["accounting"]["balanced"] and not x["accounting"]["violations"] for x in progress)
-    # The first run read through Spark's connector; the fallback through weir-kafka, saying why
-    readers = [x["reader"] for x in progress]
-    assert readers[0]["kind"] == "connector" and readers[-1]["kind"] == "weir-kafka"
-    assert "lake fallback" in readers[-1]["why"] and f"{topic}/0 [20, 35)" in readers[-1]["why"]
+    # The first run read through Spark's connector; the fallback through weir-kafka, saying why (the run may return
+    # to the connector for its last records, once a catch-up check finds it past the fallback: a loaded run did)
+    fell = [x["reader"] for x in progress if x["lake_fallback"]]
+    assert progress[0]["reader"]["kind"] == "connector" and all(r["kind"] == "weir-kafka" for r in fell)
+    assert "lake fallback" in fell[-1]["why"] and f"{topic}/0 [20, 35)" in fell[-1]["why"]
 
     # Past the fallback, the same checkpoint goes on through the connector (kafka/handover.py): each record once
     produce(bootstrap, topic, (record(i) for i in range(120, 160)))

@@ -10,6 +10,7 @@ from weir.checkpoint.files import Checkpoint
 from weir.pipeline import Pipeline
 from weir.runtime.accounting import Counts, from_routes
 from weir.runtime.progress import in_records, offset_span, recount
+from weir.runtime.query import Ledger
 from weir.runtime.runner import _ran, stages
 from weir.runtime.versions import IncompatibleChange, check, read
 from weir.units import instant_ms
@@ -524,3 +525,16 @@ def test_a_heartbeat_read_before_a_batchs_record_is_not_published_after_it(tmp_p
     assert [r["type"] for r in sent] == ["idle", "heartbeat"] and sent[-1]["phase"] == "idle"
     assert sent[0]["at_ms"] <= sent[1]["at_ms"]
     publisher.close(0.1)
+
+
+def test_a_restart_forgets_the_counts_of_batches_its_stopped_run_never_committed():
+    """A run stopped between batch 13's foreachBatch and its commit left batch 13's counts; the next run (real time,
+    whose books come from its progress) ran batch 13 again and met them: 1,650 in against 100 accounted."""
+    ledger = Ledger()
+    for batch in (11, 12, 13):
+        ledger.put("shop.alerts", batch, Counts(in_=batch))
+    ledger.put("shop.other", 13, Counts(in_=1))
+    ledger.forget_from("shop.alerts", 13)  # the commit log's last is 12
+    assert ledger.take("shop.alerts", 13) is None
+    assert ledger.take("shop.alerts", 12).in_ == 12  # committed: its progress may still come
+    assert ledger.take("shop.other", 13).in_ == 1

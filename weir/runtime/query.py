@@ -78,6 +78,14 @@ class Ledger:
         with self._lock:
             return self._counts.get((query, batch_id))
 
+    def forget_from(self, query: str, first: int) -> None:
+        """Drop `query`'s counts of batch `first` and later: a stopped run's, of batches it never committed, whose
+        progress will never come; the next run runs them again and books them anew. Earlier ones stay: a committed
+        batch's progress may still be on its way to the listener."""
+        with self._lock:
+            for key in [k for k in self._counts if k[0] == query and k[1] >= first]:
+                del self._counts[key]
+
 
 @dataclass(frozen=True)
 class Bounds:
@@ -1135,6 +1143,11 @@ class ProcessorQuery:
         return self._back_at is not None and self.ran is not None and self.ran >= self._back_at
 
     def start(self, on_batch: Callable[[DataFrame, int], None] | None = None):
+        if self.checkpoint:
+            # A stop between a batch's foreachBatch and its commit left that batch's counts: this run runs it again,
+            # and its books (a direct or real-time path's come from its progress) must not meet the stale ones
+            done = self.cp.committed_batches()
+            self.ledger.forget_from(self.name, done[-1] + 1 if done else 0)
         if self.proc.sink is not None:
             # A stable writer name: replays of a batch id are recognised.
             self.proc.sink.open(self.name, self.checkpoint)
