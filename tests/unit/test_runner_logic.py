@@ -194,7 +194,7 @@ def test_destinations_list_every_route_and_topic_a_processor_can_route_to():
 def test_a_failure_is_told_by_its_python_exception_line_whatever_its_name() -> None:
     """A weir error whose class name ends in neither Error nor Exception (BrokerUnavailable) still gives the
     processor's last error, not the Spark wrapper's first line."""
-    from weir.runtime.query import _brief
+    from weir.runtime.query import brief
 
     wrapped = (
         "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform latestOffset: "
@@ -202,8 +202,8 @@ def test_a_failure_is_told_by_its_python_exception_line_whatever_its_name() -> N
         "weir.kafka.log.BrokerUnavailable: gave up waiting to plan a batch of orders: Kafka at h:9 was unreachable\n"
         "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.pythonStreamingDataSourceRuntimeError(x.scala:1)\n"
     )
-    assert _brief(wrapped).startswith("weir.kafka.log.BrokerUnavailable: gave up waiting to plan a batch of orders")
-    assert _brief("org.apache.spark.SparkException: Job aborted\n") == "org.apache.spark.SparkException: Job aborted"
+    assert brief(wrapped).startswith("weir.kafka.log.BrokerUnavailable: gave up waiting to plan a batch of orders")
+    assert brief("org.apache.spark.SparkException: Job aborted\n") == "org.apache.spark.SparkException: Job aborted"
 
 
 def _copy_runner(tmp_path, name: str):

@@ -12,7 +12,7 @@ from weir.lake.archive import ArchiveSink, archiver
 from weir.pipeline import Pipeline
 from weir.pipeline.graph import text
 from weir.pipeline.validate import problems
-from weir.runtime.query import Ledger, ProcessorQuery
+from weir.runtime.query import Batch, Ledger, ProcessorQuery
 from weir.sinks import Delivery, KafkaSink, ParquetSink, PostgresSink, Sink, SinkError, Written, check_writer_name
 from weir.sinks.parquet import batch_dir_name, check_atomic_rename, parse_batch_dir
 from weir.sinks.postgres import csv_safe, parse_table, pg_columns, pg_type, redact_dsn, scrub
@@ -169,7 +169,7 @@ def test_a_raw_readers_replayed_batch_counts_as_delivered(tmp_path) -> None:
     assert q.archive
     q.source(q.topics["orders"])
     assert "lake" not in spark.opts  # an archiver never reads the lake it writes
-    q._archive_batch("batch", 3)  # type: ignore[arg-type]
+    q._archive_batch("batch", Batch(3))  # type: ignore[arg-type]
     counts = q.ledger.take(q.name, 3)
     assert sink.batches == [("batch", 3)]
     assert counts.out == 60 and counts.outputs == {"Raw": 60}

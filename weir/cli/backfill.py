@@ -116,7 +116,7 @@ def _run(planned: Planned) -> None:
             err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except Exception as exc:
-            from weir.runtime.query import _brief
+            from weir.runtime.query import brief
 
             if current[0] is None:
                 where = "before any chunk was delivered"
@@ -124,7 +124,7 @@ def _run(planned: Planned) -> None:
                 failed = report.plan[report.plan.index(current[0]) + 1].chunk
                 where = f"in chunk {failed} (batch {failed.batch_id}); the chunks before it were delivered"
             err.print(
-                f"[red]error:[/red] backfill {report.id} failed {where}: {_brief(exc)}. Rerunning it repeats "
+                f"[red]error:[/red] backfill {report.id} failed {where}: {brief(exc)}. Rerunning it repeats "
                 f"delivered chunks: exactly-once sinks skip them, and topics get none of their records again",
                 highlight=False,
                 soft_wrap=True,

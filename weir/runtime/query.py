@@ -4,6 +4,10 @@ Stateless processors run in foreachBatch on each micro-batch's decoded rows, iso
 function raises by bisecting the batch; stateful ones are applied once to the streams; source processors
 return a stream of their own. Dead letters and poison records, and the order in which a batch is delivered
 and counted: see docs/pipelines.md ("Dead letters, late records, filtered records", "What happens in one batch").
+
+What one foreachBatch batch's steps share (its replay guard, its steps' timings, the frames it cached, its poison
+records and replays) is its `Batch`, handed down from where the batch begins; the query's attributes hold its
+configuration and what outlives a batch (see ProcessorQuery).
 """
 
 from __future__ import annotations
@@ -138,6 +142,89 @@ class Output:
         records.write.format("weir-kafka").options(**options).mode("append").save()
 
 
+@dataclass(eq=False)
+class Batch:
+    """What the steps of one foreachBatch batch share, from its start to its books: created where a batch begins
+    (`start`'s `each`, or `run_batch` and `deliver_result` called by a backfill or the testing kit) and handed down
+    to every step, which reads it and adds to it. Nothing of a running batch is left in the query's attributes for
+    another method to pick up."""
+
+    id: int
+    # Whether the batch's writes leave their rows unsorted because they come in their input records' order: a
+    # one-pass batch's write (and the rerun or three-job batch it hands over to). See ProcessorQuery._batch.
+    in_order: bool = False
+    poisoned: int = 0  # records on which the function raised, isolated by bisection (at most max_poison)
+    replayed: int = 0  # records the batch's writes found already delivered, and skipped
+    routes_own: bool = False  # whether the function's result has its own `_route` column (Routed.routes_own)
+    has_sources: bool = False  # whether the result's rows name their input records (Routed.has_sources)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each step (a slow batch logs them)
+    cached: list[DataFrame] = field(default_factory=list)  # frames persisted for the batch, released at its end
+    # The batch's replay guard (a streaming batch's write), or its marks being taken (see `guard`)
+    _guard: replay.Guard | None = field(default=None, init=False, repr=False)
+    _marks: Future[replay.Guard] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def guard(self) -> replay.Guard | None:
+        """The batch's replay guard (a streaming batch's write; docs/delivery.md, "Replays"). Its marks are taken
+        while the driver plans the batch (`mark`): the first use waits for them, and every write of the batch uses
+        the guard, so nothing of it is written before its marks are noted."""
+        if self._marks is not None:
+            with self.phase("replay marks"):  # the wait only: the rest overlapped the plan
+                self._guard, self._marks = self._marks.result(), None
+        return self._guard
+
+    @guard.setter
+    def guard(self, guard: replay.Guard | None) -> None:
+        self._marks, self._guard = None, guard
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the batch's writes have a guard, or its marks are being taken (without waiting for them)."""
+        return self._marks is not None or self._guard is not None
+
+    def mark(self, begin: Callable[[], replay.Guard], thread: str) -> None:
+        """Start taking the batch's marks (`begin`: ProcessorQuery._begin_guard) beside the driver's planning: both
+        wait on round trips (the broker's ends, the checkpoint's storage; the JVM's analysis), about 0.1-0.25 s
+        each a batch. A daemon thread: one still riding out a broker outage must not hold the process's exit."""
+        marks: Future[replay.Guard] = Future()
+
+        def take() -> None:
+            try:
+                marks.set_result(begin())
+            except BaseException as exc:  # the batch raises it where it waits for the marks
+                marks.set_exception(exc)
+
+        threading.Thread(target=take, name=thread, daemon=True).start()
+        self._marks = marks
+
+    def end_guard(self) -> None:
+        """The batch is over. A batch that failed before its first write may still be noting its marks: they
+        are waited for (their own bound), so that the next attempt of the batch finds them and replays."""
+        pending, self._marks, self._guard = self._marks, None, None
+        if pending is not None:
+            # Its failure, if any, is not the batch's: the batch failed first, and says why
+            with contextlib.suppress(Exception):
+                pending.result()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a step of the batch into `phases`."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - began
+
+    def cache(self, frame: DataFrame) -> DataFrame:
+        """`frame` persisted until the batch's `release`."""
+        self.cached.append(frame.persist())
+        return frame
+
+    def release(self) -> None:
+        while self.cached:
+            self.cached.pop().unpersist()
+
+
 class ProcessorQuery:
     """Builds and starts the streaming query of one processor.
 
@@ -146,6 +233,11 @@ class ProcessorQuery:
     beside `weir.pipeline`: a backfill's id), `bounds` (the offsets a stateful backfill's sources replay),
     `delivered` (topics whose rows this writer delivered before, never written again: a backfill's outputs) and
     `output` (where records for topics go).
+
+    Its attributes are that configuration and what outlives a batch (the reader chosen at a start, the direct
+    path's fallbacks, a lake fallback's timer, rows delivered before, memos of a plan's properties, what one batch
+    hands to the next). What one batch's steps share is its `Batch`, handed down from where the batch begins; the
+    only per-batch attribute is `in_batch`, for the runner's threads.
     """
 
     def __init__(
@@ -173,41 +265,33 @@ class ProcessorQuery:
         self.topics = pipeline.topics
         # Avro, Protobuf and JSON Schema outputs: their schemas registered now, before anything is written
         self.writers = routing.writers(proc, self.topics, settings.registry_conf())
-        self._cached: list[DataFrame] = []
         self._columns: dict[Any, list[Column]] = {}  # see _memo
         self._observable: bool | None = None  # whether a one-pass batch's plan keeps its Observations (_observes)
-        self._in_order = False  # whether the running write's rows come in their input records' order (_keeps_order)
         self._keeps: bool | None = None  # whether the function's plan keeps its input's order, once known
         self.stopping = threading.Event()
-        self.in_batch: int | None = None  # the batch whose foreachBatch is running
+        # The batch whose foreachBatch is running: the one per-batch attribute, because the runner's threads (its
+        # heartbeat's phase, its wait for a batch to finish before a stop) ask which batch runs and cannot be handed
+        # the running Batch. The batch's own steps read their Batch instead.
+        self.in_batch: int | None = None
         self.ran: int | None = None  # the last batch whose foreachBatch completed in this process
         self._override = settings.processors.get(proc.name, ProcessorSettings())
-        self._poisoned = 0
-        self._has_sources = False  # whether the function's result keeps its input coordinates
-        self._routes_own = False  # whether the function's result has its own `_route` column
         # A sink that reads raw (the lake's archiver): every record, undecodable ones included, goes to it as read.
         self.archive = proc.sink is not None and proc.sink.reads_raw
         self.view = views.view_of(pipeline, proc)  # a view's processor: the lean path (`_view_batch`)
         # Stamped on every record written to Kafka: the writer's pipeline (weir.processor is in the routed
         # headers), and a backfill's id (weir.backfill).
         self.headers: dict[str, str] = {PIPELINE_HEADER: pipeline.name, **(stamp or {})}
-        # The running batch's replay guard (a streaming batch's write; see `guard`), or its marks being taken
-        self._guard: replay.Guard | None = None
-        self._marks: Future[replay.Guard] | None = None
-        self.replayed = 0  # records the running batch's write found already delivered, and skipped
         # What this writer already delivered to its topics (a backfill's: what streaming delivered; a rebuild's:
         # what the processor wrote before its reset), never written again: `read_delivered`'s rows.
         self.delivered: DataFrame | None = None
         self.rebuild: rebuild.Rebuild | None = None  # a reset's rebuild still skipping what was delivered
         self._rebuild_checked = False
-        self.skipped: dict[str, int] = {}  # of the running batch, per destination topic: rows not written again
         # The last batch that wrote topics without a replay: (batch id, its marks, records written per topic),
         # checked against the next batch's marks (weir.runtime.completeness.check_writes).
         self._wrote: tuple[int, dict, dict[str, int]] | None = None
         # Sink producers rebuilt by the workers of this processor's writes, not yet in a batch's books (a failed
         # write's are booked with the next batch that succeeds).
         self.client_rebuilds = 0
-        self.phases: dict[str, float] = {}  # seconds the running batch spent in each step (a slow batch logs them)
         self.bounds = bounds
         self.direct: direct.Direct | None = None  # the running query's direct path (weir.runtime.direct), if any
         self.fell_back: str | None = None  # why the direct path failed: the processor runs one batch at a time
@@ -224,44 +308,6 @@ class ProcessorQuery:
     def cp(self) -> Checkpoint:
         """The checkpoint's files (weir.checkpoint); `checkpoint` is its location, as Spark and the sinks take it."""
         return Checkpoint(self.checkpoint)
-
-    @property
-    def guard(self) -> replay.Guard | None:
-        """The running batch's replay guard (a streaming batch's write; docs/delivery.md, "Replays"). Its marks
-        are taken while the driver plans the batch (`_mark`): the first use waits for them, and every write
-        of the batch uses the guard, so nothing of it is written before its marks are noted."""
-        if self._marks is not None:
-            with self._phase("replay marks"):  # the wait only: the rest overlapped the plan
-                self._guard, self._marks = self._marks.result(), None
-        return self._guard
-
-    @guard.setter
-    def guard(self, guard: replay.Guard | None) -> None:
-        self._marks, self._guard = None, guard
-
-    def _mark(self, batch_id: int) -> None:
-        """Start taking the batch's marks (`_begin_guard`) beside the driver's planning: both wait on round trips
-        (the broker's ends, the checkpoint's storage; the JVM's analysis), about 0.1-0.25 s each a batch. A
-        daemon thread: one still riding out a broker outage must not hold the process's exit."""
-        marks: Future[replay.Guard] = Future()
-
-        def take() -> None:
-            try:
-                marks.set_result(self._begin_guard(batch_id))
-            except BaseException as exc:  # the batch raises it where it waits for the marks
-                marks.set_exception(exc)
-
-        threading.Thread(target=take, name=f"weir-marks-{self.proc.name}", daemon=True).start()
-        self._marks = marks
-
-    def _end_guard(self) -> None:
-        """The batch is over. A batch that failed before its first write may still be noting its marks: they
-        are waited for (their own bound), so that the next attempt of the batch finds them and replays."""
-        pending, self._marks, self._guard = self._marks, None, None
-        if pending is not None:
-            # Its failure, if any, is not the batch's: the batch failed first, and says why
-            with contextlib.suppress(Exception):
-                pending.result()
 
     # -- inputs -----------------------------------------------------------------------------------------
     def kafka_options(self) -> dict[str, str]:
@@ -367,7 +413,7 @@ class ProcessorQuery:
                 return reading.caught_up(self.cp, self.proc.inputs, view)
         except Exception as exc:  # asked again at the next check: the fallback reads on meanwhile
             log.warning("weir: processor %s: whether its lake fallback is over is not known (%s)", self.proc.name,
-                        _brief(exc))  # fmt: skip
+                        brief(exc))  # fmt: skip
             return False
 
     def static_limit(self) -> int | None:
@@ -503,39 +549,49 @@ class ProcessorQuery:
     # a sink runs in one job (read, decode, apply, route, count, write); any other, and one whose single job
     # failed (a poison record), runs in three: the batch is read and counted into a cache, computed and counted
     # by route, then written.
-    def _stateless_batch(self, batch: DataFrame, batch_id: int) -> None:
-        tally = self._tally(batch_id)
-        counts = self.run_batch(batch, batch_id) if tally is None else self._one_pass(batch, batch_id, tally)
-        self.ledger.put(self.name, batch_id, counts)
+    def _batch(self, batch_id: int) -> Batch:
+        """A batch beginning: what its steps will share. Its writes leave their rows unsorted when they come in
+        their input records' order; a one-pass batch sets that for its own write (`_one_pass`). A query whose
+        one-pass plan was found to drop its Observations runs every later batch the three-job way, with the order
+        its function's plan was found to keep then."""
+        return Batch(batch_id, in_order=self._observable is False and bool(self._keeps))
 
-    def _tally(self, batch_id: int) -> SourceTally | None:
+    def _stateless_batch(self, batch: DataFrame, current: Batch) -> None:
+        tally = self._tally(current)
+        counts = (
+            self.run_batch(batch, current.id, current=current) if tally is None
+            else self._one_pass(batch, current, tally)
+        )  # fmt: skip
+        self.ledger.put(self.name, current.id, counts)
+
+    def _tally(self, current: Batch) -> SourceTally | None:
         """How the batch's output rows are traced to its input records in one pass, or None when it cannot run
         in one: several inputs (each would scan the batch again), a sink (a second write), no checkpoint (a
         test's batch), a plan that does not say where it starts, or a batch too large for the bitmaps."""
         single = len(self.proc.inputs) == 1 and self.proc.sink is None and self._observable is not False
-        if not single or not self.checkpoint or (self._marks is None and self._guard is None):
+        if not single or not self.checkpoint or not current.guarded:
             return None
         topic = self.proc.inputs[0]
-        return SourceTally.of(topic, checkpoint_log.planned_span(self.cp, batch_id, topic))
+        return SourceTally.of(topic, checkpoint_log.planned_span(self.cp, current.id, topic))
 
-    def _one_pass(self, batch: DataFrame, batch_id: int, tally: SourceTally) -> Counts:
+    def _one_pass(self, batch: DataFrame, current: Batch, tally: SourceTally) -> Counts:
         """A stateless batch in one Spark job. Observations in that job count what the books need: the records
         that did not decode (with their offsets' span per partition), the records handed to the function, the
         rows by route and destination, and the distinct input records behind the output rows (SourceTally).
         Records that did not decode are read again by offsets and dead-lettered in a second job, only when there
         are some. A job that fails (the function raised on a record) runs the batch again the three-job way,
         which isolates the record, over a bounded read of the batch's planned offsets (see _rerun)."""
-        self._poisoned, self.replayed = 0, 0
+        current.poisoned, current.replayed = 0, 0
         topic = self.topics[self.proc.inputs[0]]
-        tag = f"{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}"
+        tag = f"{self.name}-{current.id}-{uuid.uuid4().hex[:8]}"
         undecoded, handed = Observation(f"weir-undecoded-{tag}"), Observation(f"weir-handed-{tag}")
-        with self._phase("plan"):  # the driver's work on the batch's DataFrames: calls into the JVM
+        with current.phase("plan"):  # the driver's work on the batch's DataFrames: calls into the JVM
             clean = self.split(batch.observe(undecoded, *self._memo("undecoded", lambda: _undecoded(topic))))[0]
             # Counted where the function takes them, apart from Spark's count of the batch: a record weir itself
             # lost or doubled on the way (in `_split`) unbalances the books
             count = self._memo("handed", lambda: [F.count(F.lit(1)).alias("n")])
             result = self.result([clean.observe(handed, *count)])
-            frame, self._routes_own, self._has_sources = result.frame, result.routes_own, result.has_sources
+            frame, current.routes_own, current.has_sources = result.frame, result.routes_own, result.has_sources
             names = tuple(frame.columns)
             enc = self._memo(("encoded", names), lambda: [routing.encoded_column(names, self.proc, self.topics,
                                                                                  self.writers)])  # fmt: skip
@@ -546,40 +602,40 @@ class ProcessorQuery:
                 *self._memo(names, lambda: routing.route_columns(names, self.proc, self.topics, self.writers))
             )
             extra = [F.expr(f"count_if(`{ROUTE}` = '{DLQ}')").alias("_refused")]
-            if self._has_sources:
+            if current.has_sources:
                 routed = routed.select("*", *tally.columns(routing.SOURCE, f"`{ROUTE}` IN ('{OUT}', '{EMIT}')"))
                 extra += tally.metrics()
             if self._observable is None:
                 self._observable = _observes(routed, undecoded, handed)
                 self._keeps = routing.keeps_order(routed)
-            self._in_order = bool(self._keeps)
+            current.in_order = bool(self._keeps)
         if not self._observable:
             # Spark's optimizer dropped the read (a function that ignores its input, or filters with a constant
             # false): the Observations would never complete. The three-job path counts such batches.
             log.info("weir: processor %s: its result does not read its input in every plan, so its batches are "
                      "counted the three-job way", self.proc.name)  # fmt: skip
-            return self.run_batch(batch, batch_id)
+            return self.run_batch(batch, current.id, current=current)
         try:
-            counts, got = self._observed_delivery(routed, batch_id, extra)
+            counts, got = self._observed_delivery(routed, current, extra)
         except AnalysisException:
             raise
         except Exception as exc:  # any task failure may be one record's: the rerun decides
             if self.stopping.is_set():
                 raise
-            return self._rerun(batch_id, tally, exc)
+            return self._rerun(current, tally, exc)
         finally:
-            self._in_order = False  # the dead letters' write below, and any other, reads what it writes anew
+            current.in_order = False  # the dead letters' write below, and any other, reads what it writes anew
         counts.handed = int(handed.get["n"])
         # Rows sent to dlq by the function itself, or refused by an output's format: handed, not filtered
-        counts.refused = int(got["_refused"]) if self._routes_own or routing.ENCODED in names else 0
-        counts.passed, outside = tally.count(got) if self._has_sources else (0, 0)
+        counts.refused = int(got["_refused"]) if current.routes_own or routing.ENCODED in names else 0
+        counts.passed, outside = tally.count(got) if current.has_sources else (0, 0)
         if outside:
             log.error("weir: processor %s batch %d: %d output rows name input records outside the batch's offsets %s",
-                      self.proc.name, batch_id, outside, tally.spans)  # fmt: skip
+                      self.proc.name, current.id, outside, tally.spans)  # fmt: skip
             counts.violations += 1
         found = undecoded.get
         if int(found["bad"]):
-            self._dead_letter(topic, batch_id, counts, int(found["bad"]), {
+            self._dead_letter(topic, current, counts, int(found["bad"]), {
                 p: (int(found[f"lo{p}"]), int(found[f"hi{p}"])) for p in range(topic.partitions)
                 if found[f"lo{p}"] is not None})  # fmt: skip
         return counts
@@ -591,23 +647,23 @@ class ProcessorQuery:
             self._columns[key] = build()
         return self._columns[key]
 
-    def _dead_letter(self, topic: Topic, batch_id: int, counts: Counts, bad: int, spans: dict) -> None:
+    def _dead_letter(self, topic: Topic, current: Batch, counts: Counts, bad: int, spans: dict) -> None:
         """The batch's records that did not decode, read again within their offsets' span per partition, written
         to `<topic>.dlq` (a second job, guarded by the batch's marks like the first) and added to `counts`."""
         again = self._reread(topic.name, spans)
-        with self._phase("dead letters"):
-            letters, _ = self._observed_delivery(routing.dead_letters(again, self.proc), batch_id)
+        with current.phase("dead letters"):
+            letters, _ = self._observed_delivery(routing.dead_letters(again, self.proc), current)
         if letters.dlq != bad:  # read again, they are not what the batch read: retention, or a changed record
             log.error("weir: processor %s batch %d: %d records did not decode, but %d read again by their offsets",
-                      self.proc.name, batch_id, bad, letters.dlq)  # fmt: skip
+                      self.proc.name, current.id, bad, letters.dlq)  # fmt: skip
             counts.violations += 1
         counts.dlq += letters.dlq
         counts.violations += letters.violations
         for dest, n in letters.outputs.items():
             counts.outputs[dest] = counts.outputs.get(dest, 0) + n
-        counts.replayed = self.replayed
+        counts.replayed = current.replayed
 
-    def _rerun(self, batch_id: int, tally: SourceTally, exc: Exception) -> Counts:
+    def _rerun(self, current: Batch, tally: SourceTally, exc: Exception) -> Counts:
         """The batch again after its one job failed, the three-job way that isolates a poison record. Its rows
         come from a bounded read of the planned offsets, not from the micro-batch: the failed job's finished
         tasks are already in Spark's counts of the micro-batch (numInputRows, the read observations), which a
@@ -615,21 +671,23 @@ class ProcessorQuery:
         failed job may have written part of the batch: the write reads back from the batch's marks, as a
         replay does, and skips what is there."""
         log.warning("weir: processor %s batch %d failed in one pass (%s); running it again, record by record where "
-                    "it fails", self.proc.name, batch_id, _brief(exc))  # fmt: skip
+                    "it fails", self.proc.name, current.id, brief(exc))  # fmt: skip
         topic = self.topics[tally.topic]
-        reads = Observation(f"weir-reread-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
+        reads = Observation(f"weir-reread-{self.name}-{current.id}-{uuid.uuid4().hex[:8]}")
         again = _observe_reads(self._reread(topic.name, {p: (f, e - 1) for p, (f, e) in tally.spans.items() if e > f}),
                                topic, reads)  # fmt: skip
-        if self.guard is not None:
-            self.guard = replace(self.guard, replay=True)
-        counts = self.run_batch(again, batch_id)
+        if current.guard is not None:
+            current.guard = replace(current.guard, replay=True)
+        counts = self.run_batch(again, current.id, current=current)
         seen = reads.get
         counts.read = sum(int(seen.get(f"c{p}") or 0) for p in range(topic.partitions)) + int(
             seen.get(completeness.OTHER) or 0)  # fmt: skip
         counts.reads = {topic.name: dict(seen)}
         return counts
 
-    def run_batch(self, batch: DataFrame, batch_id: int, reread: bool = False) -> Counts:
+    def run_batch(
+        self, batch: DataFrame, batch_id: int, reread: bool = False, *, current: Batch | None = None
+    ) -> Counts:
         """One static batch of a stateless processor, as foreachBatch runs it: dead-letter the undecodable
         records, apply the function to each input topic's clean rows (isolating poison records), route and
         deliver; returns the batch's counts, to be settled with an input count measured apart from weir's
@@ -637,48 +695,50 @@ class ProcessorQuery:
         streams; any DataFrame of those columns will do (`weir backfill` hands it rows from the lake). Sinks
         must be open.
 
-        `reread`: the batch is cheap to read again (the lake's Parquet files), so it is not cached."""
-        self._poisoned, self.replayed = 0, 0
+        `reread`: the batch is cheap to read again (the lake's Parquet files), so it is not cached. `current`: the
+        running batch of `batch_id` that hands over to this path (a streaming batch's), else one begins here."""
+        current = current if current is not None else self._batch(batch_id)
+        current.poisoned, current.replayed = 0, 0
         if not reread:
-            self._cache(batch)
+            current.cache(batch)
         try:
             inputs = self.split(batch)
             # The records the function is handed, counted in a job without user code: it also fills the cache,
             # so later jobs that fail (a poison record) re-read the cache, not Kafka.
-            with self._phase("read and count"):
+            with current.phase("read and count"):
                 handed = union(inputs).count()
             dead = routing.dead_letters(batch, self.proc)
-            with self._phase("apply and route"):
-                frame, routed, groups = self._attempt(inputs, None, dead)
-            counts = self._deliver(frame, routed, groups, batch_id)
+            with current.phase("apply and route"):
+                frame, routed, groups = self._attempt(inputs, None, current, dead)
+            counts = self._deliver(frame, routed, groups, current)
             counts.handed = handed
             return counts
         finally:
-            self._release()
+            current.release()
 
     def _attempt(
-        self, inputs: list[DataFrame], ranges: list[tuple] | None, extra: DataFrame | None = None
+        self, inputs: list[DataFrame], ranges: list[tuple] | None, current: Batch, extra: DataFrame | None = None
     ) -> tuple[DataFrame, DataFrame, list | None]:
         """(result, routed result, counts by route) of the function over `inputs` (restricted to offset
         `ranges`, (topic, partition, first, last) each), computed and cached; the records on which it fails
         in a task are isolated by bisection and dead-lettered (docs/pipelines.md, poison records)."""
         sub = inputs if ranges is None else [df.where(_covering(ranges)) for df in inputs]
         result = self.result(sub)
-        self._routes_own, self._has_sources = result.routes_own, result.has_sources
-        frame = self._cache(result.frame)
+        current.routes_own, current.has_sources = result.routes_own, result.has_sources
+        frame = current.cache(result.frame)
         # The function's result is cached; its routed form is not: it is a projection (counted on four
         # columns, written only where a record goes to a topic), and caching it would build every row's key,
         # value and headers, even those of a sink's rows that never go to Kafka.
         routed = routing.route(frame, self.proc, self.topics, self.writers)
         routed = routed if extra is None else routed.unionByName(extra)
         try:
-            return frame, routed, _groups(routed)
+            return frame, routed, routing.route_groups(routed)
         except AnalysisException:
             raise
         except Exception as exc:  # any task failure may be one record's; bisection decides
             frame.unpersist()
             routed.unpersist()
-            frame, routed = self._bisect(inputs, ranges if ranges is not None else self._ranges(sub), exc)
+            frame, routed = self._bisect(inputs, ranges if ranges is not None else self._ranges(sub), exc, current)
             routed = routed if extra is None else routed.unionByName(extra)
             return frame, routed, None
 
@@ -704,74 +764,69 @@ class ProcessorQuery:
         rows = union.groupBy("topic", "partition").agg(F.min("offset"), F.max("offset")).collect()
         return sorted(tuple(r) for r in rows)
 
-    def _bisect(self, inputs: list[DataFrame], ranges: list[tuple], exc: Exception) -> tuple[DataFrame, DataFrame]:
+    def _bisect(
+        self, inputs: list[DataFrame], ranges: list[tuple], exc: Exception, current: Batch
+    ) -> tuple[DataFrame, DataFrame]:
         # Offsets within a partition are (nearly) dense, so halving offset ranges halves the records
         # without counting them: about 2*log2(batch) small jobs to isolate one failing record.
         if len(ranges) == 1 and ranges[0][2] == ranges[0][3]:
-            return self._poison([df.where(_covering(ranges)) for df in inputs], exc)
+            return self._poison([df.where(_covering(ranges)) for df in inputs], exc, current)
         if len(ranges) > 1:
             halves = [ranges[: len(ranges) // 2], ranges[len(ranges) // 2 :]]
         else:
             t, p, lo, hi = ranges[0]
             halves = [[(t, p, lo, (lo + hi) // 2)], [(t, p, (lo + hi) // 2 + 1, hi)]]
-        (f1, r1, _), (f2, r2, _) = (self._attempt(inputs, h) for h in halves)
+        (f1, r1, _), (f2, r2, _) = (self._attempt(inputs, h, current) for h in halves)
         return f1.unionByName(f2, allowMissingColumns=True), r1.unionByName(r2)
 
-    def _poison(self, inputs: list[DataFrame], exc: Exception) -> DataFrame:
+    def _poison(self, inputs: list[DataFrame], exc: Exception, current: Batch) -> DataFrame:
         """The one record on which the function raised, as a dead letter carrying the error."""
-        self._poisoned += 1
-        if self._poisoned > self.max_poison:
+        current.poisoned += 1
+        if current.poisoned > self.max_poison:
             raise RuntimeError(
                 f"processor {self.proc.name}: more than {self.max_poison} records of one batch made it fail; "
-                f"that is broken code, not bad data. Last error: {_brief(exc)}"
+                f"that is broken code, not bad data. Last error: {brief(exc)}"
             ) from exc
         row = None
         for df in inputs:
             part = df.select(*routing.COORDINATES, "key", "value", "timestamp")
             row = part if row is None else row.unionByName(part)
-        message = f"processor {self.proc.name} raised: {_brief(exc)}"
+        message = f"processor {self.proc.name} raised: {brief(exc)}"
         log.warning("weir: %s; the record goes to the dead-letter topic", message)
-        frame = self._cache(row.withColumn(ERROR_COLUMN, F.lit(message)))
-        routed = self._cache(routing.dead_letters(frame, self.proc))
+        frame = current.cache(row.withColumn(ERROR_COLUMN, F.lit(message)))
+        routed = current.cache(routing.dead_letters(frame, self.proc))
         routed.count()
         # A dead letter is no result row for a sink; an empty frame of one column adds no columns to the result.
         return frame.select(F.lit(DLQ).alias(ROUTE)).limit(0), routed
 
-    def _cache(self, frame: DataFrame) -> DataFrame:
-        self._cached.append(frame.persist())
-        return frame
-
-    def _release(self) -> None:
-        while self._cached:
-            self._cached.pop().unpersist()
-
-    def _deliver(self, frame: DataFrame, routed: DataFrame, groups: list | None, batch_id: int) -> Counts:
+    def _deliver(self, frame: DataFrame, routed: DataFrame, groups: list | None, current: Batch) -> Counts:
         """Write the routed records to their topics and the result to the sink; the batch's counts."""
-        groups = groups if groups is not None else _groups(routed)
+        groups = groups if groups is not None else routing.route_groups(routed)
         counts = from_routes([(g[ROUTE], g[routing.DEST], g["n"], g["a"]) for g in groups])
         counts.passed = sum(g["sources"] for g in groups if g[ROUTE] in (OUT, EMIT))
-        counts.has_sources = self._has_sources
-        counts.poison = self._poisoned
-        if self._routes_own and any(g[ROUTE] == DLQ for g in groups):
+        counts.has_sources = current.has_sources
+        counts.poison = current.poisoned
+        if current.routes_own and any(g[ROUTE] == DLQ for g in groups):
             # Records the function itself sent to dlq were handed to it: not "filtered" as well (Counts.settle).
             # The frame is cached: a count of it reads memory.
             counts.refused += frame.where(col(ROUTE) == DLQ).count()
         if self.writers and any(g[ROUTE] == DLQ for g in groups):
             counts.refused += routing.refused_rows(frame, self.proc, self.topics, self.writers)
         if any(g[routing.DEST] is not None for g in groups):
-            self.write_topics(routed)
-            counts.replayed = self.replayed
-            for dest, n in self.skipped.items():  # routed there, delivered before: not written by this batch
+            skipped = self.write_topics(routed, current)
+            counts.replayed = current.replayed
+            for dest, n in skipped.items():  # routed there, delivered before: not written by this batch
                 counts.outputs[dest] -= n
         if self.proc.sink is not None:
             rows = frame.where(col(ROUTE).isin(OUT, EMIT)).drop(*[c for c in _INTERNAL if c in frame.columns])
-            with self._phase(f"sink {self.proc.sink.name}"):
-                counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, batch_id).rows
+            with current.phase(f"sink {self.proc.sink.name}"):
+                counts.outputs[self.proc.sink.name] = self.proc.sink.write(rows, current.id).rows
         return counts
 
-    def write_topics(self, routed: DataFrame) -> None:
-        """Write the routed rows that have a destination topic to it (one Spark job). The one place routed records
-        leave for their topics, through `output`."""
+    def write_topics(self, routed: DataFrame, current: Batch) -> dict[str, int]:
+        """Write the routed rows that have a destination topic to it (one Spark job), guarded by `current`'s replay
+        guard; the rows not written again because this writer delivered them before (`delivered`), per destination
+        topic. The one place routed records leave for their topics, through `output`."""
         rows = routed.where(col(routing.DEST).isNotNull())
         seen = None
         if not self._rebuild_checked:
@@ -780,36 +835,29 @@ class ProcessorQuery:
             rows, seen = self._undelivered(rows)
         report = kafka_sink.report_path()
         try:
-            with self._phase("write topics"):
+            with current.phase("write topics"):
                 record = self._memo(("record", tuple(self.headers.items())), lambda: [
                     col(routing.DEST).alias("topic"), col("key"), col("value"),
                     routing.stamped_headers(self.headers).alias("headers"), col("timestamp")])  # fmt: skip
                 options = {
                     **self.kafka_options(),
-                    **({"replayGuard": self.guard.to_option()} if self.guard else {}),
+                    **({"replayGuard": current.guard.to_option()} if current.guard else {}),
                     "commitReport": report,
                 }
                 # Rows that come in their input records' order are oldest first already; sorting them would make
                 # each task read all of its records before writing the first (no reading while the writer produces)
-                self.output.write(rows.select(*record), options, oldest_first=not self._in_order or seen is not None)
+                self.output.write(rows.select(*record), options, oldest_first=not current.in_order or seen is not None)
         finally:
             self._take_report(report)
-        if self.guard is not None and self.guard.reports is not None:
-            self.replayed += replay.skipped(self.guard.reports)
-        self.skipped = {}
+        if current.guard is not None and current.guard.reports is not None:
+            current.replayed += replay.skipped(current.guard.reports)
+        skipped: dict[str, int] = {}
         if seen is not None:
-            self.skipped = {d: int(n) for d, n in seen.get.items() if d != "_none" and int(n)}
-            self.replayed += sum(self.skipped.values())
+            skipped = {d: int(n) for d, n in seen.get.items() if d != "_none" and int(n)}
+            current.replayed += sum(skipped.values())
             if self.rebuild is not None:
-                self._note_rebuild(sum(self.skipped.values()))
-
-    @contextlib.contextmanager
-    def _phase(self, name: str) -> Iterator[None]:
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - began
+                self._note_rebuild(sum(skipped.values()), current.id)
+        return skipped
 
     def _take_report(self, path: str) -> None:
         """The rebuilt producers a write's commit reported, kept for the batch's books (`client_rebuilds`)."""
@@ -847,10 +895,11 @@ class ProcessorQuery:
                  self.name, found.since, found.remaining)  # fmt: skip
         self._note_rebuild(0)
 
-    def _note_rebuild(self, skipped: int) -> None:
-        """Note the running batch's skips; once every delivered row was met, the rebuild ends."""
-        if self.in_batch is not None and skipped:
-            self.rebuild.skipped[str(self.in_batch)] = skipped
+    def _note_rebuild(self, skipped: int, batch_id: int | None = None) -> None:
+        """Note the skips of batch `batch_id`; once every delivered row was met, the rebuild ends. A rebuild runs
+        only in a streaming query's batches (its checkpoint names the reset; a backfill or a test has none)."""
+        if batch_id is not None and skipped:
+            self.rebuild.skipped[str(batch_id)] = skipped
             rebuild.save(self.cp, self.rebuild)
         if self.rebuild.remaining is not None and self.rebuild.remaining <= 0:
             log.info("weir: %s met every row it delivered before its reset; it writes as usual", self.name)
@@ -946,7 +995,7 @@ class ProcessorQuery:
         return kept, observed
 
     def _observed_delivery(
-        self, routed: DataFrame, batch_id: int, extra: list[Column] | None = None
+        self, routed: DataFrame, current: Batch, extra: list[Column] | None = None
     ) -> tuple[Counts, dict[str, Any]]:
         """A batch without a sink in one Spark job: the Kafka write counts every route on its way (an
         Observation of all rows, taken before the filter on a destination), so the batch is neither cached nor
@@ -954,48 +1003,48 @@ class ProcessorQuery:
         aggregates for the same Observation, whose row is returned with the counts."""
         combos = routing.destinations(self.proc)
         metrics = self._memo("delivery", lambda: routing.by_route(combos))
-        seen = Observation(f"weir-{self.name}-{batch_id}-{uuid.uuid4().hex[:8]}")
-        self.write_topics(routed.observe(seen, *metrics, *(extra or [])))
+        seen = Observation(f"weir-{self.name}-{current.id}-{uuid.uuid4().hex[:8]}")
+        skipped = self.write_topics(routed.observe(seen, *metrics, *(extra or [])), current)
         got = seen.get
         groups = routing.observed_groups(got, combos)
         counts = from_routes(groups)
-        counts.has_sources = self._has_sources
-        counts.poison = self._poisoned
-        counts.replayed = self.replayed
-        for dest, n in self.skipped.items():  # routed there, delivered before: not written by this batch
+        counts.has_sources = current.has_sources
+        counts.poison = current.poisoned
+        counts.replayed = current.replayed
+        for dest, n in skipped.items():  # routed there, delivered before: not written by this batch
             counts.outputs[dest] -= n
         return counts, got
 
-    def _archive_batch(self, batch: DataFrame, batch_id: int) -> None:
+    def _archive_batch(self, batch: DataFrame, current: Batch) -> None:
         # No cache and no count: one job reads the batch and writes it. `in` is the records the read tasks
         # consumed (Spark's own input count when the batch holds records), `out` the rows the committed files
         # hold: two independent measurements.
         counts = Counts()
-        written = self.proc.sink.write(batch, batch_id)
+        written = self.proc.sink.write(batch, current.id)
         # A replay the sink skipped wrote nothing this time, but its records are in the lake: delivered.
         counts.out, counts.read = written.delivered, written.read
         counts.outputs[self.proc.sink.name] = counts.out
-        self.ledger.put(self.name, batch_id, counts)
+        self.ledger.put(self.name, current.id, counts)
 
-    def _view_batch(self, batch: DataFrame, batch_id: int) -> None:
+    def _view_batch(self, batch: DataFrame, current: Batch) -> None:
         """A view's micro-batch in one Spark job: the sink's one task applies the records to keep and counts the
         dead letters and refused records (no count, no route groups, no cache, no replay marks). Only a batch
         with such records (a replay's too: its task still counts them) runs a second job, their write to
         `<topic>.dlq`, guarded against replays by marks taken now (nothing of the batch went to Kafka before)."""
         began = time.monotonic()
-        done = self.proc.sink.apply(views.lean(batch, self.pipeline, self.view), batch_id)
+        done = self.proc.sink.apply(views.lean(batch, self.pipeline, self.view), current.id)
         counts = Counts(out=done.written.delivered, dlq=done.dead + done.refused, refused=done.refused)
         counts.outputs[self.proc.sink.name] = done.written.rows
         if done.spans:
-            self.guard = self._begin_guard(batch_id)
+            current.guard = self._begin_guard(current.id)
             again = self._reread(self.view.source, done.spans)
-            self.write_topics(views.dead_letters(again, self.proc, self.pipeline, self.view))
-            counts.replayed = self.replayed
+            self.write_topics(views.dead_letters(again, self.proc, self.pipeline, self.view), current)
+            counts.replayed = current.replayed
             dlq = f"{self.view.source}.dlq"
             counts.outputs[dlq] = counts.outputs.get(dlq, 0) + counts.dlq
-        log.info("weir: %s batch %d: %d in %.0f ms", self.name, batch_id, counts.out + counts.dlq,
+        log.info("weir: %s batch %d: %d in %.0f ms", self.name, current.id, counts.out + counts.dlq,
                  (time.monotonic() - began) * 1000)  # fmt: skip
-        self.ledger.put(self.name, batch_id, counts)
+        self.ledger.put(self.name, current.id, counts)
 
     def _reread(self, topic: str, spans: dict[int, tuple[int, int]]) -> DataFrame:
         """The records of `topic` within the (first, last) offsets per partition, read again by a bounded batch
@@ -1020,30 +1069,30 @@ class ProcessorQuery:
     def deliver_result(self, frame: DataFrame, batch_id: int) -> Counts:
         """A stateful result's rows routed and delivered to their topics and the sink, its counts (a stateful
         backfill's batch: `_streaming_batch` without the ledger). The caller caches `frame` when it has a sink."""
-        self._poisoned, self.replayed = 0, 0  # this batch's, as `each` of a streaming query resets them
+        current = self._batch(batch_id)  # this batch's, as `each` of a streaming query begins one
         routed = routing.route(frame, self.proc, self.topics, self.writers)
-        counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
+        counts = self._deliver(frame, routed, routing.route_groups(routed, sources=False), current)
         counts.passed = None  # the blocks' routes are the accounting: nothing to settle
         return counts
 
-    def _streaming_batch(self, batch: DataFrame, batch_id: int) -> None:
+    def _streaming_batch(self, batch: DataFrame, current: Batch) -> None:
         frame = batch if ROUTE in batch.columns else batch.withColumn(ROUTE, F.lit(OUT))
         if self.proc.sink is None:
-            counts, _ = self._observed_delivery(routing.route(frame, self.proc, self.topics, self.writers), batch_id)
+            counts, _ = self._observed_delivery(routing.route(frame, self.proc, self.topics, self.writers), current)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
-            self.ledger.put(self.name, batch_id, counts)
+            self.ledger.put(self.name, current.id, counts)
             return
         # With a sink, the batch feeds two writes: cached, so the stateful operator runs once.
-        self._cache(batch)
+        current.cache(batch)
         try:
             # Not cached: a projection of the cached batch (see _attempt). A block's routes are the accounting,
             # so the groups need no count of distinct sources, which costs a shuffle.
             routed = routing.route(frame, self.proc, self.topics, self.writers)
-            counts = self._deliver(frame, routed, _groups(routed, sources=False), batch_id)
+            counts = self._deliver(frame, routed, routing.route_groups(routed, sources=False), current)
             counts.passed = None  # the blocks' routes are the accounting: nothing to settle
-            self.ledger.put(self.name, batch_id, counts)
+            self.ledger.put(self.name, current.id, counts)
         finally:
-            self._release()
+            current.release()
 
     def _guarded(self) -> bool:
         """Whether a streaming batch's writes are guarded against replays: it writes topics (not a view's,
@@ -1061,15 +1110,16 @@ class ProcessorQuery:
         wait = self.settings.broker_wait // timedelta(milliseconds=1)
         return replay.begin(self.cp, self.proc.name, batch_id, topics, client, wait / 1000, self.pipeline.name)
 
-    def _unappended(self, batch_id: int) -> list[completeness.Gap]:
+    def _unappended(self, current: Batch) -> list[completeness.Gap]:
         """What the batch before wrote and its topics do not hold: its records per topic against how far the
         marks moved up to this batch's (driver; only after a first write that skipped nothing, in this process)."""
         wrote, self._wrote = self._wrote, None
-        if wrote is None or wrote[0] != batch_id - 1 or self.guard is None or self.guard.replay:
+        if wrote is None or wrote[0] != current.id - 1 or current.guard is None or current.guard.replay:
             return []
-        return completeness.check_writes(wrote[1], self.guard.marks, wrote[2])
+        return completeness.check_writes(wrote[1], current.guard.marks, wrote[2])
 
-    def _books_writes(self, batch_id: int, unappended: list[completeness.Gap]) -> None:
+    def _books_writes(self, current: Batch, unappended: list[completeness.Gap]) -> None:
+        batch_id = current.id
         counts = self.ledger.peek(self.name, batch_id)
         if counts is None:
             return
@@ -1078,9 +1128,9 @@ class ProcessorQuery:
             log.error("weir: processor %s batch %d: %s", self.proc.name, batch_id - 1, gap.describe())
             counts.gaps.append(gap.to_json() | {"batch": batch_id - 1})
             counts.violations += 1
-        if self.guard is not None and not self.guard.replay and not counts.replayed:
-            written = {t: counts.outputs.get(t, 0) for t in self.guard.marks}
-            self._wrote = (batch_id, self.guard.marks, written)
+        if current.guard is not None and not current.guard.replay and not counts.replayed:
+            written = {t: counts.outputs.get(t, 0) for t in current.guard.marks}
+            self._wrote = (batch_id, current.guard.marks, written)
 
     # -- start --------------------------------------------------------------------------------------------
     def _start_realtime(self):
@@ -1109,7 +1159,7 @@ class ProcessorQuery:
         except realtime.RealTimeError:
             raise
         except Exception as exc:  # Spark refused the query: micro-batches, saying why
-            self.fell_back = _brief(exc)
+            self.fell_back = brief(exc)
             self._back_at = self._fallbacks.fell(None)
             log.warning("weir: processor %s cannot start in real time (%s); it runs micro-batches",
                         self.proc.name, self.fell_back)  # fmt: skip
@@ -1120,7 +1170,7 @@ class ProcessorQuery:
     def failed(self, exc: BaseException) -> None:
         """The query failed (the runner restarts it): a direct query falls back to one batch at a time."""
         if self.direct is not None:
-            self.fall_back(_brief(exc))
+            self.fall_back(brief(exc))
 
     @property
     def starved(self) -> str | None:
@@ -1174,7 +1224,7 @@ class ProcessorQuery:
                         return path.start(records)
                 except Exception as exc:  # the path's own failure: one batch at a time says what is wrong, if anything
                     self.direct = None
-                    self.fell_back = _brief(exc)
+                    self.fell_back = brief(exc)
                     log.warning("weir: processor %s cannot start on the direct path (%s); it runs one batch at a "
                                 "time", self.proc.name, self.fell_back)  # fmt: skip
             if self.proc.stateful or self.proc.kind == "source":
@@ -1187,18 +1237,17 @@ class ProcessorQuery:
                 # Refuse the batch before writing anything: it stays uncommitted and the next start runs
                 # it from its offsets, with nothing written twice.
                 raise StopRequested(f"processor {self.proc.name} is stopping; batch {batch_id} runs at the next start")
+            current = self._batch(batch_id)  # what the batch's steps share, handed down to each
             self.in_batch = batch_id
             try:
-                self._poisoned, self.phases = 0, {}
                 began = time.monotonic()
-                self.guard, self.replayed = None, 0
                 if self._guarded():
-                    self._mark(batch_id)
-                handler(batch, batch_id)
-                self._books_writes(batch_id, self._unappended(batch_id))
+                    current.mark(lambda: self._begin_guard(batch_id), f"weir-marks-{self.proc.name}")
+                handler(batch, current)
+                self._books_writes(current, self._unappended(current))
                 took = time.monotonic() - began
                 if took > SLOW_BATCH_S:  # where a slow batch's time went (after an outage, on a loaded machine)
-                    spent = ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items())
+                    spent = ", ".join(f"{k} {v:.1f} s" for k, v in current.phases.items())
                     log.info("weir: processor %s batch %d took %.1f s: %s", self.proc.name, batch_id, took, spent)
                 # The sources' admission control sizes the next batch from this one's duration (docs/flow.md).
                 admission.write_measurement(self.measurements, batch_id, took)
@@ -1207,7 +1256,7 @@ class ProcessorQuery:
                 self.ran = batch_id
             finally:
                 self.in_batch = None
-                self._end_guard()
+                current.end_guard()
 
         Path(self.measurements).unlink(missing_ok=True)  # a previous run's measurements are not this one's
         writer = stream.writeStream.queryName(self.name).option("checkpointLocation", self.checkpoint)
@@ -1268,17 +1317,6 @@ def _with_output(result: dict[str, DataFrame]) -> DataFrame:
     return union([df.withColumn(routing.OUTPUT, F.lit(t)) for t, df in result.items()])
 
 
-def _groups(routed: DataFrame, sources: bool = True) -> list:
-    """Rows and absorbed records per route and destination, and (with `sources`, else 0) the distinct input
-    records behind them: one small row per group, the action that computes (and caches) the batch."""
-    distinct = F.count_distinct(routing.SOURCE) if sources else F.lit(0)
-    return (
-        routed.groupBy(ROUTE, routing.DEST)
-        .agg(F.count("*").alias("n"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("a"), distinct.alias("sources"))
-        .collect()
-    )
-
-
 def _covering(ranges: list[tuple]) -> Column:
     """Rows within any of the (topic, partition, first, last) offset ranges."""
     out = None
@@ -1288,7 +1326,7 @@ def _covering(ranges: list[tuple]) -> Column:
     return out
 
 
-def _brief(exc: BaseException | str) -> str:
+def brief(exc: BaseException | str) -> str:
     """The error itself, out of a Spark error that wraps a Python traceback, a plan and a JVM stack trace."""
     text = str(exc)
     # Python's own names end in Error or Exception; others are known by their module path (weir.kafka.log.X).

@@ -306,7 +306,7 @@ def route_columns(
         dest = F.concat(dest, F.lit(proc.shadow.suffix))
     stamp = col("timestamp").cast("timestamp") if "timestamp" in names else F.lit(None).cast("timestamp")
     # A struct, not a "t/p/o" string: counting distinct structs of three columns is cheaper than building and
-    # shuffling a string per row (this column is only ever counted, see query._groups).
+    # shuffling a string per row (this column is only ever counted, see route_groups).
     src = origin(names)
     source = F.lit(None).cast(SOURCE_TYPE) if src is None else F.when(is_output & src["offset"].isNotNull(), src)
     absorbed = col(ABSORBED).cast("long") if ABSORBED in names else F.lit(None).cast("long")
@@ -392,6 +392,17 @@ def by_route(combos: list[tuple[str, str | None]]) -> list[Column]:
     ]
     pairs = enumerate(zip(combos, is_dest, strict=True))
     return metrics + [F.count_if((col(ROUTE) == r) & c).alias(f"n{i}") for i, ((r, _), c) in pairs]
+
+
+def route_groups(routed: DataFrame, sources: bool = True) -> list:
+    """Rows and absorbed records per route and destination, and (with `sources`, else 0) the distinct input
+    records behind them: one small row per group, the action that computes (and caches) the batch."""
+    distinct = F.count_distinct(SOURCE) if sources else F.lit(0)
+    return (
+        routed.groupBy(ROUTE, DEST)
+        .agg(F.count("*").alias("n"), F.coalesce(F.sum(ABSORBED), F.lit(0)).alias("a"), distinct.alias("sources"))
+        .collect()
+    )
 
 
 def observed_groups(got: dict, combos: list[tuple[str, str | None]]) -> list[tuple[str | None, str | None, int, int]]:

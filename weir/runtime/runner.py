@@ -47,7 +47,7 @@ from weir.runtime.control import Control, spec_key
 from weir.runtime.folding import Folder
 from weir.runtime.listener import QueryListener
 from weir.runtime.progress import ProgressPublisher, in_records, now_iso, recount, spark_figures
-from weir.runtime.query import Ledger, ProcessorQuery, _brief, query_name
+from weir.runtime.query import Ledger, ProcessorQuery, brief, query_name
 from weir.runtime.views import check_embedded, with_views
 from weir.runtime.watch import BrokerWatch, SlowPlans, metadata_probe
 from weir.spark import spark_session
@@ -395,7 +395,7 @@ class Runner:
     def _failed(self, name: str, exc: BaseException | str) -> None:
         st = self.status[name]
         st.failures_in_row += 1
-        st.last_error = exc if isinstance(exc, str) else _brief(exc)
+        st.last_error = exc if isinstance(exc, str) else brief(exc)
         give_up = self.settings.max_restarts is not None and st.failures_in_row > self.settings.max_restarts
         marker = session_broken(str(exc))
         if marker and st.failures_in_row >= SESSION_FAILURES:
