@@ -144,7 +144,9 @@ def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
 
 def backlog(sources: list[dict]) -> int:
     """Records a batch's input held past its start when Spark planned it: its sources' latest offsets less their
-    start offsets (progress figures; a partition without both counts nothing)."""
+    start offsets (progress figures; a partition without both counts nothing). A partition one offset past its
+    start counts nothing either: that offset may be a transaction's commit marker, which no reader gets, and an
+    idle real-time batch that read nothing of it is not starved."""
     waiting = 0
     for s in sources:
         start, latest = parsed(s.get("start_offset")), parsed(s.get("latest_offset"))
@@ -154,7 +156,7 @@ def backlog(sources: list[dict]) -> int:
                 continue
             for p, end in parts.items():
                 begin = first.get(p)
-                if isinstance(begin, int) and isinstance(end, int) and end > begin:
+                if isinstance(begin, int) and isinstance(end, int) and end > begin + 1:
                     waiting += end - begin
     return waiting
 
