@@ -2,7 +2,7 @@
 Spark's own query and Bytewax on the same events in the same run.
 
     .venv/bin/python bench/nexmark.py [--events N] [--only q0,q1,q2,q5,q7,q8] [--systems weir,spark,bytewax]
-                                      [--rate EVENTS_PER_EVENT_SECOND] [--seed 7] [--timeout 1800]
+                                      [--rate EVENTS_PER_EVENT_SECOND] [--seed 7] [--timeout 1800] [--profile]
 
 Workload. N Nexmark events (default 500,000) from bench/nexmark/nexmark_gen.py, the Beam / nexmark/nexmark
 generator's model written anew: per 50 events 1 person, 3 auctions, 46 bids; dense person and auction ids;
@@ -90,6 +90,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench" / "nexmark"
 sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "bench")]
 
+import jfr_top  # noqa: E402
 from nexmark_gen import DEFAULT_RATE, Auction, Bid, Generator, Person  # noqa: E402
 from peers import consume_all, launch, peer_python, read_stats, tail  # noqa: E402
 
@@ -269,6 +270,7 @@ class Result:
     detail: str = ""
     cpu: float | None = None
     split: tuple[float, float, float] | None = None  # seconds: before the first batch, in batches, between them
+    cpu_parts: str = ""  # CPU seconds by kind of process (bench/peers.py's TreeSampler)
 
 
 def split(launch: float, done: float, first: float | None, batch_ms: list[float]) -> tuple[float, float, float] | None:
@@ -287,11 +289,20 @@ class Bench:
     events: Events
     timeout: float
     results: dict[tuple[str, str], Result] = field(default_factory=dict)
+    profile: bool = False  # --profile: each system's JVM records a JFR profile, summed up after its run
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "NX_", "PYSPARK_"))}
         env.update(NX_BOOTSTRAP=self.bootstrap, **extra)
         return env
+
+    def profiled(self, env: dict[str, str], system: str, query: str) -> Path | None:
+        """With --profile, `env` made to start the run's JVM with Java Flight Recorder (where its CPU goes)."""
+        if not self.profile:
+            return None
+        recording = self.scratch / f"{system}-{query}.jfr"
+        env["JDK_JAVA_OPTIONS"] = f"-XX:StartFlightRecording=filename={recording},settings=profile,dumponexit=true"
+        return recording
 
     def output(self, system: str, query: str) -> str:
         topic = f"nexmark.{system}.{query}"
@@ -319,9 +330,12 @@ def run_weir(bench: Bench, query: str) -> Result:
     env["PYTHONPATH"] = str(ROOT)
     topic = bench.output("weir", query)
     cmd = [sys.executable, "-m", "weir.cli", "run", f"bench/nexmark/weir_queries.py:{query}", "--once"]
+    recording = bench.profiled(env, "weir", query)
     run = launch(cmd, env, home / "run.log", bench.timeout)
+    if recording is not None and recording.exists():
+        console.print(jfr_top.summary(recording), highlight=False)
     progress = _progress(home / "progress" / f"nexmark_{query}.jsonl")
-    result = Result(cpu=run.cpu)
+    result = Result(cpu=run.cpu, cpu_parts=run.cpu_parts)
     inputs = bench.events.count(INPUTS[query])
     # The query's events are the first processor's input (q5's second step reads the first's windows).
     first = [r for r in progress if r.get("processor") == _first_processor(query)]
@@ -367,9 +381,12 @@ def run_spark(bench: Bench, query: str) -> Result:
     env = bench.env(NX_OUTPUT=topic, NX_STATS=str(stats), NX_CHECKPOINT=str(bench.scratch / f"spark-{query}-ckpt"))
     env["PYTHONPATH"] = str(ROOT)
     cmd = [sys.executable, str(HERE / "spark_queries.py"), query]
+    recording = bench.profiled(env, "spark", query)
     run = launch(cmd, env, bench.scratch / f"spark-{query}.log", bench.timeout)
+    if recording is not None and recording.exists():
+        console.print(jfr_top.summary(recording), highlight=False)
     lines = read_stats(stats)
-    result = Result(cpu=run.cpu)
+    result = Result(cpu=run.cpu, cpu_parts=run.cpu_parts)
     inputs = bench.events.count(INPUTS[query])
     ok = run.rc == 0 and bool(lines)
     if ok:
@@ -398,7 +415,7 @@ def run_bytewax(bench: Bench, query: str, python: Path | None, why: str) -> Resu
     cmd = [str(python), "-m", "bytewax.testing", f"bytewax_queries:{query}", "-p2", "-w1"]
     run = launch(cmd, env, bench.scratch / f"bytewax-{query}.log", bench.timeout, cwd=HERE)
     lines = read_stats(stats)
-    result = Result(cpu=run.cpu)
+    result = Result(cpu=run.cpu, cpu_parts=run.cpu_parts)
     inputs = bench.events.count(INPUTS[query])
     ok = run.rc == 0 and bool(lines)
     if ok:
@@ -432,7 +449,7 @@ def _splits(bench: Bench, queries: list[str]) -> str:
             if r is not None and r.split is not None:
                 before, inside, between = r.split
                 lines.append(f"{q} {system}: {before:.1f} s to the first batch, {inside:.1f} s in batches, "
-                             f"{between:.1f} s between them")  # fmt: skip
+                             f"{between:.1f} s between them; CPU {r.cpu or 0:.1f} s: {r.cpu_parts}")  # fmt: skip
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -471,6 +488,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(QUERIES), help=f"queries among {','.join(QUERIES)}")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"systems among {','.join(SYSTEMS)}")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a system's run is stopped")
+    parser.add_argument("--profile", action="store_true", help="record each weir and Spark run's JVM with JFR")
     args = parser.parse_args()
     queries = [q.strip() for q in args.only.split(",") if q.strip()]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -493,7 +511,7 @@ def main() -> int:
             f"[bold]produced[/] {args.events:,} events ({len(events.person):,} persons, {len(events.auction):,} "
             f"auctions, {len(events.bid):,} bids) at {rate:,}/event-s in {time.perf_counter() - t0:.1f} s"
         )
-        bench = Bench(bootstrap, scratch, events, args.timeout)
+        bench = Bench(bootstrap, scratch, events, args.timeout, profile=args.profile)
         bytewax_python, why = (None, "")
         if "bytewax" in systems and set(queries) & set(BYTEWAX_QUERIES):
             bytewax_python, why = peer_python("bytewax")

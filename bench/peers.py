@@ -493,6 +493,7 @@ class TreeSampler(threading.Thread):
         self.peak = 0
         self.parts: Counter = Counter()  # RSS by kind of process at the peak
         self.ticks: dict[int, int] = {}
+        self.kinds: dict[int, str] = {}  # each process's kind, noted while it runs (it may be gone at the end)
         self.stopped = threading.Event()
 
     def sample(self) -> None:
@@ -516,6 +517,8 @@ class TreeSampler(threading.Thread):
             if pid in procs:
                 rss += procs[pid][2]
                 self.ticks[pid] = max(self.ticks.get(pid, 0), procs[pid][1])
+                if self.kinds.get(pid) in (None, "bash", "sh"):  # spark-submit's script execs the JVM
+                    self.kinds[pid] = _kind(pid)
         if rss > self.peak:
             self.peak = rss
             self.parts = Counter()
@@ -526,6 +529,13 @@ class TreeSampler(threading.Thread):
     def breakdown(self) -> str:
         """Where the peak RSS was, by kind of process: "JVM 1,003 MB, pyspark.worker 4x 980 MB, ..."."""
         return ", ".join(f"{kind} {v / 2**20:,.0f} MB" for kind, v in self.parts.most_common())
+
+    def cpu_by_kind(self) -> str:
+        """Where the CPU went, by kind of process: "JVM 31.2 s, pyspark.worker 12.0 s, ..."."""
+        by_kind: Counter = Counter()
+        for pid, ticks in self.ticks.items():
+            by_kind[self.kinds.get(pid, "?")] += ticks / TICK
+        return ", ".join(f"{kind} {v:.1f} s" for kind, v in by_kind.most_common() if v >= 0.05)
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -546,6 +556,7 @@ class Launch:
     cpu: float
     log: Path
     memory: str = ""  # the peak RSS by kind of process
+    cpu_parts: str = ""  # CPU seconds by kind of process
 
     @property
     def timed_out(self) -> bool:
@@ -576,7 +587,8 @@ def launch(cmd: list[str], env: dict[str, str], log: Path, timeout: float, cwd: 
         sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rusage = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Launch(t0, ended, rc, sampler.peak, max(rusage, sampler.cpu), log, sampler.breakdown())
+    cpu = max(rusage, sampler.cpu)
+    return Launch(t0, ended, rc, sampler.peak, cpu, log, sampler.breakdown(), sampler.cpu_by_kind())
 
 
 def tail(path: Path, lines: int = 6) -> str:
@@ -597,6 +609,7 @@ class Row:
     whole: float | None = None
     rss_mb: float | None = None
     memory: str = ""  # the peak RSS by kind of process
+    cpu_parts: str = ""  # CPU seconds by kind of process
     cpu: float | None = None
     correct: bool | None = None
     detail: str = ""

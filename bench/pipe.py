@@ -11,6 +11,10 @@ Stages, all against one embedded broker (--broker: kafka, the default, or tansu)
   4. weir source with valueFormat=json -> Parquet file sink, several micro-batches, with a correctness check;
   5. weir sink: a batch read of the topic written back to a second topic, checked by its offsets.
 
+After the table, each warm noop run's wall seconds are split by Spark's own figures (`split`): start() to the
+batch, the query's steps (latestOffset, planning, offset log, addBatch, commit), and its tasks' span, run time and
+CPU, read from Spark's status store (the data behind its UI, without a UI).
+
 Every ratio is against a raw baseline of the same run, so a busy machine moves both sides of it. Wall time
 on a shared 2-core machine is noisy; the CPU columns (from /proc, per process group) are much less so and
 say where the time went: the Spark JVM, its Python workers (where the weir source and sink run), the broker,
@@ -156,6 +160,8 @@ class Run:
     baseline: float = 0.0
     tuned_baseline: float = 0.0
     source_options: dict[str, str] = field(default_factory=dict)  # --source-option, on every weir read
+    last_split: tuple[float, float, set[int]] = (0.0, 0.0, set())  # run_query's, for split()
+    splits: list[tuple[str, str]] = field(default_factory=list)  # (stage, where its wall seconds went)
 
     def add(self, result: Result) -> Result:
         self.results.append(result)
@@ -265,13 +271,63 @@ def weir_reader(run: Run, reader, bootstrap: str, topic: str, **options: str):
     return reader.load()
 
 
-def run_query(run: Run, writer) -> tuple[float, list, dict[str, float]]:
-    """Start a query, wait for availableNow to drain; (wall seconds, progress list, CPU seconds)."""
+def _stages(spark) -> list:
+    """Spark's own record of every stage so far (AppStatusStore, the data behind its UI, read without a UI)."""
+    gateway = spark.sparkContext._gateway
+    stages = spark.sparkContext._jsc.sc().statusStore()
+    found = stages.stageList(None, False, False, gateway.new_array(gateway.jvm.double, 0), None)
+    return [found.apply(i) for i in range(found.size())]
+
+
+def _ms(option) -> float:
+    """A java.util.Date inside a Scala Option, as epoch milliseconds (nan when unset)."""
+    return float(option.get().getTime()) if option.isDefined() else float("nan")
+
+
+def split(spark, since: float, ended: float, stages_before: set[int], progress: list) -> str:
+    """Where a run's wall seconds went, from Spark's own figures: the query's durations and its tasks' times.
+
+    `since` and `ended` are epoch seconds around start() .. awaitTermination(); `stages_before` the stage ids
+    that existed before it, so only this run's stages count.
+    """
+    first = datetime.fromisoformat(progress[0].timestamp.replace("Z", "+00:00")).timestamp()
+    d: dict[str, int] = {}
+    for p in progress:
+        for k, v in p.durationMs.items():
+            d[k] = d.get(k, 0) + v
+    last = datetime.fromisoformat(progress[-1].timestamp.replace("Z", "+00:00")).timestamp()
+    after = ended - last - progress[-1].durationMs.get("triggerExecution", 0) / 1000
+    mine = [s for s in _stages(spark) if s.stageId() not in stages_before]
+    tasks = sum(s.numTasks() for s in mine)
+    run_ms = sum(s.executorRunTime() for s in mine)
+    cpu_ms = sum(s.executorCpuTime() for s in mine) / 1e6
+    launched = min(_ms(s.firstTaskLaunchedTime()) for s in mine) / 1000
+    done = max(_ms(s.completionTime()) for s in mine) / 1000
+    wait = sum(_ms(s.firstTaskLaunchedTime()) - _ms(s.submissionTime()) for s in mine)
+    rows = sum(p.numInputRows for p in progress)
+    parts = ", ".join(f"{k} {d.get(k, 0)}" for k in ("latestOffset", "queryPlanning", "walCommit", "addBatch"))
+    return (
+        f"{ended - since:.2f} s wall: {first - since:.2f} s from start() to the first batch; "
+        f"{len(progress)} batch(es) ({parts}, commitOffsets {d.get('commitOffsets', 0)} ms); "
+        f"{after:.2f} s after the last. Inside: {len(mine)} stage(s), {tasks} tasks, {wait:.0f} ms from submission "
+        f"to first task, tasks' span {done - launched:.2f} s, task run time {run_ms / 1000:.2f} s "
+        f"(CPU {cpu_ms / 1000:.2f} s): {rows / (run_ms / 1000):,.0f} rows per task-second"
+    )
+
+
+def run_query(run: Run, spark, writer) -> tuple[float, list, dict[str, float]]:
+    """Start a query, wait for availableNow to drain; (wall seconds, progress list, CPU seconds).
+
+    Keeps what `split` needs in run.last_split: the epoch seconds around it and the stages before it.
+    """
     before = run.meter.snapshot()
+    stages_before = {s.stageId() for s in _stages(spark)}
+    since = time.time()
     t0 = time.perf_counter()
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - t0
+    run.last_split = (since, time.time(), stages_before)
     cpu = run.meter.delta(before, run.meter.snapshot())
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
@@ -294,7 +350,7 @@ def noop(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> 
             .trigger(availableNow=True)
             .option("checkpointLocation", str(scratch / f"noop-{label}"))
         )
-        return run_query(run, writer)
+        return run_query(run, spark, writer)
 
     # Cold pays JVM JIT, Python worker start and module imports; warm is the steady cost of the source.
     cold_s, cold_p, cold_cpu = once("cold")
@@ -309,19 +365,21 @@ def noop(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> 
     ok = rows / (ms / 1000) >= NOOP_TARGET * run.baseline
     note = f"{len(warm_p)} batch(es): rows / triggerExecution"
     run.add(Result("3. source -> noop, warm (trigger)", rows, ms / 1000, note, target, ok))
+    run.splits.append(("3. weir-kafka -> noop, warm", split(spark, *run.last_split, warm_p)))
 
     # The engine's own source over the same records, as warm as the row above (its cold run first)
     def spark_once(label: str) -> tuple[float, list, dict[str, float]]:
         reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
         reader = reader.option("subscribe", topic).option("startingOffsets", "earliest")
         writer = reader.load().writeStream.format("noop").trigger(availableNow=True)
-        return run_query(run, writer.option("checkpointLocation", str(scratch / f"noop-spark-{label}")))
+        return run_query(run, spark, writer.option("checkpointLocation", str(scratch / f"noop-spark-{label}")))
 
     spark_once("cold")
     warm_s, warm_p, warm_cpu = spark_once("warm")
     rows, ms = rows_and_ms(warm_p)
     run.check("spark kafka noop row count", rows == n, f"{rows:,} of {n:,}")
     run.add(Result("3s. Spark's kafka source -> noop, warm", rows, warm_s, "start to end", cpu=warm_cpu))
+    run.splits.append(("3s. Spark's kafka source -> noop, warm", split(spark, *run.last_split, warm_p)))
 
 
 def parquet(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) -> None:
@@ -336,7 +394,7 @@ def parquet(run: Run, spark, bootstrap: str, topic: str, n: int, scratch: Path) 
         .option("checkpointLocation", str(scratch / "parquet-ck"))
         .trigger(availableNow=True)
     )
-    wall_s, progress, cpu = run_query(run, writer)
+    wall_s, progress, cpu = run_query(run, spark, writer)
     # The first batch carries one-off costs (the JVM's first Parquet writes are JIT-bound: 3-7 s against
     # ~1.7 s for each later 200k batch, measured); later batches are what a long-running query sustains.
     steady_rows, steady_ms = rows_and_ms(progress[1:])
@@ -478,6 +536,8 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     console.print(table(run, args, (load_before, os.getloadavg()[0])))
+    for stage, where in run.splits:
+        console.print(f"[bold]{stage}[/]: {where}")
     failed = [what for what, ok, _ in run.checks if not ok]
     if failed:
         console.print(f"[red]correctness checks failed: {', '.join(failed)}[/]")

@@ -164,6 +164,11 @@ def spark_session(
         # the default pool, first in first out, as without pools.
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": POOLS.as_uri(),
+        # Rows cross to Python workers (decoding, weir's writers) in Arrow batches of maxRecordsPerBatch (10,000).
+        # Spark 4.1's byte bound on them measures the batch after every row, which for an array column (a Kafka
+        # record's headers) walks every row written so far: 45% of a stateless processor's JVM time, measured
+        # (docs/performance.md, "Where a stateless query's time goes"). Its largest value turns the measure off.
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     }
     if master.startswith("local"):
         # The hostname here resolves to a non-loopback address; keep the driver, its workers and the UI
