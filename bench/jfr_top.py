@@ -1,13 +1,16 @@
 """Where a JVM's CPU went, from a Java Flight Recorder recording: its execution samples by thread, by method on top
 of the stack (self) and by method anywhere on it (inclusive), and the JIT compiler's and the collector's time.
 
-    .venv/bin/python bench/jfr_top.py RECORDING.jfr [--top 20] [--thread NAME] [--waits]
+    .venv/bin/python bench/jfr_top.py RECORDING.jfr [--top 20] [--thread NAME] [--waits | --blocked]
 
 The recording comes from a JVM started with -XX:StartFlightRecording=filename=...,settings=profile (bench/nexmark.py
 --profile sets it for each system's run). Execution samples see Java code only: time in the JIT compiler's and
 the collector's own threads is what the last two figures are for. --thread keeps the samples of threads whose name
 holds NAME ("stream execution", a query's driver thread); --waits counts the samples of threads in native code
-(a socket read: waiting on a Python worker, the broker) instead of those running Java.
+(a socket read: waiting on a Python worker, the broker) instead of those running Java; --blocked sums the seconds
+threads spent parked, waiting, asleep or reading a socket (JFR's events of 10-20 ms and more) by where they were:
+the first Spark, Hadoop, Kafka or py4j frames of each event's stack ("a query's driver thread waited 38 s on its
+jobs, 28 s asleep until its trigger").
 """
 
 from __future__ import annotations
@@ -83,14 +86,42 @@ def summary(recording: Path, top: int = 20, thread: str | None = None, waits: bo
     return "\n".join(lines)
 
 
+BLOCKING = "jdk.ThreadPark,jdk.JavaMonitorWait,jdk.ThreadSleep,jdk.SocketRead"
+_WHERE = ("org.apache.spark", "org.apache.hadoop", "org.apache.kafka", "py4j")
+
+
+def blocked(recording: Path, top: int = 20, thread: str | None = None) -> str:
+    """Seconds threads spent blocked (parked, waiting, asleep, reading a socket), by event kind and where."""
+    seconds: Counter = Counter()
+    count: Counter = Counter()
+    for event in _events(recording, BLOCKING):
+        values = event["values"]
+        name = (values.get("eventThread") or {}).get("javaName") or ""
+        if thread is not None and thread not in name:
+            continue
+        frames = [_frame(f) for f in (values.get("stackTrace") or {}).get("frames", [])]
+        where = " <- ".join([f for f in frames if f.startswith(_WHERE)][:3]) or (frames[0] if frames else "?")
+        key = f"{event['type'].removeprefix('jdk.')}: {where}"
+        seconds[key] += _seconds(values.get("duration", 0))
+        count[key] += 1
+    head = f"{recording.name}: {sum(seconds.values()):.1f} s blocked" + (
+        f" in threads named *{thread}*" if thread else ""
+    )
+    return "\n".join([head, *(f"  {v:7.1f} s {count[k]:5d}x  {k}" for k, v in seconds.most_common(top))])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recording", type=Path)
     parser.add_argument("--top", type=int, default=20, help="methods to list, self and inclusive")
     parser.add_argument("--thread", default=None, help="only threads whose name holds this")
     parser.add_argument("--waits", action="store_true", help="samples in native code instead of Java")
+    parser.add_argument("--blocked", action="store_true", help="seconds blocked (parked, waiting, asleep), by where")
     args = parser.parse_args()
-    print(summary(args.recording, args.top, args.thread, args.waits))
+    if args.blocked:
+        print(blocked(args.recording, args.top, args.thread))
+    else:
+        print(summary(args.recording, args.top, args.thread, args.waits))
     return 0
 
 
