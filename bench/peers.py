@@ -609,7 +609,6 @@ class Row:
     whole: float | None = None
     rss_mb: float | None = None
     memory: str = ""  # the peak RSS by kind of process
-    cpu_parts: str = ""  # CPU seconds by kind of process
     cpu: float | None = None
     correct: bool | None = None
     detail: str = ""
