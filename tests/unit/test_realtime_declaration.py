@@ -111,4 +111,23 @@ def test_a_real_time_batch_that_read_nothing_of_a_backlog_sends_it_to_micro_batc
     assert starved("big_order", _figures(1, 1023, {"0": 0, "1": 0}, waiting)) is None  # it read
     assert starved("big_order", _figures(2, 0, {"0": 364, "1": 166}, {"0": 364, "1": 166})) is None  # none waited
     why = starved("big_order", _figures(3, 0, {"0": 364, "1": 166}, waiting))
-    assert why is not None and why.startswith("real-time batch 3 read nothing of a backlog (13,939 records at its")
+    assert why is not None and "batch 3 read nothing of a backlog (13,939 records at its plan)" in why
+
+
+def test_a_real_time_batch_planned_before_a_steady_stream_is_judged_by_the_ends_when_it_ended():
+    """Records sent in a steady stream may all arrive after a batch's plan: one that read nothing of them while they
+    arrived is starved too, by its input's ends read as its progress arrives (partitions as the broker numbers them)."""
+    idle = _figures(4, 0, {"0": 364, "1": 166}, {"0": 364, "1": 166})
+    looked = []
+
+    def ends(found: dict) -> object:
+        return lambda: looked.append(found) or found
+
+    assert starved("big_order", idle, ends({"orders": {"0": 364, "1": 167}})) is None  # a commit marker at most
+    why = starved("big_order", idle, ends({"orders": {"0": 1364, "1": 166}}))
+    assert why is not None and why.startswith("real-time batch 4 read nothing of a backlog (1,000 records by its end)")
+    read = _figures(5, 10, {"0": 364, "1": 166}, {"0": 364, "1": 166})
+    assert starved("big_order", read, ends({"orders": {"0": 9999}})) is None and len(looked) == 2  # it read: no look
+    planned = _figures(6, 0, {"0": 364, "1": 166}, {"0": 400, "1": 166})
+    assert "(36 records at its plan)" in starved("big_order", planned, ends({"orders": {}}))
+    assert len(looked) == 2  # the plan's backlog was enough: no look at the broker

@@ -22,7 +22,8 @@ again. What holds and what does not: docs/realtime.md.
 A starved batch. Spark ends a real-time batch a checkpoint interval after the driver plans it, wherever its tasks
 are then: on a loaded driver, or with task slots taken, they may begin after that end and read nothing, batch after
 batch, while the input's backlog grows (seen: 12 s from plan to tasks on 2 cores at load 12, with 10 s batches).
-Such a batch, with records waiting past its start, has lost a whole checkpoint interval (5 minutes by default), and
+Such a batch, with records waiting past its start when it was planned or when it ended (records that arrive in a
+steady stream may all come after its plan), has lost a whole checkpoint interval (5 minutes by default), and
 its successors likely will: the processor leaves real time for micro-batches, which read by offsets and so move on
 at any load (the runner restarts it, as after a failure, and publishes why in its state record); it returns to real
 time as after any fallback, each fallback in a row staying twice as long (direct.Fallbacks).
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
     from weir.runtime.batchpath import PathQuery
 
 log = logging.getLogger("weir")
+
+Ends = dict[str, dict[str, int]]  # offsets by topic, then by partition as Spark's offsets JSON names it
 SKIPPED = "weir.skipped:"  # the Observation of rows found in the tail, per destination
 
 
@@ -142,37 +146,44 @@ def settle(q: PathQuery) -> tuple[DataFrame | None, dict[int, int]]:
     return None, {}
 
 
-def backlog(sources: list[dict]) -> int:
-    """Records a batch's input held past its start when Spark planned it: its sources' latest offsets less their
-    start offsets (progress figures; a partition without both counts nothing). A partition one offset past its
-    start counts nothing either: that offset may be a transaction's commit marker, which no reader gets, and an
-    idle real-time batch that read nothing of it is not starved."""
+def backlog(sources: list[dict], ends: Ends | None = None) -> int:
+    """Records a batch's input held past its start: its sources' `ends` (their latest offsets when Spark planned it,
+    by default) less their start offsets (progress figures; a partition without both counts nothing). A partition
+    one offset past its start counts nothing either: that offset may be a transaction's commit marker, which no
+    reader gets, and an idle real-time batch that read nothing of it is not starved."""
     waiting = 0
     for s in sources:
-        start, latest = parsed(s.get("start_offset")), parsed(s.get("latest_offset"))
+        start = parsed(s.get("start_offset"))
+        latest = parsed(s.get("latest_offset")) if ends is None else ends
         for t, parts in latest.items():
             first = start.get(t)
             if not isinstance(parts, dict) or not isinstance(first, dict):
                 continue
             for p, end in parts.items():
-                begin = first.get(p)
+                begin = first.get(str(p))
                 if isinstance(begin, int) and isinstance(end, int) and end > begin + 1:
                     waiting += end - begin
     return waiting
 
 
-def starved(processor: str, figures: dict) -> str | None:
+def starved(processor: str, figures: dict, ends_now: Callable[[], Ends] | None = None) -> str | None:
     """Why `processor` should leave real time after the real-time batch of progress `figures`: it read nothing
-    although records waited past its start (module doc). None: it runs on."""
-    waiting = backlog(figures.get("sources") or [])
-    if int(figures.get("input_rows") or 0) or not waiting:
+    although records waited past its start, when Spark planned it or, by `ends_now` (its inputs' ends read from the
+    broker as its progress arrives, just after it ended), when it ended (module doc). None: it runs on."""
+    if int(figures.get("input_rows") or 0):
+        return None
+    sources = figures.get("sources") or []
+    waiting, when = backlog(sources), "at its plan"
+    if not waiting and ends_now is not None:
+        waiting, when = backlog(sources, ends_now()), "by its end"
+    if not waiting:
         return None
     batch, took = figures["batch_id"], (figures.get("duration_ms") or {}).get("addBatch")
-    log.warning("weir: processor %s real-time batch %d read nothing of %d records waiting past its start (its "
-                "tasks' stage took %s)", processor, batch, waiting,
+    log.warning("weir: processor %s real-time batch %d read nothing of %d records waiting past its start, counted "
+                "%s (its tasks' stage took %s)", processor, batch, waiting, when,
                 "an unknown time" if took is None else f"{took / 1000:.1f} s")  # fmt: skip
     return (
-        f"real-time batch {batch} read nothing of a backlog ({waiting:,} records at its start): Spark ends a "
+        f"real-time batch {batch} read nothing of a backlog ({waiting:,} records {when}): Spark ends a "
         "real-time batch a checkpoint interval after it plans it, and its tasks began too late (a loaded driver, or "
         "task slots taken)"
     )
@@ -262,12 +273,23 @@ class RealTime(Direct):
         """No batch waits for its commit to end: a real-time batch's writes past a commit are the tail's."""
         return None
 
+    def _input_ends(self) -> Ends:
+        """The input's high-water marks now, by partition (driver; a failed look counts as nothing waiting)."""
+        q = self.q
+        topic = q.topics[q.proc.inputs[0]].name
+        try:
+            marks = replay.take_marks(q.settings.client_config(), [topic], timeout=10.0)
+        except Exception as exc:
+            log.warning("weir: processor %s: its input's ends not read (%s)", q.proc.name, exc)
+            return {}
+        return {t: {str(p): end for p, end in parts.items()} for t, parts in marks.items()}
+
     # -- the books --------------------------------------------------------------------------------------
     def counts(self, figures: dict, progress: Any) -> Counts:
         """Batch `figures["batch_id"]`'s books: the rows routed and the records the input handed the function
         (Observations) against what Spark's Kafka sink wrote (its numOutputRows) and the rows found in the tail."""
         batch = figures["batch_id"]
-        if (why := starved(self.q.proc.name, figures)) is not None:
+        if (why := starved(self.q.proc.name, figures, self._input_ends)) is not None:
             self.starved = why
         observed = {n: row.asDict() for n, row in (getattr(progress, "observedMetrics", None) or {}).items()}
         got, handed = observed.get(f"{ROUTES}{self.q.name}"), observed.get(f"{HANDED}{self.q.name}")
