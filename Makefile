@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml $(wildcard weir/jvm/*/pom.xml) | system
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@# The SPARK_HOME whose local Python workers start from PySpark's bytecode (weir/sparkhome.py), built once
 	$(BIN)/python -c 'from weir.sparkhome import worker_home; print("SPARK_HOME for local workers:", worker_home())'
-	@# The JVM jars of weir/jvm/*/pom.xml (the Apache Kafka broker, Kafka's tools), resolved by Maven into the cache
+	@# The JVM jars of weir/jvm/*/pom.xml (the Apache Kafka broker, Kafka's tools), resolved by Maven into the cache,
+	@# and the class-data archive a local driver JVM starts from (weir/classdata.py)
 	$(BIN)/weir jars fetch
 	touch $(STAMP)
 

@@ -15,7 +15,7 @@ from typing import Any
 from py4j.java_gateway import java_import
 from pyspark.sql import SparkSession
 
-from weir import jvm
+from weir import classdata, jvm
 from weir.config import Settings, load
 from weir.kafka.source import KafkaDataSource
 from weir.kafka.tolake import KafkaArchiveSource
@@ -144,6 +144,20 @@ def spark_session(
     master = master or settings.spark_master
     _python_for_workers(master)
     builder = SparkSession.builder.appName(app_name).master(master)
+    confs = session_confs(master, conf, settings)
+    for key, value in confs.items():
+        builder = builder.config(key, value)
+    _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
+    spark = builder.getOrCreate()
+    _quiet_accumulator_server(spark.sparkContext)
+    if master.startswith("local"):
+        _workers_output(spark, Path(settings.home) / "logs" / WORKERS_LOG, app_name)
+    return register(spark)
+
+
+def session_confs(master: str, conf: dict[str, str] | None, settings: Settings) -> dict[str, str]:
+    """The confs of a session on `master`: weir's defaults, then the settings' spark_conf, then `conf`, then what
+    weir adds to them (redaction, logging, S3, its jars)."""
     defaults = {
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -186,14 +200,28 @@ def spark_session(
         | s3_confs(settings, confs)
         | jar_confs(settings, confs, master)
     )
-    for key, value in confs.items():
-        builder = builder.config(key, value)
-    _driver_jvm({**confs, "spark.master": master, "spark.app.name": app_name})
-    spark = builder.getOrCreate()
-    _quiet_accumulator_server(spark.sparkContext)
-    if master.startswith("local"):
-        _workers_output(spark, Path(settings.home) / "logs" / WORKERS_LOG, app_name)
-    return register(spark)
+    return confs
+
+
+def local_driver(settings: Settings | None = None) -> tuple[str | None, dict[str, str]]:
+    """The Spark home and the confs a local driver JVM of these settings starts with (weir.classdata builds its
+    archive for them)."""
+    settings = settings or load()
+    return _local_spark_home(), session_confs("local[2]", None, settings)
+
+
+def _local_spark_home() -> str | None:
+    """SPARK_HOME for a local driver: the one set, else weir.sparkhome's (set in the environment here, for the
+    JVM's launcher), else None (PySpark's own directory)."""
+    if "SPARK_HOME" not in os.environ:
+        try:
+            home = worker_home()
+        except OSError as exc:  # a cache that cannot be written: workers compile PySpark as they start
+            log.warning("weir: no SPARK_HOME with PySpark's bytecode (%s); Python workers start slower", exc)
+        else:
+            if home is not None:
+                os.environ["SPARK_HOME"] = str(home)
+    return os.environ.get("SPARK_HOME")
 
 
 def _quiet_accumulator_server(sc: Any) -> None:
@@ -263,22 +291,16 @@ def _driver_jvm(confs: dict[str, str]) -> None:
     processes it starts (the streaming source runners, the worker daemon's workers, which restore Python's SIGINT
     handler) each died of it with a traceback, and queries failed under a runner that was stopping them in order.
     Outside that group only weir's driver hears Ctrl-C. The JVM still ends with the driver: PySpark's gateway
-    exits when its stdin closes. On a local master the JVM's SPARK_HOME is weir.sparkhome's, unless one is set:
-    its Python workers start from PySpark's bytecode."""
+    exits when its stdin closes. On a local master the JVM's SPARK_HOME is weir.sparkhome's, unless one is set
+    (its Python workers start from PySpark's bytecode), and it maps weir.classdata's archive when there is one."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     with SparkContext._lock:
         if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
             return  # a JVM runs already (a session stopped and built again, or a driver started by spark-submit)
-        if confs["spark.master"].startswith("local") and "SPARK_HOME" not in os.environ:
-            try:
-                home = worker_home()
-            except OSError as exc:  # a cache that cannot be written: workers compile PySpark as they start
-                log.warning("weir: no SPARK_HOME with PySpark's bytecode (%s); Python workers start slower", exc)
-            else:
-                if home is not None:
-                    os.environ["SPARK_HOME"] = str(home)
+        if confs["spark.master"].startswith("local"):
+            confs = confs | classdata.driver_options(confs, _local_spark_home())
         conf = SparkConf(loadDefaults=False)
         for key, value in confs.items():
             conf.set(key, value)
