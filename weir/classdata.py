@@ -36,7 +36,7 @@ log = logging.getLogger("weir")
 
 BUILD_TIMEOUT_S = 600.0  # the training run and the dump of its archive, on a loaded machine; a hang ends loudly
 CHECK_TIMEOUT_S = 60.0
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a driver whose class path differs runs without it, saying nothing
+QUIET = "-Xlog:cds*=off"  # a driver whose class path differs runs without it, saying nothing (every cds tag set)
 OWN_OPTIONS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "SharedClassListFile")
 
 

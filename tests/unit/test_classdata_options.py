@@ -14,7 +14,7 @@ def test_a_driver_maps_the_archive_of_its_class_path_only_once_it_is_built(tmp_p
     path.parent.mkdir(parents=True)
     path.write_bytes(b"an archive")
     options = classdata.driver_options(confs, home)["spark.driver.extraJavaOptions"]
-    assert options == f"-Dlog4j2.level=WARN -XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    assert options == f"-Dlog4j2.level=WARN -XX:SharedArchiveFile={path} -Xlog:cds*=off"
     # other jars first (Hadoop's S3A), another Spark home: an archive of their own, not this one
     assert classdata.archive(home, "/jars/hadoop-aws.jar:" + confs["spark.driver.extraClassPath"]) != path
     assert classdata.archive(str(tmp_path / "other"), confs["spark.driver.extraClassPath"]) != path
