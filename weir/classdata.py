@@ -48,11 +48,18 @@ def java() -> str:
 
 
 def archive(spark_home: str, class_path: str) -> Path:
-    """Where the archive for a driver of this java, Spark home and first class-path entries lies (module doc)."""
-    binary = Path(java())
-    stamp = f"{binary}:{binary.stat().st_mtime_ns if binary.exists() else 0}"
-    digest = hashlib.sha256("\n".join([stamp, str(Path(spark_home).resolve()), class_path]).encode()).hexdigest()
-    return cache_root() / "classdata" / f"driver-{digest[:16]}.jsa"
+    """Where the archive for a driver of this java, Spark home and first class-path entries lies (module doc).
+    Each is stamped with its modification time too: the JVM refuses an archive whose jars changed since (PySpark
+    installed again, at the same path), and a new name has the next `weir jars fetch` build a new one."""
+    jars = Path(spark_home).resolve() / "jars"
+    files = [Path(java()), jars, *(Path(entry) for entry in class_path.split(os.pathsep) if entry)]
+    stamps = [f"{f}:{f.stat().st_mtime_ns if f.exists() else 0}" for f in files]
+    digest = hashlib.sha256("\n".join(stamps).encode()).hexdigest()
+    return cache_root() / "classdata" / f"driver-{_home_digest(spark_home)}-{digest[:16]}.jsa"
+
+
+def _home_digest(spark_home: str) -> str:
+    return hashlib.sha256(str(Path(spark_home).resolve()).encode()).hexdigest()[:8]
 
 
 def driver_options(confs: dict[str, str], spark_home: str | None) -> dict[str, str]:
@@ -92,6 +99,10 @@ def build(spark_home: str | None, confs: dict[str, str]) -> Path | None:
         os.replace(staging, path)
     finally:
         Path(staging).unlink(missing_ok=True)
+    # The archives this Spark home had before (jars since changed): no driver maps them again (160 MB each)
+    for old in path.parent.glob(f"driver-{_home_digest(spark_home)}-*.jsa"):
+        if old != path:
+            old.unlink(missing_ok=True)
     return path
 
 

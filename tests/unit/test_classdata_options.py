@@ -18,6 +18,9 @@ def test_a_driver_maps_the_archive_of_its_class_path_only_once_it_is_built(tmp_p
     # other jars first (Hadoop's S3A), another Spark home: an archive of their own, not this one
     assert classdata.archive(home, "/jars/hadoop-aws.jar:" + confs["spark.driver.extraClassPath"]) != path
     assert classdata.archive(str(tmp_path / "other"), confs["spark.driver.extraClassPath"]) != path
+    # Spark's jars installed again at the same path: the JVM would refuse the archive, so it is another one
+    (tmp_path / "spark" / "jars").mkdir(parents=True)
+    assert classdata.archive(home, confs["spark.driver.extraClassPath"]) != path
     assert classdata.driver_options(confs, None) == {}
     # a user's own sharing options are left alone
     for own in ("-Xshare:off", "-XX:SharedArchiveFile=/theirs.jsa", "-XX:ArchiveClassesAtExit=/x.jsa"):
