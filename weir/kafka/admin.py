@@ -42,6 +42,9 @@ class TopicInfo:
         return sum(hi - lo for lo, hi in self.partitions.values())
 
 
+CREATED_READY_S = 60.0  # at most this long a created topic may take to be listed and led (Admin._visible)
+
+
 class Admin:
     def __init__(self, bootstrap_servers: str, client: dict[str, str] | None = None, timeout: float = 15.0) -> None:
         self.settings = {"bootstrap.servers": bootstrap_servers, **(client or {})}
@@ -87,17 +90,23 @@ class Admin:
             raise TopicError(f"cannot create topic {name!r}: {err.str()}") from None
 
     def _visible(self, name: str) -> None:
-        """Wait, at most the client's timeout, until the broker's metadata lists the topic with partitions: Apache
-        Kafka answers CreateTopics once its controller has the topic, and a broker's metadata may lag behind it for
-        a moment (a job that created its topic, then asked for its offsets, was told it did not exist)."""
-        deadline = time.monotonic() + self.timeout
+        """Wait until the broker's metadata lists the topic with partitions and each partition's leader answers for
+        its offsets, at most CREATED_READY_S: Apache Kafka answers CreateTopics once its controller has the topic,
+        and a broker's metadata may lag behind it (a job that created its topic, then asked for its offsets, was told
+        it did not exist); on a loaded machine the broker took more than 15 s to lead a new partition (a job's next
+        ListOffsets was answered NOT_LEADER_FOR_PARTITION throughout its 15 s). Loud when it does not."""
+        deadline = time.monotonic() + max(self.timeout, CREATED_READY_S)
         while True:
             with self._view() as view:
-                if view.partitions().get(name):
+                parts = view.partitions().get(name)
+                if parts:
+                    # ListOffsets is asked again while a partition's leader moves, until the view's timeout
+                    view.timeout = max(0.1, deadline - time.monotonic())
+                    view.bounds([(name, p) for p in parts])
                     return
             if time.monotonic() > deadline:
                 raise TopicError(f"topic {name!r} was created but the broker's metadata did not list it within "
-                                 f"{self.timeout:.0f} s")  # fmt: skip
+                                 f"{max(self.timeout, CREATED_READY_S):.0f} s")  # fmt: skip
             time.sleep(0.1)
 
     def delete_topic(self, name: str) -> None:

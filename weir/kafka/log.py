@@ -277,7 +277,15 @@ class LogView:
             try:
                 found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=left)
             except KafkaException as exc:
-                raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
+                # librdkafka may fail the whole call with a partition's error ("Failed to get offsets: Broker: Not
+                # leader for partition", a topic a moment old on a broker just started): asked again as below
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is None or not _leader_moving(err) or time.monotonic() >= deadline:
+                    raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
+                self.leader_retries += len(tps)
+                client_log.log(logging.INFO, f"weir: list offsets asked again of {len(tps)} partition(s): {err.str()}")
+                time.sleep(LEADER_WAIT_S)
+                continue
             out |= {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
             failed = [tp for tp in found if tp.error is not None]
             if not failed:
