@@ -23,13 +23,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from weir import jvm
 from weir.sparkhome import cache_root
 
 log = logging.getLogger("weir")
@@ -40,19 +40,12 @@ QUIET = "-Xlog:cds*=off"  # a driver whose class path differs runs without it, s
 OWN_OPTIONS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "SharedClassListFile")
 
 
-def java() -> str:
-    """The java binary Spark's launcher runs: $JAVA_HOME/bin/java, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return str(Path(found).resolve()) if found else "java"
-
-
 def archive(spark_home: str, class_path: str) -> Path:
     """Where the archive for a driver of this java, Spark home and first class-path entries lies (module doc).
     Each is stamped with its modification time too: the JVM refuses an archive whose jars changed since (PySpark
     installed again, at the same path), and a new name has the next `weir jars fetch` build a new one."""
     jars = Path(spark_home).resolve() / "jars"
-    files = [Path(java()), jars, *(Path(entry) for entry in class_path.split(os.pathsep) if entry)]
+    files = [Path(jvm.java()).resolve(), jars, *(Path(entry) for entry in class_path.split(os.pathsep) if entry)]
     stamps = [f"{f}:{f.stat().st_mtime_ns if f.exists() else 0}" for f in files]
     digest = hashlib.sha256("\n".join(stamps).encode()).hexdigest()
     return cache_root() / "classdata" / f"driver-{_home_digest(spark_home)}-{digest[:16]}.jsa"
@@ -70,6 +63,8 @@ def driver_options(confs: dict[str, str], spark_home: str | None) -> dict[str, s
         return {}
     path = archive(spark_home, confs.get("spark.driver.extraClassPath", ""))
     if not path.is_file():
+        log.info("weir: the local driver starts without a class-data archive for its class path (%s): `weir jars "
+                 "fetch` builds one for weir's default settings", path.name)  # fmt: skip
         return {}
     return {"spark.driver.extraJavaOptions": f"{given} -XX:SharedArchiveFile={path} {QUIET}".strip()}
 
@@ -108,7 +103,7 @@ def build(spark_home: str | None, confs: dict[str, str]) -> Path | None:
 
 def check(path: Path) -> None:
     """A JVM maps the archive at `path` whole (RuntimeError if not): one that cannot would crash every driver."""
-    argv = [java(), f"-XX:SharedArchiveFile={path}", "-Xshare:auto", *QUIET.split(), "-version"]
+    argv = [jvm.java(), f"-XX:SharedArchiveFile={path}", "-Xshare:auto", *QUIET.split(), "-version"]
     with tempfile.TemporaryDirectory() as crashes:  # where a JVM that crashes writes its hs_err file
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=crashes)
     if done.returncode != 0:
