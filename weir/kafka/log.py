@@ -278,27 +278,25 @@ class LogView:
                 found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=left)
             except KafkaException as exc:
                 # librdkafka may fail the whole call with a partition's error ("Failed to get offsets: Broker: Not
-                # leader for partition", a topic a moment old on a broker just started): asked again as below
+                # leader for partition", a topic a moment old on a broker just started): every partition failed so
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if err is None or not _leader_moving(err) or time.monotonic() >= deadline:
+                if err is None:
                     raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None
-                self.leader_retries += len(tps)
-                client_log.log(logging.INFO, f"weir: list offsets asked again of {len(tps)} partition(s): {err.str()}")
-                time.sleep(LEADER_WAIT_S)
-                continue
-            out |= {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
-            failed = [tp for tp in found if tp.error is not None]
+                failed = {tp: err for tp in tps}
+            else:
+                out |= {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
+                failed = {(tp.topic, tp.partition): tp.error for tp in found if tp.error is not None}
             if not failed:
                 return out
             # A partition whose leader moves or is being elected (a topic just created, a broker restarting) is
             # asked again, by the protocol, once the client has refreshed its metadata: until the view's timeout
-            if time.monotonic() >= deadline or not all(_leader_moving(tp.error) for tp in failed):
-                raise _unreachable(self.settings, "list offsets", KafkaException(failed[0].error), self.timeout)
+            (topic, partition), error = next(iter(failed.items()))
+            if time.monotonic() >= deadline or not all(_leader_moving(e) for e in failed.values()):
+                raise _unreachable(self.settings, "list offsets", KafkaException(error), self.timeout)
             self.leader_retries += len(failed)
-            first = failed[0]
-            said = f"{first.topic}/{first.partition}: {first.error.str()}"
+            said = f"{topic}/{partition}: {error.str()}"
             client_log.log(logging.INFO, f"weir: list offsets asked again of {len(failed)} partition(s): {said}")
-            tps = [(tp.topic, tp.partition) for tp in failed]
+            tps = list(failed)
             time.sleep(LEADER_WAIT_S)
 
     def _fetched_bounds(self, at: dict[TP, int]) -> dict[TP, tuple[int, int]]:
