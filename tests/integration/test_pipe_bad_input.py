@@ -119,13 +119,14 @@ def test_unknown_option_lists_valid_options(spark, bootstrap, bad_topic) -> None
 
 def test_unreachable_broker_fails_fast_naming_it(spark, tmp_path) -> None:
     """Nothing listens on the port: batch and stream reads fail with the address in the message, in bounded
-    time. The stream runs concurrently with the batch read to keep the test short."""
+    time: the broker-unavailable limit (5 s here; without it, one request's 30 s). The stream runs concurrently with
+    the batch read to keep the test short."""
     address = f"127.0.0.1:{free_port()}"
+    limit = {"kafka.bootstrap.servers": address, "subscribe": "nowhere", "brokerUnavailableTimeoutMs": "5000"}
     started = time.monotonic()
     stream = (
         spark.readStream.format("weir-kafka")
-        .option("kafka.bootstrap.servers", address)
-        .option("subscribe", "nowhere")
+        .options(**limit)
         .load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -133,19 +134,18 @@ def test_unreachable_broker_fails_fast_naming_it(spark, tmp_path) -> None:
     )
     try:
         with pytest.raises(Exception) as batch_info:
-            spark.read.format("weir-kafka").option("kafka.bootstrap.servers", address).option(
-                "subscribe", "nowhere"
-            ).load().collect()
+            spark.read.format("weir-kafka").options(**limit).load().collect()
         batch_elapsed = time.monotonic() - started
         with pytest.raises(StreamingQueryException) as stream_info:
-            stream.awaitTermination(max(1.0, 90 - batch_elapsed))
-            pytest.fail("the stream was still running after 90 s")
+            stream.awaitTermination(max(1.0, 60 - batch_elapsed))
+            pytest.fail("the stream was still running after 60 s")
         stream_elapsed = time.monotonic() - started
     finally:
         if stream.isActive:
             stream.stop()
-    assert batch_elapsed < 90
-    assert stream_elapsed < 90
+    # the limit and a query's start: a read that ignored it would wait a request's 30 s
+    assert batch_elapsed < 25, batch_elapsed
+    assert stream_elapsed < 25, stream_elapsed
     for message in (str(batch_info.value), str(stream_info.value)):
         assert address in message
         assert "cannot" in message.lower()

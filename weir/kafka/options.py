@@ -24,6 +24,8 @@ from weir.kafka.log import servers_of
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
 
+REQUEST_TIMEOUT_S = 30.0  # one metadata or offsets request of a read, at most
+
 # Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
 _MANAGED_CLIENT_SETTINGS = {
     "group.id": "the source never joins a consumer group; offsets live in the query checkpoint",
@@ -197,6 +199,12 @@ class SourceOptions:
     @property
     def servers(self) -> str:
         return servers_of(self.client)
+
+    @property
+    def request_timeout_s(self) -> float:
+        """How long one request of a read's offset view waits: 30 s, never past the broker-unavailable limit (the
+        wait then ends near the limit, not a request's timeout later)."""
+        return min(REQUEST_TIMEOUT_S, self.broker_timeout_s)
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:

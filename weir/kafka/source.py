@@ -289,8 +289,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
     @property
     def view(self) -> LogView:
         if self._view is None:
-            # One request never outlasts the broker-unavailable limit: the wait ends near it, not a timeout later.
-            self._view = LogView(self.opts.client, timeout=min(30.0, self.opts.broker_timeout_s))
+            self._view = LogView(self.opts.client, timeout=self.opts.request_timeout_s)
         return self._view
 
     def _discover(self, *, must_exist: bool = False) -> dict[TP, tuple[int, int]]:
@@ -322,7 +321,7 @@ class KafkaStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
         if self._reached:
             found = ride_out(healed, what, self.opts.servers, self.opts.broker_timeout_s)
         else:  # one request never outlasts the broker-unavailable limit
-            found = healed(min(30.0, self.opts.broker_timeout_s))
+            found = healed(self.opts.request_timeout_s)
         self._reached = True
         return found
 
@@ -662,7 +661,7 @@ class KafkaBatchReader(_RangeReading, DataSourceReader):
     """A bounded read of [startingOffsets, endingOffsets) for `spark.read`."""
 
     def partitions(self) -> list[InputPartition]:
-        view = LogView(self.opts.client)
+        view = LogView(self.opts.client, timeout=self.opts.request_timeout_s)
         try:
             bounds = _bounds(self.opts, view, _subscribed(self.opts, view, must_exist=bool(self.opts.topics)))
         finally:
