@@ -174,6 +174,11 @@ def test_a_stateful_rule_and_its_timers_across_a_restart(spark, bootstrap, topic
         asked = question(spark, checkpoint, None, limit)
         assert {k: asked[k] for k in ("buckets", "bytes", "shapes")} == summary(spark, checkpoint)
         assert len(asked["keys"]) == min(limit, 2) and all(kept[k["key"]] == k for k in asked["keys"])
+    # and for one key (`weir state --key`): its entry alone, found where the buckets are read, in the same read
+    asked = question(spark, checkpoint, "d2", 5)
+    assert asked["keys"] == [kept["d2"]]
+    assert {k: asked[k] for k in ("buckets", "bytes", "shapes")} == summary(spark, checkpoint)
+    assert question(spark, checkpoint, "nobody", 5)["keys"] == []
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "devices.py").write_text(PIPELINE.format(topic=topic_name))

@@ -2,18 +2,21 @@
 `weir state` (docs/blocks.md, "Keyed state of one's own"). Reading never changes the checkpoint.
 
 Buckets are read one partition at a time (`toLocalIterator`), decoded on the driver and dropped: an inspection
-command, not a data path, bounded by `limit` keys (and a `key` looked for stops at its bucket).
+command, not a data path, bounded by `limit` keys (and a `key` looked for stops at its bucket). `question`, what
+`weir state` asks, reads the state once: the buckets' shapes and sizes, and the first buckets' keys or, for one
+key, that key's entry alone, found where the buckets are read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import pickle
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BinaryType, StructType
 
 from weir.blocks import keystate
 from weir.blocks.bucketed import BucketLogic
@@ -74,41 +77,57 @@ def question(
     spark: SparkSession, checkpoint: str, key: str | None, limit: int, ops: list[int] | None = None
 ) -> dict[str, Any]:
     """What `weir state` shows: `read_state`'s keys (at most `limit`, or `key`'s) and the `summary`, in one read
-    of the state when no key is asked for (`_read`). Should the buckets read hold fewer than `limit` keys while
-    others were left unread, the keys are read as `read_state` reads them. `ops`: its `operators`, when the
-    caller has them."""
+    of the state (`_read`). Should the buckets read hold fewer than `limit` keys while others were left unread,
+    the keys are read as `read_state` reads them. `ops`: its `operators`, when the caller has them."""
     ops = operators(spark, checkpoint) if ops is None else ops
-    if key is not None or not ops:
-        keys = list(read_state(spark, checkpoint, key=key, limit=limit, ops=ops))
-        return {"checkpoint": checkpoint, **summary(spark, checkpoint, ops=ops), "keys": keys}
-    out, keys, unread = _read(spark, checkpoint, ops, limit)
-    if len(keys) < limit and unread:
+    out, keys, unread = _read(spark, checkpoint, ops, limit, key)
+    if key is None and len(keys) < limit and unread:
         keys = list(read_state(spark, checkpoint, limit=limit, ops=ops))
     return {"checkpoint": checkpoint, **out, "keys": keys}
 
 
-def _read(spark: SparkSession, checkpoint: str, ops: list[int], limit: int) -> tuple[dict[str, Any], list[dict], bool]:
+def _read(
+    spark: SparkSession, checkpoint: str, ops: list[int], limit: int, key: str | None = None
+) -> tuple[dict[str, Any], list[dict], bool]:
     """One read of the state of `ops`: (the summary, at most `limit` keys, whether a bucket with keys was left
     unread). Each bucket's shape and size reach the driver (a block has a fixed number of buckets,
     weir.blocks.common.bucket_count, whatever its keys: one stage, no shuffle), and the bytes of the first `limit`
-    buckets of each partition (every bucket keeps a key unless all of its keys expired): a question to a running
-    pipeline loads its state store once."""
+    buckets of each partition (every bucket keeps a key unless all of its keys expired); with `key`, each bucket
+    is looked through where it is read and only that key's entry comes back (`_entry_of`). A question to a
+    running pipeline loads its state store once."""
     out: dict[str, Any] = {"buckets": 0, "bytes": 0, "shapes": {}}
     keys: list[dict] = []
     unread = False
     # monotonically_increasing_id: the partition in its upper 31 bits, the row's place in it in the lower 33
     first = F.monotonically_increasing_id() % F.lit(1 << 33) < F.lit(limit)
+    found = _entry_of(key) if key is not None else None
     for op, buckets in _stateful_buckets(spark, checkpoint, ops):
-        rows = buckets.select("value.shape", F.length("value.keys"), F.when(first, F.col("value.keys"))).collect()
-        for shape, size, data in rows:
+        wanted = found("value.shape", "value.keys") if found is not None else F.when(first, F.col("value.keys"))
+        for shape, size, data in buckets.select("value.shape", F.length("value.keys"), wanted).collect():
             out["buckets"] += 1
             out["bytes"] += int(size or 0)
             out["shapes"][shape] = out["shapes"].get(shape, 0) + 1
-            if data is None:
+            if found is not None:
+                keys += [{"operator": op, **e} for e in pickle.loads(data)] if data is not None else []
+            elif data is None:
                 unread = unread or bool(size)
             elif len(keys) < limit:
                 keys += [{"operator": op, **e} for e in keystate.inspected(bytes(data), shape, "weir state")]
     return out, keys[:limit], unread
+
+
+def _entry_of(key: str) -> Callable[..., Column]:
+    """A column function of a bucket's (shape, keys): the entries of `key` (as text) it keeps, as `inspected`
+    gives them, pickled; null when it keeps none. Decoded on the executors: only the key's entry reaches the
+    driver, not every bucket's bytes."""
+
+    def entries(shape: str, data: bytes | None) -> bytes | None:
+        if data is None:
+            return None
+        matched = [e for e in keystate.inspected(bytes(data), shape, "weir state") if str(e["key"]) == key]
+        return pickle.dumps(matched) if matched else None
+
+    return F.udf(entries, BinaryType())
 
 
 def _stateful_buckets(spark: SparkSession, checkpoint: str, ops: list[int]) -> list[tuple[int, DataFrame]]:
