@@ -127,7 +127,8 @@ def _entry_of(key: str) -> Callable[..., Column]:
         matched = [e for e in keystate.inspected(bytes(data), shape, "weir state") if str(e["key"]) == key]
         return pickle.dumps(matched) if matched else None
 
-    return F.udf(entries, BinaryType())
+    # useArrow given: left unset, PySpark tries to read an Arrow UDF from the hints and warns on stderr
+    return F.udf(entries, BinaryType(), useArrow=False)
 
 
 def _stateful_buckets(spark: SparkSession, checkpoint: str, ops: list[int]) -> list[tuple[int, DataFrame]]:
