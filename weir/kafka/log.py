@@ -67,6 +67,8 @@ _LEADER_MOVING = {
     KafkaError.REPLICA_NOT_AVAILABLE,
 }  # fmt: skip
 LEADER_WAIT_S = 0.25  # between two asks: librdkafka refreshes the partition's leader meanwhile
+# One metadata or offsets request of a view, at most (a read's, never past its limit: SourceOptions.request_timeout_s)
+REQUEST_TIMEOUT_S = 30.0
 
 
 def _leader_moving(err: KafkaError) -> bool:
@@ -96,7 +98,11 @@ class LogView:
     """A driver-side view of the cluster: one admin client and one probe consumer, reused across triggers."""
 
     def __init__(
-        self, client: dict, timeout: float = 30.0, admin: AdminClient | None = None, quirks: Quirks | None = None
+        self,
+        client: dict,
+        timeout: float = REQUEST_TIMEOUT_S,
+        admin: AdminClient | None = None,
+        quirks: Quirks | None = None,
     ) -> None:
         """`client`: bootstrap servers and pass-through settings (security, isolation.level, ...); `admin`: an
         admin client of the same settings that outlives this view (its owner closes it), else one of its own;
@@ -278,7 +284,7 @@ class LogView:
                 found = self.consumer.offsets_for_times([TopicPartition(t, p, at) for t, p in tps], timeout=left)
             except KafkaException as exc:
                 # librdkafka may fail the whole call with a partition's error ("Failed to get offsets: Broker: Not
-                # leader for partition", a topic a moment old on a broker just started): every partition failed so
+                # leader for partition", a topic a moment old on a broker just started): each partition failed with it
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 if err is None:
                     raise _unreachable(self.settings, "list offsets", exc, self.timeout) from None

@@ -20,11 +20,9 @@ from weir.formats import KINDS, FormatError, FormatSpec
 from weir.formats import value_format as value_format_of
 from weir.kafka import heal
 from weir.kafka.admission import FlowOptions
-from weir.kafka.log import servers_of
+from weir.kafka.log import REQUEST_TIMEOUT_S, servers_of
 from weir.kafka.outage import DEFAULT_TIMEOUT_S
 from weir.storage.lake import Lake, LakeError
-
-REQUEST_TIMEOUT_S = 30.0  # one metadata or offsets request of a read, at most
 
 # Spark's Kafka source refuses these too: the source owns offsets and decoding itself.
 _MANAGED_CLIENT_SETTINGS = {
