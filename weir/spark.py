@@ -21,7 +21,7 @@ from weir.kafka.source import KafkaDataSource
 from weir.kafka.tolake import KafkaArchiveSource
 from weir.process import children
 from weir.sparkhome import worker_home
-from weir.storage.paths import on_s3
+from weir.storage.paths import is_url, on_s3
 
 log = logging.getLogger("weir")
 
@@ -198,9 +198,33 @@ def session_confs(master: str, conf: dict[str, str] | None, settings: Settings) 
         redaction_confs(confs)
         | log_confs(confs, settings.spark_log_level)
         | s3_confs(settings, confs)
+        | checkpoint_confs(settings, confs)
         | jar_confs(settings, confs, master)
     )
     return confs
+
+
+# Spark's checkpoint file manager on the local filesystem through Hadoop's FileSystem API (the default goes through
+# its FileContext API). See checkpoint_confs.
+FILESYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+
+
+def checkpoint_confs(settings: Settings, confs: dict[str, str]) -> dict[str, str]:
+    """For checkpoints on the local filesystem: Spark's checkpoint files (offset and commit logs, state store
+    files) written through Hadoop's FileSystem API instead of its FileContext API.
+
+    Without Hadoop's native library (PySpark's distribution has none), FileContext's rename looks for symlinks at
+    both ends by running `readlink` as a process, and every file created gets its mode from a `chmod` process:
+    about 35 processes spawned by the driver JVM for each micro-batch of a stateless query, whose two log writes
+    took 105 ms of its 144 ms on a quiet machine (docs/performance.md, "Spark's checkpoint files"). The
+    FileSystem API renames by rename(2) with no symlink look-up: 27 ms of 58. Its rename checks that the target is
+    absent and then renames, which a second writer of the same checkpoint could slip between; weir's checkpoint
+    lock (weir.checkpoint.lock) keeps every checkpoint to one writer. Checkpoints elsewhere (S3, HDFS) keep
+    Spark's default, and a conf given for the class wins."""
+    root = settings.checkpoint_root
+    local = not is_url(root) or root.startswith("file:")
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    return {key: FILESYSTEM_CHECKPOINTS} if local and key not in confs else {}
 
 
 def local_driver(settings: Settings | None = None) -> tuple[str | None, dict[str, str]]:

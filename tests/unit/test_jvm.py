@@ -79,6 +79,19 @@ def test_every_session_gets_the_connector_and_a_session_on_s3_gets_s3a_too(tmp_p
         jar_confs(local, {}, "local[2]")
 
 
+def test_local_checkpoints_are_written_through_hadoops_filesystem_api_and_others_keep_sparks_default(tmp_path):
+    from weir.config import load
+    from weir.spark import FILESYSTEM_CHECKPOINTS, checkpoint_confs
+
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    for root in (str(tmp_path / "ckpt"), f"file://{tmp_path}/ckpt", "relative/ckpt"):
+        assert checkpoint_confs(load(home=str(tmp_path), checkpoint_root=root), {}) == {key: FILESYSTEM_CHECKPOINTS}
+    for root in ("s3://bucket/ckpt", "s3a://bucket/ckpt", "hdfs://nn:8020/ckpt", "gs://bucket/ckpt"):
+        assert checkpoint_confs(load(home=str(tmp_path), checkpoint_root=root), {}) == {}, root
+    given = {key: "my.Manager"}  # a class the user names is theirs
+    assert checkpoint_confs(load(home=str(tmp_path), checkpoint_root=str(tmp_path)), given) == {}
+
+
 def test_a_workers_accumulator_connection_ending_early_is_one_log_line_not_a_traceback(caplog):
     """PySpark's accumulator server prints an EOFError's traceback when a worker goes with its query's stop (the
     loaded demo's shadow): weir logs it in one line; any other error is printed as before."""
