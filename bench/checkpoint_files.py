@@ -19,10 +19,9 @@ import time
 
 from pyspark.sql import DataFrame, SparkSession
 
-from weir.spark import FILESYSTEM_CHECKPOINTS, spark_session
+from weir.spark import CHECKPOINT_MANAGER_CONF, FILESYSTEM_CHECKPOINTS, spark_session
 from weir.testing.environment import TEST_SPARK_CONF
 
-KEY = "spark.sql.streaming.checkpointFileManagerClass"
 DEFAULT = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 WAYS = (("FileContext (Spark's default)", DEFAULT), ("FileSystem (weir's)", FILESYSTEM_CHECKPOINTS))
 PARTS = ("walCommit", "commitOffsets", "triggerExecution")
@@ -64,7 +63,7 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             for way, manager in WAYS:
-                spark.conf.set(KEY, manager)  # read when a query starts (its Hadoop configuration)
+                spark.conf.set(CHECKPOINT_MANAGER_CONF, manager)  # read when a query starts (its Hadoop configuration)
                 for stateful in (False, True):
                     checkpoint = f"file://{root}/{r}-{stateful}-{manager.rsplit('.', 1)[-1]}"
                     results.setdefault((way, stateful), []).append(batches(spark, stateful, checkpoint, args.batches))

@@ -205,7 +205,8 @@ def session_confs(master: str, conf: dict[str, str] | None, settings: Settings) 
 
 
 # Spark's checkpoint file manager on the local filesystem through Hadoop's FileSystem API (the default goes through
-# its FileContext API). See checkpoint_confs.
+# its FileContext API), and the conf that names it. See checkpoint_confs.
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 FILESYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
@@ -223,7 +224,7 @@ def checkpoint_confs(settings: Settings, confs: dict[str, str]) -> dict[str, str
     Spark's default, and a conf given for the class wins."""
     root = settings.checkpoint_root
     local = not is_url(root) or root.startswith("file:")
-    key = "spark.sql.streaming.checkpointFileManagerClass"
+    key = CHECKPOINT_MANAGER_CONF
     return {key: FILESYSTEM_CHECKPOINTS} if local and key not in confs else {}
 
 

@@ -83,7 +83,7 @@ def test_local_checkpoints_are_written_through_hadoops_filesystem_api_and_others
     from weir.config import load
     from weir.spark import FILESYSTEM_CHECKPOINTS, checkpoint_confs
 
-    key = "spark.sql.streaming.checkpointFileManagerClass"
+    key = "spark.sql.streaming.checkpointFileManagerClass"  # Spark's name, spelled here so a misspelling fails
     for root in (str(tmp_path / "ckpt"), f"file://{tmp_path}/ckpt", "relative/ckpt"):
         assert checkpoint_confs(load(home=str(tmp_path), checkpoint_root=root), {}) == {key: FILESYSTEM_CHECKPOINTS}
     for root in ("s3://bucket/ckpt", "s3a://bucket/ckpt", "hdfs://nn:8020/ckpt", "gs://bucket/ckpt"):
